@@ -1,0 +1,110 @@
+# graphfuse — build, test, demo, bench.  `make help` lists the targets.
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+SAN     ?=
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
+CFLAGS  += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
+LDFLAGS += $(SAN)
+LIBS    := -lprotobuf-c -lyaml -lm -lpthread
+
+DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \
+            libcmocka-dev libonnx-testdata graphviz
+ONNX_PROTO := /usr/include/onnx/onnx.proto
+
+LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c executor/*.c)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+HEADERS := graph/gf_graph.h graph/ops.def
+
+.PHONY: all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
+        install clean help bad-corpus
+all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc
+
+help:
+	@echo "make            build library, CLI and graphfuse.pc (installs deps)"
+	@echo "make test       build and run every test"
+	@echo "make test-asan  the same under AddressSanitizer + UBSan (build-asan/)"
+	@echo "make demo       info and dump of the bundled model"
+	@echo "make bench      load/save speed against bare protobuf-c"
+	@echo "make install PREFIX=/usr/local"
+
+# Installs missing Debian packages (prints the apt-get line when not root).
+deps: $(BUILD)/.deps-ok
+$(BUILD)/.deps-ok: tools/deps.sh
+	@tools/deps.sh $(DEB_PKGS)
+	@mkdir -p $(BUILD) && touch $@
+
+# C bindings for ONNX, generated from the schema Debian installs.
+$(BUILD)/gen/onnx.pb-c.c $(BUILD)/gen/onnx.pb-c.h: $(ONNX_PROTO) | $(BUILD)/.deps-ok
+	@mkdir -p $(BUILD)/gen
+	cp $(ONNX_PROTO) $(BUILD)/gen/onnx.proto
+	cd $(BUILD)/gen && protoc-c --c_out=. onnx.proto
+
+$(BUILD)/obj/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h executor/*.h) $(BUILD)/gen/onnx.pb-c.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+lib: $(BUILD)/libgraphfuse.a $(BUILD)/libgraphfuse.so
+$(BUILD)/libgraphfuse.a: $(LIB_OBJ)
+	ar rcs $@ $^
+$(BUILD)/libgraphfuse.so: $(LIB_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/graphfuse: $(BUILD)/obj/cli/graphfuse.o $(BUILD)/libgraphfuse.a
+	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
+
+$(BUILD)/graphfuse.pc: Makefile
+	@mkdir -p $(BUILD)
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: graphfuse\nDescription: ONNX graph fusion, execution and training\nVersion: %s\nRequires.private: libprotobuf-c yaml-0.1\nLibs: -L$${libdir} -lgraphfuse\nLibs.private: -lm -lpthread\nCflags: -I$${includedir}/graphfuse\n' \
+	    '$(PREFIX)' "$$(sed -n 's/^#define GF_VERSION "\(.*\)"/\1/p' graph/gf_graph.h)" > $@
+
+# ---- tests ------------------------------------------------------------------
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS) -lcmocka
+
+test: all $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+	@tests/run_bad.sh $(BUILD)/graphfuse
+	@echo "== all tests passed"
+
+test-asan: deps
+	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" CFLAGS="-O1 -g" test
+
+# ---- demo and bench ---------------------------------------------------------
+DEMO_MODEL := models/llama_tiny/legacy/model.onnx
+demo: all
+	$(BUILD)/graphfuse info $(DEMO_MODEL)
+	$(BUILD)/graphfuse dump $(DEMO_MODEL)
+
+bench: all $(BUILD)/tests/bench_load
+	$(BUILD)/tests/bench_load $(BUILD)/bench
+
+$(BUILD)/tests/bench_load: tests/bench_load.c $(BUILD)/libgraphfuse.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+
+# Regenerates the malformed-model corpus in tests/bad/ (committed).
+bad-corpus: all $(BUILD)/tests/gen_bad
+	$(BUILD)/tests/gen_bad tests/bad
+
+$(BUILD)/tests/gen_bad: tests/bad/gen_bad.c $(BUILD)/libgraphfuse.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/graphfuse $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/libgraphfuse.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libgraphfuse.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/graphfuse $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/graphfuse/
+	install -m 644 $(BUILD)/graphfuse.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,974 @@
+/* The IR: models, graphs, values and nodes, and the editing API that keeps
+ * producers and uses consistent. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* ---- model ------------------------------------------------------------- */
+
+void *gf_model_alloc(struct gf_model *m, size_t size)
+{
+    return gf_arena_alloc(m->priv->arena, size);
+}
+
+const char *gf_model_strdup(struct gf_model *m, const char *s)
+{
+    return s ? gf_arena_strndup(m->priv->arena, s, strlen(s)) : NULL;
+}
+
+static struct gf_model *model_alloc(void)
+{
+    struct gf_model *m = calloc(1, sizeof(*m));
+    struct gf_model_priv *p = calloc(1, sizeof(*p));
+    struct gf_arena *a = gf_arena_new();
+    if (!m || !p || !a) {
+        free(m);
+        free(p);
+        gf_arena_free(a);
+        return NULL;
+    }
+    p->arena = a;
+    m->priv = p;
+    m->dir = ".";
+    return m;
+}
+
+struct gf_model *gf_model_new(int64_t ir_version, const char *name)
+{
+    struct gf_model *m = model_alloc();
+    if (!m)
+        return NULL;
+    m->ir_version = ir_version;
+    m->graph = gf_graph_create(m, NULL, NULL);
+    if (!m->graph) {
+        gf_model_free(m);
+        return NULL;
+    }
+    m->graph->name = gf_model_strdup(m, name);
+    return m;
+}
+
+/* Used by load.c, which fills the model itself. */
+struct gf_model *gf_model_alloc_empty(void)
+{
+    return model_alloc();
+}
+
+static void graph_free_arrays(struct gf_graph *g)
+{
+    for (size_t i = 0; i < g->n_values; i++)
+        free(g->values[i]->uses);
+    free(g->values);
+    free(g->inputs);
+    free(g->outputs);
+    free(g->inits);
+    free(g->priv->table);
+}
+
+void gf_model_free(struct gf_model *m)
+{
+    if (!m)
+        return;
+    struct gf_model_priv *p = m->priv;
+    for (size_t i = 0; i < p->n_graphs; i++)
+        graph_free_arrays(p->graphs[i]);
+    free(p->graphs);
+    for (struct gf_mapping *map = p->mappings; map;) {
+        struct gf_mapping *next = map->next;
+        gf_unmap(map->addr, map->len);
+        free(map);
+        map = next;
+    }
+    gf_arena_free(p->arena);
+    free(p);
+    free(m);
+}
+
+int64_t gf_model_opset(const struct gf_model *m, const char *domain)
+{
+    if (!domain || strcmp(domain, "ai.onnx") == 0)
+        domain = "";
+    for (size_t i = 0; i < m->n_opsets; i++) {
+        const char *d = m->opsets[i].domain ? m->opsets[i].domain : "";
+        if (strcmp(d, "ai.onnx") == 0)
+            d = "";
+        if (strcmp(d, domain) == 0)
+            return m->opsets[i].version;
+    }
+    return 0;
+}
+
+enum gf_status gf_model_set_opset(struct gf_model *m, const char *domain,
+                                  int64_t version)
+{
+    if (!domain)
+        domain = "";
+    for (size_t i = 0; i < m->n_opsets; i++) {
+        if (strcmp(m->opsets[i].domain ? m->opsets[i].domain : "", domain) == 0) {
+            m->opsets[i].version = version;
+            return GF_OK;
+        }
+    }
+    struct gf_opset *o = gf_model_alloc(m, (m->n_opsets + 1) * sizeof(*o));
+    if (!o)
+        return gf_error(GF_ERR_NOMEM, "out of memory adding opset import");
+    if (m->n_opsets)
+        memcpy(o, m->opsets, m->n_opsets * sizeof(*o));
+    o[m->n_opsets].domain = gf_model_strdup(m, domain);
+    o[m->n_opsets].version = version;
+    m->opsets = o;
+    m->n_opsets++;
+    return GF_OK;
+}
+
+void gf_model_param_count(const struct gf_model *m, size_t *elems, size_t *bytes)
+{
+    size_t e = 0, b = 0;
+    for (size_t i = 0; i < m->graph->n_inits; i++) {
+        const struct gf_tensor *t = m->graph->inits[i]->init;
+        e += t->nelem;
+        b += t->nbytes;
+    }
+    *elems = e;
+    *bytes = b;
+}
+
+/* ---- growable arrays (malloc'ed, freed with the model) ------------------ */
+
+static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return true;
+    size_t c = *cap ? *cap * 2 : 8;
+    while (c < need)
+        c *= 2;
+    void *p = realloc(*arr, c * elem);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = c;
+    return true;
+}
+
+/* ---- graph ------------------------------------------------------------- */
+
+struct gf_graph *gf_graph_create(struct gf_model *m, struct gf_graph *parent,
+                                 struct gf_node *owner)
+{
+    struct gf_model_priv *p = m->priv;
+    if (!grow((void **)&p->graphs, &p->cap_graphs, p->n_graphs + 1, sizeof(void *)))
+        return NULL;
+    struct gf_graph *g = gf_model_alloc(m, sizeof(*g));
+    struct gf_graph_priv *gp = gf_model_alloc(m, sizeof(*gp));
+    if (!g || !gp)
+        return NULL;
+    g->model = m;
+    g->parent = parent;
+    g->owner = owner;
+    g->priv = gp;
+    p->graphs[p->n_graphs++] = g;
+    return g;
+}
+
+static uint64_t hash_name(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static bool table_insert(struct gf_graph_priv *p, struct gf_value *v)
+{
+    size_t mask = p->table_cap - 1;
+    for (size_t i = hash_name(v->name) & mask;; i = (i + 1) & mask) {
+        if (!p->table[i]) {
+            p->table[i] = v;
+            return true;
+        }
+    }
+}
+
+static bool table_grow(struct gf_graph *g)
+{
+    struct gf_graph_priv *p = g->priv;
+    size_t cap = p->table_cap ? p->table_cap * 2 : 64;
+    struct gf_value **old = p->table;
+    size_t old_cap = p->table_cap;
+    p->table = calloc(cap, sizeof(*p->table));
+    if (!p->table) {
+        p->table = old;
+        return false;
+    }
+    p->table_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i])
+            table_insert(p, old[i]);
+    free(old);
+    return true;
+}
+
+struct gf_value *gf_graph_find(const struct gf_graph *g, const char *name)
+{
+    const struct gf_graph_priv *p = g->priv;
+    if (!name || !p->table_cap)
+        return NULL;
+    size_t mask = p->table_cap - 1;
+    for (size_t i = hash_name(name) & mask; p->table[i]; i = (i + 1) & mask)
+        if (strcmp(p->table[i]->name, name) == 0)
+            return p->table[i];
+    return NULL;
+}
+
+struct gf_value *gf_graph_lookup(const struct gf_graph *g, const char *name)
+{
+    for (; g; g = g->parent) {
+        struct gf_value *v = gf_graph_find(g, name);
+        if (v)
+            return v;
+    }
+    return NULL;
+}
+
+const char *gf_graph_unique_name(struct gf_graph *g, const char *hint)
+{
+    char buf[256];
+    if (!hint || !*hint)
+        hint = "t";
+    if (!gf_graph_lookup(g, hint))
+        return gf_model_strdup(g->model, hint);
+    do
+        snprintf(buf, sizeof(buf), "%.200s_%u", hint, ++g->priv->name_counter);
+    while (gf_graph_lookup(g, buf));
+    return gf_model_strdup(g->model, buf);
+}
+
+struct gf_value *gf_graph_new_value(struct gf_graph *g, const char *name,
+                                    const char *hint)
+{
+    struct gf_graph_priv *p = g->priv;
+    if (name && gf_graph_find(g, name)) {
+        gf_error(GF_ERR_INVALID, "value '%s' is defined twice", name);
+        return NULL;
+    }
+    struct gf_value *v = gf_model_alloc(g->model, sizeof(*v));
+    if (!v)
+        goto oom;
+    v->name = name ? gf_model_strdup(g->model, name) : gf_graph_unique_name(g, hint);
+    if (!v->name)
+        goto oom;
+    v->graph = g;
+    v->type.rank = -1;
+    v->producer_slot = -1;
+    if ((g->n_values + 1) * 2 > p->table_cap && !table_grow(g))
+        goto oom;
+    if (!grow((void **)&g->values, &p->cap_values, g->n_values + 1, sizeof(void *)))
+        goto oom;
+    v->id = (int)g->n_values;
+    g->values[g->n_values++] = v;
+    table_insert(p, v);
+    return v;
+oom:
+    gf_error(GF_ERR_NOMEM, "out of memory creating value '%s'", name ? name : "");
+    return NULL;
+}
+
+enum gf_status gf_graph_add_input(struct gf_graph *g, struct gf_value *v)
+{
+    if (!grow((void **)&g->inputs, &g->priv->cap_inputs, g->n_inputs + 1, sizeof(void *)))
+        return gf_error(GF_ERR_NOMEM, "out of memory adding input");
+    g->inputs[g->n_inputs++] = v;
+    v->is_input = true;
+    return GF_OK;
+}
+
+enum gf_status gf_graph_add_output(struct gf_graph *g, struct gf_value *v)
+{
+    if (!grow((void **)&g->outputs, &g->priv->cap_outputs, g->n_outputs + 1,
+              sizeof(void *)))
+        return gf_error(GF_ERR_NOMEM, "out of memory adding output");
+    g->outputs[g->n_outputs++] = v;
+    v->is_output = true;
+    return GF_OK;
+}
+
+static void refresh_output_flag(struct gf_graph *g, struct gf_value *v)
+{
+    v->is_output = false;
+    for (size_t i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v)
+            v->is_output = true;
+}
+
+void gf_graph_set_output(struct gf_graph *g, size_t i, struct gf_value *v)
+{
+    struct gf_value *old = g->outputs[i];
+    g->outputs[i] = v;
+    if (old)
+        refresh_output_flag(g, old);
+    if (v)
+        v->is_output = true;
+}
+
+enum gf_status gf_graph_list_init(struct gf_graph *g, struct gf_value *v)
+{
+    if (!grow((void **)&g->inits, &g->priv->cap_inits, g->n_inits + 1, sizeof(void *)))
+        return gf_error(GF_ERR_NOMEM, "out of memory adding initializer");
+    g->inits[g->n_inits++] = v;
+    return GF_OK;
+}
+
+struct gf_value *gf_graph_add_initializer(struct gf_graph *g, const char *name,
+                                          struct gf_tensor *t)
+{
+    struct gf_value *v = gf_graph_new_value(g, name, name ? NULL : "const");
+    if (!v || gf_graph_list_init(g, v) != GF_OK)
+        return NULL;
+    v->init = t;
+    t->name = v->name;
+    gf_value_set_tensor_type(v, t->dtype, 0, NULL);
+    v->type.rank = t->rank;
+    v->type.dims = gf_model_alloc(g->model, (size_t)t->rank * sizeof(struct gf_dim) + 1);
+    for (int i = 0; i < t->rank; i++)
+        v->type.dims[i].value = t->dims[i];
+    return v;
+}
+
+/* ---- uses ---------------------------------------------------------------- */
+
+enum gf_status gf_value_add_use(struct gf_value *v, struct gf_node *n, int slot)
+{
+    if (!grow((void **)&v->uses, &v->cap_uses, v->n_uses + 1, sizeof(*v->uses)))
+        return gf_error(GF_ERR_NOMEM, "out of memory recording use of '%s'", v->name);
+    v->uses[v->n_uses].node = n;
+    v->uses[v->n_uses].slot = slot;
+    v->n_uses++;
+    return GF_OK;
+}
+
+void gf_value_remove_use(struct gf_value *v, struct gf_node *n, int slot)
+{
+    for (size_t i = 0; i < v->n_uses; i++) {
+        if (v->uses[i].node == n && v->uses[i].slot == slot) {
+            memmove(&v->uses[i], &v->uses[i + 1], (v->n_uses - i - 1) * sizeof(*v->uses));
+            v->n_uses--;
+            return;
+        }
+    }
+}
+
+size_t gf_value_use_count(const struct gf_value *v)
+{
+    size_t n = v->n_uses;
+    for (size_t i = 0; i < v->graph->n_outputs; i++)
+        n += v->graph->outputs[i] == v;
+    return n;
+}
+
+/* Calls fn(owner, v) for every input v read inside owner's subgraphs
+ * (at any depth) that is defined in owner's own graph. */
+static enum gf_status walk_implicit(struct gf_node *owner, const struct gf_graph *sub,
+                                    enum gf_status (*fn)(struct gf_value *, struct gf_node *))
+{
+    for (struct gf_node *n = sub->first; n; n = n->next) {
+        for (size_t i = 0; i < n->n_inputs; i++) {
+            struct gf_value *v = n->inputs[i];
+            if (v && v->graph == owner->graph && fn(v, owner) != GF_OK)
+                return GF_ERR_NOMEM;
+        }
+        for (size_t a = 0; a < n->n_attrs; a++) {
+            const struct gf_attr *at = &n->attrs[a];
+            size_t cnt = at->type == GF_ATTR_GRAPH ? 1 : at->type == GF_ATTR_GRAPHS ? at->n : 0;
+            for (size_t k = 0; k < cnt; k++) {
+                const struct gf_graph *g = at->type == GF_ATTR_GRAPH ? at->g : at->graphs[k];
+                if (g && walk_implicit(owner, g, fn) != GF_OK)
+                    return GF_ERR_NOMEM;
+            }
+        }
+    }
+    return GF_OK;
+}
+
+static enum gf_status walk_subgraphs(struct gf_node *n,
+                                     enum gf_status (*fn)(struct gf_value *, struct gf_node *))
+{
+    for (size_t a = 0; a < n->n_attrs; a++) {
+        const struct gf_attr *at = &n->attrs[a];
+        size_t cnt = at->type == GF_ATTR_GRAPH ? 1 : at->type == GF_ATTR_GRAPHS ? at->n : 0;
+        for (size_t k = 0; k < cnt; k++) {
+            const struct gf_graph *g = at->type == GF_ATTR_GRAPH ? at->g : at->graphs[k];
+            if (g && walk_implicit(n, g, fn) != GF_OK)
+                return GF_ERR_NOMEM;
+        }
+    }
+    return GF_OK;
+}
+
+static enum gf_status add_implicit(struct gf_value *v, struct gf_node *owner)
+{
+    return gf_value_add_use(v, owner, -1);
+}
+
+static enum gf_status remove_implicit(struct gf_value *v, struct gf_node *owner)
+{
+    gf_value_remove_use(v, owner, -1);
+    return GF_OK;
+}
+
+enum gf_status gf_node_link_subgraph_uses(struct gf_node *n)
+{
+    return walk_subgraphs(n, add_implicit);
+}
+
+/* ---- nodes --------------------------------------------------------------- */
+
+static void list_append(struct gf_graph *g, struct gf_node *n)
+{
+    n->prev = g->last;
+    n->next = NULL;
+    if (g->last)
+        g->last->next = n;
+    else
+        g->first = n;
+    g->last = n;
+}
+
+static void list_unlink(struct gf_graph *g, struct gf_node *n)
+{
+    if (n->prev)
+        n->prev->next = n->next;
+    else
+        g->first = n->next;
+    if (n->next)
+        n->next->prev = n->prev;
+    else
+        g->last = n->prev;
+    n->prev = n->next = NULL;
+}
+
+struct gf_node *gf_graph_add_node(struct gf_graph *g, const char *op_type,
+                                  const char *domain, const char *name,
+                                  size_t n_inputs, struct gf_value *const *inputs,
+                                  size_t n_outputs, struct gf_value *const *outputs)
+{
+    struct gf_model *m = g->model;
+    struct gf_node *n = gf_model_alloc(m, sizeof(*n));
+    if (!n)
+        goto oom;
+    n->op_type = gf_model_strdup(m, op_type);
+    n->domain = gf_model_strdup(m, domain);
+    n->name = gf_model_strdup(m, name);
+    n->op = gf_op_lookup(domain, op_type);
+    n->graph = g;
+    n->id = g->priv->next_node_id++;
+    n->inputs = gf_model_alloc(m, (n_inputs + 1) * sizeof(void *));
+    n->outputs = gf_model_alloc(m, (n_outputs + 1) * sizeof(void *));
+    if (!n->inputs || !n->outputs)
+        goto oom;
+    n->n_inputs = n_inputs;
+    n->n_outputs = n_outputs;
+    for (size_t i = 0; i < n_outputs; i++) {
+        struct gf_value *v = outputs ? outputs[i] : NULL;
+        if (v && v->producer) {
+            gf_error(GF_ERR_INVALID, "value '%s' is produced twice (by '%s' and '%s')",
+                     v->name, v->producer->op_type, op_type);
+            return NULL;
+        }
+        n->outputs[i] = v;
+        if (v) {
+            v->producer = n;
+            v->producer_slot = (int)i;
+        }
+    }
+    for (size_t i = 0; i < n_inputs; i++) {
+        n->inputs[i] = inputs ? inputs[i] : NULL;
+        if (n->inputs[i] && gf_value_add_use(n->inputs[i], n, (int)i) != GF_OK)
+            return NULL;
+    }
+    list_append(g, n);
+    g->n_nodes++;
+    return n;
+oom:
+    gf_error(GF_ERR_NOMEM, "out of memory creating node %s", op_type);
+    return NULL;
+}
+
+void gf_node_move_before(struct gf_node *n, struct gf_node *before)
+{
+    struct gf_graph *g = n->graph;
+    list_unlink(g, n);
+    if (!before) {
+        list_append(g, n);
+        return;
+    }
+    n->next = before;
+    n->prev = before->prev;
+    if (before->prev)
+        before->prev->next = n;
+    else
+        g->first = n;
+    before->prev = n;
+}
+
+void gf_graph_remove_node(struct gf_graph *g, struct gf_node *n)
+{
+    for (size_t i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i])
+            gf_value_remove_use(n->inputs[i], n, (int)i);
+    walk_subgraphs(n, remove_implicit);
+    for (size_t i = 0; i < n->n_outputs; i++) {
+        if (n->outputs[i] && n->outputs[i]->producer == n) {
+            n->outputs[i]->producer = NULL;
+            n->outputs[i]->producer_slot = -1;
+        }
+    }
+    list_unlink(g, n);
+    g->n_nodes--;
+}
+
+void gf_node_set_input(struct gf_node *n, size_t i, struct gf_value *v)
+{
+    if (n->inputs[i])
+        gf_value_remove_use(n->inputs[i], n, (int)i);
+    n->inputs[i] = v;
+    if (v)
+        gf_value_add_use(v, n, (int)i);
+}
+
+enum gf_status gf_node_set_inputs(struct gf_node *n, size_t count,
+                                  struct gf_value *const *inputs)
+{
+    for (size_t i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i])
+            gf_value_remove_use(n->inputs[i], n, (int)i);
+    if (count > n->n_inputs) {
+        n->inputs = gf_model_alloc(n->graph->model, (count + 1) * sizeof(void *));
+        if (!n->inputs)
+            return gf_error(GF_ERR_NOMEM, "out of memory setting inputs");
+    }
+    n->n_inputs = count;
+    for (size_t i = 0; i < count; i++) {
+        n->inputs[i] = inputs[i];
+        if (inputs[i] && gf_value_add_use(inputs[i], n, (int)i) != GF_OK)
+            return GF_ERR_NOMEM;
+    }
+    return GF_OK;
+}
+
+void gf_value_replace_uses(struct gf_value *from, struct gf_value *to)
+{
+    while (from->n_uses) {
+        struct gf_use u = from->uses[from->n_uses - 1];
+        if (u.slot < 0) {
+            /* implicit use through a subgraph: rewrite the inner inputs */
+            gf_value_remove_use(from, u.node, -1);
+            gf_value_add_use(to, u.node, -1);
+            continue;
+        }
+        gf_node_set_input(u.node, (size_t)u.slot, to);
+    }
+    struct gf_graph *g = from->graph;
+    for (size_t i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == from)
+            gf_graph_set_output(g, i, to);
+}
+
+/* ---- topological order ---------------------------------------------------- */
+
+/* Kahn's algorithm over the node list, taking nodes in their current order
+ * whenever they are ready, so an already sorted graph is left unchanged. */
+enum gf_status gf_graph_toposort(struct gf_graph *g)
+{
+    size_t n = g->n_nodes, k = 0;
+    if (n == 0)
+        return GF_OK;
+    struct gf_node **order = malloc(n * sizeof(*order));
+    int *pending = calloc(n, sizeof(*pending));
+    struct gf_node **byidx = malloc(n * sizeof(*byidx));
+    if (!order || !pending || !byidx) {
+        free(order);
+        free(pending);
+        free(byidx);
+        return gf_error(GF_ERR_NOMEM, "out of memory sorting graph");
+    }
+    /* aux holds the node's index during the sort */
+    size_t idx = 0;
+    for (struct gf_node *nd = g->first; nd; nd = nd->next, idx++) {
+        nd->aux = (void *)(uintptr_t)idx;
+        byidx[idx] = nd;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct gf_node *nd = byidx[i];
+        for (size_t j = 0; j < nd->n_outputs; j++) {
+            struct gf_value *v = nd->outputs[j];
+            if (!v || v->producer != nd)
+                continue;
+            for (size_t u = 0; u < v->n_uses; u++)
+                if (v->uses[u].node->graph == g)
+                    pending[(uintptr_t)v->uses[u].node->aux]++;
+        }
+    }
+    /* ready queue: a min-heap would keep order exactly; a sweep is simpler
+     * and, for already sorted input, linear. */
+    bool *done = calloc(n, sizeof(*done));
+    if (!done) {
+        free(order);
+        free(pending);
+        free(byidx);
+        return gf_error(GF_ERR_NOMEM, "out of memory sorting graph");
+    }
+    bool progress = true;
+    while (k < n && progress) {
+        progress = false;
+        for (size_t i = 0; i < n; i++) {
+            if (done[i] || pending[i])
+                continue;
+            struct gf_node *nd = byidx[i];
+            done[i] = true;
+            order[k++] = nd;
+            progress = true;
+            for (size_t j = 0; j < nd->n_outputs; j++) {
+                struct gf_value *v = nd->outputs[j];
+                if (!v || v->producer != nd)
+                    continue;
+                for (size_t u = 0; u < v->n_uses; u++)
+                    if (v->uses[u].node->graph == g)
+                        pending[(uintptr_t)v->uses[u].node->aux]--;
+            }
+        }
+    }
+    enum gf_status st = GF_OK;
+    if (k < n) {
+        for (size_t i = 0; i < n; i++) {
+            if (!done[i]) {
+                char lab[160];
+                st = gf_error(GF_ERR_INVALID, "graph has a cycle through %s",
+                              gf_node_label(byidx[i], lab, sizeof(lab)));
+                break;
+            }
+        }
+    } else {
+        g->first = g->last = NULL;
+        for (size_t i = 0; i < n; i++)
+            list_append(g, order[i]);
+    }
+    for (size_t i = 0; i < n; i++)
+        byidx[i]->aux = NULL;
+    free(done);
+    free(order);
+    free(pending);
+    free(byidx);
+    return st;
+}
+
+const char *gf_node_label(const struct gf_node *n, char *buf, size_t len)
+{
+    if (n->name && *n->name)
+        snprintf(buf, len, "node '%.80s' (%.60s)", n->name, n->op_type ? n->op_type : "?");
+    else
+        snprintf(buf, len, "node #%d (%.60s)", n->id, n->op_type ? n->op_type : "?");
+    return buf;
+}
+
+/* ---- attributes ------------------------------------------------------------ */
+
+const struct gf_attr *gf_node_attr(const struct gf_node *n, const char *name)
+{
+    for (size_t i = 0; i < n->n_attrs; i++)
+        if (n->attrs[i].name && strcmp(n->attrs[i].name, name) == 0)
+            return &n->attrs[i];
+    return NULL;
+}
+
+int64_t gf_node_attr_int(const struct gf_node *n, const char *name, int64_t dflt)
+{
+    const struct gf_attr *a = gf_node_attr(n, name);
+    return a && a->type == GF_ATTR_INT ? a->i : dflt;
+}
+
+float gf_node_attr_float(const struct gf_node *n, const char *name, float dflt)
+{
+    const struct gf_attr *a = gf_node_attr(n, name);
+    return a && a->type == GF_ATTR_FLOAT ? a->f : dflt;
+}
+
+const char *gf_node_attr_string(const struct gf_node *n, const char *name,
+                                const char *dflt)
+{
+    const struct gf_attr *a = gf_node_attr(n, name);
+    if (!a || a->type != GF_ATTR_STRING)
+        return dflt;
+    return gf_arena_strndup(n->graph->model->priv->arena,
+                            a->s.data ? (const char *)a->s.data : "", a->s.len);
+}
+
+const int64_t *gf_node_attr_ints(const struct gf_node *n, const char *name,
+                                 size_t *count)
+{
+    const struct gf_attr *a = gf_node_attr(n, name);
+    if (!a || a->type != GF_ATTR_INTS) {
+        *count = 0;
+        return NULL;
+    }
+    *count = a->n;
+    return a->ints;
+}
+
+/* The attribute slot named `name`, added if missing and reset. */
+static struct gf_attr *attr_slot(struct gf_node *n, const char *name)
+{
+    struct gf_model *m = n->graph->model;
+    struct gf_attr *a = (struct gf_attr *)gf_node_attr(n, name);
+    if (!a) {
+        struct gf_attr *arr = gf_model_alloc(m, (n->n_attrs + 1) * sizeof(*arr));
+        if (!arr)
+            return NULL;
+        if (n->n_attrs)
+            memcpy(arr, n->attrs, n->n_attrs * sizeof(*arr));
+        n->attrs = arr;
+        a = &arr[n->n_attrs++];
+    }
+    memset(a, 0, sizeof(*a));
+    a->name = gf_model_strdup(m, name);
+    return a;
+}
+
+enum gf_status gf_node_set_attr_int(struct gf_node *n, const char *name, int64_t v)
+{
+    struct gf_attr *a = attr_slot(n, name);
+    if (!a)
+        return gf_error(GF_ERR_NOMEM, "out of memory setting attribute %s", name);
+    a->type = GF_ATTR_INT;
+    a->i = v;
+    return GF_OK;
+}
+
+enum gf_status gf_node_set_attr_float(struct gf_node *n, const char *name, float v)
+{
+    struct gf_attr *a = attr_slot(n, name);
+    if (!a)
+        return gf_error(GF_ERR_NOMEM, "out of memory setting attribute %s", name);
+    a->type = GF_ATTR_FLOAT;
+    a->f = v;
+    return GF_OK;
+}
+
+enum gf_status gf_node_set_attr_ints(struct gf_node *n, const char *name,
+                                     size_t count, const int64_t *v)
+{
+    struct gf_attr *a = attr_slot(n, name);
+    int64_t *copy = gf_model_alloc(n->graph->model, count * sizeof(int64_t) + 1);
+    if (!a || !copy)
+        return gf_error(GF_ERR_NOMEM, "out of memory setting attribute %s", name);
+    if (count)
+        memcpy(copy, v, count * sizeof(int64_t));
+    a->type = GF_ATTR_INTS;
+    a->n = count;
+    a->ints = copy;
+    return GF_OK;
+}
+
+enum gf_status gf_node_set_attr_string(struct gf_node *n, const char *name,
+                                       const char *v)
+{
+    struct gf_attr *a = attr_slot(n, name);
+    const char *copy = gf_model_strdup(n->graph->model, v);
+    if (!a || !copy)
+        return gf_error(GF_ERR_NOMEM, "out of memory setting attribute %s", name);
+    a->type = GF_ATTR_STRING;
+    a->s.data = (const uint8_t *)copy;
+    a->s.len = strlen(copy);
+    return GF_OK;
+}
+
+enum gf_status gf_node_set_attr_tensor(struct gf_node *n, const char *name,
+                                       struct gf_tensor *t)
+{
+    struct gf_attr *a = attr_slot(n, name);
+    if (!a)
+        return gf_error(GF_ERR_NOMEM, "out of memory setting attribute %s", name);
+    a->type = GF_ATTR_TENSOR;
+    a->t = t;
+    return GF_OK;
+}
+
+/* ---- tensors ----------------------------------------------------------------- */
+
+int64_t gf_dims_numel(int rank, const int64_t *dims)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] < 0)
+            return -1;
+        if (dims[i] && n > INT64_MAX / dims[i])
+            return -1;
+        n *= dims[i];
+    }
+    return n;
+}
+
+struct gf_tensor *gf_tensor_new(struct gf_model *m, const char *name,
+                                enum gf_dtype dtype, int rank,
+                                const int64_t *dims, const void *data)
+{
+    int64_t n = gf_dims_numel(rank, dims);
+    if (n < 0 || !gf_dtype_valid(dtype) || dtype == GF_STRING ||
+        (uint64_t)n > SIZE_MAX / 16) {
+        gf_error(GF_ERR_ARG, "tensor '%s': bad dims or dtype", name ? name : "");
+        return NULL;
+    }
+    struct gf_tensor *t = gf_model_alloc(m, sizeof(*t));
+    if (!t)
+        goto oom;
+    t->name = gf_model_strdup(m, name);
+    t->dtype = dtype;
+    t->rank = rank;
+    t->dims = gf_model_alloc(m, (size_t)rank * sizeof(int64_t) + 1);
+    if (!t->dims)
+        goto oom;
+    if (rank)
+        memcpy(t->dims, dims, (size_t)rank * sizeof(int64_t));
+    t->nelem = (size_t)n;
+    t->nbytes = gf_dtype_bytes(dtype, t->nelem);
+    if (t->nbytes) {
+        t->data = gf_model_alloc(m, t->nbytes);
+        if (!t->data)
+            goto oom;
+        if (data)
+            memcpy(t->data, data, t->nbytes);
+    }
+    return t;
+oom:
+    gf_error(GF_ERR_NOMEM, "out of memory creating tensor '%s'", name ? name : "");
+    return NULL;
+}
+
+static float half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalize */
+            exp = 127 - 15 + 1;
+            while (!(man & 0x400)) {
+                man <<= 1;
+                exp--;
+            }
+            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000 | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+double gf_tensor_get_f64(const struct gf_tensor *t, size_t i)
+{
+    const uint8_t *p = t->data;
+    if (!p || i >= t->nelem)
+        return 0;
+    switch (t->dtype) {
+    case GF_FLOAT: { float f; memcpy(&f, p + 4 * i, 4); return f; }
+    case GF_DOUBLE: { double d; memcpy(&d, p + 8 * i, 8); return d; }
+    case GF_FLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
+    case GF_BFLOAT16: {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        uint32_t bits = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &bits, 4);
+        return f;
+    }
+    case GF_UINT64: { uint64_t u; memcpy(&u, p + 8 * i, 8); return (double)u; }
+    default: return (double)gf_tensor_get_i64(t, i);
+    }
+}
+
+int64_t gf_tensor_get_i64(const struct gf_tensor *t, size_t i)
+{
+    const uint8_t *p = t->data;
+    if (!p || i >= t->nelem)
+        return 0;
+    switch (t->dtype) {
+    case GF_INT64: { int64_t v; memcpy(&v, p + 8 * i, 8); return v; }
+    case GF_INT32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case GF_INT16: { int16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case GF_INT8: return (int8_t)p[i];
+    case GF_UINT8: case GF_BOOL: return p[i];
+    case GF_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+    case GF_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+    case GF_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (int64_t)v; }
+    case GF_FLOAT: case GF_DOUBLE: case GF_FLOAT16: case GF_BFLOAT16:
+        return (int64_t)gf_tensor_get_f64(t, i);
+    default: return 0;
+    }
+}
+
+/* ---- types ------------------------------------------------------------------ */
+
+int64_t gf_type_numel(const struct gf_type *t)
+{
+    if (t->kind != GF_TYPE_TENSOR || t->rank < 0)
+        return -1;
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        int64_t d = t->dims[i].value;
+        if (d < 0 || (d && n > INT64_MAX / d))
+            return -1;
+        n *= d;
+    }
+    return n;
+}
+
+void gf_value_set_tensor_type(struct gf_value *v, enum gf_dtype dtype, int rank,
+                              const struct gf_dim *dims)
+{
+    struct gf_model *m = v->graph->model;
+    v->type.kind = GF_TYPE_TENSOR;
+    v->type.dtype = dtype;
+    v->type.rank = rank;
+    v->type.dims = NULL;
+    if (rank > 0) {
+        struct gf_dim *d = gf_model_alloc(m, (size_t)rank * sizeof(*d));
+        if (!d) {
+            v->type.rank = -1;
+            return;
+        }
+        if (dims)
+            memcpy(d, dims, (size_t)rank * sizeof(*d));
+        else
+            for (int i = 0; i < rank; i++)
+                d[i].value = -1;
+        v->type.dims = d;
+    }
+}
+
+char *gf_type_format(const struct gf_type *t, char *buf, size_t len)
+{
+    size_t k = 0;
+    if (t->kind != GF_TYPE_TENSOR || t->rank < 0) {
+        snprintf(buf, len, "%s", t->kind == GF_TYPE_OTHER ? "<non-tensor>" : "[?]");
+        return buf;
+    }
+    k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "[");
+    for (int i = 0; i < t->rank; i++) {
+        const struct gf_dim *d = &t->dims[i];
+        const char *sep = i ? "," : "";
+        if (d->value >= 0)
+            k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%lld", sep,
+                                  (long long)d->value);
+        else if (d->param)
+            k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", sep, d->param);
+        else
+            k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s?", sep);
+    }
+    snprintf(buf + (k < len ? k : len - 1), k < len ? len - k : 1, "]");
+    return buf;
+}
