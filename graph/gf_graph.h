@@ -411,6 +411,9 @@ struct gf_node *gf_graph_add_node(struct gf_graph *g, const char *op_type,
                                   const char *domain, const char *name,
                                   size_t n_inputs, struct gf_value *const *inputs,
                                   size_t n_outputs, struct gf_value *const *outputs);
+/* A new empty subgraph held by `n`'s GRAPH attribute `attr_name` (e.g.
+ * "then_branch"); its nodes may read values of enclosing graphs. */
+struct gf_graph *gf_node_add_subgraph(struct gf_node *n, const char *attr_name);
 /* Moves `n` just before `before` (NULL: to the end). */
 void gf_node_move_before(struct gf_node *n, struct gf_node *before);
 /* Unlinks `n`: its inputs lose the use, its outputs lose their producer. */

@@ -66,12 +66,10 @@ struct gf_graph *gf_graph_create(struct gf_model *m, struct gf_graph *parent,
                                  struct gf_node *owner);
 /* Adds an initializer listing for an existing value. */
 enum gf_status gf_graph_list_init(struct gf_graph *g, struct gf_value *v);
-/* Adds a use of `v` by (node, slot); -1 slot marks an implicit use. */
+/* Adds / removes the use of `v` as input `slot` of `n`, with the implicit
+ * use by n's ancestor when `v` belongs to an enclosing graph. */
 enum gf_status gf_value_add_use(struct gf_value *v, struct gf_node *n, int slot);
 void gf_value_remove_use(struct gf_value *v, struct gf_node *n, int slot);
-/* Walks node `n`'s subgraphs: for every outer-scope value they read, adds
- * an implicit use by `n` (or by n's ancestor in the value's graph). */
-enum gf_status gf_node_link_subgraph_uses(struct gf_node *n);
 /* Number of elements of dims, or -1 on a negative dim or overflow. */
 int64_t gf_dims_numel(int rank, const int64_t *dims);
 /* Where a node sits, for messages: "node 'name' (Op)" or "node #3 (Op)". */

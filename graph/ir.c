@@ -151,6 +151,8 @@ static bool grow(void **arr, size_t *cap, size_t need, size_t elem)
     return true;
 }
 
+static struct gf_attr *attr_slot(struct gf_node *n, const char *name);
+
 /* ---- graph ------------------------------------------------------------- */
 
 struct gf_graph *gf_graph_create(struct gf_model *m, struct gf_graph *parent,
@@ -337,7 +339,15 @@ struct gf_value *gf_graph_add_initializer(struct gf_graph *g, const char *name,
 
 /* ---- uses ---------------------------------------------------------------- */
 
-enum gf_status gf_value_add_use(struct gf_value *v, struct gf_node *n, int slot)
+/* The ancestor of `n` (itself included) that lives in graph `g`. */
+static struct gf_node *ancestor_in(struct gf_node *n, const struct gf_graph *g)
+{
+    while (n && n->graph != g)
+        n = n->graph->owner;
+    return n;
+}
+
+static enum gf_status push_use(struct gf_value *v, struct gf_node *n, int slot)
 {
     if (!grow((void **)&v->uses, &v->cap_uses, v->n_uses + 1, sizeof(*v->uses)))
         return gf_error(GF_ERR_NOMEM, "out of memory recording use of '%s'", v->name);
@@ -347,7 +357,7 @@ enum gf_status gf_value_add_use(struct gf_value *v, struct gf_node *n, int slot)
     return GF_OK;
 }
 
-void gf_value_remove_use(struct gf_value *v, struct gf_node *n, int slot)
+static void pop_use(struct gf_value *v, struct gf_node *n, int slot)
 {
     for (size_t i = 0; i < v->n_uses; i++) {
         if (v->uses[i].node == n && v->uses[i].slot == slot) {
@@ -358,6 +368,24 @@ void gf_value_remove_use(struct gf_value *v, struct gf_node *n, int slot)
     }
 }
 
+/* A node inside a subgraph reading an outer value also gives the value an
+ * implicit use by the subgraph's owner in the value's own graph. */
+enum gf_status gf_value_add_use(struct gf_value *v, struct gf_node *n, int slot)
+{
+    if (push_use(v, n, slot) != GF_OK)
+        return GF_ERR_NOMEM;
+    struct gf_node *anc = v->graph != n->graph ? ancestor_in(n, v->graph) : NULL;
+    return anc ? push_use(v, anc, -1) : GF_OK;
+}
+
+void gf_value_remove_use(struct gf_value *v, struct gf_node *n, int slot)
+{
+    pop_use(v, n, slot);
+    struct gf_node *anc = v->graph != n->graph ? ancestor_in(n, v->graph) : NULL;
+    if (anc)
+        pop_use(v, anc, -1);
+}
+
 size_t gf_value_use_count(const struct gf_value *v)
 {
     size_t n = v->n_uses;
@@ -366,59 +394,47 @@ size_t gf_value_use_count(const struct gf_value *v)
     return n;
 }
 
-/* Calls fn(owner, v) for every input v read inside owner's subgraphs
- * (at any depth) that is defined in owner's own graph. */
-static enum gf_status walk_implicit(struct gf_node *owner, const struct gf_graph *sub,
-                                    enum gf_status (*fn)(struct gf_value *, struct gf_node *))
+/* True when graph `g` is `n`'s subgraph or nested inside one. */
+static bool graph_inside(const struct gf_graph *g, const struct gf_node *n)
+{
+    for (; g && g->owner; g = g->owner->graph)
+        if (g->owner == n)
+            return true;
+    return false;
+}
+
+/* Drops the uses that nodes inside `sub` (at any depth) make of values
+ * defined outside `owner`'s subgraphs, as when `owner` is removed. */
+static void drop_subgraph_uses(struct gf_node *owner, const struct gf_graph *sub)
 {
     for (struct gf_node *n = sub->first; n; n = n->next) {
         for (size_t i = 0; i < n->n_inputs; i++) {
             struct gf_value *v = n->inputs[i];
-            if (v && v->graph == owner->graph && fn(v, owner) != GF_OK)
-                return GF_ERR_NOMEM;
+            if (v && !graph_inside(v->graph, owner))
+                gf_value_remove_use(v, n, (int)i);
         }
         for (size_t a = 0; a < n->n_attrs; a++) {
             const struct gf_attr *at = &n->attrs[a];
-            size_t cnt = at->type == GF_ATTR_GRAPH ? 1 : at->type == GF_ATTR_GRAPHS ? at->n : 0;
-            for (size_t k = 0; k < cnt; k++) {
-                const struct gf_graph *g = at->type == GF_ATTR_GRAPH ? at->g : at->graphs[k];
-                if (g && walk_implicit(owner, g, fn) != GF_OK)
-                    return GF_ERR_NOMEM;
-            }
+            if (at->type == GF_ATTR_GRAPH && at->g)
+                drop_subgraph_uses(owner, at->g);
+            for (size_t k = 0; at->type == GF_ATTR_GRAPHS && k < at->n; k++)
+                drop_subgraph_uses(owner, at->graphs[k]);
         }
     }
-    return GF_OK;
 }
 
-static enum gf_status walk_subgraphs(struct gf_node *n,
-                                     enum gf_status (*fn)(struct gf_value *, struct gf_node *))
+struct gf_graph *gf_node_add_subgraph(struct gf_node *n, const char *attr_name)
 {
-    for (size_t a = 0; a < n->n_attrs; a++) {
-        const struct gf_attr *at = &n->attrs[a];
-        size_t cnt = at->type == GF_ATTR_GRAPH ? 1 : at->type == GF_ATTR_GRAPHS ? at->n : 0;
-        for (size_t k = 0; k < cnt; k++) {
-            const struct gf_graph *g = at->type == GF_ATTR_GRAPH ? at->g : at->graphs[k];
-            if (g && walk_implicit(n, g, fn) != GF_OK)
-                return GF_ERR_NOMEM;
-        }
+    struct gf_graph *g = gf_graph_create(n->graph->model, n->graph, n);
+    struct gf_attr *a = g ? attr_slot(n, attr_name) : NULL;
+    if (!a) {
+        gf_error(GF_ERR_NOMEM, "out of memory adding subgraph %s", attr_name);
+        return NULL;
     }
-    return GF_OK;
-}
-
-static enum gf_status add_implicit(struct gf_value *v, struct gf_node *owner)
-{
-    return gf_value_add_use(v, owner, -1);
-}
-
-static enum gf_status remove_implicit(struct gf_value *v, struct gf_node *owner)
-{
-    gf_value_remove_use(v, owner, -1);
-    return GF_OK;
-}
-
-enum gf_status gf_node_link_subgraph_uses(struct gf_node *n)
-{
-    return walk_subgraphs(n, add_implicit);
+    a->type = GF_ATTR_GRAPH;
+    a->g = g;
+    g->name = gf_model_strdup(n->graph->model, attr_name);
+    return g;
 }
 
 /* ---- nodes --------------------------------------------------------------- */
@@ -516,7 +532,13 @@ void gf_graph_remove_node(struct gf_graph *g, struct gf_node *n)
     for (size_t i = 0; i < n->n_inputs; i++)
         if (n->inputs[i])
             gf_value_remove_use(n->inputs[i], n, (int)i);
-    walk_subgraphs(n, remove_implicit);
+    for (size_t a = 0; a < n->n_attrs; a++) {
+        const struct gf_attr *at = &n->attrs[a];
+        if (at->type == GF_ATTR_GRAPH && at->g)
+            drop_subgraph_uses(n, at->g);
+        for (size_t k = 0; at->type == GF_ATTR_GRAPHS && k < at->n; k++)
+            drop_subgraph_uses(n, at->graphs[k]);
+    }
     for (size_t i = 0; i < n->n_outputs; i++) {
         if (n->outputs[i] && n->outputs[i]->producer == n) {
             n->outputs[i]->producer = NULL;
@@ -558,14 +580,11 @@ enum gf_status gf_node_set_inputs(struct gf_node *n, size_t count,
 
 void gf_value_replace_uses(struct gf_value *from, struct gf_value *to)
 {
-    while (from->n_uses) {
-        struct gf_use u = from->uses[from->n_uses - 1];
-        if (u.slot < 0) {
-            /* implicit use through a subgraph: rewrite the inner inputs */
-            gf_value_remove_use(from, u.node, -1);
-            gf_value_add_use(to, u.node, -1);
+    /* implicit uses (slot -1) follow their explicit use */
+    for (size_t i = from->n_uses; i-- > 0;) {
+        if (i >= from->n_uses || from->uses[i].slot < 0)
             continue;
-        }
+        struct gf_use u = from->uses[i];
         gf_node_set_input(u.node, (size_t)u.slot, to);
     }
     struct gf_graph *g = from->graph;

@@ -697,7 +697,7 @@ static enum gf_status load_node_inputs(struct loader *L, Onnx__NodeProto *np,
                                 gf_node_label(n, L->label, sizeof(L->label)),
                                 n->attrs[k].name);
     }
-    return gf_node_link_subgraph_uses(n) == GF_OK ? GF_OK : oom();
+    return GF_OK;
 }
 
 static enum gf_status load_outputs(struct loader *L, Onnx__GraphProto *gp, struct gf_graph *g)
