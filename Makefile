@@ -18,7 +18,8 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 HEADERS := graph/gf_graph.h graph/ops.def
 
-.PHONY: all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
+
+.PHONY: FORCE all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
         install clean help bad-corpus
 all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc
 
@@ -59,10 +60,27 @@ $(BUILD)/libgraphfuse.so: $(LIB_OBJ)
 $(BUILD)/graphfuse: $(BUILD)/obj/cli/graphfuse.o $(BUILD)/libgraphfuse.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/graphfuse.pc: Makefile
+# pkg-config file for PREFIX (regenerated when PREFIX changes)
+GF_VERSION = $(shell sed -n 's/^\#define GF_VERSION "\(.*\)"/\1/p' graph/gf_graph.h)
+define PC_TEXT
+prefix=$(PREFIX)
+libdir=$${prefix}/lib
+includedir=$${prefix}/include
+
+Name: graphfuse
+Description: ONNX graph fusion, execution and training
+Version: $(GF_VERSION)
+Requires.private: libprotobuf-c yaml-0.1
+Libs: -L$${libdir} -lgraphfuse
+Libs.private: -lm -lpthread
+Cflags: -I$${includedir}/graphfuse
+endef
+export PC_TEXT
+$(BUILD)/graphfuse.pc: FORCE
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: graphfuse\nDescription: ONNX graph fusion, execution and training\nVersion: %s\nRequires.private: libprotobuf-c yaml-0.1\nLibs: -L$${libdir} -lgraphfuse\nLibs.private: -lm -lpthread\nCflags: -I$${includedir}/graphfuse\n' \
-	    '$(PREFIX)' "$$(sed -n 's/^#define GF_VERSION "\(.*\)"/\1/p' graph/gf_graph.h)" > $@
+	@printf '%s\n' "$$PC_TEXT" > $@.new
+	@cmp -s $@.new $@ && rm -f $@.new || mv $@.new $@
+FORCE:
 
 # ---- tests ------------------------------------------------------------------
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a
@@ -71,6 +89,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a
 
 test: all $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
+	@tests/run_cli.sh $(BUILD)/graphfuse
 	@tests/run_bad.sh $(BUILD)/graphfuse
 	@echo "== all tests passed"
 

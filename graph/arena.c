@@ -53,7 +53,7 @@ static struct chunk *chunk_new(size_t size)
     return c;
 }
 
-void *gf_arena_alloc(struct gf_arena *a, size_t size)
+static void *arena_alloc(struct gf_arena *a, size_t size, bool zero)
 {
     if (size > SIZE_MAX - ALIGN)
         return NULL;
@@ -61,13 +61,12 @@ void *gf_arena_alloc(struct gf_arena *a, size_t size)
     if (need == 0)
         need = ALIGN;
     if (need > CHUNK_SIZE / 4) {
-        /* Large blocks (tensor data) get their own chunk; only the bytes
-         * the caller does not overwrite need zeroing, but calloc semantics
-         * are the contract, and the kernel gives us zero pages anyway. */
+        /* Large blocks (tensor data) get their own chunk. */
         struct chunk *c = malloc(sizeof(*c) + need);
         if (!c)
             return NULL;
-        memset(c->data, 0, need);
+        if (zero)
+            memset(c->data, 0, need);
         c->size = c->used = need;
         c->next = a->big;
         a->big = c;
@@ -84,8 +83,14 @@ void *gf_arena_alloc(struct gf_arena *a, size_t size)
     void *p = a->head->data + a->head->used;
     a->head->used += need;
     a->total += need;
-    memset(p, 0, need);
+    if (zero)
+        memset(p, 0, need);
     return p;
+}
+
+void *gf_arena_alloc(struct gf_arena *a, size_t size)
+{
+    return arena_alloc(a, size, true);
 }
 
 char *gf_arena_strndup(struct gf_arena *a, const char *s, size_t n)
@@ -103,9 +108,11 @@ size_t gf_arena_used(const struct gf_arena *a)
     return a->total;
 }
 
+/* protobuf-c initializes what it allocates: no need to zero (this keeps
+ * tensor bytes from being written twice on load). */
 static void *pb_alloc(void *ctx, size_t size)
 {
-    return gf_arena_alloc(ctx, size);
+    return arena_alloc(ctx, size, false);
 }
 
 static void pb_free(void *ctx, void *p)
