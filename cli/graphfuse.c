@@ -258,6 +258,51 @@ static int cmd_dump(int argc, char **argv)
     return st == GF_OK ? 0 : fail(st);
 }
 
+/* ---- convert ---------------------------------------------------------------- */
+
+static int cmd_convert(int argc, char **argv)
+{
+    const char *path = NULL, *out = NULL;
+    struct gf_save_opts so = {0};
+    bool infer = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
+            if (++i == argc)
+                return usage_error("convert: %s needs a file name", a);
+            out = argv[i];
+        } else if (strcmp(a, "--external-data") == 0) {
+            so.external_data = true;
+        } else if (strncmp(a, "--external-threshold=", 21) == 0) {
+            char *end;
+            long long v = strtoll(a + 21, &end, 10);
+            if (*end || v <= 0)
+                return usage_error("convert: bad threshold '%s'", a + 21);
+            so.external_threshold = (size_t)v;
+        } else if (strcmp(a, "--infer-shapes") == 0) {
+            infer = true;
+        } else if (a[0] == '-' && a[1]) {
+            return usage_error("convert: unknown option '%s'", a);
+        } else if (path) {
+            return usage_error("convert: more than one model given ('%s')", a);
+        } else {
+            path = a;
+        }
+    }
+    if (!path || !out)
+        return usage_error("convert: needs MODEL and -o OUT%s", "");
+    struct gf_model *m;
+    enum gf_status st = gf_model_load(path, NULL, &m);
+    if (st != GF_OK)
+        return fail(st);
+    if (infer && (st = gf_graph_infer_shapes(m->graph)) != GF_OK)
+        gf_error_prefix(path);
+    if (st == GF_OK)
+        st = gf_model_save(m, out, &so);
+    gf_model_free(m);
+    return st == GF_OK ? 0 : fail(st);
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static const char usage[] =
@@ -268,6 +313,10 @@ static const char usage[] =
     "                                  parameters, external-data files\n"
     "  dump MODEL [--format text|dot|json] [-o FILE]\n"
     "                                  the graph, one line per node / Graphviz / JSON\n"
+    "  convert MODEL -o OUT [--external-data] [--external-threshold=BYTES]\n"
+    "          [--infer-shapes]        rewrite a model (atomically); with\n"
+    "                                  --external-data, initializers of BYTES (1024)\n"
+    "                                  or more go to the side file OUT.data\n"
     "\n"
     "options:\n"
     "  -h, --help                      this help\n"
@@ -282,6 +331,7 @@ static const struct {
 } commands[] = {
     {"info", cmd_info},
     {"dump", cmd_dump},
+    {"convert", cmd_convert},
 };
 
 int main(int argc, char **argv)

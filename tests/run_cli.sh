@@ -59,5 +59,15 @@ expect 2 "dump of a bad model" -- "$gf" dump "$tmp/bad.onnx" -o "$tmp/bad.txt"
 [ ! -e "$tmp/bad.txt" ] || { echo "FAIL dump of a bad model left a file"; fails=$((fails + 1)); }
 [ -z "$(ls "$tmp" | grep '\.tmp\.')" ] || { echo "FAIL temporary files left behind"; fails=$((fails + 1)); }
 
+# convert: external data round trip; the copy dumps the same as the original
+expect 0 "convert --external-data" -- "$gf" convert models/llama_tiny/dynamo/model.onnx -o "$tmp/c.onnx" --external-data
+[ -s "$tmp/c.onnx.data" ] || { echo "FAIL convert: no side file"; fails=$((fails + 1)); }
+expect 0 "info of converted" -- "$gf" info "$tmp/c.onnx" && contains "$tmp/out" "c.onnx.data" "external data file listed"
+"$gf" dump models/llama_tiny/dynamo/model.onnx >"$tmp/a.json"
+"$gf" dump "$tmp/c.onnx" >"$tmp/b.json"
+n=$((n + 1))
+cmp -s "$tmp/a.json" "$tmp/b.json" || { echo "FAIL converted model dumps differently"; fails=$((fails + 1)); }
+expect 2 "convert without -o" -- "$gf" convert models/mlp/legacy/model.onnx
+
 echo "cli: $n checks, $fails failed"
 [ "$fails" = 0 ]
