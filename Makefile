@@ -4,9 +4,9 @@ PREFIX  ?= /usr/local
 BUILD   ?= build
 SAN     ?=
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
-CFLAGS  += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
-LDFLAGS += $(SAN)
+override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
+override CFLAGS += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
+override LDFLAGS += $(SAN)
 LIBS    := -lprotobuf-c -lyaml -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \

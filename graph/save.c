@@ -459,7 +459,7 @@ struct file_buffer {
 static void file_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
 {
     struct file_buffer *fb = (struct file_buffer *)b;
-    if (!fb->failed && fwrite(data, 1, len, fb->f) != len)
+    if (len && !fb->failed && fwrite(data, 1, len, fb->f) != len)
         fb->failed = true;
 }
 
