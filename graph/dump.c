@@ -15,7 +15,7 @@
 #include "internal.h"
 
 #define MAX_DEPTH 128       /* subgraph nesting we follow */
-#define JSON_MAX_LEVEL 1024 /* > MAX_DEPTH * 5 levels per graph + top */
+#define JSON_MAX_LEVEL 1024 /* > MAX_DEPTH * 6 levels per graph + 10 */
 #define TEXT_MAX_LIST 64    /* list elements shown on a text line */
 #define SMALL_TENSOR 8      /* tensors up to this many elements show values */
 #define DOT_MAX_INITS 64    /* more initializers than this are not drawn */
@@ -279,7 +279,7 @@ static const struct {
         " Clip Max Min Mean Sum Where Cast CastLike BitShift BitwiseAnd"
         " BitwiseOr BitwiseXor BitwiseNot QuantizeLinear DequantizeLinear"
         " DynamicQuantizeLinear Dropout Det "},
-    [CAT_LAYOUT] = {"shape", "#c6dbef",
+    [CAT_LAYOUT] = {"layout", "#c6dbef",
         " Transpose Reshape Flatten Squeeze Unsqueeze Concat Split Slice Gather"
         " GatherElements GatherND Scatter ScatterND ScatterElements Expand Tile"
         " Pad Shape Size ConstantOfShape Range Identity Constant DepthToSpace"
@@ -294,7 +294,7 @@ static const struct {
     [CAT_LOSS] = {"loss", "#f28e8e",
         " SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss "},
     [CAT_CONTROL] = {"control", "#e0e0e0", " If Loop Scan SequenceMap "},
-    [CAT_FUSED] = {"fused", "#ff7f50", ""},
+    [CAT_FUSED] = {"fused", "#ff69b4", ""},
     [CAT_UNKNOWN] = {"unknown", "#ffffff", ""},
 };
 
@@ -395,7 +395,7 @@ static const char *packed_type_desc(struct gf_bytes packed, char *buf, size_t le
 static const char *shape_str(const struct gf_type *t, char *buf, size_t len)
 {
     buf[0] = 0;
-    if (t->kind == GF_TYPE_TENSOR && t->rank >= 0)
+    if (t->kind == GF_TYPE_TENSOR && t->rank >= 0 && (t->dims || t->rank == 0))
         gf_type_format(t, buf, len);
     return buf;
 }
@@ -513,7 +513,7 @@ static void text_tensor(struct dump *d, const struct gf_tensor *t)
         return;
     }
     fprintf(d->out, "tensor<%s>[", gf_dtype_name(t->dtype));
-    for (int i = 0; i < t->rank; i++)
+    for (int i = 0; i < t->rank && t->dims; i++)
         fprintf(d->out, "%s%" PRId64, i ? "," : "", t->dims[i]);
     fputc(']', d->out);
     if (!tensor_small(t))
@@ -583,6 +583,22 @@ static const void *attr_list(const struct gf_attr *a)
     case GF_ATTR_GRAPHS: return a->graphs;
     default: return a->packed_list;
     }
+}
+
+/* Subgraphs held by an attribute (none for a reference in a function). */
+static size_t attr_n_graphs(const struct gf_attr *a)
+{
+    if (a->ref_attr_name)
+        return 0;
+    if (a->type == GF_ATTR_GRAPH)
+        return a->g ? 1 : 0;
+    return a->type == GF_ATTR_GRAPHS && a->graphs ? a->n : 0;
+}
+
+/* Subgraph k of the attribute; NULL entries are possible in a list. */
+static const struct gf_graph *attr_graph(const struct gf_attr *a, size_t k)
+{
+    return a->type == GF_ATTR_GRAPH ? a->g : a->graphs[k];
 }
 
 static void text_attr_value(struct dump *d, const struct gf_attr *a)
@@ -674,16 +690,11 @@ static void text_node(struct dump *d, const struct gf_node *n, int indent, int d
         text_attr_value(d, &n->attrs[i]);
     }
     fputs(n->n_attrs ? "}\n" : "\n", d->out);
-    for (size_t i = 0; i < n->n_attrs; i++) {
-        const struct gf_attr *a = &n->attrs[i];
-        if (a->ref_attr_name)
-            continue;
-        if (a->type == GF_ATTR_GRAPH && a->g)
-            text_graph(d, a->g, indent + 4, a->name, depth + 1);
-        for (size_t k = 0; a->type == GF_ATTR_GRAPHS && a->graphs && k < a->n; k++)
-            if (a->graphs[k])
-                text_graph(d, a->graphs[k], indent + 4, a->name, depth + 1);
-    }
+    for (size_t i = 0; i < n->n_attrs; i++)
+        for (size_t k = 0; k < attr_n_graphs(&n->attrs[i]); k++)
+            if (attr_graph(&n->attrs[i], k))
+                text_graph(d, attr_graph(&n->attrs[i], k), indent + 4,
+                           n->attrs[i].name, depth + 1);
 }
 
 static void text_value_line(struct dump *d, const char *what, const struct gf_value *v,
@@ -852,8 +863,8 @@ static void dot_value_node(struct dump *d, const void *key, const struct gf_valu
 {
     static const char *const attrs[] = {
         [DV_INPUT] = "shape=ellipse, fillcolor=\"#cfe2f3\"",
-        [DV_INIT] = "shape=box, fillcolor=\"#eeeeee\", fontsize=8, height=0.2, "
-                    "margin=\"0.04,0.02\"",
+        [DV_INIT] = ("shape=box, fillcolor=\"#eeeeee\", fontsize=8, height=0.2, "
+                     "margin=\"0.04,0.02\""),
         [DV_OUTPUT] = "shape=ellipse, peripheries=2, fillcolor=\"#d9ead3\"",
         [DV_DANGLING] = "shape=plaintext, style=\"\", fontcolor=\"#cc0000\"",
     };
@@ -922,7 +933,9 @@ static void dot_op_node(struct dump *d, const struct gf_node *n, int indent)
     } else {
         fprintf(d->out, "\\n#%d", n->id);
     }
-    fprintf(d->out, "\", fillcolor=\"%s\"];\n", categories[op_category(n)].color);
+    enum category c = op_category(n);
+    fprintf(d->out, "\", fillcolor=\"%s\"%s];\n", categories[c].color,
+            c == CAT_FUSED ? ", penwidth=2" : ""); /* what graphfuse made */
 }
 
 /* Pass 1: every DOT node of graph g (its subgraphs as nested clusters). */
@@ -944,16 +957,11 @@ static void dot_nodes(struct dump *d, const struct gf_graph *g, int indent, int 
             if (v && !v->producer && !v->init && !v->is_input && id_get(d, v) < 0)
                 dot_value_node(d, v, v, DV_DANGLING, indent);
         }
-        for (size_t i = 0; i < n->n_attrs; i++) {
-            const struct gf_attr *a = &n->attrs[i];
-            if (a->ref_attr_name)
-                continue;
-            if (a->type == GF_ATTR_GRAPH && a->g)
-                dot_cluster(d, a->g, a->name, indent, depth + 1);
-            for (size_t k = 0; a->type == GF_ATTR_GRAPHS && a->graphs && k < a->n; k++)
-                if (a->graphs[k])
-                    dot_cluster(d, a->graphs[k], a->name, indent, depth + 1);
-        }
+        for (size_t i = 0; i < n->n_attrs; i++)
+            for (size_t k = 0; k < attr_n_graphs(&n->attrs[i]); k++)
+                if (attr_graph(&n->attrs[i], k))
+                    dot_cluster(d, attr_graph(&n->attrs[i], k), n->attrs[i].name,
+                                indent, depth + 1);
     }
     for (size_t i = 0; i < g->n_outputs; i++) {
         const struct gf_value *v = g->outputs[i];
@@ -983,20 +991,21 @@ static bool dot_source(struct dump *d, const struct gf_value *v)
 static void dot_edge_attrs(struct dump *d, const struct gf_value *v, const char *style)
 {
     char buf[1024];
-    fputs(" [", d->out);
-    const char *sep = "";
+    const char *sep = " [";
     if (!v->producer && v->init) {
-        fputs("style=dashed", d->out); /* weights: their shape is on the box */
+        fputs(" [style=dashed", d->out); /* weights: their shape is on the box */
         sep = ", ";
     } else if (shape_str(&v->type, buf, sizeof(buf))[0]) {
-        fputs("label=\"", d->out);
+        fputs(" [label=\"", d->out);
         dot_esc_n(d, buf, strlen(buf));
         fputc('"', d->out);
         sep = ", ";
     }
-    if (style)
+    if (style) {
         fprintf(d->out, "%s%s", sep, style);
-    fputs("];\n", d->out);
+        sep = ", ";
+    }
+    fputs(sep[0] == ',' ? "];\n" : ";\n", d->out);
 }
 
 /* Pass 2: the edges of g and of its subgraphs, all written at the top
@@ -1015,10 +1024,8 @@ static void dot_edges(struct dump *d, const struct gf_graph *g, int depth)
             }
         for (size_t i = 0; i < n->n_attrs && nid >= 0; i++) {
             const struct gf_attr *a = &n->attrs[i];
-            size_t count = a->type == GF_ATTR_GRAPH ? 1
-                         : a->type == GF_ATTR_GRAPHS && a->graphs ? a->n : 0;
-            for (size_t k = 0; k < count && !a->ref_attr_name; k++) {
-                const struct gf_graph *sub = a->type == GF_ATTR_GRAPH ? a->g : a->graphs[k];
+            for (size_t k = 0; k < attr_n_graphs(a); k++) {
+                const struct gf_graph *sub = attr_graph(a, k);
                 int sid = sub ? id_get(d, sub) : -1;
                 if (sid < 0)
                     continue;

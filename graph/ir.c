@@ -971,23 +971,32 @@ void gf_value_set_tensor_type(struct gf_value *v, enum gf_dtype dtype, int rank,
 
 char *gf_type_format(const struct gf_type *t, char *buf, size_t len)
 {
-    size_t k = 0;
+    if (len == 0)
+        return buf;
     if (t->kind != GF_TYPE_TENSOR || t->rank < 0) {
         snprintf(buf, len, "%s", t->kind == GF_TYPE_OTHER ? "<non-tensor>" : "[?]");
         return buf;
     }
-    k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "[");
+    size_t k = 0;
+    buf[0] = 0;
+    /* append; once full, further pieces are dropped (k stays <= len - 1) */
+#define APPEND(...)                                                             \
+    do {                                                                        \
+        int w_ = snprintf(buf + k, len - k, __VA_ARGS__);                       \
+        k = (w_ < 0 || (size_t)w_ >= len - k) ? len - 1 : k + (size_t)w_;       \
+    } while (0)
+    APPEND("[");
     for (int i = 0; i < t->rank; i++) {
         const struct gf_dim *d = &t->dims[i];
         const char *sep = i ? "," : "";
         if (d->value >= 0)
-            k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%lld", sep,
-                                  (long long)d->value);
+            APPEND("%s%lld", sep, (long long)d->value);
         else if (d->param)
-            k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s%s", sep, d->param);
+            APPEND("%s%s", sep, d->param);
         else
-            k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "%s?", sep);
+            APPEND("%s?", sep);
     }
-    snprintf(buf + (k < len ? k : len - 1), k < len ? len - k : 1, "]");
+    APPEND("]");
+#undef APPEND
     return buf;
 }
