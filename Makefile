@@ -7,13 +7,13 @@ CFLAGS  ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
 override CFLAGS += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
 override LDFLAGS += $(SAN)
-LIBS    := -lprotobuf-c -lyaml -lm -lpthread
+LIBS    := -lprotobuf-c -lyaml -lopenblas -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \
-            libcmocka-dev libonnx-testdata graphviz
+            libcmocka-dev libonnx-testdata graphviz libopenblas-dev
 ONNX_PROTO := /usr/include/onnx/onnx.proto
 
-LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c executor/*.c)
+LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c executor/*.c)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 HEADERS := graph/gf_graph.h graph/ops.def
@@ -47,7 +47,7 @@ $(BUILD)/obj/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h executor/*.h) $(BUILD)/gen/onnx.pb-c.h
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h kernels/cpu/*.h executor/*.h) $(BUILD)/gen/onnx.pb-c.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -70,7 +70,7 @@ includedir=$${prefix}/include
 Name: graphfuse
 Description: ONNX graph fusion, execution and training
 Version: $(GF_VERSION)
-Requires.private: libprotobuf-c yaml-0.1
+Requires.private: libprotobuf-c yaml-0.1 openblas
 Libs: -L$${libdir} -lgraphfuse
 Libs.private: -lm -lpthread
 Cflags: -I$${includedir}/graphfuse
