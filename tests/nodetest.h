@@ -66,7 +66,7 @@ static void nodetest_view(struct gf_tview *v, const struct gf_tensor *t)
 /* One test directory: returns 1 pass, 0 fail, -1 unsupported/skipped. */
 static int nodetest_one(const char *dir, const char *name, bool verbose)
 {
-    char path[1024];
+    char path[1400];
     snprintf(path, sizeof(path), "%s/%s/model.onnx", dir, name);
     struct gf_model *m;
     if (gf_model_load(path, NULL, &m) != GF_OK)
