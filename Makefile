@@ -102,12 +102,13 @@ demo: all
 	$(BUILD)/graphfuse info $(DEMO_MODEL)
 	$(BUILD)/graphfuse dump $(DEMO_MODEL)
 
-bench: all $(BUILD)/tests/bench_load
-	$(BUILD)/tests/bench_load $(BUILD)/bench
+BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
+bench: all $(BENCHES)
+	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b $(BUILD)/bench; done
 
-$(BUILD)/tests/bench_load: tests/bench_load.c $(BUILD)/libgraphfuse.a
+$(BUILD)/tests/bench_%: tests/bench_%.c $(BUILD)/libgraphfuse.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
 
 # Regenerates the malformed-model corpus in tests/bad/ (committed).
 bad-corpus: all $(BUILD)/tests/gen_bad
