@@ -1,0 +1,2560 @@
+/*
+ * Shape and type inference for the ai.onnx ops of ops.def (opsets 1..23).
+ *
+ * gf_graph_infer_shapes() walks the nodes in order and gives every output a
+ * dtype and a static or symbolic shape.  A type already on a value (from the
+ * file's value_info) is refined, never contradicted: a known dim that
+ * disagrees with inference is an error naming node, op and tensor.
+ *
+ * Shapes that depend on tensor values (Reshape's target, Slice's starts,
+ * Squeeze's axes, ...) are read from "shape values": small integer tensors
+ * whose elements are known, symbolic or unknown.  They come from
+ * initializers and Constant nodes and are propagated through the chains
+ * exporters build (Shape -> Gather -> Unsqueeze -> Concat -> Reshape,
+ * Shape -> Slice, Cast, arithmetic, Equal/Where, Range ...).  They live in
+ * a side table indexed by value id, freed before returning.
+ */
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h" /* gf_node_label */
+
+#define MAX_RANK 64      /* ranks above this are treated as unknown */
+#define MAX_SV 4096      /* longest integer tensor tracked by value */
+#define LATEST_OPSET 23  /* assumed when the model imports no ai.onnx */
+
+/* ---- types --------------------------------------------------------------- */
+
+struct shape {
+    int rank; /* -1: unknown */
+    struct gf_dim d[MAX_RANK];
+};
+
+/* One element of a tracked integer tensor. */
+struct elem {
+    bool known;
+    int64_t v;       /* when known */
+    const char *sym; /* when not known: symbolic name, or NULL */
+};
+
+/* A small integer tensor of rank 0 or 1 whose elements we track. */
+struct sval {
+    struct sval *next; /* in ctx->extra when not owned by a table */
+    int rank;
+    size_t n;
+    struct elem e[];
+};
+
+/* One graph being inferred; subgraphs chain to their parent. */
+struct scope {
+    const struct gf_graph *g;
+    struct sval **sv; /* by value id; NULL: nothing known */
+    size_t n;
+    struct scope *parent;
+};
+
+struct ctx {
+    struct gf_node *n; /* node being inferred */
+    struct scope *sc;
+    int64_t opset;
+    struct sval *extra; /* svals owned by no table, freed at the end */
+};
+
+typedef enum gf_status (*infer_fn)(struct ctx *c);
+
+/* ---- messages ------------------------------------------------------------ */
+
+/* GF_ERR_INVALID: "node 'x' (Op): tensor 't': <message>". */
+static enum gf_status fail(struct ctx *c, const struct gf_value *v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static enum gf_status fail(struct ctx *c, const struct gf_value *v, const char *fmt, ...)
+{
+    char who[256], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    gf_node_label(c->n, who, sizeof(who));
+    if (v && v->name)
+        return gf_error(GF_ERR_INVALID, "%s: tensor '%s': %s", who, v->name, msg);
+    return gf_error(GF_ERR_INVALID, "%s: %s", who, msg);
+}
+
+static void appendf(char *buf, size_t len, size_t *pos, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void appendf(char *buf, size_t len, size_t *pos, const char *fmt, ...)
+{
+    if (*pos >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *pos, len - *pos, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *pos += (size_t)k;
+}
+
+static const char *dim_str(const struct gf_dim *d, char *buf, size_t len)
+{
+    if (d->value >= 0)
+        snprintf(buf, len, "%lld", (long long)d->value);
+    else
+        snprintf(buf, len, "%s", d->param ? d->param : "?");
+    return buf;
+}
+
+/* "[batch,4,?]", or "[*]" for an unknown rank. */
+static const char *shape_str(const struct shape *s, char *buf, size_t len)
+{
+    size_t pos = 0;
+    char one[64];
+    if (s->rank < 0) {
+        snprintf(buf, len, "[*]");
+        return buf;
+    }
+    appendf(buf, len, &pos, "[");
+    for (int i = 0; i < s->rank; i++)
+        appendf(buf, len, &pos, "%s%s", i ? "," : "", dim_str(&s->d[i], one, sizeof(one)));
+    appendf(buf, len, &pos, "]");
+    return buf;
+}
+
+/* ---- dims and shapes ----------------------------------------------------- */
+
+static struct gf_dim dim_of(int64_t v)
+{
+    return (struct gf_dim){.value = v};
+}
+
+static struct gf_dim dim_unknown(void)
+{
+    return (struct gf_dim){.value = -1};
+}
+
+static bool known(const struct gf_dim *d)
+{
+    return d->value >= 0;
+}
+
+static bool same_sym(const struct gf_dim *a, const struct gf_dim *b)
+{
+    return !known(a) && !known(b) && a->param && b->param && strcmp(a->param, b->param) == 0;
+}
+
+/* Two dims that must be equal: false on a contradiction; *out the more
+ * precise of the two. */
+static bool unify_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
+{
+    if (known(a) && known(b) && a->value != b->value)
+        return false;
+    if (known(a) || (!known(b) && a->param))
+        *out = *a;
+    else
+        *out = *b;
+    return true;
+}
+
+/* Multidirectional broadcast of one pair of dims. */
+static bool bcast_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
+{
+    if (known(a) && known(b)) {
+        if (a->value == b->value || b->value == 1)
+            *out = *a;
+        else if (a->value == 1)
+            *out = *b;
+        else
+            return false;
+    } else if (known(a)) {
+        *out = a->value == 1 ? *b : *a;
+    } else if (known(b)) {
+        *out = b->value == 1 ? *a : *b;
+    } else if (same_sym(a, b)) {
+        *out = *a;
+    } else {
+        *out = dim_unknown();
+    }
+    return true;
+}
+
+/* Broadcasts a and b into out (which may alias a); false when incompatible. */
+static bool bcast_shapes(const struct shape *a, const struct shape *b, struct shape *out)
+{
+    if (a->rank < 0 || b->rank < 0) {
+        out->rank = -1;
+        return true;
+    }
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    struct shape t;
+    t.rank = r;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - b->rank);
+        struct gf_dim one = dim_of(1);
+        const struct gf_dim *da = ia >= 0 ? &a->d[ia] : &one;
+        const struct gf_dim *db = ib >= 0 ? &b->d[ib] : &one;
+        if (!bcast_dim(da, db, &t.d[i]))
+            return false;
+    }
+    *out = t;
+    return true;
+}
+
+/* Product of dims: known, a lone symbol (times ones), or unknown. */
+static struct gf_dim dims_product(const struct gf_dim *d, int n)
+{
+    int64_t p = 1;
+    const struct gf_dim *sym = NULL;
+    bool unknown = false;
+    for (int i = 0; i < n; i++) {
+        if (known(&d[i])) {
+            if (__builtin_mul_overflow(p, d[i].value, &p))
+                return dim_unknown();
+        } else if (d[i].param && !sym) {
+            sym = &d[i];
+        } else {
+            unknown = true;
+        }
+    }
+    if (p == 0)
+        return dim_of(0);
+    if (unknown)
+        return dim_unknown();
+    if (sym)
+        return p == 1 ? *sym : dim_unknown();
+    return dim_of(p);
+}
+
+static void shape_unknown(struct shape *s)
+{
+    s->rank = -1;
+}
+
+/* A shape of `rank` unknown dims (rank < 0 or too large: unknown rank). */
+static void shape_blank(struct shape *s, int64_t rank)
+{
+    s->rank = rank >= 0 && rank <= MAX_RANK ? (int)rank : -1;
+    for (int i = 0; i < s->rank; i++)
+        s->d[i] = dim_unknown();
+}
+
+static void shape_of(const struct gf_value *v, struct shape *s)
+{
+    s->rank = -1;
+    if (!v || v->type.kind != GF_TYPE_TENSOR || v->type.rank < 0 ||
+        v->type.rank > MAX_RANK || (v->type.rank > 0 && !v->type.dims))
+        return;
+    s->rank = v->type.rank;
+    for (int i = 0; i < s->rank; i++) {
+        s->d[i] = v->type.dims[i];
+        if (s->d[i].value < 0)
+            s->d[i].value = -1;
+    }
+}
+
+static enum gf_dtype dtype_of(const struct gf_value *v)
+{
+    if (!v || v->type.kind != GF_TYPE_TENSOR || !gf_dtype_valid(v->type.dtype))
+        return GF_UNDEFINED;
+    return v->type.dtype;
+}
+
+static bool is_int_dtype(enum gf_dtype t)
+{
+    switch (t) {
+    case GF_INT8: case GF_INT16: case GF_INT32: case GF_INT64:
+    case GF_UINT8: case GF_UINT16: case GF_UINT32: case GF_UINT64:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool is_float_dtype(enum gf_dtype t)
+{
+    return t == GF_FLOAT || t == GF_DOUBLE || t == GF_FLOAT16 || t == GF_BFLOAT16;
+}
+
+/* ---- inputs, outputs, attributes ----------------------------------------- */
+
+static struct gf_value *in(const struct ctx *c, size_t i)
+{
+    return i < c->n->n_inputs ? c->n->inputs[i] : NULL;
+}
+
+static struct gf_value *out(const struct ctx *c, size_t i)
+{
+    return i < c->n->n_outputs ? c->n->outputs[i] : NULL;
+}
+
+/* Required input i, or an error naming the node. */
+static enum gf_status need(struct ctx *c, size_t i, struct gf_value **v)
+{
+    *v = in(c, i);
+    if (!*v)
+        return fail(c, NULL, "missing input %zu", i);
+    return GF_OK;
+}
+
+static enum gf_status need_all(struct ctx *c, size_t count)
+{
+    struct gf_value *v;
+    for (size_t i = 0; i < count; i++)
+        if (need(c, i, &v))
+            return GF_ERR_INVALID;
+    return GF_OK;
+}
+
+static const struct gf_attr *attr_typed(struct ctx *c, const char *name,
+                                        enum gf_attr_type want, enum gf_status *st)
+{
+    const struct gf_attr *a = gf_node_attr(c->n, name);
+    *st = GF_OK;
+    if (a && a->type != want) {
+        *st = fail(c, NULL, "attribute '%s' is %s, expected %s", name,
+                   gf_attr_type_name(a->type), gf_attr_type_name(want));
+        return NULL;
+    }
+    return a;
+}
+
+static enum gf_status attr_int(struct ctx *c, const char *name, int64_t dflt, int64_t *v)
+{
+    enum gf_status st;
+    const struct gf_attr *a = attr_typed(c, name, GF_ATTR_INT, &st);
+    *v = a ? a->i : dflt;
+    return st;
+}
+
+/* INTS attribute: *v NULL when absent. */
+static enum gf_status attr_ints(struct ctx *c, const char *name, const int64_t **v,
+                                size_t *n)
+{
+    enum gf_status st;
+    const struct gf_attr *a = attr_typed(c, name, GF_ATTR_INTS, &st);
+    static const int64_t none[1];
+    *v = a ? (a->ints ? a->ints : none) : NULL;
+    *n = a && a->ints ? a->n : 0;
+    return st;
+}
+
+/* STRING attribute copied NUL-terminated into buf (dflt when absent). */
+static enum gf_status attr_str(struct ctx *c, const char *name, const char *dflt,
+                               char *buf, size_t len)
+{
+    enum gf_status st;
+    const struct gf_attr *a = attr_typed(c, name, GF_ATTR_STRING, &st);
+    if (!a) {
+        snprintf(buf, len, "%s", dflt);
+        return st;
+    }
+    size_t k = a->s.len < len - 1 ? a->s.len : len - 1;
+    if (k)
+        memcpy(buf, a->s.data, k);
+    buf[k] = 0;
+    if (memchr(buf, 0, k) || a->s.len >= len)
+        return fail(c, NULL, "attribute '%s' has a bad value", name);
+    return GF_OK;
+}
+
+/* Normalizes axis into [0, rank); error when out of range. */
+static enum gf_status norm_axis(struct ctx *c, const struct gf_value *v, int64_t axis,
+                                int rank, int *out)
+{
+    int64_t a = axis < 0 ? axis + rank : axis;
+    *out = 0;
+    if (axis < -(int64_t)rank || a >= rank || a < 0)
+        return fail(c, v, "axis %lld out of range for rank %d", (long long)axis, rank);
+    *out = (int)a;
+    return GF_OK;
+}
+
+/* Normalizes a list of axes into flags[rank]; repeated axes are an error. */
+static enum gf_status norm_axes(struct ctx *c, const struct gf_value *v,
+                                const int64_t *axes, size_t n, int rank, bool *flags)
+{
+    memset(flags, 0, sizeof(bool) * (size_t)(rank > 0 ? rank : 0));
+    for (size_t i = 0; i < n; i++) {
+        int a = 0;
+        if (norm_axis(c, v, axes[i], rank, &a))
+            return GF_ERR_INVALID;
+        if (flags[a])
+            return fail(c, v, "axis %lld repeated", (long long)axes[i]);
+        flags[a] = true;
+    }
+    return GF_OK;
+}
+
+/* ---- setting output types ------------------------------------------------ */
+
+/* Merges inferred dim `b` into the file's dim `a`. */
+static bool merge_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
+{
+    if (known(a) && known(b) && a->value != b->value)
+        return false;
+    *out = *a;
+    if (!known(a) && (known(b) || (!a->param && b->param))) {
+        out->value = b->value;
+        out->param = b->param;
+    }
+    if (!out->denotation)
+        out->denotation = b->denotation;
+    return true;
+}
+
+/* True when v's type is already exactly (dt, s). */
+static bool type_is(const struct gf_value *v, enum gf_dtype dt, const struct shape *s)
+{
+    const struct gf_type *t = &v->type;
+    if (t->kind != GF_TYPE_TENSOR || t->dtype != dt || t->rank != s->rank)
+        return false;
+    for (int i = 0; i < s->rank; i++) {
+        const struct gf_dim *a = &t->dims[i], *b = &s->d[i];
+        if (a->value != b->value || (a->param != b->param &&
+            (!a->param || !b->param || strcmp(a->param, b->param) != 0)))
+            return false;
+    }
+    return true;
+}
+
+/* Gives output i dtype dt and shape s, refining and checking the type the
+ * value already has.  dt UNDEFINED / s->rank -1 mean "not known". */
+static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const struct shape *s)
+{
+    struct gf_value *v = out(c, i);
+    char b1[256], b2[256];
+    if (!v)
+        return GF_OK;
+    if (v->type.kind == GF_TYPE_OTHER && (dt || s->rank >= 0))
+        return fail(c, v, "the model types it as a non-tensor, inference gives a tensor");
+    if (v->type.kind == GF_TYPE_OTHER)
+        return GF_OK;
+    struct shape old, res;
+    enum gf_dtype odt = dtype_of(v);
+    shape_of(v, &old);
+    if (odt && dt && odt != dt)
+        return fail(c, v, "the model says %s, inference gives %s", gf_dtype_name(odt),
+                    gf_dtype_name(dt));
+    if (old.rank >= 0 && s->rank >= 0 && old.rank != s->rank)
+        return fail(c, v, "the model says shape %s, inference gives %s",
+                    shape_str(&old, b1, sizeof(b1)), shape_str(s, b2, sizeof(b2)));
+    res = old.rank >= 0 ? old : *s;
+    for (int k = 0; old.rank >= 0 && s->rank >= 0 && k < res.rank; k++)
+        if (!merge_dim(&old.d[k], &s->d[k], &res.d[k]))
+            return fail(c, v, "the model says shape %s, inference gives %s",
+                        shape_str(&old, b1, sizeof(b1)), shape_str(s, b2, sizeof(b2)));
+    if (!odt)
+        odt = dt;
+    if (!odt)
+        return GF_OK; /* nothing to record without an element type */
+    if ((v->type.kind == GF_TYPE_TENSOR && v->type.rank > MAX_RANK) || type_is(v, odt, &res))
+        return GF_OK; /* beyond what we track, or unchanged */
+    gf_value_set_tensor_type(v, odt, res.rank, res.rank > 0 ? res.d : NULL);
+    return GF_OK;
+}
+
+/* Output i gets input j's dtype and the shape s. */
+static enum gf_status set_out_like(struct ctx *c, size_t i, size_t j, const struct shape *s)
+{
+    return set_out(c, i, dtype_of(in(c, j)), s);
+}
+
+/* ---- shape values -------------------------------------------------------- */
+
+static struct sval *sv_alloc(struct ctx *c, int rank, size_t n)
+{
+    struct sval *s = calloc(1, sizeof(*s) + n * sizeof(struct elem));
+    if (!s)
+        return NULL;
+    s->rank = rank;
+    s->n = n;
+    s->next = c->extra; /* owned by the ctx until sv_put moves it */
+    c->extra = s;
+    return s;
+}
+
+static struct elem elem_of(int64_t v)
+{
+    return (struct elem){.known = true, .v = v};
+}
+
+static struct elem elem_from_dim(const struct gf_dim *d)
+{
+    if (known(d))
+        return elem_of(d->value);
+    return (struct elem){.sym = d->param};
+}
+
+/* A dim from a shape element; negative known values are the caller's. */
+static struct gf_dim dim_from_elem(const struct elem *e)
+{
+    if (e->known)
+        return e->v >= 0 ? dim_of(e->v) : dim_unknown();
+    return (struct gf_dim){.value = -1, .param = e->sym};
+}
+
+static bool sv_all_known(const struct sval *s)
+{
+    for (size_t i = 0; s && i < s->n; i++)
+        if (!s->e[i].known)
+            return false;
+    return s != NULL;
+}
+
+/* Elements of a small numeric tensor: integers, and floats with integral
+ * values (OneHot's depth); NULL when too large or without data. */
+static struct sval *sv_from_tensor(struct ctx *c, const struct gf_tensor *t)
+{
+    bool is_int = t && (is_int_dtype(t->dtype) || t->dtype == GF_BOOL);
+    if (!t || (!is_int && !is_float_dtype(t->dtype)) || t->rank > 1 ||
+        t->nelem > MAX_SV || (t->rank == 1 && (!t->dims || (size_t)t->dims[0] != t->nelem)) ||
+        (t->rank == 0 && t->nelem != 1) || !t->data ||
+        t->nbytes < gf_dtype_bytes(t->dtype, t->nelem))
+        return NULL;
+    struct sval *s = sv_alloc(c, t->rank, t->nelem);
+    for (size_t i = 0; s && i < t->nelem; i++) {
+        if (is_int) {
+            s->e[i] = elem_of(gf_tensor_get_i64(t, i));
+            continue;
+        }
+        double d = gf_tensor_get_f64(t, i);
+        if (d == floor(d) && fabs(d) < 9e18)
+            s->e[i] = elem_of((int64_t)d);
+    }
+    return s;
+}
+
+static struct scope *scope_of(const struct ctx *c, const struct gf_value *v)
+{
+    for (struct scope *sc = c->sc; sc; sc = sc->parent)
+        if (sc->g == v->graph)
+            return sc;
+    return NULL;
+}
+
+static struct sval **sv_slot(const struct ctx *c, const struct gf_value *v)
+{
+    struct scope *sc = v ? scope_of(c, v) : NULL;
+    if (!sc || v->id < 0 || (size_t)v->id >= sc->n || sc->g->values[v->id] != v)
+        return NULL;
+    return &sc->sv[v->id];
+}
+
+/* Unlinks s from ctx->extra (it becomes owned by a table). */
+static void sv_adopt(struct ctx *c, struct sval *s)
+{
+    for (struct sval **p = &c->extra; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            s->next = NULL;
+            return;
+        }
+}
+
+/* Records s as the value of v (no-op for NULL s or an untracked v). */
+static void sv_put(struct ctx *c, const struct gf_value *v, struct sval *s)
+{
+    struct sval **slot = sv_slot(c, v);
+    if (!s || !slot)
+        return;
+    sv_adopt(c, s);
+    free(*slot);
+    *slot = s;
+}
+
+/* The tracked value of v: computed earlier, or from its initializer. */
+static const struct sval *sv_get(struct ctx *c, const struct gf_value *v)
+{
+    if (!v)
+        return NULL;
+    struct sval **slot = sv_slot(c, v);
+    if (slot && *slot)
+        return *slot;
+    if (!v->init)
+        return NULL;
+    struct sval *s = sv_from_tensor(c, v->init);
+    if (s && slot)
+        sv_put(c, v, s);
+    return s;
+}
+
+/* An integer list given as input or attribute (axes, pads, sizes, ...). */
+struct ilist {
+    bool given;           /* input or attribute present */
+    int64_t len;          /* -1: unknown */
+    const struct sval *s; /* the elements, or NULL when not tracked */
+};
+
+static bool ilist_known(const struct ilist *l)
+{
+    return l->s && sv_all_known(l->s);
+}
+
+/* List from input `idx` (when present) or attribute `name` (when not
+ * NULL). */
+static enum gf_status int_list(struct ctx *c, size_t idx, const char *name, struct ilist *l)
+{
+    struct gf_value *v = in(c, idx);
+    *l = (struct ilist){.len = -1};
+    if (v) {
+        struct shape sh;
+        shape_of(v, &sh);
+        if (sh.rank > 1)
+            return fail(c, v, "expected a 1-D tensor, got rank %d", sh.rank);
+        l->given = true;
+        l->s = sv_get(c, v);
+        if (l->s)
+            l->len = (int64_t)l->s->n;
+        else if (sh.rank == 1 && known(&sh.d[0]) && sh.d[0].value <= MAX_SV)
+            l->len = sh.d[0].value; /* longer: treated as unknown */
+        else if (sh.rank == 0)
+            l->len = 1;
+        return GF_OK;
+    }
+    const int64_t *p;
+    size_t n;
+    if (!name)
+        return GF_OK;
+    if (attr_ints(c, name, &p, &n))
+        return GF_ERR_INVALID;
+    if (!p)
+        return GF_OK;
+    l->given = true;
+    if (n > MAX_SV)
+        return GF_OK; /* too long to track: unknown */
+    struct sval *t = sv_alloc(c, 1, n);
+    if (!t)
+        return gf_error(GF_ERR_NOMEM, "out of memory in shape inference");
+    for (size_t i = 0; i < n; i++)
+        t->e[i] = elem_of(p[i]);
+    l->len = (int64_t)n;
+    l->s = t;
+    return GF_OK;
+}
+
+/* Normalizes a fully known list of axes into flags[rank]. */
+static enum gf_status list_axes(struct ctx *c, const struct gf_value *v, const struct ilist *l,
+                                int rank, bool *flags)
+{
+    int64_t axes[MAX_RANK];
+    if (l->s->n > (size_t)rank)
+        return fail(c, v, "%zu axes for rank %d", l->s->n, rank);
+    for (size_t i = 0; i < l->s->n; i++)
+        axes[i] = l->s->e[i].v;
+    return norm_axes(c, v, axes, l->s->n, rank, flags);
+}
+
+/* ---- elementwise --------------------------------------------------------- */
+
+/* Broadcasts inputs [first, first + count); with same_type, their element
+ * types must agree.  *dt: the first known element type. */
+static enum gf_status broadcast_inputs(struct ctx *c, size_t first, size_t count,
+                                       bool same_type, struct shape *s, enum gf_dtype *dt)
+{
+    char b1[256], b2[256];
+    *dt = GF_UNDEFINED;
+    for (size_t i = first; i < first + count; i++) {
+        struct gf_value *v;
+        struct shape x, prev = *s;
+        if (need(c, i, &v))
+            return GF_ERR_INVALID;
+        enum gf_dtype t = dtype_of(v);
+        if (same_type && *dt && t && t != *dt)
+            return fail(c, v, "element type %s differs from %s", gf_dtype_name(t),
+                        gf_dtype_name(*dt));
+        if (!*dt)
+            *dt = t;
+        shape_of(v, &x);
+        if (i == first)
+            *s = x;
+        else if (!bcast_shapes(&prev, &x, s))
+            return fail(c, v, "cannot broadcast %s with %s", shape_str(&prev, b1, sizeof(b1)),
+                        shape_str(&x, b2, sizeof(b2)));
+    }
+    return GF_OK;
+}
+
+/* Opsets 1-6: B is broadcast onto A (attribute "broadcast"); the result
+ * has A's shape. */
+static enum gf_status legacy_binary(struct ctx *c, enum gf_dtype dt)
+{
+    struct gf_value *a, *b;
+    if (need(c, 0, &a) || need(c, 1, &b))
+        return GF_ERR_INVALID;
+    struct shape s;
+    shape_of(a, &s);
+    return set_out(c, 0, dt ? dt : dtype_of(a), &s);
+}
+
+static enum gf_status binary(struct ctx *c, enum gf_dtype out_dt, bool same_type)
+{
+    struct shape s;
+    enum gf_dtype dt;
+    if (c->opset < 7)
+        return legacy_binary(c, out_dt);
+    if (broadcast_inputs(c, 0, 2, same_type, &s, &dt))
+        return GF_ERR_INVALID;
+    return set_out(c, 0, out_dt ? out_dt : dtype_of(in(c, 0)), &s);
+}
+
+/* Add Sub Mul Div Mod */
+static enum gf_status infer_arith(struct ctx *c)
+{
+    return binary(c, GF_UNDEFINED, true);
+}
+
+/* Pow: the exponent may have another type (opset 12); Y has X's type. */
+static enum gf_status infer_pow(struct ctx *c)
+{
+    return binary(c, GF_UNDEFINED, false);
+}
+
+/* Equal Less LessOrEqual Greater GreaterOrEqual And Or Xor */
+static enum gf_status infer_compare(struct ctx *c)
+{
+    return binary(c, GF_BOOL, true);
+}
+
+/* Max Min Mean Sum */
+static enum gf_status infer_variadic(struct ctx *c)
+{
+    struct shape s;
+    enum gf_dtype dt;
+    if (c->n->n_inputs == 0)
+        return fail(c, NULL, "needs at least one input");
+    if (broadcast_inputs(c, 0, c->n->n_inputs, true, &s, &dt))
+        return GF_ERR_INVALID;
+    return set_out(c, 0, dt, &s);
+}
+
+static enum gf_status infer_where(struct ctx *c)
+{
+    struct shape s;
+    enum gf_dtype dt;
+    if (broadcast_inputs(c, 0, 3, false, &s, &dt))
+        return GF_ERR_INVALID;
+    enum gf_dtype x = dtype_of(in(c, 1)), y = dtype_of(in(c, 2));
+    if (x && y && x != y)
+        return fail(c, in(c, 2), "element type %s differs from %s", gf_dtype_name(y),
+                    gf_dtype_name(x));
+    return set_out(c, 0, x ? x : y, &s);
+}
+
+/* Output 0 is input 0's type and shape (optional inputs after it). */
+static enum gf_status infer_unary(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    return set_out(c, 0, dtype_of(x), &s);
+}
+
+/* Not IsNaN IsInf */
+static enum gf_status infer_unary_bool(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    return set_out(c, 0, GF_BOOL, &s);
+}
+
+/* Identity also passes sequences and optionals (opset 14+): types are
+ * only known here for tensors. */
+static enum gf_status infer_identity(struct ctx *c)
+{
+    struct gf_value *x;
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    if (x->type.kind == GF_TYPE_OTHER || (out(c, 0) && out(c, 0)->type.kind == GF_TYPE_OTHER))
+        return GF_OK;
+    return infer_unary(c);
+}
+
+/* Dropout: output, and the mask (bool from opset 10, T before). */
+static enum gf_status infer_dropout(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (set_out(c, 0, dtype_of(x), &s))
+        return GF_ERR_INVALID;
+    return set_out(c, 1, c->opset >= 10 ? GF_BOOL : dtype_of(x), &s);
+}
+
+/* Cast-1..5 name the type as a string ("FLOAT"). */
+static enum gf_dtype dtype_from_name(const char *s)
+{
+    static const char *names[] = {
+        [GF_FLOAT] = "FLOAT", [GF_UINT8] = "UINT8", [GF_INT8] = "INT8",
+        [GF_UINT16] = "UINT16", [GF_INT16] = "INT16", [GF_INT32] = "INT32",
+        [GF_INT64] = "INT64", [GF_STRING] = "STRING", [GF_BOOL] = "BOOL",
+        [GF_FLOAT16] = "FLOAT16", [GF_DOUBLE] = "DOUBLE", [GF_UINT32] = "UINT32",
+        [GF_UINT64] = "UINT64", [GF_COMPLEX64] = "COMPLEX64",
+        [GF_COMPLEX128] = "COMPLEX128", [GF_BFLOAT16] = "BFLOAT16",
+    };
+    for (size_t i = 1; i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i] && strcasecmp(names[i], s) == 0)
+            return (enum gf_dtype)i;
+    return GF_UNDEFINED;
+}
+
+static enum gf_status infer_cast(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    const struct gf_attr *a = gf_node_attr(c->n, "to");
+    int64_t to = GF_UNDEFINED;
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    if (!a)
+        return fail(c, NULL, "missing attribute 'to'");
+    if (a->type == GF_ATTR_INT) {
+        to = a->i;
+    } else if (a->type == GF_ATTR_STRING) {
+        char name[32];
+        if (attr_str(c, "to", "", name, sizeof(name)))
+            return GF_ERR_INVALID;
+        to = dtype_from_name(name);
+    }
+    if (to <= GF_UNDEFINED || to >= GF_DTYPE_COUNT)
+        return fail(c, NULL, "attribute 'to' is not a valid element type");
+    shape_of(x, &s);
+    return set_out(c, 0, (enum gf_dtype)to, &s);
+}
+
+static enum gf_status infer_cast_like(struct ctx *c)
+{
+    struct gf_value *x, *like;
+    struct shape s;
+    if (need(c, 0, &x) || need(c, 1, &like))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    return set_out(c, 0, dtype_of(like), &s);
+}
+
+/* ---- constants and shape ops --------------------------------------------- */
+
+static enum gf_status tensor_shape(struct ctx *c, const struct gf_tensor *t, struct shape *s)
+{
+    if (!t || t->rank < 0 || t->rank > MAX_RANK || (t->rank > 0 && !t->dims))
+        return fail(c, NULL, "constant tensor has a bad shape");
+    s->rank = t->rank;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] < 0)
+            return fail(c, NULL, "constant tensor has a negative dim");
+        s->d[i] = dim_of(t->dims[i]);
+    }
+    return GF_OK;
+}
+
+/* The one "value*" attribute of a Constant node, or NULL. */
+static const struct gf_attr *constant_attr(const struct gf_node *n)
+{
+    for (size_t i = 0; i < n->n_attrs; i++)
+        if (n->attrs[i].name && (strncmp(n->attrs[i].name, "value", 5) == 0 ||
+                                 strcmp(n->attrs[i].name, "sparse_value") == 0))
+            return &n->attrs[i];
+    return NULL;
+}
+
+static enum gf_status infer_constant(struct ctx *c)
+{
+    static const struct {
+        const char *name;
+        enum gf_attr_type type;
+        enum gf_dtype dtype;
+        int rank;
+    } forms[] = {
+        {"value_float", GF_ATTR_FLOAT, GF_FLOAT, 0},
+        {"value_floats", GF_ATTR_FLOATS, GF_FLOAT, 1},
+        {"value_int", GF_ATTR_INT, GF_INT64, 0},
+        {"value_ints", GF_ATTR_INTS, GF_INT64, 1},
+        {"value_string", GF_ATTR_STRING, GF_STRING, 0},
+        {"value_strings", GF_ATTR_STRINGS, GF_STRING, 1},
+    };
+    const struct gf_attr *a = constant_attr(c->n);
+    struct shape s;
+    if (!a)
+        return fail(c, NULL, "no value attribute");
+    if (strcmp(a->name, "sparse_value") == 0)
+        return GF_OK; /* kept packed: shape not modelled */
+    if (strcmp(a->name, "value") == 0) {
+        if (a->type != GF_ATTR_TENSOR || tensor_shape(c, a->t, &s))
+            return fail(c, NULL, "attribute 'value' is not a valid tensor");
+        return set_out(c, 0, a->t->dtype, &s);
+    }
+    for (size_t i = 0; i < sizeof(forms) / sizeof(forms[0]); i++) {
+        if (strcmp(a->name, forms[i].name) != 0)
+            continue;
+        if (a->type != forms[i].type)
+            return fail(c, NULL, "attribute '%s' is %s", a->name, gf_attr_type_name(a->type));
+        shape_blank(&s, forms[i].rank);
+        if (forms[i].rank == 1)
+            s.d[0] = dim_of((int64_t)a->n);
+        return set_out(c, 0, forms[i].dtype, &s);
+    }
+    return fail(c, NULL, "unknown attribute '%s'", a->name);
+}
+
+/* A shape given as a tensor value (ConstantOfShape, Expand, Reshape). */
+static enum gf_status shape_from_list(struct ctx *c, const struct gf_value *v,
+                                      const struct ilist *l, struct shape *s)
+{
+    if (l->len < 0 || l->len > MAX_RANK) {
+        shape_unknown(s);
+        return GF_OK;
+    }
+    shape_blank(s, l->len);
+    for (int i = 0; l->s && i < s->rank; i++) {
+        const struct elem *e = &l->s->e[i];
+        if (e->known && e->v < 0)
+            return fail(c, v, "negative dim %lld in shape", (long long)e->v);
+        s->d[i] = dim_from_elem(e);
+    }
+    return GF_OK;
+}
+
+static enum gf_status infer_constant_of_shape(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist l;
+    struct shape s;
+    enum gf_status st;
+    const struct gf_attr *a = attr_typed(c, "value", GF_ATTR_TENSOR, &st);
+    if (st || need(c, 0, &x) || int_list(c, 0, NULL, &l))
+        return GF_ERR_INVALID;
+    if (a && (!a->t || !gf_dtype_valid(a->t->dtype)))
+        return fail(c, NULL, "attribute 'value' is not a valid tensor");
+    if (shape_from_list(c, x, &l, &s))
+        return GF_ERR_INVALID;
+    return set_out(c, 0, a ? a->t->dtype : GF_FLOAT, &s);
+}
+
+/* Shape's [start, end) range of dims (opset 15), clamped. */
+static enum gf_status shape_range(struct ctx *c, int rank, int *start, int *end)
+{
+    int64_t b, e;
+    if (attr_int(c, "start", 0, &b) || attr_int(c, "end", rank, &e))
+        return GF_ERR_INVALID;
+    b = b < 0 ? b + rank : b;
+    e = e < 0 ? e + rank : e;
+    *start = (int)(b < 0 ? 0 : b > rank ? rank : b);
+    *end = (int)(e < 0 ? 0 : e > rank ? rank : e);
+    if (*end < *start)
+        *end = *start;
+    return GF_OK;
+}
+
+static enum gf_status infer_shape(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s, o;
+    int b, e;
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_blank(&o, 1);
+    if (s.rank >= 0) {
+        if (shape_range(c, s.rank, &b, &e))
+            return GF_ERR_INVALID;
+        o.d[0] = dim_of(e - b);
+    }
+    return set_out(c, 0, GF_INT64, &o);
+}
+
+static enum gf_status infer_size(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape o = {.rank = 0};
+    if (need(c, 0, &x))
+        return GF_ERR_INVALID;
+    return set_out(c, 0, GF_INT64, &o);
+}
+
+/* The value of a scalar constant (initializer, Constant or tracked). */
+static bool scalar_f64(struct ctx *c, const struct gf_value *v, double *d)
+{
+    const struct gf_tensor *t = v ? v->init : NULL;
+    if (!t && v && v->producer && v->producer->op == GF_OP_CONSTANT) {
+        const struct gf_attr *a = constant_attr(v->producer);
+        if (a && a->type == GF_ATTR_TENSOR)
+            t = a->t;
+        else if (a && a->type == GF_ATTR_FLOAT && strcmp(a->name, "value_float") == 0)
+            return *d = a->f, true;
+    }
+    if (t && t->nelem == 1 && t->data && t->dtype != GF_STRING &&
+        t->nbytes >= gf_dtype_bytes(t->dtype, 1)) {
+        *d = is_int_dtype(t->dtype) ? (double)gf_tensor_get_i64(t, 0) : gf_tensor_get_f64(t, 0);
+        return true;
+    }
+    const struct sval *s = sv_get(c, v);
+    if (s && s->n == 1 && s->e[0].known)
+        return *d = (double)s->e[0].v, true;
+    return false;
+}
+
+/* Range: max(ceil((limit - start) / delta), 0) elements; Range(0, n, 1)
+ * of a symbolic n has n elements. */
+static enum gf_status infer_range(struct ctx *c)
+{
+    struct shape o;
+    double v[3];
+    bool ok[3];
+    if (need_all(c, 3))
+        return GF_ERR_INVALID;
+    for (size_t i = 0; i < 3; i++) {
+        struct shape s;
+        shape_of(in(c, i), &s);
+        if (s.rank > 1 || (s.rank == 1 && known(&s.d[0]) && s.d[0].value != 1))
+            return fail(c, in(c, i), "must be a scalar");
+        ok[i] = scalar_f64(c, in(c, i), &v[i]);
+    }
+    shape_blank(&o, 1);
+    if (ok[2] && v[2] == 0)
+        return fail(c, in(c, 2), "delta is zero");
+    if (ok[0] && ok[1] && ok[2]) {
+        double n = ceil((v[1] - v[0]) / v[2]);
+        if (!(n < 9e18))
+            return fail(c, NULL, "range too long");
+        o.d[0] = dim_of(n > 0 ? (int64_t)n : 0);
+    } else if (ok[0] && ok[2] && v[0] == 0 && v[2] == 1) {
+        const struct sval *limit = sv_get(c, in(c, 1));
+        if (limit && limit->n == 1)
+            o.d[0] = dim_from_elem(&limit->e[0]);
+    }
+    return set_out(c, 0, dtype_of(in(c, 0)), &o);
+}
+
+/* ---- matrix products ----------------------------------------------------- */
+
+/* MatMul: 1-D operands are promoted ([K] -> [1,K] / [K,1]) and the added
+ * dim dropped; batch dims broadcast. */
+static enum gf_status infer_matmul(struct ctx *c)
+{
+    struct gf_value *va, *vb;
+    struct shape a, b, ba, bb, o;
+    char s1[256], s2[256];
+    if (need(c, 0, &va) || need(c, 1, &vb))
+        return GF_ERR_INVALID;
+    shape_of(va, &a);
+    shape_of(vb, &b);
+    if (a.rank == 0 || b.rank == 0)
+        return fail(c, a.rank == 0 ? va : vb, "MatMul operand is a scalar");
+    if (a.rank < 0 || b.rank < 0)
+        return shape_unknown(&o), set_out_like(c, 0, 0, &o);
+    const struct gf_dim *ka = &a.d[a.rank - 1];
+    const struct gf_dim *kb = &b.d[b.rank == 1 ? 0 : b.rank - 2];
+    struct gf_dim k;
+    if (!unify_dim(ka, kb, &k))
+        return fail(c, vb, "inner dims differ: %s x %s", shape_str(&a, s1, sizeof(s1)),
+                    shape_str(&b, s2, sizeof(s2)));
+    shape_blank(&ba, a.rank > 2 ? a.rank - 2 : 0);
+    shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
+    memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
+    memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
+    if (!bcast_shapes(&ba, &bb, &o))
+        return fail(c, vb, "cannot broadcast batch dims of %s and %s",
+                    shape_str(&a, s1, sizeof(s1)), shape_str(&b, s2, sizeof(s2)));
+    if (a.rank >= 2)
+        o.d[o.rank++] = a.d[a.rank - 2];
+    if (b.rank >= 2)
+        o.d[o.rank++] = b.d[b.rank - 1];
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Gemm: [M,K] x [K,N] (+ C broadcast to [M,N]) with transA / transB. */
+static enum gf_status infer_gemm(struct ctx *c)
+{
+    struct gf_value *va, *vb, *vc = in(c, 2);
+    struct shape a, b, cc, o;
+    int64_t ta, tb;
+    struct gf_dim k;
+    if (need(c, 0, &va) || need(c, 1, &vb) || attr_int(c, "transA", 0, &ta) ||
+        attr_int(c, "transB", 0, &tb))
+        return GF_ERR_INVALID;
+    shape_of(va, &a);
+    shape_of(vb, &b);
+    if (a.rank >= 0 && a.rank != 2)
+        return fail(c, va, "Gemm operand has rank %d, expected 2", a.rank);
+    if (b.rank >= 0 && b.rank != 2)
+        return fail(c, vb, "Gemm operand has rank %d, expected 2", b.rank);
+    shape_blank(&o, 2);
+    if (a.rank == 2)
+        o.d[0] = a.d[ta ? 1 : 0];
+    if (b.rank == 2)
+        o.d[1] = b.d[tb ? 0 : 1];
+    if (a.rank == 2 && b.rank == 2 && !unify_dim(&a.d[ta ? 0 : 1], &b.d[tb ? 1 : 0], &k))
+        return fail(c, vb, "inner dims differ (transA=%lld, transB=%lld)", (long long)ta,
+                    (long long)tb);
+    shape_of(vc, &cc);
+    if (vc && cc.rank > 2)
+        return fail(c, vc, "Gemm bias has rank %d", cc.rank);
+    for (int i = 0; vc && i < cc.rank; i++) {
+        const struct gf_dim *d = &cc.d[cc.rank - 1 - i], *m = &o.d[1 - i];
+        if (known(d) && known(m) && d->value != 1 && d->value != m->value)
+            return fail(c, vc, "bias dim %lld does not broadcast to %lld",
+                        (long long)d->value, (long long)m->value);
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* ---- Einsum -------------------------------------------------------------- */
+
+#define EIN_MAX_TERMS 32
+
+struct ein_term {
+    int n;            /* letters, not counting "..." */
+    int ell;          /* index of "..." among the letters, -1 when none */
+    char l[MAX_RANK]; /* the letters */
+};
+
+/* Parses one term ("ij", "b...k") of an equation; false when malformed. */
+static bool ein_term(const char *s, size_t len, struct ein_term *t)
+{
+    t->n = 0;
+    t->ell = -1;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] == ' ')
+            continue;
+        if (s[i] == '.') {
+            if (t->ell >= 0 || i + 2 >= len || s[i + 1] != '.' || s[i + 2] != '.')
+                return false;
+            t->ell = t->n;
+            i += 2;
+        } else if (((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z')) &&
+                   t->n < MAX_RANK) {
+            t->l[t->n++] = s[i];
+        } else {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Splits "in1,in2->out" into terms; *has_out false in implicit mode. */
+static bool ein_parse(const char *eq, struct ein_term *ins, int *n_in,
+                      struct ein_term *o, bool *has_out)
+{
+    const char *arrow = strstr(eq, "->");
+    const char *end = arrow ? arrow : eq + strlen(eq);
+    *n_in = 0;
+    *has_out = arrow != NULL;
+    for (const char *p = eq;; ) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        if (*n_in >= EIN_MAX_TERMS || !ein_term(p, (size_t)(stop - p), &ins[(*n_in)++]))
+            return false;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return !arrow || ein_term(arrow + 2, strlen(arrow + 2), o);
+}
+
+/* Implicit output: "..." then the letters used once, in ASCII order. */
+static void ein_implicit(const struct ein_term *ins, int n_in, struct ein_term *o)
+{
+    int count[128] = {0};
+    bool ell = false;
+    for (int i = 0; i < n_in; i++) {
+        ell = ell || ins[i].ell >= 0;
+        for (int j = 0; j < ins[i].n; j++)
+            count[(int)ins[i].l[j]]++;
+    }
+    o->n = 0;
+    o->ell = ell ? 0 : -1;
+    for (int ch = 0; ch < 128; ch++)
+        if (count[ch] == 1 && o->n < MAX_RANK)
+            o->l[o->n++] = (char)ch;
+}
+
+/* Binds each letter and the "..." dims of every operand. */
+static enum gf_status ein_bind(struct ctx *c, const struct ein_term *ins, int n_in,
+                               struct gf_dim *letter, bool *seen, struct shape *ell)
+{
+    ell->rank = 0;
+    for (int i = 0; i < n_in; i++) {
+        struct gf_value *v = in(c, (size_t)i);
+        struct shape s, e;
+        shape_of(v, &s);
+        if (s.rank < 0)
+            return GF_ERR_UNSUPPORTED; /* caller: result unknown */
+        int ne = s.rank - ins[i].n;
+        if (ne < 0 || (ins[i].ell < 0 && ne != 0))
+            return fail(c, v, "rank %d does not match the equation term", s.rank);
+        e.rank = ins[i].ell >= 0 ? ne : 0;
+        for (int j = 0; j < e.rank; j++)
+            e.d[j] = s.d[ins[i].ell + j];
+        if (!bcast_shapes(ell, &e, ell))
+            return fail(c, v, "'...' dims do not broadcast");
+        for (int j = 0; j < ins[i].n; j++) {
+            int ch = ins[i].l[j];
+            const struct gf_dim *d = &s.d[j < ins[i].ell || ins[i].ell < 0 ? j : j + ne];
+            if (seen[ch] && !bcast_dim(&letter[ch], d, &letter[ch]))
+                return fail(c, v, "dim of '%c' differs between operands", ch);
+            if (!seen[ch])
+                letter[ch] = *d;
+            seen[ch] = true;
+        }
+    }
+    return GF_OK;
+}
+
+static enum gf_status infer_einsum(struct ctx *c)
+{
+    struct ein_term ins[EIN_MAX_TERMS], o;
+    struct gf_dim letter[128];
+    bool seen[128] = {false}, has_out;
+    struct shape ell, res;
+    char eq[512];
+    int n_in;
+    if (!gf_node_attr(c->n, "equation"))
+        return fail(c, NULL, "missing attribute 'equation'");
+    if (attr_str(c, "equation", "", eq, sizeof(eq)))
+        return GF_ERR_INVALID;
+    if (!ein_parse(eq, ins, &n_in, &o, &has_out) || (size_t)n_in != c->n->n_inputs)
+        return fail(c, NULL, "bad equation '%s' for %zu inputs", eq, c->n->n_inputs);
+    if (need_all(c, (size_t)n_in))
+        return GF_ERR_INVALID;
+    if (!has_out)
+        ein_implicit(ins, n_in, &o);
+    enum gf_status st = ein_bind(c, ins, n_in, letter, seen, &ell);
+    if (st == GF_ERR_UNSUPPORTED) {
+        shape_unknown(&res);
+        return set_out_like(c, 0, 0, &res);
+    }
+    if (st)
+        return st;
+    res.rank = 0;
+    for (int j = 0; j <= o.n; j++) {
+        if (j == o.ell)
+            for (int k = 0; k < ell.rank && res.rank < MAX_RANK; k++)
+                res.d[res.rank++] = ell.d[k];
+        if (j == o.n)
+            break;
+        if (!seen[(int)o.l[j]] || memchr(o.l, o.l[j], (size_t)j))
+            return fail(c, NULL, "bad output letter '%c' in '%s'", o.l[j], eq);
+        if (res.rank < MAX_RANK)
+            res.d[res.rank++] = letter[(int)o.l[j]];
+    }
+    return set_out_like(c, 0, 0, &res);
+}
+
+/* ---- layout -------------------------------------------------------------- */
+
+static enum gf_status infer_transpose(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s, o;
+    const int64_t *perm;
+    size_t n;
+    bool used[MAX_RANK] = {false};
+    if (need(c, 0, &x) || attr_ints(c, "perm", &perm, &n))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank < 0) {
+        shape_blank(&o, perm ? (int64_t)n : -1);
+        return set_out_like(c, 0, 0, &o);
+    }
+    if (perm && n != (size_t)s.rank)
+        return fail(c, x, "perm has %zu entries for rank %d", n, s.rank);
+    o.rank = s.rank;
+    for (int i = 0; i < s.rank; i++) {
+        int64_t p = perm ? perm[i] : s.rank - 1 - i;
+        if (p < 0 || p >= s.rank || used[p])
+            return fail(c, x, "perm is not a permutation of %d axes", s.rank);
+        used[p] = true;
+        o.d[i] = s.d[p];
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Reshape's -1 dim: the input's element count over the others', symbols
+ * cancelling; unknown when undecidable; *bad when not divisible. */
+static struct gf_dim reshape_fill(const struct shape *s, const struct shape *o, int skip,
+                                  bool *bad)
+{
+    const char *syms[MAX_RANK];
+    int ns = 0, left = 0;
+    int64_t pin = 1, pout = 1;
+    for (int i = 0; i < s->rank; i++) {
+        if (known(&s->d[i])) {
+            if (__builtin_mul_overflow(pin, s->d[i].value, &pin))
+                return dim_unknown();
+        } else if (s->d[i].param) {
+            syms[ns++] = s->d[i].param;
+        } else {
+            return dim_unknown();
+        }
+    }
+    for (int j = 0; j < o->rank; j++) {
+        int k = 0;
+        if (j == skip)
+            continue;
+        if (known(&o->d[j])) {
+            if (__builtin_mul_overflow(pout, o->d[j].value, &pout))
+                return dim_unknown();
+            continue;
+        }
+        while (k < ns && (!syms[k] || !o->d[j].param || strcmp(syms[k], o->d[j].param)))
+            k++;
+        if (k == ns)
+            return dim_unknown();
+        syms[k] = NULL;
+    }
+    for (int k = 0; k < ns; k++)
+        left += syms[k] != NULL;
+    if (pout == 0)
+        return dim_unknown();
+    if (left == 0) {
+        *bad = pin % pout != 0;
+        return dim_of(pin / pout);
+    }
+    for (int k = 0; left == 1 && pin == pout && k < ns; k++)
+        if (syms[k])
+            return (struct gf_dim){.value = -1, .param = syms[k]};
+    return dim_unknown();
+}
+
+/* Target dims of Reshape: 0 copies the input dim (unless allowzero), one
+ * -1 is inferred.  *fill: index of the -1, or -1. */
+static enum gf_status reshape_target(struct ctx *c, const struct shape *s,
+                                     const struct ilist *l, bool allowzero,
+                                     struct shape *o, int *fill)
+{
+    *fill = -1;
+    for (int j = 0; l->s && j < o->rank; j++) {
+        const struct elem *e = &l->s->e[j];
+        if (!e->known || e->v > 0) {
+            o->d[j] = dim_from_elem(e);
+        } else if (e->v == -1) {
+            if (*fill >= 0)
+                return fail(c, in(c, 1), "more than one -1 in the target shape");
+            *fill = j;
+        } else if (e->v == 0 && allowzero) {
+            o->d[j] = dim_of(0);
+        } else if (e->v == 0) {
+            if (s->rank >= 0 && j >= s->rank)
+                return fail(c, in(c, 1), "0 at index %d copies a dim of rank %d input", j,
+                            s->rank);
+            o->d[j] = s->rank >= 0 ? s->d[j] : dim_unknown();
+        } else {
+            return fail(c, in(c, 1), "bad dim %lld in the target shape", (long long)e->v);
+        }
+    }
+    return GF_OK;
+}
+
+static enum gf_status infer_reshape(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist l;
+    struct shape s, o;
+    int64_t allowzero;
+    int fill;
+    bool bad = false;
+    char b1[256], b2[256];
+    if (need(c, 0, &x) || int_list(c, 1, "shape", &l) || attr_int(c, "allowzero", 0, &allowzero))
+        return GF_ERR_INVALID;
+    if (!l.given)
+        return fail(c, NULL, "missing the target shape");
+    shape_of(x, &s);
+    shape_blank(&o, l.len);
+    if (o.rank < 0)
+        return set_out_like(c, 0, 0, &o);
+    if (reshape_target(c, &s, &l, allowzero != 0, &o, &fill))
+        return GF_ERR_INVALID;
+    if (fill >= 0)
+        o.d[fill] = reshape_fill(&s, &o, fill, &bad);
+    struct gf_dim ni = dims_product(s.d, s.rank), no = dims_product(o.d, o.rank);
+    if (bad || (fill < 0 && s.rank >= 0 && known(&ni) && known(&no) && ni.value != no.value))
+        return fail(c, x, "cannot reshape %s into %s", shape_str(&s, b1, sizeof(b1)),
+                    shape_str(&o, b2, sizeof(b2)));
+    return set_out_like(c, 0, 0, &o);
+}
+
+static enum gf_status infer_flatten(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s, o;
+    int64_t axis;
+    int a = 0;
+    if (need(c, 0, &x) || attr_int(c, "axis", 1, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_blank(&o, 2);
+    if (s.rank >= 0) {
+        if (axis < -(int64_t)s.rank || axis > s.rank)
+            return fail(c, x, "axis %lld out of range for rank %d", (long long)axis, s.rank);
+        a = (int)(axis < 0 ? axis + s.rank : axis);
+        o.d[0] = dims_product(s.d, a);
+        o.d[1] = dims_product(s.d + a, s.rank - a);
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Squeeze: axes from input 1 (opset 13) or attribute; without (or, in
+ * the attribute form, with empty) axes every dim of size 1 goes. */
+static enum gf_status infer_squeeze(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist l;
+    struct shape s, o;
+    bool drop[MAX_RANK];
+    if (need(c, 0, &x) || int_list(c, 1, "axes", &l))
+        return GF_ERR_INVALID;
+    if (!in(c, 1) && l.len == 0)
+        l.given = false;
+    shape_of(x, &s);
+    if (s.rank < 0 || (l.given && !ilist_known(&l))) {
+        shape_blank(&o, s.rank >= 0 && l.len >= 0 ? s.rank - l.len : -1);
+        return set_out_like(c, 0, 0, &o);
+    }
+    if (l.given && list_axes(c, x, &l, s.rank, drop))
+        return GF_ERR_INVALID;
+    o.rank = 0;
+    for (int i = 0; i < s.rank; i++) {
+        if (!l.given && !known(&s.d[i])) {
+            shape_unknown(&o); /* might be 1 or not */
+            return set_out_like(c, 0, 0, &o);
+        }
+        if (l.given ? !drop[i] : s.d[i].value != 1) {
+            o.d[o.rank++] = s.d[i];
+            continue;
+        }
+        if (known(&s.d[i]) && s.d[i].value != 1)
+            return fail(c, x, "cannot squeeze axis %d of size %lld", i,
+                        (long long)s.d[i].value);
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Unsqueeze: axes (input 1 from opset 13, else attribute) index the output. */
+static enum gf_status infer_unsqueeze(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist l;
+    struct shape s, o;
+    bool add[MAX_RANK];
+    if (need(c, 0, &x) || int_list(c, 1, "axes", &l))
+        return GF_ERR_INVALID;
+    if (!l.given)
+        return fail(c, NULL, "missing axes");
+    shape_of(x, &s);
+    if (s.rank < 0 || !ilist_known(&l)) {
+        shape_blank(&o, s.rank >= 0 && l.len >= 0 ? s.rank + l.len : -1);
+        return set_out_like(c, 0, 0, &o);
+    }
+    if (s.rank + l.len > MAX_RANK)
+        return fail(c, x, "output rank %lld too large", (long long)(s.rank + l.len));
+    o.rank = s.rank + (int)l.len;
+    if (list_axes(c, x, &l, o.rank, add))
+        return GF_ERR_INVALID;
+    for (int i = 0, j = 0; i < o.rank; i++)
+        o.d[i] = add[i] ? dim_of(1) : s.d[j++];
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Concat's axis dim: the sum when known, or a lone symbol among zeros. */
+static struct gf_dim concat_axis_dim(struct ctx *c, int a)
+{
+    int64_t sum = 0;
+    struct gf_dim only = dim_unknown();
+    int n_unknown = 0;
+    for (size_t i = 0; i < c->n->n_inputs; i++) {
+        struct shape s;
+        shape_of(in(c, i), &s);
+        if (s.rank <= a)
+            return dim_unknown();
+        if (!known(&s.d[a]))
+            only = s.d[a], n_unknown++;
+        else if (__builtin_add_overflow(sum, s.d[a].value, &sum))
+            return dim_unknown();
+    }
+    if (n_unknown == 0)
+        return dim_of(sum);
+    return n_unknown == 1 && sum == 0 ? only : dim_unknown();
+}
+
+/* Concat: dims equal except along axis, where they add up. */
+static enum gf_status infer_concat(struct ctx *c)
+{
+    struct shape o, s;
+    enum gf_dtype dt = GF_UNDEFINED;
+    int64_t axis;
+    int a = -1;
+    char b1[256], b2[256];
+    if (c->n->n_inputs == 0)
+        return fail(c, NULL, "needs at least one input");
+    if (need_all(c, c->n->n_inputs) || attr_int(c, "axis", c->opset < 4 ? 1 : INT64_MIN, &axis))
+        return GF_ERR_INVALID;
+    if (axis == INT64_MIN)
+        return fail(c, NULL, "missing attribute 'axis'");
+    o.rank = -1;
+    for (size_t i = 0; i < c->n->n_inputs; i++) {
+        struct gf_value *v = in(c, i);
+        enum gf_dtype t = dtype_of(v);
+        if (dt && t && t != dt)
+            return fail(c, v, "element type %s differs from %s", gf_dtype_name(t),
+                        gf_dtype_name(dt));
+        dt = dt ? dt : t;
+        shape_of(v, &s);
+        if (s.rank < 0)
+            continue;
+        if (o.rank >= 0 && s.rank != o.rank)
+            return fail(c, v, "rank %d differs from %d", s.rank, o.rank);
+        if (o.rank < 0 && norm_axis(c, v, axis, s.rank, &a))
+            return GF_ERR_INVALID;
+        if (o.rank < 0) {
+            o = s;
+            continue;
+        }
+        for (int k = 0; k < s.rank; k++)
+            if (k != a && !unify_dim(&o.d[k], &s.d[k], &o.d[k]))
+                return fail(c, v, "shape %s does not match %s", shape_str(&s, b1, sizeof(b1)),
+                            shape_str(&o, b2, sizeof(b2)));
+    }
+    if (o.rank >= 0)
+        o.d[a] = concat_axis_dim(c, a);
+    return set_out(c, 0, dt, &o);
+}
+
+/* Element i of a list: false when not known. */
+static bool list_at(const struct ilist *l, size_t i, int64_t *v)
+{
+    if (!l->s || i >= l->s->n || !l->s->e[i].known)
+        return false;
+    *v = l->s->e[i].v;
+    return true;
+}
+
+/* Checks Split's explicit sizes against the dim being split. */
+static enum gf_status split_check(struct ctx *c, const struct ilist *l, size_t n_out,
+                                  const struct gf_dim *d)
+{
+    int64_t sum = 0, v;
+    bool all = true;
+    if (l->len >= 0 && (size_t)l->len != n_out)
+        return fail(c, in(c, 1), "split has %lld sizes for %zu outputs", (long long)l->len,
+                    n_out);
+    for (size_t i = 0; i < n_out; i++) {
+        if (!list_at(l, i, &v)) {
+            all = false;
+            continue;
+        }
+        if (v < 0 || __builtin_add_overflow(sum, v, &sum))
+            return fail(c, in(c, 1), "bad split size %lld", (long long)v);
+    }
+    if (all && known(d) && sum != d->value)
+        return fail(c, in(c, 0), "split sizes add up to %lld, dim is %lld", (long long)sum,
+                    (long long)d->value);
+    return GF_OK;
+}
+
+/* Dim of output i of an equal split of d into n (uneven from opset 18). */
+static enum gf_status split_equal(struct ctx *c, const struct gf_dim *d, size_t n, size_t i,
+                                  struct gf_dim *o)
+{
+    if (!known(d)) {
+        *o = n == 1 ? *d : dim_unknown();
+        return GF_OK;
+    }
+    int64_t chunk = d->value / (int64_t)n, v = d->value;
+    if (v % (int64_t)n == 0) {
+        *o = dim_of(chunk);
+        return GF_OK;
+    }
+    if (c->opset < 18)
+        return fail(c, in(c, 0), "dim %lld does not split evenly into %zu", (long long)v, n);
+    chunk++;
+    if (v - chunk * (int64_t)(n - 1) < 0)
+        return fail(c, in(c, 0), "dim %lld cannot split into %zu chunks", (long long)v, n);
+    *o = dim_of(i + 1 < n ? chunk : v - chunk * (int64_t)(n - 1));
+    return GF_OK;
+}
+
+/* Split: sizes from input 1 (opset 13) or attribute "split", else equal
+ * parts, num_outputs of them (opset 18) or one per output. */
+static enum gf_status infer_split(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist l;
+    struct shape s, o;
+    int64_t axis, num;
+    size_t n_out = c->n->n_outputs;
+    int a = 0;
+    if (need(c, 0, &x) || int_list(c, 1, "split", &l) || attr_int(c, "axis", 0, &axis) ||
+        attr_int(c, "num_outputs", -1, &num))
+        return GF_ERR_INVALID;
+    if (n_out == 0 || (num != -1 && (l.given || num != (int64_t)n_out)))
+        return fail(c, NULL, "num_outputs %lld does not fit %zu outputs%s", (long long)num,
+                    n_out, l.given ? " and a split input" : "");
+    shape_of(x, &s);
+    if (s.rank >= 0 && norm_axis(c, x, axis, s.rank, &a))
+        return GF_ERR_INVALID;
+    if (s.rank >= 0 && l.given && split_check(c, &l, n_out, &s.d[a]))
+        return GF_ERR_INVALID;
+    for (size_t i = 0; i < n_out; i++) {
+        int64_t v;
+        o = s;
+        if (s.rank >= 0 && l.given)
+            o.d[a] = list_at(&l, i, &v) ? dim_of(v) : dim_unknown();
+        else if (s.rank >= 0 && split_equal(c, &s.d[a], n_out, i, &o.d[a]))
+            return GF_ERR_INVALID;
+        if (set_out_like(c, i, 0, &o))
+            return GF_ERR_INVALID;
+    }
+    return GF_OK;
+}
+
+/* Elements Slice takes from a dim of size n (ONNX clamping rules);
+ * *first: the first index taken. */
+static int64_t slice_count(int64_t n, int64_t start, int64_t end, int64_t step, int64_t *first)
+{
+    start = start < 0 ? start + n : start;
+    end = end < 0 ? end + n : end;
+    *first = 0;
+    if (n == 0)
+        return 0;
+    if (step > 0) {
+        start = start < 0 ? 0 : start > n ? n : start;
+        end = end < 0 ? 0 : end > n ? n : end;
+        *first = start;
+        return end > start ? (end - start - 1) / step + 1 : 0;
+    }
+    start = start < 0 ? 0 : start > n - 1 ? n - 1 : start;
+    end = end < -1 ? -1 : end > n - 1 ? n - 1 : end;
+    *first = start;
+    uint64_t ustep = (uint64_t)0 - (uint64_t)step;
+    return start > end ? (int64_t)((uint64_t)(start - end - 1) / ustep + 1) : 0;
+}
+
+/* One sliced axis: known count, the whole symbolic dim, or unknown. */
+static struct gf_dim slice_dim(const struct gf_dim *d, bool ok, int64_t start, int64_t end,
+                               int64_t step)
+{
+    int64_t first;
+    if (ok && known(d))
+        return dim_of(slice_count(d->value, start, end, step, &first));
+    if (ok && start == 0 && end == INT64_MAX && step == 1)
+        return *d;
+    return dim_unknown();
+}
+
+struct slice_args {
+    struct ilist starts, ends, axes, steps;
+};
+
+/* Slice's lists: inputs 1..4 (opset 10) or attributes starts/ends/axes. */
+static enum gf_status slice_args(struct ctx *c, struct slice_args *sa)
+{
+    const struct ilist *all[4] = {&sa->starts, &sa->ends, &sa->axes, &sa->steps};
+    if (int_list(c, 1, "starts", &sa->starts) || int_list(c, 2, "ends", &sa->ends) ||
+        int_list(c, 3, "axes", &sa->axes) || int_list(c, 4, NULL, &sa->steps))
+        return GF_ERR_INVALID;
+    if (!sa->starts.given || !sa->ends.given)
+        return fail(c, NULL, "missing starts or ends");
+    for (int i = 1; i < 4; i++)
+        if (all[i]->given && all[i]->len >= 0 && sa->starts.len >= 0 &&
+            all[i]->len != sa->starts.len)
+            return fail(c, NULL, "starts, ends, axes and steps differ in length");
+    return GF_OK;
+}
+
+static enum gf_status infer_slice(struct ctx *c)
+{
+    struct gf_value *x;
+    struct slice_args sa;
+    struct shape s, o;
+    bool seen[MAX_RANK] = {false};
+    if (need(c, 0, &x) || slice_args(c, &sa))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    o = s;
+    bool axes_known = !sa.axes.given || ilist_known(&sa.axes);
+    if (s.rank < 0 || sa.starts.len < 0 || !axes_known) {
+        shape_blank(&o, s.rank);
+        return set_out_like(c, 0, 0, &o);
+    }
+    for (size_t i = 0; i < (size_t)sa.starts.len; i++) {
+        int64_t axis = (int64_t)i, st = 0, en = 0, sp = 1;
+        int a = 0;
+        if (sa.axes.given)
+            list_at(&sa.axes, i, &axis);
+        if (norm_axis(c, x, axis, s.rank, &a))
+            return GF_ERR_INVALID;
+        if (seen[a])
+            return fail(c, x, "axis %lld sliced twice", (long long)axis);
+        seen[a] = true;
+        bool ok = list_at(&sa.starts, i, &st) && list_at(&sa.ends, i, &en);
+        if (sa.steps.given)
+            ok = list_at(&sa.steps, i, &sp) && ok;
+        if (ok && sp == 0)
+            return fail(c, in(c, 4), "step is zero");
+        o.d[a] = slice_dim(&s.d[a], ok, st, en, sp);
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* ---- indexing ------------------------------------------------------------ */
+
+/* Gather: data[:axis] + indices + data[axis+1:]. */
+static enum gf_status infer_gather(struct ctx *c)
+{
+    struct gf_value *x, *vi;
+    struct shape s, idx, o;
+    int64_t axis;
+    int a = 0;
+    if (need(c, 0, &x) || need(c, 1, &vi) || attr_int(c, "axis", 0, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_of(vi, &idx);
+    if (s.rank >= 0 && norm_axis(c, x, axis, s.rank, &a))
+        return GF_ERR_INVALID;
+    if (s.rank < 0 || idx.rank < 0) {
+        shape_blank(&o, s.rank >= 0 && idx.rank >= 0 ? s.rank - 1 + idx.rank : -1);
+        return set_out_like(c, 0, 0, &o);
+    }
+    if (s.rank - 1 + idx.rank > MAX_RANK)
+        return fail(c, vi, "output rank too large");
+    o.rank = 0;
+    for (int i = 0; i < a; i++)
+        o.d[o.rank++] = s.d[i];
+    for (int i = 0; i < idx.rank; i++)
+        o.d[o.rank++] = idx.d[i];
+    for (int i = a + 1; i < s.rank; i++)
+        o.d[o.rank++] = s.d[i];
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* GatherElements: the shape of the indices. */
+static enum gf_status infer_gather_elements(struct ctx *c)
+{
+    struct gf_value *x, *vi;
+    struct shape s, idx;
+    int64_t axis;
+    int a = 0;
+    if (need(c, 0, &x) || need(c, 1, &vi) || attr_int(c, "axis", 0, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_of(vi, &idx);
+    if (s.rank >= 0 && idx.rank >= 0 && s.rank != idx.rank)
+        return fail(c, vi, "rank %d differs from the data's %d", idx.rank, s.rank);
+    if (s.rank >= 0 && norm_axis(c, x, axis, s.rank, &a))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 0, 0, &idx);
+}
+
+/* GatherND: indices[:-1] + data[batch_dims + indices[-1]:]. */
+static enum gf_status infer_gather_nd(struct ctx *c)
+{
+    struct gf_value *x, *vi;
+    struct shape s, idx, o;
+    int64_t b;
+    if (need(c, 0, &x) || need(c, 1, &vi) || attr_int(c, "batch_dims", 0, &b))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_of(vi, &idx);
+    if (idx.rank == 0)
+        return fail(c, vi, "indices must have rank >= 1");
+    if (s.rank < 0 || idx.rank < 0 || !known(&idx.d[idx.rank - 1])) {
+        shape_unknown(&o);
+        return set_out_like(c, 0, 0, &o);
+    }
+    int64_t last = idx.d[idx.rank - 1].value;
+    if (b < 0 || b >= idx.rank || b >= s.rank || last > s.rank - b)
+        return fail(c, vi, "batch_dims %lld and index depth %lld do not fit data rank %d",
+                    (long long)b, (long long)last, s.rank);
+    o.rank = 0;
+    for (int i = 0; i < idx.rank - 1; i++)
+        o.d[o.rank++] = idx.d[i];
+    for (int i = (int)(b + last); i < s.rank && o.rank < MAX_RANK; i++)
+        o.d[o.rank++] = s.d[i];
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* ScatterND ScatterElements: the data's type and shape. */
+static enum gf_status infer_scatter(struct ctx *c)
+{
+    if (need_all(c, 3))
+        return GF_ERR_INVALID;
+    return infer_unary(c);
+}
+
+/* Expand: the input broadcast with the shape given as input 1. */
+static enum gf_status infer_expand(struct ctx *c)
+{
+    struct gf_value *x = in(c, 0);
+    struct ilist l;
+    struct shape s, t, o;
+    char b1[256], b2[256];
+    if (need_all(c, 2) || int_list(c, 1, NULL, &l))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (shape_from_list(c, in(c, 1), &l, &t))
+        return GF_ERR_INVALID;
+    if (!bcast_shapes(&s, &t, &o))
+        return fail(c, x, "cannot expand %s to %s", shape_str(&s, b1, sizeof(b1)),
+                    shape_str(&t, b2, sizeof(b2)));
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Tile: each dim times its repeat count. */
+static enum gf_status infer_tile(struct ctx *c)
+{
+    struct gf_value *x = in(c, 0);
+    struct ilist l;
+    struct shape s, o;
+    if (need_all(c, 2) || int_list(c, 1, NULL, &l))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank >= 0 && l.len >= 0 && l.len != s.rank)
+        return fail(c, in(c, 1), "%lld repeats for rank %d", (long long)l.len, s.rank);
+    shape_blank(&o, s.rank >= 0 ? s.rank : l.len);
+    for (int i = 0; s.rank >= 0 && i < s.rank; i++) {
+        int64_t r, p;
+        if (!list_at(&l, (size_t)i, &r))
+            continue;
+        if (r < 0)
+            return fail(c, in(c, 1), "negative repeat %lld", (long long)r);
+        if (r == 1 || (r == 0 && !known(&s.d[i])))
+            o.d[i] = r == 1 ? s.d[i] : dim_of(0);
+        else if (known(&s.d[i]) && !__builtin_mul_overflow(s.d[i].value, r, &p))
+            o.d[i] = dim_of(p);
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Pad: pads from input 1 (opset 11) or attribute "pads" ("paddings" in
+ * opset 1); axes from input 3 (opset 18). */
+static enum gf_status infer_pad(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist pads, axes;
+    struct shape s, o;
+    int64_t ax[MAX_RANK] = {0};
+    bool seen[MAX_RANK] = {false};
+    if (need(c, 0, &x) || int_list(c, 1, c->opset < 2 ? "paddings" : "pads", &pads) ||
+        int_list(c, 3, NULL, &axes))
+        return GF_ERR_INVALID;
+    if (!pads.given)
+        return fail(c, NULL, "missing pads");
+    shape_of(x, &s);
+    if (s.rank < 0 || (axes.given && !ilist_known(&axes))) {
+        shape_blank(&o, s.rank);
+        return set_out_like(c, 0, 0, &o);
+    }
+    int64_t n = axes.given ? axes.len : s.rank;
+    if (n > s.rank || (pads.len >= 0 && pads.len != 2 * n))
+        return fail(c, in(c, 1) ? in(c, 1) : x, "%lld pads for %lld axes", (long long)pads.len,
+                    (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        ax[i] = axes.given ? axes.s->e[i].v : i;
+    if (norm_axes(c, x, ax, (size_t)n, s.rank, seen))
+        return GF_ERR_INVALID;
+    o = s;
+    for (int64_t i = 0; i < n; i++) {
+        int a = (int)(ax[i] < 0 ? ax[i] + s.rank : ax[i]);
+        int64_t b, e, r;
+        if (!list_at(&pads, (size_t)i, &b) || !list_at(&pads, (size_t)(i + n), &e))
+            o.d[a] = dim_unknown();
+        else if (b == 0 && e == 0)
+            continue;
+        else if (!known(&s.d[a]) || __builtin_add_overflow(s.d[a].value, b, &r) ||
+                 __builtin_add_overflow(r, e, &r))
+            o.d[a] = dim_unknown();
+        else if (r < 0)
+            return fail(c, x, "pads make axis %d negative", a);
+        else
+            o.d[a] = dim_of(r);
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* OneHot: a new axis of size depth; values give the type. */
+static enum gf_status infer_one_hot(struct ctx *c)
+{
+    struct gf_value *vi;
+    struct ilist depth;
+    struct shape s, o;
+    int64_t axis, d;
+    int a = 0;
+    if (need_all(c, 3) || int_list(c, 1, NULL, &depth) || attr_int(c, "axis", -1, &axis))
+        return GF_ERR_INVALID;
+    vi = in(c, 0);
+    shape_of(vi, &s);
+    if (depth.len > 1)
+        return fail(c, in(c, 1), "depth must have one element");
+    if (s.rank < 0 || s.rank >= MAX_RANK) {
+        shape_unknown(&o);
+        return set_out_like(c, 0, 2, &o);
+    }
+    if (norm_axis(c, vi, axis, s.rank + 1, &a))
+        return GF_ERR_INVALID;
+    o.rank = s.rank + 1;
+    for (int i = 0, j = 0; i < o.rank; i++)
+        o.d[i] = i == a ? dim_unknown() : s.d[j++];
+    if (list_at(&depth, 0, &d) && d < 0)
+        return fail(c, in(c, 1), "negative depth %lld", (long long)d);
+    if (list_at(&depth, 0, &d))
+        o.d[a] = dim_of(d);
+    return set_out_like(c, 0, 2, &o);
+}
+
+/* ---- reductions ---------------------------------------------------------- */
+
+/* Removes (or with keepdims sets to 1) the dims flagged in `axes`. */
+static void reduce_shape(const struct shape *s, const bool *axes, bool keepdims, struct shape *o)
+{
+    o->rank = 0;
+    for (int i = 0; i < s->rank; i++) {
+        if (!axes[i])
+            o->d[o->rank++] = s->d[i];
+        else if (keepdims)
+            o->d[o->rank++] = dim_of(1);
+    }
+}
+
+/* ArgMax ArgMin: int64 indices along one axis. */
+static enum gf_status infer_arg(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s, o;
+    int64_t axis, keep;
+    bool flags[MAX_RANK] = {false};
+    int a = 0;
+    if (need(c, 0, &x) || attr_int(c, "axis", 0, &axis) || attr_int(c, "keepdims", 1, &keep))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_blank(&o, s.rank >= 0 && !keep ? s.rank - 1 : s.rank);
+    if (s.rank >= 0) {
+        if (norm_axis(c, x, axis, s.rank, &a))
+            return GF_ERR_INVALID;
+        flags[a] = true;
+        reduce_shape(&s, flags, keep != 0, &o);
+    }
+    return set_out(c, 0, GF_INT64, &o);
+}
+
+/* TopK: k from input 1 (opset 10) or attribute; values and int64 indices. */
+static enum gf_status infer_top_k(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist kl;
+    struct shape s, o;
+    int64_t axis, k;
+    int a = 0;
+    if (need(c, 0, &x) || attr_int(c, "axis", -1, &axis))
+        return GF_ERR_INVALID;
+    if (in(c, 1)) {
+        if (int_list(c, 1, NULL, &kl))
+            return GF_ERR_INVALID;
+    } else {
+        const struct gf_attr *ka = gf_node_attr(c->n, "k");
+        if (!ka)
+            return fail(c, NULL, "missing k");
+        if (attr_int(c, "k", 0, &k))
+            return GF_ERR_INVALID;
+        struct sval *one = sv_alloc(c, 1, 1);
+        if (!one)
+            return gf_error(GF_ERR_NOMEM, "out of memory in shape inference");
+        one->e[0] = elem_of(k);
+        kl = (struct ilist){.given = true, .len = 1, .s = one};
+    }
+    if (kl.len > 1)
+        return fail(c, in(c, 1), "k must have one element");
+    shape_of(x, &s);
+    o = s;
+    if (s.rank >= 0 && norm_axis(c, x, axis, s.rank, &a))
+        return GF_ERR_INVALID;
+    if (s.rank >= 0) {
+        if (!list_at(&kl, 0, &k))
+            o.d[a] = dim_unknown();
+        else if (k < 0 || (known(&s.d[a]) && k > s.d[a].value))
+            return fail(c, x, "k = %lld out of range for axis %d", (long long)k, a);
+        else
+            o.d[a] = dim_of(k);
+    }
+    if (set_out_like(c, 0, 0, &o))
+        return GF_ERR_INVALID;
+    return set_out(c, 1, GF_INT64, &o);
+}
+
+/* Reduce*: axes from input 1 (ReduceSum 13, the others 18) or attribute;
+ * keepdims; empty axes reduce all, or nothing with noop_with_empty_axes. */
+static enum gf_status infer_reduce(struct ctx *c)
+{
+    struct gf_value *x;
+    struct ilist l;
+    struct shape s, o;
+    int64_t keep, noop;
+    bool flags[MAX_RANK];
+    if (need(c, 0, &x) || int_list(c, 1, "axes", &l) || attr_int(c, "keepdims", 1, &keep) ||
+        attr_int(c, "noop_with_empty_axes", 0, &noop))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    bool empty = !l.given || l.len == 0;
+    if (empty && noop)
+        return set_out_like(c, 0, 0, &s);
+    if (empty && s.rank < 0 && !keep) {
+        shape_blank(&o, 0);
+        return set_out_like(c, 0, 0, &o);
+    }
+    if (s.rank < 0 || (!empty && !ilist_known(&l))) {
+        int64_t r = s.rank < 0 ? -1 : keep ? s.rank : l.len >= 0 ? s.rank - l.len : -1;
+        shape_blank(&o, r);
+        return set_out_like(c, 0, 0, &o);
+    }
+    if (empty)
+        for (int i = 0; i < s.rank; i++)
+            flags[i] = true;
+    else if (list_axes(c, x, &l, s.rank, flags))
+        return GF_ERR_INVALID;
+    reduce_shape(&s, flags, keep != 0, &o);
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* ---- softmax, normalization, losses -------------------------------------- */
+
+/* Softmax LogSoftmax Hardmax: same shape; the axis must be valid. */
+static enum gf_status infer_softmax(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    int64_t axis;
+    int a = 0;
+    if (need(c, 0, &x) || attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank > 0 && norm_axis(c, x, axis, s.rank, &a))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 0, 0, &s);
+}
+
+/* LayerNormalization: Y like X; Mean and InvStdDev of type stash_type,
+ * X's shape with the normalized dims set to 1. */
+static enum gf_status infer_layer_norm(struct ctx *c)
+{
+    struct gf_value *x, *scale;
+    struct shape s, o;
+    int64_t axis, stash;
+    bool flags[MAX_RANK] = {false};
+    int a = 0;
+    if (need(c, 0, &x) || need(c, 1, &scale) || attr_int(c, "axis", -1, &axis) ||
+        attr_int(c, "stash_type", GF_FLOAT, &stash))
+        return GF_ERR_INVALID;
+    if (stash <= GF_UNDEFINED || stash >= GF_DTYPE_COUNT)
+        return fail(c, NULL, "bad stash_type %lld", (long long)stash);
+    shape_of(x, &s);
+    if (set_out_like(c, 0, 0, &s))
+        return GF_ERR_INVALID;
+    shape_unknown(&o);
+    if (s.rank >= 0) {
+        if (norm_axis(c, x, axis, s.rank, &a))
+            return GF_ERR_INVALID;
+        for (int i = a; i < s.rank; i++)
+            flags[i] = true;
+        reduce_shape(&s, flags, true, &o);
+    }
+    if (set_out(c, 1, (enum gf_dtype)stash, &o))
+        return GF_ERR_INVALID;
+    return set_out(c, 2, (enum gf_dtype)stash, &o);
+}
+
+/* SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss: scores [N,C,d...],
+ * labels [N,d...]; the loss is [N,d...] with reduction "none", else a
+ * scalar; SCE's second output (log_prob) is shaped like the scores. */
+static enum gf_status infer_loss(struct ctx *c)
+{
+    struct gf_value *x, *t;
+    struct shape s, l, o;
+    char red[16];
+    char b1[256], b2[256];
+    if (need(c, 0, &x) || need(c, 1, &t) || attr_str(c, "reduction", "mean", red, sizeof(red)))
+        return GF_ERR_INVALID;
+    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
+        return fail(c, NULL, "bad reduction '%s'", red);
+    shape_of(x, &s);
+    shape_of(t, &l);
+    if (s.rank >= 0 && s.rank < 2)
+        return fail(c, x, "rank %d, expected at least 2", s.rank);
+    o = l;
+    if (s.rank >= 0 && l.rank >= 0 && l.rank != s.rank - 1)
+        return fail(c, t, "labels %s do not fit scores %s", shape_str(&l, b1, sizeof(b1)),
+                    shape_str(&s, b2, sizeof(b2)));
+    for (int i = 0; s.rank >= 0 && i < s.rank - 1; i++) {
+        const struct gf_dim *d = &s.d[i ? i + 1 : 0];
+        if (o.rank < 0)
+            o.d[i] = *d;
+        else if (!unify_dim(&l.d[i], d, &o.d[i]))
+            return fail(c, t, "labels %s do not fit scores %s", shape_str(&l, b1, sizeof(b1)),
+                        shape_str(&s, b2, sizeof(b2)));
+    }
+    if (o.rank < 0 && s.rank >= 0)
+        o.rank = s.rank - 1;
+    if (strcmp(red, "none") != 0)
+        o.rank = 0;
+    if (set_out_like(c, 0, 0, &o))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 1, 0, &s);
+}
+
+/* ---- shape value propagation --------------------------------------------- */
+
+typedef enum gf_status (*sv_fn)(struct ctx *c);
+
+static enum gf_status sv_constant(struct ctx *c)
+{
+    const struct gf_attr *a = constant_attr(c->n);
+    struct sval *s = NULL;
+    if (!a)
+        return GF_OK;
+    if (a->type == GF_ATTR_TENSOR && strcmp(a->name, "value") == 0) {
+        s = sv_from_tensor(c, a->t);
+    } else if (a->type == GF_ATTR_INT && strcmp(a->name, "value_int") == 0) {
+        if ((s = sv_alloc(c, 0, 1)))
+            s->e[0] = elem_of(a->i);
+    } else if (a->type == GF_ATTR_INTS && strcmp(a->name, "value_ints") == 0 && a->ints &&
+               a->n <= MAX_SV && (s = sv_alloc(c, 1, a->n))) {
+        for (size_t i = 0; i < a->n; i++)
+            s->e[i] = elem_of(a->ints[i]);
+    }
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static enum gf_status sv_shape(struct ctx *c)
+{
+    struct shape x;
+    struct sval *s;
+    int b, e;
+    shape_of(in(c, 0), &x);
+    if (x.rank < 0 || shape_range(c, x.rank, &b, &e) || !(s = sv_alloc(c, 1, (size_t)(e - b))))
+        return GF_OK;
+    for (int i = b; i < e; i++)
+        s->e[i - b] = elem_from_dim(&x.d[i]);
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static enum gf_status sv_size(struct ctx *c)
+{
+    struct shape x;
+    struct sval *s;
+    shape_of(in(c, 0), &x);
+    if (x.rank < 0 || !(s = sv_alloc(c, 0, 1)))
+        return GF_OK;
+    struct gf_dim d = dims_product(x.d, x.rank);
+    s->e[0] = elem_from_dim(&d);
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+/* A copy of input 0's value with `rank` (0 needs exactly one element). */
+static void sv_copy_rank(struct ctx *c, int rank)
+{
+    const struct sval *x = sv_get(c, in(c, 0));
+    struct sval *s;
+    if (!x || rank < 0 || rank > 1 || (rank == 0 && x->n != 1) || !(s = sv_alloc(c, rank, x->n)))
+        return;
+    memcpy(s->e, x->e, x->n * sizeof(struct elem));
+    sv_put(c, out(c, 0), s);
+}
+
+/* Identity Reshape Squeeze Unsqueeze Flatten: the values are unchanged. */
+static enum gf_status sv_reshape(struct ctx *c)
+{
+    struct shape o;
+    shape_of(out(c, 0), &o);
+    sv_copy_rank(c, o.rank);
+    return GF_OK;
+}
+
+/* Cast CastLike to an integer or floating type keep integral values. */
+static enum gf_status sv_cast(struct ctx *c)
+{
+    enum gf_dtype t = dtype_of(out(c, 0));
+    if (is_int_dtype(t) || is_float_dtype(t))
+        return sv_reshape(c);
+    return GF_OK;
+}
+
+static enum gf_status sv_gather(struct ctx *c)
+{
+    const struct sval *x = sv_get(c, in(c, 0)), *idx = sv_get(c, in(c, 1));
+    int64_t axis;
+    struct sval *s;
+    if (!x || x->rank != 1 || !sv_all_known(idx) || attr_int(c, "axis", 0, &axis) ||
+        (axis != 0 && axis != -1) || !(s = sv_alloc(c, idx->rank, idx->n)))
+        return GF_OK;
+    for (size_t i = 0; i < idx->n; i++) {
+        int64_t k = idx->e[i].v < 0 ? idx->e[i].v + (int64_t)x->n : idx->e[i].v;
+        if (k < 0 || k >= (int64_t)x->n)
+            return fail(c, in(c, 1), "index %lld out of range for %zu elements",
+                        (long long)idx->e[i].v, x->n);
+        s->e[i] = x->e[k];
+    }
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static enum gf_status sv_concat(struct ctx *c)
+{
+    size_t total = 0, k = 0;
+    struct sval *s;
+    for (size_t i = 0; i < c->n->n_inputs; i++) {
+        const struct sval *x = sv_get(c, in(c, i));
+        if (!x || x->rank != 1)
+            return GF_OK;
+        total += x->n;
+    }
+    if (total > MAX_SV || !(s = sv_alloc(c, 1, total)))
+        return GF_OK;
+    for (size_t i = 0; i < c->n->n_inputs; i++) {
+        const struct sval *x = sv_get(c, in(c, i));
+        memcpy(s->e + k, x->e, x->n * sizeof(struct elem));
+        k += x->n;
+    }
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+/* Slice of a 1-D value along axis 0. */
+static enum gf_status sv_slice(struct ctx *c)
+{
+    const struct sval *x = sv_get(c, in(c, 0));
+    struct slice_args sa;
+    int64_t st, en, sp = 1, ax = 0, first;
+    struct sval *s;
+    if (!x || x->rank != 1 || slice_args(c, &sa) || sa.starts.len != 1 ||
+        !list_at(&sa.starts, 0, &st) || !list_at(&sa.ends, 0, &en) ||
+        (sa.steps.given && !list_at(&sa.steps, 0, &sp)) ||
+        (sa.axes.given && !list_at(&sa.axes, 0, &ax)) || (ax != 0 && ax != -1) || sp == 0)
+        return GF_OK;
+    int64_t n = slice_count((int64_t)x->n, st, en, sp, &first);
+    if (!(s = sv_alloc(c, 1, (size_t)n)))
+        return GF_OK;
+    for (int64_t i = 0; i < n; i++)
+        s->e[i] = x->e[first + i * sp];
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static bool same_elem(const struct elem *a, const struct elem *b)
+{
+    if (a->known || b->known)
+        return a->known && b->known && a->v == b->v;
+    return a->sym && b->sym && strcmp(a->sym, b->sym) == 0;
+}
+
+/* Python-style modulo (Mod with fmod=0); false on a zero divisor. */
+static bool int_mod(int64_t a, int64_t b, bool fmod_, int64_t *r)
+{
+    if (b == 0 || (a == INT64_MIN && b == -1))
+        return false;
+    *r = a % b;
+    if (!fmod_ && *r != 0 && ((*r < 0) != (b < 0)))
+        *r += b;
+    return true;
+}
+
+/* a op b on known values; false when not representable. */
+static bool known_binop(enum gf_op op, int64_t a, int64_t b, bool exact, bool fmod_,
+                        int64_t *r)
+{
+    switch (op) {
+    case GF_OP_ADD: return !__builtin_add_overflow(a, b, r);
+    case GF_OP_SUB: return !__builtin_sub_overflow(a, b, r);
+    case GF_OP_MUL: return !__builtin_mul_overflow(a, b, r);
+    case GF_OP_DIV:
+        if (b == 0 || (a == INT64_MIN && b == -1) || (exact && a % b))
+            return false;
+        return *r = a / b, true;
+    case GF_OP_MOD: return int_mod(a, b, fmod_, r);
+    case GF_OP_MAX: return *r = a > b ? a : b, true;
+    case GF_OP_MIN: return *r = a < b ? a : b, true;
+    case GF_OP_EQUAL: return *r = a == b, true;
+    case GF_OP_LESS: return *r = a < b, true;
+    case GF_OP_LESS_OR_EQUAL: return *r = a <= b, true;
+    case GF_OP_GREATER: return *r = a > b, true;
+    case GF_OP_GREATER_OR_EQUAL: return *r = a >= b, true;
+    default: return false;
+    }
+}
+
+/* a op b where a or b is symbolic: the identities that keep a symbol
+ * (x*1, x+0, x-0, x/1, x-x, x==x) and dims compared with negatives. */
+static struct elem sym_binop(enum gf_op op, const struct elem *a, const struct elem *b)
+{
+    struct elem unknown = {0};
+    bool bk = b->known, ak = a->known;
+    if (same_elem(a, b))
+        return op == GF_OP_SUB ? elem_of(0) : op == GF_OP_EQUAL ? elem_of(1) :
+               op == GF_OP_MAX || op == GF_OP_MIN ? *a : unknown;
+    if (op == GF_OP_EQUAL && ((ak && a->v < 0) || (bk && b->v < 0)))
+        return elem_of(0); /* a dim is never negative */
+    if ((op == GF_OP_MUL && bk && b->v == 1) || ((op == GF_OP_ADD || op == GF_OP_SUB) &&
+        bk && b->v == 0) || (op == GF_OP_DIV && bk && b->v == 1))
+        return *a;
+    if ((op == GF_OP_MUL && ak && a->v == 1) || (op == GF_OP_ADD && ak && a->v == 0))
+        return *b;
+    if (op == GF_OP_MUL && ((ak && a->v == 0) || (bk && b->v == 0)))
+        return elem_of(0);
+    return unknown;
+}
+
+/* Elementwise arithmetic and comparisons on values of rank <= 1. */
+static enum gf_status sv_binary(struct ctx *c)
+{
+    const struct sval *a = sv_get(c, in(c, 0)), *b = sv_get(c, in(c, 1));
+    enum gf_op op = c->n->op;
+    int64_t fmod_ = 0;
+    struct sval *s;
+    if (!a || !b || c->n->n_inputs != 2 || (a->n != b->n && a->n != 1 && b->n != 1))
+        return GF_OK;
+    if (op == GF_OP_MOD && attr_int(c, "fmod", 0, &fmod_))
+        return GF_OK;
+    size_t n = a->n > b->n ? a->n : b->n;
+    if (a->n == 0 || b->n == 0)
+        n = 0;
+    if (!(s = sv_alloc(c, a->rank > b->rank ? a->rank : b->rank, n)))
+        return GF_OK;
+    bool exact = is_float_dtype(dtype_of(out(c, 0))) || is_float_dtype(dtype_of(in(c, 0)));
+    for (size_t i = 0; i < n; i++) {
+        const struct elem *x = &a->e[a->n == 1 ? 0 : i], *y = &b->e[b->n == 1 ? 0 : i];
+        int64_t r;
+        if (x->known && y->known)
+            s->e[i] = known_binop(op, x->v, y->v, exact, fmod_ != 0, &r) ? elem_of(r) :
+                      (struct elem){0};
+        else
+            s->e[i] = sym_binop(op, x, y);
+    }
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static enum gf_status sv_neg(struct ctx *c)
+{
+    const struct sval *x = sv_get(c, in(c, 0));
+    struct sval *s;
+    if (!x || !(s = sv_alloc(c, x->rank, x->n)))
+        return GF_OK;
+    for (size_t i = 0; i < x->n; i++)
+        if (x->e[i].known && x->e[i].v != INT64_MIN)
+            s->e[i] = elem_of(-x->e[i].v);
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+/* Where on values: known conditions pick; equal branches need none. */
+static enum gf_status sv_where(struct ctx *c)
+{
+    const struct sval *v[3];
+    size_t n = 1;
+    int rank = 0;
+    struct sval *s;
+    for (int i = 0; i < 3; i++) {
+        if (!(v[i] = sv_get(c, in(c, (size_t)i))))
+            return GF_OK;
+        if (v[i]->n != 1 && n != 1 && v[i]->n != n)
+            return GF_OK;
+        n = v[i]->n != 1 ? v[i]->n : n;
+        rank = v[i]->rank > rank ? v[i]->rank : rank;
+    }
+    if (!(s = sv_alloc(c, rank, n)))
+        return GF_OK;
+    for (size_t i = 0; i < n; i++) {
+        const struct elem *e[3];
+        for (int k = 0; k < 3; k++)
+            e[k] = &v[k]->e[v[k]->n == 1 ? 0 : i];
+        if (e[0]->known)
+            s->e[i] = *e[e[0]->v ? 1 : 2];
+        else if (same_elem(e[1], e[2]))
+            s->e[i] = *e[1];
+    }
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static enum gf_status sv_range(struct ctx *c)
+{
+    const struct sval *v[3];
+    struct sval *s;
+    for (int i = 0; i < 3; i++)
+        if (!(v[i] = sv_get(c, in(c, (size_t)i))) || v[i]->n != 1 || !v[i]->e[0].known)
+            return GF_OK;
+    int64_t start = v[0]->e[0].v, delta = v[2]->e[0].v;
+    struct shape o;
+    shape_of(out(c, 0), &o);
+    if (!is_int_dtype(dtype_of(out(c, 0))) || o.rank != 1 || !known(&o.d[0]) ||
+        o.d[0].value > MAX_SV || !(s = sv_alloc(c, 1, (size_t)o.d[0].value)))
+        return GF_OK;
+    for (size_t i = 0; i < s->n; i++)
+        s->e[i] = elem_of(start + (int64_t)i * delta);
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+static enum gf_status sv_constant_of_shape(struct ctx *c)
+{
+    const struct sval *x = sv_get(c, in(c, 0));
+    const struct gf_attr *a = gf_node_attr(c->n, "value");
+    struct elem e = elem_of(0);
+    struct sval *s;
+    if (a && a->type == GF_ATTR_TENSOR) {
+        const struct sval *v = sv_from_tensor(c, a->t);
+        if (!v || v->n != 1)
+            return GF_OK;
+        e = v->e[0];
+    }
+    if (!sv_all_known(x) || x->n != 1 || x->e[0].v > MAX_SV || x->e[0].v < 0 ||
+        !(s = sv_alloc(c, 1, (size_t)x->e[0].v)))
+        return GF_OK;
+    for (size_t i = 0; i < s->n; i++)
+        s->e[i] = e;
+    sv_put(c, out(c, 0), s);
+    return GF_OK;
+}
+
+/* ---- tables -------------------------------------------------------------- */
+
+static const infer_fn infer_table[GF_OP_COUNT] = {
+    [GF_OP_ADD] = infer_arith, [GF_OP_SUB] = infer_arith, [GF_OP_MUL] = infer_arith,
+    [GF_OP_DIV] = infer_arith, [GF_OP_MOD] = infer_arith, [GF_OP_POW] = infer_pow,
+    [GF_OP_AND] = infer_compare, [GF_OP_OR] = infer_compare, [GF_OP_XOR] = infer_compare,
+    [GF_OP_EQUAL] = infer_compare, [GF_OP_LESS] = infer_compare,
+    [GF_OP_LESS_OR_EQUAL] = infer_compare, [GF_OP_GREATER] = infer_compare,
+    [GF_OP_GREATER_OR_EQUAL] = infer_compare,
+
+    [GF_OP_SQRT] = infer_unary, [GF_OP_RECIPROCAL] = infer_unary, [GF_OP_NEG] = infer_unary,
+    [GF_OP_ABS] = infer_unary, [GF_OP_EXP] = infer_unary, [GF_OP_LOG] = infer_unary,
+    [GF_OP_SIN] = infer_unary, [GF_OP_COS] = infer_unary, [GF_OP_TANH] = infer_unary,
+    [GF_OP_SIGMOID] = infer_unary, [GF_OP_RELU] = infer_unary,
+    [GF_OP_LEAKY_RELU] = infer_unary, [GF_OP_ELU] = infer_unary, [GF_OP_SELU] = infer_unary,
+    [GF_OP_SOFTPLUS] = infer_unary, [GF_OP_SOFTSIGN] = infer_unary,
+    [GF_OP_HARD_SIGMOID] = infer_unary, [GF_OP_HARD_SWISH] = infer_unary,
+    [GF_OP_ERF] = infer_unary, [GF_OP_GELU] = infer_unary, [GF_OP_FLOOR] = infer_unary,
+    [GF_OP_CEIL] = infer_unary, [GF_OP_ROUND] = infer_unary, [GF_OP_SIGN] = infer_unary,
+    [GF_OP_CLIP] = infer_unary, [GF_OP_NOT] = infer_unary_bool,
+    [GF_OP_IS_NAN] = infer_unary_bool, [GF_OP_IS_INF] = infer_unary_bool,
+
+    [GF_OP_MAX] = infer_variadic, [GF_OP_MIN] = infer_variadic,
+    [GF_OP_MEAN] = infer_variadic, [GF_OP_SUM] = infer_variadic, [GF_OP_WHERE] = infer_where,
+
+    [GF_OP_CAST] = infer_cast, [GF_OP_CAST_LIKE] = infer_cast_like,
+    [GF_OP_IDENTITY] = infer_identity, [GF_OP_DROPOUT] = infer_dropout,
+    [GF_OP_CONSTANT] = infer_constant, [GF_OP_CONSTANT_OF_SHAPE] = infer_constant_of_shape,
+    [GF_OP_SHAPE] = infer_shape, [GF_OP_SIZE] = infer_size, [GF_OP_RANGE] = infer_range,
+
+    [GF_OP_MATMUL] = infer_matmul, [GF_OP_GEMM] = infer_gemm, [GF_OP_EINSUM] = infer_einsum,
+
+    [GF_OP_TRANSPOSE] = infer_transpose, [GF_OP_RESHAPE] = infer_reshape,
+    [GF_OP_FLATTEN] = infer_flatten, [GF_OP_SQUEEZE] = infer_squeeze,
+    [GF_OP_UNSQUEEZE] = infer_unsqueeze, [GF_OP_CONCAT] = infer_concat,
+    [GF_OP_SPLIT] = infer_split, [GF_OP_SLICE] = infer_slice, [GF_OP_GATHER] = infer_gather,
+    [GF_OP_GATHER_ELEMENTS] = infer_gather_elements, [GF_OP_GATHER_ND] = infer_gather_nd,
+    [GF_OP_SCATTER_ND] = infer_scatter, [GF_OP_SCATTER_ELEMENTS] = infer_scatter,
+    [GF_OP_EXPAND] = infer_expand, [GF_OP_TILE] = infer_tile, [GF_OP_PAD] = infer_pad,
+    [GF_OP_TRILU] = infer_unary, [GF_OP_CUM_SUM] = infer_unary,
+    [GF_OP_ONE_HOT] = infer_one_hot, [GF_OP_ARG_MAX] = infer_arg, [GF_OP_ARG_MIN] = infer_arg,
+    [GF_OP_TOP_K] = infer_top_k,
+
+    [GF_OP_REDUCE_MEAN] = infer_reduce, [GF_OP_REDUCE_SUM] = infer_reduce,
+    [GF_OP_REDUCE_MAX] = infer_reduce, [GF_OP_REDUCE_MIN] = infer_reduce,
+    [GF_OP_REDUCE_PROD] = infer_reduce, [GF_OP_REDUCE_L1] = infer_reduce,
+    [GF_OP_REDUCE_L2] = infer_reduce, [GF_OP_REDUCE_SUM_SQUARE] = infer_reduce,
+    [GF_OP_REDUCE_LOG_SUM_EXP] = infer_reduce,
+
+    [GF_OP_SOFTMAX] = infer_softmax, [GF_OP_LOG_SOFTMAX] = infer_softmax,
+    [GF_OP_HARDMAX] = infer_softmax, [GF_OP_LAYER_NORMALIZATION] = infer_layer_norm,
+    [GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS] = infer_loss,
+    [GF_OP_NEGATIVE_LOG_LIKELIHOOD_LOSS] = infer_loss,
+};
+
+/* Ops whose output values (not just shapes) are tracked. */
+static const sv_fn sv_table[GF_OP_COUNT] = {
+    [GF_OP_CONSTANT] = sv_constant, [GF_OP_SHAPE] = sv_shape, [GF_OP_SIZE] = sv_size,
+    [GF_OP_IDENTITY] = sv_reshape, [GF_OP_RESHAPE] = sv_reshape,
+    [GF_OP_SQUEEZE] = sv_reshape, [GF_OP_UNSQUEEZE] = sv_reshape,
+    [GF_OP_FLATTEN] = sv_reshape, [GF_OP_CAST] = sv_cast, [GF_OP_CAST_LIKE] = sv_cast,
+    [GF_OP_GATHER] = sv_gather, [GF_OP_CONCAT] = sv_concat, [GF_OP_SLICE] = sv_slice,
+    [GF_OP_ADD] = sv_binary, [GF_OP_SUB] = sv_binary, [GF_OP_MUL] = sv_binary,
+    [GF_OP_DIV] = sv_binary, [GF_OP_MOD] = sv_binary, [GF_OP_MAX] = sv_binary,
+    [GF_OP_MIN] = sv_binary, [GF_OP_EQUAL] = sv_binary, [GF_OP_LESS] = sv_binary,
+    [GF_OP_LESS_OR_EQUAL] = sv_binary, [GF_OP_GREATER] = sv_binary,
+    [GF_OP_GREATER_OR_EQUAL] = sv_binary, [GF_OP_WHERE] = sv_where, [GF_OP_NEG] = sv_neg,
+    [GF_OP_RANGE] = sv_range, [GF_OP_CONSTANT_OF_SHAPE] = sv_constant_of_shape,
+};
+
+/* ---- driver -------------------------------------------------------------- */
+
+static enum gf_status infer_graph(struct ctx *c, struct gf_graph *g);
+
+/* Subgraphs (If / Loop / Scan bodies ...) of node n, whatever its op. */
+static enum gf_status infer_subgraphs(struct ctx *c, struct gf_node *n)
+{
+    for (size_t i = 0; i < n->n_attrs; i++) {
+        const struct gf_attr *a = &n->attrs[i];
+        if (a->type == GF_ATTR_GRAPH && a->g && infer_graph(c, a->g))
+            return GF_ERR_INVALID;
+        for (size_t k = 0; a->type == GF_ATTR_GRAPHS && a->graphs && k < a->n; k++)
+            if (a->graphs[k] && infer_graph(c, a->graphs[k]))
+                return GF_ERR_INVALID;
+    }
+    return GF_OK;
+}
+
+static enum gf_status infer_node(struct ctx *c, struct gf_node *n)
+{
+    if (infer_subgraphs(c, n))
+        return GF_ERR_INVALID;
+    c->n = n;
+    if (n->op <= GF_OP_UNKNOWN || n->op >= GF_OP_COUNT || !infer_table[n->op])
+        return GF_OK;
+    enum gf_status st = infer_table[n->op](c);
+    if (st == GF_OK && sv_table[n->op])
+        st = sv_table[n->op](c);
+    return st;
+}
+
+static enum gf_status infer_graph(struct ctx *c, struct gf_graph *g)
+{
+    struct scope sc = {.g = g, .n = g->n_values, .parent = c->sc};
+    struct gf_node *saved = c->n;
+    enum gf_status st = GF_OK;
+    if (sc.n && !(sc.sv = calloc(sc.n, sizeof(*sc.sv))))
+        return gf_error(GF_ERR_NOMEM, "out of memory in shape inference");
+    c->sc = &sc;
+    for (struct gf_node *n = g->first; n && st == GF_OK; n = n->next)
+        st = infer_node(c, n);
+    c->sc = sc.parent;
+    c->n = saved;
+    for (size_t i = 0; i < sc.n; i++)
+        free(sc.sv[i]);
+    free(sc.sv);
+    return st;
+}
+
+enum gf_status gf_graph_infer_shapes(struct gf_graph *g)
+{
+    if (!g)
+        return gf_error(GF_ERR_ARG, "gf_graph_infer_shapes: no graph");
+    struct ctx c = {.opset = g->model ? gf_model_opset(g->model, "") : 0};
+    if (c.opset <= 0)
+        c.opset = LATEST_OPSET;
+    enum gf_status st = infer_graph(&c, g);
+    while (c.extra) {
+        struct sval *next = c.extra->next;
+        free(c.extra);
+        c.extra = next;
+    }
+    return st;
+}
