@@ -10,6 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <math.h>
+#include <sys/stat.h>
+
+#include "gf_exec.h"
 #include "gf_graph.h"
 
 enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
@@ -303,6 +308,395 @@ static int cmd_convert(int argc, char **argv)
     return st == GF_OK ? 0 : fail(st);
 }
 
+/* ---- run ------------------------------------------------------------------- */
+
+static bool parse_size(const char *s, size_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    double mul = 1;
+    if (*end == 'k' || *end == 'K')
+        mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1024.0 * 1024, end++;
+    else if (*end == 'g' || *end == 'G')
+        mul = 1024.0 * 1024 * 1024, end++;
+    if (*end || v < 0 || end == s)
+        return false;
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+/* Parses the options shared by run and test; returns -1 when `a` is not one,
+ * else the number of arguments consumed (1 or 2), or -2 on a bad value. */
+static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
+{
+    const char *a = argv[i];
+    if (strcmp(a, "--profile") == 0) {
+        o->profile = true;
+        return 1;
+    }
+    if (strcmp(a, "--backend") != 0 && strcmp(a, "--threads") != 0 &&
+        strcmp(a, "--max-memory") != 0)
+        return -1;
+    if (i + 1 >= argc) {
+        usage_error("%s needs a value", a);
+        return -2;
+    }
+    const char *v = argv[i + 1];
+    if (strcmp(a, "--backend") == 0) {
+        o->backend = v;
+    } else if (strcmp(a, "--threads") == 0) {
+        o->n_threads = atoi(v);
+        if (o->n_threads <= 0) {
+            usage_error("bad thread count '%s'", v);
+            return -2;
+        }
+    } else if (!parse_size(v, &o->max_memory)) {
+        usage_error("bad memory size '%s' (e.g. 512M)", v);
+        return -2;
+    }
+    return 2;
+}
+
+/* Fills a tensor with reproducible values suited to its type. */
+static void fill_random(struct gf_tensor *t, unsigned *seed)
+{
+    for (size_t i = 0; i < t->nelem; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        unsigned r = (*seed >> 8) & 0xffff;
+        double f = (double)r / 65535.0 * 2 - 1;
+        uint8_t *p = (uint8_t *)t->data;
+        switch (t->dtype) {
+        case GF_FLOAT: { float x = (float)f; memcpy(p + 4 * i, &x, 4); break; }
+        case GF_DOUBLE: memcpy(p + 8 * i, &f, 8); break;
+        case GF_INT64: { int64_t x = r % 16; memcpy(p + 8 * i, &x, 8); break; }
+        case GF_INT32: { int32_t x = (int32_t)(r % 16); memcpy(p + 4 * i, &x, 4); break; }
+        case GF_BOOL: p[i] = r & 1; break;
+        default: memset(p + gf_dtype_size(t->dtype) * i, 0, gf_dtype_size(t->dtype)); break;
+        }
+    }
+}
+
+static void print_tensor_summary(const struct gf_tensor *t)
+{
+    printf("  %s: %s[", t->name, gf_dtype_name(t->dtype));
+    for (int d = 0; d < t->rank; d++)
+        printf("%s%lld", d ? "," : "", (long long)t->dims[d]);
+    printf("]");
+    for (size_t i = 0; i < t->nelem && i < 6; i++)
+        printf("%s%.6g", i ? " " : " = ", gf_tensor_get_f64(t, i));
+    printf("%s\n", t->nelem > 6 ? " ..." : "");
+}
+
+static int write_outputs(const char *dir, struct gf_tensor **outs, size_t n)
+{
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "graphfuse: %s: cannot create folder: %s\n", dir, strerror(errno));
+        return EXIT_INPUT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/output_%zu.pb", dir, i);
+        enum gf_status st = gf_tensor_save(outs[i], path);
+        if (st != GF_OK)
+            return fail(st);
+    }
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    const char *path = NULL, *outdir = NULL;
+    const char *in_specs[64];
+    int n_specs = 0;
+    bool random_inputs = false;
+    struct gf_exec_opts o = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int used = exec_option(argc, argv, i, &o);
+        if (used == -2)
+            return EXIT_INPUT;
+        if (used > 0) {
+            i += used - 1;
+        } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
+            if (++i == argc || !strchr(argv[i], '='))
+                return usage_error("run: %s needs NAME=FILE.pb", a);
+            if (n_specs == 64)
+                return usage_error("run: too many inputs%s", "");
+            in_specs[n_specs++] = argv[i];
+        } else if (strcmp(a, "--random-inputs") == 0) {
+            random_inputs = true;
+        } else if (strcmp(a, "--output-dir") == 0) {
+            if (++i == argc)
+                return usage_error("run: %s needs a folder", a);
+            outdir = argv[i];
+        } else if (a[0] == '-' && a[1]) {
+            return usage_error("run: unknown option '%s'", a);
+        } else if (path) {
+            return usage_error("run: more than one model given ('%s')", a);
+        } else {
+            path = a;
+        }
+    }
+    if (!path)
+        return usage_error("run: no model given%s", "");
+    struct gf_model *m;
+    enum gf_status st = gf_model_load(path, NULL, &m);
+    if (st != GF_OK)
+        return fail(st);
+    struct gf_session *s = NULL;
+    int rc = 0;
+    if ((st = gf_session_new(m, &o, &s)) != GF_OK) {
+        rc = fail(st);
+        goto out;
+    }
+    size_t n_in = gf_session_input_count(s);
+    struct gf_tensor *in[256] = {0};
+    if (n_in > 256) {
+        rc = usage_error("run: model has too many inputs%s", "");
+        goto out;
+    }
+    for (int k = 0; k < n_specs; k++) {
+        const char *eq = strchr(in_specs[k], '=');
+        size_t i;
+        for (i = 0; i < n_in; i++) {
+            const char *name = gf_session_input(s, i)->name;
+            if (strlen(name) == (size_t)(eq - in_specs[k]) &&
+                strncmp(name, in_specs[k], (size_t)(eq - in_specs[k])) == 0)
+                break;
+        }
+        if (i == n_in) {
+            fprintf(stderr, "graphfuse: %s: the model has no input named '%.*s'\n", path,
+                    (int)(eq - in_specs[k]), in_specs[k]);
+            rc = EXIT_INPUT;
+            goto out;
+        }
+        if ((st = gf_tensor_load(m, eq + 1, &in[i])) != GF_OK) {
+            rc = fail(st);
+            goto out;
+        }
+    }
+    unsigned seed = 1234;
+    for (size_t i = 0; i < n_in; i++) {
+        if (in[i])
+            continue;
+        const struct gf_value *v = gf_session_input(s, i);
+        if (!random_inputs) {
+            fprintf(stderr, "graphfuse: %s: input '%s' is missing (give --input %s=FILE.pb "
+                    "or --random-inputs)\n", path, v->name, v->name);
+            rc = EXIT_INPUT;
+            goto out;
+        }
+        int64_t dims[64];
+        int rank = v->type.rank < 0 ? 0 : v->type.rank > 64 ? 64 : v->type.rank;
+        for (int d = 0; d < rank; d++) /* symbolic dims: 1 */
+            dims[d] = v->type.dims[d].value >= 0 ? v->type.dims[d].value : 1;
+        enum gf_dtype dt = v->type.dtype == GF_UNDEFINED ? GF_FLOAT : v->type.dtype;
+        if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, dims, NULL))) {
+            rc = fail(GF_ERR_NOMEM);
+            goto out;
+        }
+        fill_random(in[i], &seed);
+    }
+    struct gf_tensor **outs;
+    size_t n_out;
+    if ((st = gf_session_run(s, n_in, in, &outs, &n_out)) != GF_OK) {
+        gf_error_prefix(path);
+        rc = fail(st);
+        goto out;
+    }
+    printf("outputs:\n");
+    for (size_t i = 0; i < n_out; i++)
+        print_tensor_summary(outs[i]);
+    if (o.profile)
+        gf_session_print_profile(s, stdout);
+    if (outdir)
+        rc = write_outputs(outdir, outs, n_out);
+out:
+    gf_session_free(s);
+    gf_model_free(m);
+    return rc;
+}
+
+/* ---- test ------------------------------------------------------------------ */
+
+struct op_tally {
+    char op[64];
+    int pass, fail, unsupported;
+};
+
+struct test_totals {
+    int pass, fail, unsupported;
+    struct op_tally ops[256];
+    int n_ops;
+};
+
+static void tally(struct test_totals *t, const struct gf_model *m, int result)
+{
+    for (const struct gf_node *n = m->graph->first; n; n = n->next) {
+        int i;
+        for (i = 0; i < t->n_ops; i++)
+            if (strcmp(t->ops[i].op, n->op_type) == 0)
+                break;
+        bool seen = false;
+        for (const struct gf_node *p = m->graph->first; p != n; p = p->next)
+            seen |= strcmp(p->op_type, n->op_type) == 0;
+        if (seen)
+            continue;
+        if (i == t->n_ops) {
+            if (t->n_ops == 256)
+                continue;
+            snprintf(t->ops[t->n_ops++].op, sizeof(t->ops[0].op), "%s", n->op_type);
+        }
+        if (result > 0)
+            t->ops[i].pass++;
+        else if (result == 0)
+            t->ops[i].fail++;
+        else
+            t->ops[i].unsupported++;
+    }
+}
+
+/* Loads test_data_set files "PREFIX_K.pb" (K = 0, 1, ...) from dir. */
+static size_t load_set(struct gf_model *m, const char *dir, const char *prefix,
+                       struct gf_tensor **t, size_t cap, enum gf_status *st)
+{
+    size_t n = 0;
+    *st = GF_OK;
+    for (; n < cap; n++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/%s_%zu.pb", dir, prefix, n);
+        if (access(path, F_OK) != 0)
+            break;
+        if ((*st = gf_tensor_load(m, path, &t[n])) != GF_OK)
+            break;
+    }
+    return n;
+}
+
+/* Runs one test folder; returns 1 pass, 0 fail, -1 unsupported. */
+static int run_test_dir(const char *dir, const struct gf_exec_opts *o, double rtol, double atol,
+                        struct test_totals *tot)
+{
+    char path[4096], msg[1200] = "", name[512];
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    const char *base = dir + len;
+    while (base > dir && base[-1] != '/')
+        base--;
+    snprintf(name, sizeof(name), "%.*s", (int)(len - (size_t)(base - dir)), base);
+    snprintf(path, sizeof(path), "%s/model.onnx", dir);
+    struct gf_model *m;
+    enum gf_status st = gf_model_load(path, NULL, &m);
+    if (st != GF_OK) {
+        printf("FAIL %s: %s\n", name, gf_last_error());
+        return 0;
+    }
+    struct gf_session *s = NULL;
+    int result = 1;
+    double worst = 0;
+    int sets = 0;
+    if ((st = gf_session_new(m, o, &s)) != GF_OK)
+        goto error;
+    for (;; sets++) {
+        char sd[4200];
+        snprintf(sd, sizeof(sd), "%s/test_data_set_%d", dir, sets);
+        DIR *d = opendir(sd);
+        if (!d)
+            break;
+        closedir(d);
+        struct gf_tensor *in[256] = {0}, *want[256] = {0}, **got;
+        size_t n_in = load_set(m, sd, "input", in, 256, &st), n_got;
+        if (st != GF_OK)
+            goto error;
+        size_t n_want = load_set(m, sd, "output", want, 256, &st);
+        if (st != GF_OK)
+            goto error;
+        if ((st = gf_session_run(s, n_in, in, &got, &n_got)) != GF_OK)
+            goto error;
+        for (size_t i = 0; i < n_want && i < n_got; i++) {
+            double w;
+            if (!gf_tensor_allclose(got[i], want[i], rtol, atol, &w)) {
+                result = 0;
+                snprintf(msg, sizeof(msg), " (set %d, output '%s')", sets, got[i]->name);
+            }
+            if (!(w <= worst))
+                worst = w;
+        }
+        if (n_want != n_got) {
+            result = 0;
+            snprintf(msg, sizeof(msg), " (%zu outputs, %zu expected)", n_got, n_want);
+        }
+    }
+    if (sets == 0) {
+        result = -1;
+        snprintf(msg, sizeof(msg), ": no test_data_set_* folder");
+    }
+    printf("%s %s: worst error %g%s\n", result > 0 ? "PASS" : result == 0 ? "FAIL" : "UNSUPPORTED",
+           name, worst, msg);
+    goto out;
+error:
+    result = st == GF_ERR_UNSUPPORTED ? -1 : 0;
+    printf("%s %s: %s\n", result < 0 ? "UNSUPPORTED" : "FAIL", name, gf_last_error());
+out:
+    tally(tot, m, result);
+    gf_session_free(s);
+    gf_model_free(m);
+    return result;
+}
+
+static int cmd_test(int argc, char **argv)
+{
+    double rtol = 1e-3, atol = 1e-7;
+    bool by_op = false;
+    struct gf_exec_opts o = {0};
+    const char *dirs[4096];
+    int n_dirs = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int used = exec_option(argc, argv, i, &o);
+        if (used == -2)
+            return EXIT_INPUT;
+        if (used > 0) {
+            i += used - 1;
+        } else if (strcmp(a, "--rtol") == 0 || strcmp(a, "--atol") == 0) {
+            char *end;
+            if (++i == argc || (strtod(argv[i], &end), *end) || strtod(argv[i], NULL) < 0)
+                return usage_error("test: %s needs a non-negative number", a);
+            *(strcmp(a, "--rtol") == 0 ? &rtol : &atol) = strtod(argv[i], NULL);
+        } else if (strcmp(a, "--by-op") == 0) {
+            by_op = true;
+        } else if (a[0] == '-' && a[1]) {
+            return usage_error("test: unknown option '%s'", a);
+        } else if (n_dirs < 4096) {
+            dirs[n_dirs++] = a;
+        }
+    }
+    if (!n_dirs)
+        return usage_error("test: no test folder given%s", "");
+    struct test_totals *tot = calloc(1, sizeof(*tot));
+    if (!tot)
+        return fail(gf_error(GF_ERR_NOMEM, "out of memory"));
+    for (int i = 0; i < n_dirs; i++) {
+        int r = run_test_dir(dirs[i], &o, rtol, atol, tot);
+        tot->pass += r > 0;
+        tot->fail += r == 0;
+        tot->unsupported += r < 0;
+    }
+    if (by_op) {
+        printf("\n%-28s %6s %6s %12s\n", "op", "pass", "fail", "unsupported");
+        for (int i = 0; i < tot->n_ops; i++)
+            printf("%-28s %6d %6d %12d\n", tot->ops[i].op, tot->ops[i].pass, tot->ops[i].fail,
+                   tot->ops[i].unsupported);
+    }
+    printf("%d passed, %d failed, %d skipped\n", tot->pass, tot->fail, tot->unsupported);
+    int rc = tot->fail ? EXIT_CHECK : 0;
+    free(tot);
+    return rc;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static const char usage[] =
@@ -313,6 +707,13 @@ static const char usage[] =
     "                                  parameters, external-data files\n"
     "  dump MODEL [--format text|dot|json] [-o FILE]\n"
     "                                  the graph, one line per node / Graphviz / JSON\n"
+    "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
+    "      [--backend cpu] [--threads N] [--profile] [--max-memory SIZE]\n"
+    "                                  run the graph; outputs summarized and written\n"
+    "                                  as output_K.pb into DIR\n"
+    "  test DIR... [--rtol R] [--atol A] [--by-op] [run options]\n"
+    "                                  ONNX backend-test folders (model.onnx +\n"
+    "                                  test_data_set_*): PASS / FAIL / UNSUPPORTED\n"
     "  convert MODEL -o OUT [--external-data] [--external-threshold=BYTES]\n"
     "          [--infer-shapes]        rewrite a model (atomically); with\n"
     "                                  --external-data, initializers of BYTES (1024)\n"
@@ -332,6 +733,8 @@ static const struct {
     {"info", cmd_info},
     {"dump", cmd_dump},
     {"convert", cmd_convert},
+    {"run", cmd_run},
+    {"test", cmd_test},
 };
 
 int main(int argc, char **argv)

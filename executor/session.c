@@ -1,0 +1,727 @@
+/*
+ * Sessions: plan (shapes, kernels, memory) once per set of input shapes,
+ * then dispatch node by node.
+ *
+ * Memory: every intermediate value gets an offset in one activation block.
+ * Values are placed in order of definition; a value's bytes return to a
+ * free list after its last use, and later values take the best-fitting free
+ * range (ggml-alloc and llm.c do the same).  An elementwise op whose input
+ * dies at that op writes its output over the input (in place).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gf_exec.h"
+#include "gf_kernels.h"
+
+#define ALIGN 64
+
+enum vkind { V_NONE, V_INIT, V_INPUT, V_ACT };
+
+struct vinfo {
+    enum vkind kind;
+    enum gf_dtype dtype;
+    int rank;
+    int64_t dims[GF_MAX_RANK];
+    size_t nelem, bytes;
+    int def, last;   /* step that writes it, last step that reads it */
+    size_t offset;   /* V_ACT: into the block */
+    void *data;      /* V_INIT / V_INPUT */
+};
+
+struct step {
+    struct gf_node *node;
+    const struct gf_kernel *k;
+};
+
+struct gf_session {
+    struct gf_model *m;
+    struct gf_graph *g;
+    struct gf_backend *be;
+    struct gf_exec_opts o;
+    size_t n_inputs;
+    struct gf_value **inputs;
+    /* plan */
+    bool planned;
+    int64_t *key; /* dtype, rank, dims of each input, and small int values */
+    size_t key_len;
+    struct vinfo *v;
+    struct step *steps;
+    size_t n_steps;
+    uint8_t *block;
+    size_t block_size, ws_size, intermediate_bytes;
+    void *ws;
+    /* outputs of the last run */
+    struct gf_model *outm;
+    struct gf_tensor **outs;
+    /* profile of the last run */
+    double op_ms[GF_OP_COUNT];
+    int op_calls[GF_OP_COUNT];
+    double total_ms;
+};
+
+/* ---- session ------------------------------------------------------------ */
+
+enum gf_status gf_session_new(struct gf_model *m, const struct gf_exec_opts *o,
+                              struct gf_session **out)
+{
+    *out = NULL;
+    const char *bname = o && o->backend ? o->backend : "cpu";
+    struct gf_backend *be = gf_backend_get(bname);
+    if (!be)
+        return gf_error(GF_ERR_UNSUPPORTED, "backend '%s' is not available (available: cpu)",
+                        bname);
+    struct gf_session *s = calloc(1, sizeof(*s));
+    if (!s)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    s->m = m;
+    s->g = m->graph;
+    s->be = be;
+    if (o)
+        s->o = *o;
+    if (s->o.n_threads <= 0)
+        s->o.n_threads = be->n_threads;
+    s->inputs = calloc(s->g->n_inputs + 1, sizeof(*s->inputs));
+    if (!s->inputs) {
+        free(s);
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < s->g->n_inputs; i++)
+        if (!s->g->inputs[i]->init)
+            s->inputs[s->n_inputs++] = s->g->inputs[i];
+    *out = s;
+    return GF_OK;
+}
+
+static void drop_plan(struct gf_session *s)
+{
+    if (s->block)
+        s->be->ops->release(s->be, s->block);
+    if (s->ws)
+        s->be->ops->release(s->be, s->ws);
+    free(s->v);
+    free(s->steps);
+    free(s->key);
+    s->block = NULL;
+    s->ws = NULL;
+    s->v = NULL;
+    s->steps = NULL;
+    s->key = NULL;
+    s->planned = false;
+}
+
+void gf_session_free(struct gf_session *s)
+{
+    if (!s)
+        return;
+    drop_plan(s);
+    gf_model_free(s->outm);
+    free(s->inputs);
+    free(s);
+}
+
+size_t gf_session_input_count(const struct gf_session *s)
+{
+    return s->n_inputs;
+}
+
+struct gf_value *gf_session_input(const struct gf_session *s, size_t i)
+{
+    return i < s->n_inputs ? s->inputs[i] : NULL;
+}
+
+void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *st)
+{
+    st->activation_bytes = s->block_size;
+    st->intermediate_bytes = s->intermediate_bytes;
+    st->workspace_bytes = s->ws_size;
+    st->n_nodes = s->n_steps;
+}
+
+/* ---- input checks ---------------------------------------------------------- */
+
+static enum gf_status check_input(const struct gf_value *v, const struct gf_tensor *t)
+{
+    const struct gf_type *ty = &v->type;
+    if (ty->kind != GF_TYPE_TENSOR)
+        return gf_error(GF_ERR_UNSUPPORTED, "input '%s' is not a tensor", v->name);
+    if (ty->dtype != GF_UNDEFINED && ty->dtype != t->dtype)
+        return gf_error(GF_ERR_INVALID, "input '%s' has type %s, the model expects %s",
+                        v->name, gf_dtype_name(t->dtype), gf_dtype_name(ty->dtype));
+    if (t->dtype == GF_STRING)
+        return gf_error(GF_ERR_UNSUPPORTED, "input '%s': string tensors are not supported",
+                        v->name);
+    if (t->rank > GF_MAX_RANK)
+        return gf_error(GF_ERR_UNSUPPORTED, "input '%s' has rank %d (limit %d)", v->name,
+                        t->rank, GF_MAX_RANK);
+    if (ty->rank >= 0 && ty->rank != t->rank)
+        return gf_error(GF_ERR_INVALID, "input '%s' has rank %d, the model expects %d",
+                        v->name, t->rank, ty->rank);
+    for (int i = 0; ty->rank >= 0 && i < ty->rank; i++)
+        if (ty->dims[i].value >= 0 && ty->dims[i].value != t->dims[i])
+            return gf_error(GF_ERR_INVALID, "input '%s' has size %lld on axis %d, the model "
+                            "expects %lld", v->name, (long long)t->dims[i], i,
+                            (long long)ty->dims[i].value);
+    return GF_OK;
+}
+
+/* Symbolic dims with the same name must get the same size in every input. */
+static enum gf_status check_symbols(struct gf_session *s, struct gf_tensor *const *in)
+{
+    for (size_t a = 0; a < s->n_inputs; a++) {
+        const struct gf_type *ta = &s->inputs[a]->type;
+        for (int i = 0; ta->rank > 0 && i < ta->rank; i++) {
+            if (!ta->dims[i].param)
+                continue;
+            for (size_t b = 0; b <= a; b++) {
+                const struct gf_type *tb = &s->inputs[b]->type;
+                for (int j = 0; tb->rank > 0 && j < tb->rank; j++)
+                    if (tb->dims[j].param && strcmp(tb->dims[j].param, ta->dims[i].param) == 0 &&
+                        in[a]->dims[i] != in[b]->dims[j])
+                        return gf_error(GF_ERR_INVALID, "inputs '%s' and '%s' give dimension "
+                                        "'%s' two sizes (%lld and %lld)", s->inputs[b]->name,
+                                        s->inputs[a]->name, ta->dims[i].param,
+                                        (long long)in[b]->dims[j], (long long)in[a]->dims[i]);
+            }
+        }
+    }
+    return GF_OK;
+}
+
+/* ---- planning: shapes -------------------------------------------------------- */
+
+/* Inputs whose values may decide shapes (small integer tensors). */
+static bool is_shape_like(const struct gf_tensor *t)
+{
+    return (t->dtype == GF_INT64 || t->dtype == GF_INT32) && t->nelem <= 64;
+}
+
+static enum gf_status plan_key(struct gf_session *s, struct gf_tensor *const *in,
+                               int64_t **key, size_t *len)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_inputs; i++)
+        n += 2 + (size_t)in[i]->rank + (is_shape_like(in[i]) ? in[i]->nelem : 0);
+    int64_t *k = malloc((n + 1) * sizeof(*k));
+    if (!k)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    size_t p = 0;
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        k[p++] = in[i]->dtype;
+        k[p++] = in[i]->rank;
+        for (int d = 0; d < in[i]->rank; d++)
+            k[p++] = in[i]->dims[d];
+        for (size_t e = 0; is_shape_like(in[i]) && e < in[i]->nelem; e++)
+            k[p++] = gf_tensor_get_i64(in[i], e);
+    }
+    *key = k;
+    *len = n;
+    return GF_OK;
+}
+
+/* Runs shape inference with the actual input shapes (and shape-like input
+ * values visible as initializers), copies the concrete shapes into s->v,
+ * and puts the model's own types back. */
+static enum gf_status infer_concrete(struct gf_session *s, struct gf_tensor *const *in)
+{
+    struct gf_graph *g = s->g;
+    struct gf_type *saved = malloc((g->n_values + 1) * sizeof(*saved));
+    if (!saved)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < g->n_values; i++)
+        saved[i] = g->values[i]->type;
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        struct gf_dim dims[GF_MAX_RANK];
+        for (int d = 0; d < in[i]->rank; d++)
+            dims[d] = (struct gf_dim){in[i]->dims[d], NULL, NULL};
+        gf_value_set_tensor_type(s->inputs[i], in[i]->dtype, in[i]->rank, dims);
+        if (is_shape_like(in[i]))
+            s->inputs[i]->init = in[i];
+    }
+    enum gf_status st = gf_graph_infer_shapes(g);
+    for (size_t i = 0; i < g->n_values && st == GF_OK; i++) {
+        struct gf_value *v = g->values[i];
+        struct vinfo *vi = &s->v[v->id];
+        if (!v->producer && !v->init && !v->is_input)
+            continue;
+        int64_t n = gf_type_numel(&v->type);
+        if (v->type.kind != GF_TYPE_TENSOR || n < 0 || v->type.dtype == GF_UNDEFINED) {
+            if (v->producer)
+                st = gf_error(GF_ERR_UNSUPPORTED, "cannot determine the shape of '%s' (output "
+                              "of %s '%s') before running", v->name, v->producer->op_type,
+                              v->producer->name ? v->producer->name : "");
+            continue;
+        }
+        if (v->type.rank > GF_MAX_RANK) {
+            st = gf_error(GF_ERR_UNSUPPORTED, "value '%s' has rank %d (limit %d)", v->name,
+                          v->type.rank, GF_MAX_RANK);
+            continue;
+        }
+        vi->dtype = v->type.dtype;
+        vi->rank = v->type.rank;
+        for (int d = 0; d < vi->rank; d++)
+            vi->dims[d] = v->type.dims[d].value;
+        vi->nelem = (size_t)n;
+        vi->bytes = gf_dtype_bytes(vi->dtype, vi->nelem);
+    }
+    for (size_t i = 0; i < s->n_inputs; i++)
+        s->inputs[i]->init = NULL;
+    for (size_t i = 0; i < g->n_values; i++)
+        g->values[i]->type = saved[i];
+    free(saved);
+    return st;
+}
+
+/* ---- planning: kernels and memory -------------------------------------------- */
+
+static void view_of(const struct vinfo *vi, void *data, struct gf_tview *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->dtype = vi->dtype;
+    t->rank = vi->rank;
+    memcpy(t->dims, vi->dims, (size_t)vi->rank * sizeof(int64_t));
+    t->nelem = vi->nelem;
+    t->data = data;
+}
+
+static bool elementwise_inplace(enum gf_op op)
+{
+    switch (op) {
+    case GF_OP_ADD: case GF_OP_SUB: case GF_OP_MUL: case GF_OP_DIV:
+    case GF_OP_SQRT: case GF_OP_RECIPROCAL: case GF_OP_NEG: case GF_OP_ABS: case GF_OP_EXP:
+    case GF_OP_LOG: case GF_OP_SIN: case GF_OP_COS: case GF_OP_TANH: case GF_OP_SIGMOID:
+    case GF_OP_RELU: case GF_OP_LEAKY_RELU: case GF_OP_ELU: case GF_OP_SELU:
+    case GF_OP_SOFTPLUS: case GF_OP_SOFTSIGN: case GF_OP_HARD_SIGMOID: case GF_OP_HARD_SWISH:
+    case GF_OP_ERF: case GF_OP_GELU: case GF_OP_FLOOR: case GF_OP_CEIL: case GF_OP_ROUND:
+    case GF_OP_SIGN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+struct range {
+    size_t off, size;
+};
+
+struct freelist {
+    struct range *r;
+    size_t n, cap;
+    size_t end; /* high-water mark of the block */
+};
+
+static size_t round_up(size_t x)
+{
+    return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+static bool fl_put(struct freelist *f, size_t off, size_t size)
+{
+    /* merge with neighbours, keep sorted by offset */
+    size_t i = 0;
+    while (i < f->n && f->r[i].off < off)
+        i++;
+    if (i > 0 && f->r[i - 1].off + f->r[i - 1].size == off) {
+        f->r[i - 1].size += size;
+        if (i < f->n && f->r[i - 1].off + f->r[i - 1].size == f->r[i].off) {
+            f->r[i - 1].size += f->r[i].size;
+            memmove(&f->r[i], &f->r[i + 1], (f->n - i - 1) * sizeof(*f->r));
+            f->n--;
+        }
+        return true;
+    }
+    if (i < f->n && off + size == f->r[i].off) {
+        f->r[i].off = off;
+        f->r[i].size += size;
+        return true;
+    }
+    if (f->n == f->cap) {
+        size_t c = f->cap ? f->cap * 2 : 16;
+        struct range *r = realloc(f->r, c * sizeof(*r));
+        if (!r)
+            return false;
+        f->r = r;
+        f->cap = c;
+    }
+    memmove(&f->r[i + 1], &f->r[i], (f->n - i) * sizeof(*f->r));
+    f->r[i] = (struct range){off, size};
+    f->n++;
+    return true;
+}
+
+static size_t fl_take(struct freelist *f, size_t size)
+{
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < f->n; i++)
+        if (f->r[i].size >= size && (best == SIZE_MAX || f->r[i].size < f->r[best].size))
+            best = i;
+    if (best == SIZE_MAX) {
+        /* grow the block; a free range touching the end is extended */
+        if (f->n && f->r[f->n - 1].off + f->r[f->n - 1].size == f->end) {
+            size_t off = f->r[f->n - 1].off;
+            f->end = off + size;
+            f->n--;
+            return off;
+        }
+        size_t off = f->end;
+        f->end += size;
+        return off;
+    }
+    size_t off = f->r[best].off;
+    f->r[best].off += size;
+    f->r[best].size -= size;
+    if (f->r[best].size == 0) {
+        memmove(&f->r[best], &f->r[best + 1], (f->n - best - 1) * sizeof(*f->r));
+        f->n--;
+    }
+    return off;
+}
+
+/* Lifetimes, in-place reuse and offsets for every intermediate value. */
+static enum gf_status assign_memory(struct gf_session *s)
+{
+    struct gf_graph *g = s->g;
+    int end = (int)s->n_steps;
+    for (size_t i = 0; i < g->n_values; i++) {
+        struct gf_value *v = g->values[i];
+        struct vinfo *vi = &s->v[v->id];
+        if (vi->kind != V_ACT)
+            continue;
+        vi->last = vi->def;
+        for (size_t u = 0; u < v->n_uses; u++)
+            if (v->uses[u].node->graph == g && (int)(intptr_t)v->uses[u].node->aux > vi->last)
+                vi->last = (int)(intptr_t)v->uses[u].node->aux;
+        if (v->is_output)
+            vi->last = end;
+        s->intermediate_bytes += vi->bytes;
+    }
+    /* dying[k]: values whose last use is step k, freed after it runs */
+    struct freelist f = {0};
+    bool ok = true;
+    for (int k = 0; k < end && ok; k++) {
+        struct gf_node *n = s->steps[k].node;
+        for (size_t o = 0; o < n->n_outputs; o++) {
+            struct gf_value *v = n->outputs[o];
+            if (!v)
+                continue;
+            struct vinfo *vi = &s->v[v->id];
+            struct vinfo *src = NULL;
+            for (size_t i = 0; elementwise_inplace(n->op) && o == 0 && i < n->n_inputs; i++) {
+                struct gf_value *x = n->inputs[i];
+                struct vinfo *xi = x ? &s->v[x->id] : NULL;
+                if (xi && xi->kind == V_ACT && xi->last == k && xi->bytes == vi->bytes &&
+                    xi->rank == vi->rank && xi->dtype == vi->dtype &&
+                    memcmp(xi->dims, vi->dims, (size_t)vi->rank * sizeof(int64_t)) == 0) {
+                    src = xi;
+                    break;
+                }
+            }
+            if (src) {
+                vi->offset = src->offset;
+                src->last = -1; /* its bytes now belong to the output */
+            } else {
+                vi->offset = fl_take(&f, round_up(vi->bytes));
+            }
+        }
+        /* release what dies here (outputs that nobody reads die at once) */
+        for (size_t i = 0; i < n->n_inputs + n->n_outputs && ok; i++) {
+            struct gf_value *x = i < n->n_inputs ? n->inputs[i] : n->outputs[i - n->n_inputs];
+            if (!x)
+                continue;
+            struct vinfo *xi = &s->v[x->id];
+            if (xi->kind == V_ACT && xi->last == k) {
+                ok = fl_put(&f, xi->offset, round_up(xi->bytes));
+                xi->last = -1; /* freed once even if read twice */
+            }
+        }
+    }
+    /* restore last-use markers spoiled above (only needed for stats) */
+    s->block_size = f.end;
+    free(f.r);
+    return ok ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory planning");
+}
+
+static enum gf_status choose_kernels(struct gf_session *s)
+{
+    struct gf_tview in[64];
+    for (size_t k = 0; k < s->n_steps; k++) {
+        struct gf_node *n = s->steps[k].node;
+        char lab[200];
+        if (n->op == GF_OP_UNKNOWN)
+            return gf_error(GF_ERR_UNSUPPORTED, "%s: op '%s' (domain '%s', opset %lld) is "
+                            "not supported",
+                            n->name && *n->name ? n->name : "unnamed node", n->op_type,
+                            n->domain && *n->domain ? n->domain : "ai.onnx",
+                            (long long)gf_model_opset(s->m, n->domain));
+        if (n->n_inputs > 64)
+            return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many inputs", n->name);
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i])
+                view_of(&s->v[n->inputs[i]->id], (void *)1, &in[i]);
+            else
+                memset(&in[i], 0, sizeof(in[i]));
+        s->steps[k].k = gf_kernel_find(s->be, n, in, n->n_inputs);
+        if (!s->steps[k].k) {
+            snprintf(lab, sizeof(lab), "%s", n->name && *n->name ? n->name : "unnamed node");
+            return gf_error(GF_ERR_UNSUPPORTED, "%s: no %s kernel for %s (domain '%s', opset "
+                            "%lld) with input type %s", lab, s->be->ops->name, n->op_type,
+                            n->domain && *n->domain ? n->domain : "ai.onnx",
+                            (long long)gf_model_opset(s->m, n->domain),
+                            n->n_inputs && n->inputs[0] ? gf_dtype_name(in[0].dtype) : "-");
+        }
+    }
+    return GF_OK;
+}
+
+static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
+{
+    drop_plan(s);
+    struct gf_graph *g = s->g;
+    s->intermediate_bytes = 0;
+    s->v = calloc(g->n_values + 1, sizeof(*s->v));
+    s->steps = calloc(g->n_nodes + 1, sizeof(*s->steps));
+    if (!s->v || !s->steps)
+        return gf_error(GF_ERR_NOMEM, "out of memory planning");
+    s->n_steps = 0;
+    for (struct gf_node *n = g->first; n; n = n->next) {
+        for (size_t a = 0; a < n->n_attrs; a++)
+            if (n->attrs[a].type == GF_ATTR_GRAPH || n->attrs[a].type == GF_ATTR_GRAPHS)
+                return gf_error(GF_ERR_UNSUPPORTED, "node '%s' (%s): control flow with "
+                                "subgraphs is not supported", n->name ? n->name : "",
+                                n->op_type);
+        n->aux = (void *)(intptr_t)s->n_steps;
+        s->steps[s->n_steps++].node = n;
+    }
+    enum gf_status st = infer_concrete(s, in);
+    if (st == GF_OK)
+        st = choose_kernels(s);
+    if (st != GF_OK)
+        return st;
+    for (size_t i = 0; i < g->n_values; i++) {
+        struct gf_value *v = g->values[i];
+        struct vinfo *vi = &s->v[v->id];
+        if (v->init) {
+            vi->kind = V_INIT;
+            vi->data = v->init->data;
+        } else if (v->producer) {
+            vi->kind = V_ACT;
+            vi->def = (int)(intptr_t)v->producer->aux;
+        }
+    }
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        s->v[s->inputs[i]->id].kind = V_INPUT;
+        s->v[s->inputs[i]->id].data = in[i]->data;
+    }
+    if ((st = assign_memory(s)) != GF_OK)
+        return st;
+    /* workspace: the largest any kernel asks for */
+    s->ws_size = 0;
+    for (size_t k = 0; k < s->n_steps; k++) {
+        const struct gf_kernel *kn = s->steps[k].k;
+        if (!kn->workspace)
+            continue;
+        struct gf_node *n = s->steps[k].node;
+        struct gf_tview vin[64], vout[64];
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i])
+                view_of(&s->v[n->inputs[i]->id], NULL, &vin[i]);
+            else
+                memset(&vin[i], 0, sizeof(vin[i]));
+        for (size_t i = 0; i < n->n_outputs && i < 64; i++)
+            if (n->outputs[i])
+                view_of(&s->v[n->outputs[i]->id], NULL, &vout[i]);
+            else
+                memset(&vout[i], 0, sizeof(vout[i]));
+        struct gf_kernel_args a = {.node = n, .in = vin, .n_in = n->n_inputs, .out = vout,
+                                   .n_out = n->n_outputs, .n_threads = s->o.n_threads,
+                                   .backend = s->be};
+        size_t w = kn->workspace(&a);
+        if (w > s->ws_size)
+            s->ws_size = w;
+    }
+    size_t total = s->block_size + s->ws_size;
+    if (s->o.max_memory && total > s->o.max_memory)
+        return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace, "
+                        "over the memory limit of %zu bytes", total, s->o.max_memory);
+    if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))
+        return GF_ERR_NOMEM;
+    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
+        return GF_ERR_NOMEM;
+    s->planned = true;
+    return GF_OK;
+}
+
+/* ---- running -------------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static void *value_data(struct gf_session *s, const struct gf_value *v)
+{
+    const struct vinfo *vi = &s->v[v->id];
+    return vi->kind == V_ACT ? s->block + vi->offset : vi->data;
+}
+
+static enum gf_status run_steps(struct gf_session *s)
+{
+    struct gf_tview in[64], out[64];
+    memset(s->op_ms, 0, sizeof(s->op_ms));
+    memset(s->op_calls, 0, sizeof(s->op_calls));
+    double t_start = now_ms();
+    for (size_t k = 0; k < s->n_steps; k++) {
+        struct gf_node *n = s->steps[k].node;
+        if (n->n_outputs > 64)
+            return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many outputs", n->name);
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i])
+                view_of(&s->v[n->inputs[i]->id], value_data(s, n->inputs[i]), &in[i]);
+            else
+                memset(&in[i], 0, sizeof(in[i]));
+        for (size_t i = 0; i < n->n_outputs; i++)
+            if (n->outputs[i])
+                view_of(&s->v[n->outputs[i]->id], value_data(s, n->outputs[i]), &out[i]);
+            else
+                memset(&out[i], 0, sizeof(out[i]));
+        struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
+                                   .n_out = n->n_outputs, .workspace = s->ws,
+                                   .n_threads = s->o.n_threads, .backend = s->be};
+        double t0 = s->o.profile ? now_ms() : 0;
+        enum gf_status st = s->steps[k].k->run(&a);
+        if (st != GF_OK)
+            return st;
+        if (s->o.profile) {
+            s->op_ms[n->op] += now_ms() - t0;
+            s->op_calls[n->op]++;
+        }
+    }
+    s->total_ms = now_ms() - t_start;
+    return GF_OK;
+}
+
+static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***outputs,
+                                      size_t *n_outputs)
+{
+    gf_model_free(s->outm);
+    s->outm = gf_model_new(8, "outputs");
+    struct gf_graph *g = s->g;
+    if (!s->outm || !(s->outs = gf_model_alloc(s->outm, (g->n_outputs + 1) * sizeof(void *))))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        struct gf_value *v = g->outputs[i];
+        const struct vinfo *vi = &s->v[v->id];
+        s->outs[i] = gf_tensor_new(s->outm, v->name, vi->dtype, vi->rank, vi->dims, NULL);
+        if (!s->outs[i])
+            return GF_ERR_NOMEM;
+        enum gf_status st = s->be->ops->copy_out(s->be, s->outs[i]->data, value_data(s, v),
+                                                 vi->bytes);
+        if (st != GF_OK)
+            return st;
+    }
+    *outputs = s->outs;
+    *n_outputs = g->n_outputs;
+    return GF_OK;
+}
+
+enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
+                              struct gf_tensor *const *inputs, struct gf_tensor ***outputs,
+                              size_t *n_outputs)
+{
+    *outputs = NULL;
+    *n_outputs = 0;
+    if (n_inputs != s->n_inputs)
+        return gf_error(GF_ERR_INVALID, "the model takes %zu inputs, %zu given%s%s",
+                        s->n_inputs, n_inputs, n_inputs < s->n_inputs ? ": missing '" : "",
+                        n_inputs < s->n_inputs ? s->inputs[n_inputs]->name : "");
+    for (size_t i = 0; i < n_inputs; i++) {
+        if (!inputs[i])
+            return gf_error(GF_ERR_INVALID, "input '%s' is missing", s->inputs[i]->name);
+        enum gf_status st = check_input(s->inputs[i], inputs[i]);
+        if (st != GF_OK)
+            return st;
+    }
+    enum gf_status st = check_symbols(s, inputs);
+    if (st != GF_OK)
+        return st;
+    int64_t *key = NULL;
+    size_t key_len = 0;
+    if ((st = plan_key(s, inputs, &key, &key_len)) != GF_OK)
+        return st;
+    if (!s->planned || key_len != s->key_len || memcmp(key, s->key, key_len * 8) != 0) {
+        st = plan(s, inputs);
+        if (st != GF_OK) {
+            free(key);
+            drop_plan(s);
+            return st;
+        }
+        s->key = key;
+        s->key_len = key_len;
+    } else {
+        free(key);
+        for (size_t i = 0; i < s->n_inputs; i++)
+            s->v[s->inputs[i]->id].data = inputs[i]->data;
+    }
+    if ((st = run_steps(s)) != GF_OK)
+        return st;
+    return collect_outputs(s, outputs, n_outputs);
+}
+
+/* ---- profile ----------------------------------------------------------------------- */
+
+void gf_session_print_profile(const struct gf_session *s, FILE *f)
+{
+    fprintf(f, "profile: %zu nodes, %.3f ms\n", s->n_steps, s->total_ms);
+    fprintf(f, "  %-28s %6s %10s %6s\n", "op", "calls", "ms", "%");
+    for (int op = 0; op < GF_OP_COUNT; op++) {
+        if (!s->op_calls[op])
+            continue;
+        fprintf(f, "  %-28s %6d %10.3f %5.1f%%\n", gf_op_get_info(op)->name, s->op_calls[op],
+                s->op_ms[op], s->total_ms > 0 ? 100.0 * s->op_ms[op] / s->total_ms : 0.0);
+    }
+    fprintf(f, "memory: peak activations %zu bytes (planned block), workspace %zu bytes\n",
+            s->block_size, s->ws_size);
+    fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
+            s->intermediate_bytes,
+            s->intermediate_bytes ? (double)s->block_size / (double)s->intermediate_bytes : 0.0);
+}
+
+/* ---- comparison ------------------------------------------------------------------------ */
+
+bool gf_tensor_allclose(const struct gf_tensor *got, const struct gf_tensor *want,
+                        double rtol, double atol, double *worst)
+{
+    *worst = 0;
+    if (got->dtype != want->dtype || got->rank != want->rank) {
+        *worst = INFINITY;
+        return false;
+    }
+    for (int i = 0; i < got->rank; i++)
+        if (got->dims[i] != want->dims[i]) {
+            *worst = INFINITY;
+            return false;
+        }
+    bool ok = true;
+    if (want->dtype == GF_STRING) {
+        for (size_t i = 0; i < want->nelem; i++)
+            if (got->strings[i].len != want->strings[i].len ||
+                memcmp(got->strings[i].data, want->strings[i].data, want->strings[i].len) != 0)
+                ok = false;
+        return ok;
+    }
+    for (size_t i = 0; i < want->nelem; i++) {
+        double g = gf_tensor_get_f64(got, i), w = gf_tensor_get_f64(want, i);
+        if ((isnan(w) && isnan(g)) || (isinf(w) && g == w))
+            continue;
+        double err = fabs(g - w);
+        if (!(err <= atol + rtol * fabs(w)))
+            ok = false;
+        if (!(err <= *worst))
+            *worst = err;
+    }
+    return ok;
+}
