@@ -19,7 +19,7 @@ TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 HEADERS := graph/gf_graph.h graph/ops.def
 
 
-.PHONY: FORCE all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
+.PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
         install clean help bad-corpus
 all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc
 
@@ -91,7 +91,14 @@ test: all $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
 	@tests/run_cli.sh $(BUILD)/graphfuse
 	@tests/run_bad.sh $(BUILD)/graphfuse
+	@tests/conformance.sh $(BUILD)/graphfuse
 	@echo "== all tests passed"
+
+# ONNX node tests through `graphfuse test`, compared with the recorded list.
+conformance: all
+	@tests/conformance.sh $(BUILD)/graphfuse
+conformance-update: all
+	@tests/conformance.sh $(BUILD)/graphfuse --update
 
 test-asan: deps
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" CFLAGS="-O1 -g" test

@@ -73,6 +73,14 @@ enum gf_status gf_session_new(struct gf_model *m, const struct gf_exec_opts *o,
     if (!be)
         return gf_error(GF_ERR_UNSUPPORTED, "backend '%s' is not available (available: cpu)",
                         bname);
+    const struct gf_graph *g = m->graph;
+    for (size_t i = 0; i < g->n_inputs + g->n_outputs; i++) {
+        const struct gf_value *v = i < g->n_inputs ? g->inputs[i] : g->outputs[i - g->n_inputs];
+        if (v->type.kind == GF_TYPE_OTHER)
+            return gf_error(GF_ERR_UNSUPPORTED, "%s '%s' is a sequence, map or optional "
+                            "value; only tensors are supported",
+                            i < g->n_inputs ? "input" : "output", v->name);
+    }
     struct gf_session *s = calloc(1, sizeof(*s));
     if (!s)
         return gf_error(GF_ERR_NOMEM, "out of memory");
@@ -145,6 +153,10 @@ void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *s
 static enum gf_status check_input(const struct gf_value *v, const struct gf_tensor *t)
 {
     const struct gf_type *ty = &v->type;
+    /* bfloat16 data recorded as uint16 (as ONNX's own test data does) is
+     * taken for what the model declares: same bits. */
+    if (ty->dtype == GF_BFLOAT16 && t->dtype == GF_UINT16)
+        ((struct gf_tensor *)t)->dtype = GF_BFLOAT16;
     if (ty->kind != GF_TYPE_TENSOR)
         return gf_error(GF_ERR_UNSUPPORTED, "input '%s' is not a tensor", v->name);
     if (ty->dtype != GF_UNDEFINED && ty->dtype != t->dtype)
