@@ -206,7 +206,7 @@ struct gf_attr {
     const char *doc_string;
     float f;
     int64_t i;
-    struct gf_bytes s;
+    struct gf_bytes s;      /* STRING: also NUL-terminated (s.data[s.len] == 0) */
     struct gf_tensor *t;
     struct gf_graph *g;
     struct gf_bytes packed; /* SPARSE_TENSOR / TYPE_PROTO, kept packed */
@@ -440,7 +440,8 @@ enum gf_status gf_graph_validate(struct gf_graph *g);
 const struct gf_attr *gf_node_attr(const struct gf_node *n, const char *name);
 int64_t gf_node_attr_int(const struct gf_node *n, const char *name, int64_t dflt);
 float gf_node_attr_float(const struct gf_node *n, const char *name, float dflt);
-/* String attribute as a NUL-terminated copy in the arena, or dflt. */
+/* String attribute as a C string (borrowed: STRING attributes are always
+ * stored NUL-terminated; an embedded NUL ends it early), or dflt. */
 const char *gf_node_attr_string(const struct gf_node *n, const char *name,
                                 const char *dflt);
 /* INTS attribute: count in *n (0 and NULL when absent). */

@@ -718,8 +718,7 @@ const char *gf_node_attr_string(const struct gf_node *n, const char *name,
     const struct gf_attr *a = gf_node_attr(n, name);
     if (!a || a->type != GF_ATTR_STRING)
         return dflt;
-    return gf_arena_strndup(n->graph->model->priv->arena,
-                            a->s.data ? (const char *)a->s.data : "", a->s.len);
+    return a->s.data ? (const char *)a->s.data : "";
 }
 
 const int64_t *gf_node_attr_ints(const struct gf_node *n, const char *name,

@@ -446,8 +446,13 @@ static enum gf_status convert_attr(struct loader *L, Onnx__AttributeProto *ap,
                         nl, ap->name, gf_attr_type_name(a->type));
     a->f = ap->f;
     a->i = ap->i;
-    a->s.data = ap->s.data;
-    a->s.len = ap->s.len;
+    if (ap->has_s) { /* a NUL-terminated copy, so readers can borrow it as a C string */
+        a->s.data = (const uint8_t *)gf_arena_strndup(L->arena, (const char *)ap->s.data,
+                                                      ap->s.len);
+        if (!a->s.data)
+            return oom();
+        a->s.len = ap->s.len;
+    }
     enum gf_status st = GF_OK;
     switch (a->type) {
     case GF_ATTR_TENSOR:

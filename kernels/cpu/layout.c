@@ -1,8 +1,1787 @@
-/* CPU kernels: layout family (filled in by the kernel work of issue 3). */
+/* CPU kernels: the layout family.
+ *
+ *   shapes and constants   Constant ConstantOfShape Shape Size Range
+ *   pure data movement     Transpose Reshape Flatten Squeeze Unsqueeze Concat
+ *                          Split Slice Expand Tile Pad Trilu
+ *   indexing               Gather GatherElements GatherND ScatterND
+ *                          ScatterElements OneHot
+ *
+ * Data movement is dtype-generic: an element is an opaque block of
+ * gf_dtype_size() bytes moved with memcpy, so every fixed-size dtype works
+ * (strings and the packed 4-bit types are refused in `supports`).  Only
+ * Range and the Scatter reductions do arithmetic, through small
+ * macro-generated typed loops.
+ *
+ * Transpose, Slice, Expand, Tile, Pad and Gather are one "remap": every
+ * output axis k gets a table off[k][i] of source element offsets and
+ *     out[i0, ..., iR-1] = src[off[0][i0] + ... + off[R-1][iR-1]]
+ * (the pad value where an entry is -1).  The ops differ only in how they
+ * fill the tables, which live in the kernel's workspace.
+ */
+#include <inttypes.h>
+#include <stdint.h>
+
 #include "cpu.h"
 
-static const struct gf_kernel kernels[] = {
-    {.op = GF_OP_UNKNOWN}, /* placeholder: never matches a node */
+#define GRAIN 16384                /* elements worth a thread */
+#define MAX_INTS (2 * GF_MAX_RANK) /* longest int list read into a buffer (pads) */
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static int64_t node_opset(const struct gf_node *n)
+{
+    int64_t v = n->graph && n->graph->model ? gf_model_opset(n->graph->model, "") : 0;
+    return v > 0 ? v : 23;
+}
+
+/* Input i is given: data, or an empty tensor (which may have none). */
+static bool has_input(const struct gf_kernel_args *a, size_t i)
+{
+    return i < a->n_in && (a->in[i].data || (a->in[i].rank > 0 && a->in[i].nelem == 0));
+}
+
+static enum gf_status require_inputs(const struct gf_kernel_args *a, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!has_input(a, i))
+            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu is missing", i);
+    return GF_OK;
+}
+
+static bool is_index_type(enum gf_dtype t)
+{
+    return t == GF_INT32 || t == GF_INT64;
+}
+
+/* Element types moved as opaque blocks: fixed size, not packed. */
+static bool is_movable(enum gf_dtype t)
+{
+    return gf_dtype_size(t) > 0 && t != GF_INT4 && t != GF_UINT4;
+}
+
+/* Element i of an integer tensor (indices, shapes, axes: int32/int64). */
+static int64_t ival(const struct gf_tview *t, size_t i)
+{
+    const char *p = t->data;
+    if (t->dtype == GF_INT64) {
+        int64_t v;
+        memcpy(&v, p + 8 * i, 8);
+        return v;
+    }
+    if (t->dtype == GF_INT32) {
+        int32_t v;
+        memcpy(&v, p + 4 * i, 4);
+        return v;
+    }
+    struct gf_tensor tmp = {.dtype = t->dtype, .nelem = t->nelem, .data = t->data};
+    return gf_tensor_get_i64(&tmp, i);
+}
+
+static double fval(const struct gf_tview *t, size_t i)
+{
+    struct gf_tensor tmp = {.dtype = t->dtype, .nelem = t->nelem, .data = t->data};
+    return gf_tensor_get_f64(&tmp, i);
+}
+
+static int64_t clamp64(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static size_t max_sz(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+static size_t prod(const int64_t *dims, int from, int to)
+{
+    size_t p = 1;
+    for (int k = from; k < to; k++)
+        p *= (size_t)dims[k];
+    return p;
+}
+
+/* Row-major element strides of a view. */
+static void strides_of(const struct gf_tview *t, int64_t *stride)
+{
+    int64_t s = 1;
+    for (int k = t->rank - 1; k >= 0; k--) {
+        stride[k] = s;
+        s *= t->dims[k];
+    }
+}
+
+static const char *fmt_dims(char *buf, size_t len, int rank, const int64_t *dims)
+{
+    size_t n = (size_t)snprintf(buf, len, "[");
+    for (int k = 0; k < rank && n < len; k++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, k ? "," : "", dims[k]);
+    if (n < len)
+        snprintf(buf + n, len - n, "]");
+    return buf;
+}
+
+/* Output k must have the shape the inputs give (and a buffer). */
+static enum gf_status check_out(const struct gf_kernel_args *a, size_t k, int rank,
+                                const int64_t *dims)
+{
+    if (k >= a->n_out)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", k);
+    const struct gf_tview *o = &a->out[k];
+    bool same = o->rank == rank;
+    for (int i = 0; same && i < rank; i++)
+        same = o->dims[i] == dims[i];
+    char want[200], got[200];
+    if (!same)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has shape %s but the inputs give %s",
+                               k, fmt_dims(got, sizeof(got), o->rank, o->dims),
+                               fmt_dims(want, sizeof(want), rank, dims));
+    if (!o->data && o->nelem)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has no buffer", k);
+    return GF_OK;
+}
+
+static enum gf_status check_dtype(const struct gf_kernel_args *a, const char *what,
+                                  enum gf_dtype got, enum gf_dtype want)
+{
+    if (got == want)
+        return GF_OK;
+    return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, expected %s", what, gf_dtype_name(got),
+                           gf_dtype_name(want));
+}
+
+/* Normalizes axis (in [-rank, rank-1]) into *out. */
+static enum gf_status norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
+                                int rank, int *out)
+{
+    *out = 0;
+    if (axis < -rank || axis >= rank)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s %" PRId64 " is out of range [%d, %d]", what,
+                               axis, -rank, rank - 1);
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return GF_OK;
+}
+
+/* An int list from input `slot` when given, else from attribute `attr`
+ * (the form older opsets use; NULL: none).  *given: either was there. */
+static enum gf_status int_list(const struct gf_kernel_args *a, size_t slot, const char *attr,
+                               const char *what, int64_t *buf, size_t *n, bool *given)
+{
+    const int64_t *v = NULL;
+    size_t count = 0;
+    *given = true;
+    if (slot && has_input(a, slot))
+        count = a->in[slot].nelem;
+    else if (attr && gf_node_attr(a->node, attr))
+        v = gf_node_attr_ints(a->node, attr, &count);
+    else
+        *given = false;
+    if (count > MAX_INTS)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s has %zu values; at most %d are supported",
+                               what, count, MAX_INTS);
+    for (size_t i = 0; i < count; i++)
+        buf[i] = v ? v[i] : ival(&a->in[slot], i);
+    *n = count;
+    return GF_OK;
+}
+
+/* "indices element 4 (value 9) is out of range [-3, 2] for data axis 1". */
+static enum gf_status index_error(const struct gf_kernel_args *a, const char *what, size_t pos,
+                                  int64_t v, int64_t dim, int axis)
+{
+    return gf_kernel_error(a, GF_ERR_INVALID,
+                           "%s element %zu (value %" PRId64 ") is out of range [%" PRId64
+                           ", %" PRId64 "] for data axis %d",
+                           what, pos, v, -dim, dim - 1, axis);
+}
+
+/* Every element of `ind` must index an axis of size dim. */
+static enum gf_status check_indices(const struct gf_kernel_args *a, const struct gf_tview *ind,
+                                    int64_t dim, int axis)
+{
+    for (size_t i = 0; i < ind->nelem; i++) {
+        int64_t v = ival(ind, i);
+        if (v < -dim || v >= dim)
+            return index_error(a, "indices", i, v, dim, axis);
+    }
+    return GF_OK;
+}
+
+/* ---- copies and fills ------------------------------------------------------ */
+
+static inline void copy_elem(char *d, const char *s, size_t es)
+{
+    switch (es) {
+    case 1: *d = *s; break;
+    case 2: memcpy(d, s, 2); break;
+    case 4: memcpy(d, s, 4); break;
+    case 8: memcpy(d, s, 8); break;
+    default: memcpy(d, s, es); break;
+    }
+}
+
+/* n copies of the es-byte element `val` (by doubling memcpy). */
+static void fill_elems(char *dst, const void *val, size_t es, size_t n)
+{
+    if (!n)
+        return;
+    memcpy(dst, val, es);
+    for (size_t done = 1; done < n;) {
+        size_t k = done < n - done ? done : n - done;
+        memcpy(dst + done * es, dst, k * es);
+        done += k;
+    }
+}
+
+struct fill_job {
+    char *dst;
+    const void *val;
+    size_t es;
 };
 
-const struct gf_kernel_table gf_cpu_layout_table = {kernels, 0};
+static void fill_range(void *ctx, size_t begin, size_t end)
+{
+    const struct fill_job *j = ctx;
+    fill_elems(j->dst + begin * j->es, j->val, j->es, end - begin);
+}
+
+static void fill_par(const struct gf_kernel_args *a, void *dst, const void *val, size_t es,
+                     size_t n)
+{
+    struct fill_job j = {dst, val, es};
+    gf_parallel_for(a->n_threads, n, GRAIN, fill_range, &j);
+}
+
+/* rows blocks of len bytes: dst + r * dst_pitch <- src + r * src_pitch. */
+struct block_job {
+    char *dst;
+    const char *src;
+    size_t len, dst_pitch, src_pitch;
+};
+
+static void block_range(void *ctx, size_t begin, size_t end)
+{
+    const struct block_job *j = ctx;
+    for (size_t r = begin; r < end; r++)
+        memcpy(j->dst + r * j->dst_pitch, j->src + r * j->src_pitch, j->len);
+}
+
+static void copy_blocks(const struct gf_kernel_args *a, char *dst, size_t dst_pitch,
+                        const char *src, size_t src_pitch, size_t len, size_t rows)
+{
+    if (!len || !rows || dst == src)
+        return;
+    struct block_job j = {dst, src, len, dst_pitch, src_pitch};
+    gf_parallel_for(a->n_threads, rows, max_sz(1, 4 * GRAIN / len), block_range, &j);
+}
+
+/* Parallel memcpy of n bytes (nothing when in place). */
+static void copy_bytes(const struct gf_kernel_args *a, void *dst, const void *src, size_t n)
+{
+    const size_t chunk = 4096;
+    size_t rows = n / chunk, tail = n % chunk;
+    if (!n || dst == src)
+        return;
+    copy_blocks(a, dst, chunk, src, chunk, chunk, rows);
+    if (tail)
+        memcpy((char *)dst + rows * chunk, (const char *)src + rows * chunk, tail);
+}
+
+/* Writes v into one element of type t (Pad's float `value` attribute). */
+static void store_f64(enum gf_dtype t, void *p, double v)
+{
+    /* saturate first: converting an out-of-range double is undefined */
+    int64_t i = isnan(v) ? 0 : v >= 9.2e18 ? INT64_MAX : v <= -9.2e18 ? INT64_MIN : (int64_t)v;
+    union {
+        float f;
+        double d;
+        uint16_t h;
+        int8_t i8;
+        int16_t i16;
+        int32_t i32;
+        int64_t i64;
+        uint8_t b;
+    } u = {0};
+    switch (t) {
+    case GF_FLOAT: u.f = (float)v; break;
+    case GF_DOUBLE: u.d = v; break;
+    case GF_FLOAT16: u.h = gf_float_to_half((float)v); break;
+    case GF_BFLOAT16: u.h = gf_float_to_bf16((float)v); break;
+    case GF_BOOL: u.b = v != 0; break;
+    case GF_INT8: case GF_UINT8: u.i8 = (int8_t)i; break;
+    case GF_INT16: case GF_UINT16: u.i16 = (int16_t)i; break;
+    case GF_INT32: case GF_UINT32: u.i32 = (int32_t)i; break;
+    default: u.i64 = i; break;
+    }
+    memcpy(p, &u, gf_dtype_size(t));
+}
+
+/* ---- remap: gather through per-axis offset tables ------------------------------ */
+
+struct remap {
+    int rank;                  /* >= 1 (a scalar is viewed as [1]) */
+    int64_t dims[GF_MAX_RANK]; /* shape of the output (or a view of it) */
+    int64_t *off[GF_MAX_RANK]; /* off[k][dims[k]]: source element offsets, -1: fill */
+    const char *src;
+    char *dst;
+    size_t es;
+    const void *fill; /* es bytes for -1 entries */
+    bool contig;      /* the last axis reads consecutive elements */
+};
+
+/* Workspace of the remap ops: one int64 per index of every output axis
+ * (Gather: of its view, [data dims before axis, N indices, data dims after]). */
+static size_t remap_ws(const struct gf_kernel_args *a)
+{
+    size_t n = GF_MAX_RANK;
+    const struct gf_tview *t = a->node->op == GF_OP_GATHER ? &a->in[0] : &a->out[0];
+    for (int k = 0; k < t->rank; k++)
+        n += (size_t)t->dims[k];
+    if (a->node->op == GF_OP_GATHER && a->n_in > 1)
+        n += a->in[1].nelem;
+    return n * sizeof(int64_t);
+}
+
+static enum gf_status remap_init(const struct gf_kernel_args *a, struct remap *r, int rank,
+                                 const int64_t *dims)
+{
+    memset(r, 0, sizeof(*r));
+    size_t need = 0, have = remap_ws(a) / sizeof(int64_t);
+    for (int k = 0; k < rank; k++)
+        need += (size_t)dims[k];
+    if (!a->workspace || need + 1 > have)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "workspace missing or too small");
+    int64_t *ws = a->workspace;
+    r->rank = rank ? rank : 1;
+    for (int k = 0; k < r->rank; k++) {
+        r->dims[k] = rank ? dims[k] : 1;
+        r->off[k] = ws;
+        ws += r->dims[k];
+    }
+    if (!rank)
+        r->off[0][0] = 0;
+    r->es = gf_dtype_size(a->in[0].dtype);
+    r->src = a->in[0].data;
+    r->dst = a->out[0].data;
+    return GF_OK;
+}
+
+/* off[k][i] = first + i * step */
+static void remap_linear(struct remap *r, int k, int64_t first, int64_t step)
+{
+    for (int64_t i = 0; i < r->dims[k]; i++)
+        r->off[k][i] = first + i * step;
+}
+
+/* Source element offset of the row at multi-index idx (last axis
+ * excluded), or -1 when the row is all pad value. */
+static int64_t remap_row_base(const struct remap *r, const int64_t *idx)
+{
+    int64_t base = 0;
+    for (int k = 0; k < r->rank - 1; k++) {
+        int64_t o = r->off[k][idx[k]];
+        if (o < 0)
+            return -1;
+        base += o;
+    }
+    return base;
+}
+
+/* Rows are done TILE_ROWS at a time, column block by column block, so a
+ * transpose reads whole cache lines instead of one element per line. */
+#define TILE_ROWS 16
+#define TILE_COLS 256
+
+static void remap_rows(void *ctx, size_t begin, size_t end)
+{
+    const struct remap *r = ctx;
+    int last = r->rank - 1;
+    size_t n = (size_t)r->dims[last], es = r->es;
+    const int64_t *inner = r->off[last];
+    int64_t idx[GF_MAX_RANK], base[TILE_ROWS];
+    size_t rest = begin;
+    for (int k = last - 1; k >= 0; k--) {
+        idx[k] = (int64_t)(rest % (size_t)r->dims[k]);
+        rest /= (size_t)r->dims[k];
+    }
+    for (size_t row = begin; row < end;) {
+        size_t t = 0;
+        for (; t < TILE_ROWS && row + t < end; t++) {
+            base[t] = remap_row_base(r, idx);
+            for (int k = last - 1; k >= 0 && ++idx[k] == r->dims[k]; k--)
+                idx[k] = 0;
+        }
+        char *d = r->dst + row * n * es;
+        size_t cols = r->contig ? n : TILE_COLS; /* contiguous rows: one memcpy each */
+        for (size_t c0 = 0; c0 < n; c0 += cols) {
+            size_t c1 = c0 + cols < n ? c0 + cols : n;
+            for (size_t u = 0; u < t; u++) {
+                char *du = d + (u * n + c0) * es;
+                if (base[u] < 0)
+                    fill_elems(du, r->fill, es, c1 - c0);
+                else if (r->contig)
+                    memcpy(du, r->src + (size_t)(base[u] + inner[c0]) * es, (c1 - c0) * es);
+                else
+                    for (size_t i = c0; i < c1; i++, du += es)
+                        copy_elem(du, inner[i] < 0 ? r->fill
+                                                   : r->src + (size_t)(base[u] + inner[i]) * es,
+                                  es);
+            }
+        }
+        row += t;
+    }
+}
+
+static void remap_run(const struct gf_kernel_args *a, struct remap *r)
+{
+    int last = r->rank - 1;
+    size_t n = (size_t)r->dims[last], rows = prod(r->dims, 0, last);
+    if (!n || !rows)
+        return;
+    const int64_t *inner = r->off[last];
+    r->contig = inner[0] >= 0;
+    for (size_t i = 1; r->contig && i < n; i++)
+        r->contig = inner[i] == inner[0] + (int64_t)i;
+    gf_parallel_for(a->n_threads, rows, max_sz(1, GRAIN / n), remap_rows, r);
+}
+
+/* ---- Constant, ConstantOfShape, Shape, Size, Range ------------------------------ */
+
+/* Constant's numeric value attributes besides the `value` tensor. */
+static const struct {
+    const char *name;
+    enum gf_dtype dtype; /* of the output */
+    bool list;           /* 1-D output; else a scalar */
+} value_attrs[] = {
+    {"value_float", GF_FLOAT, false},
+    {"value_floats", GF_FLOAT, true},
+    {"value_int", GF_INT64, false},
+    {"value_ints", GF_INT64, true},
+};
+
+static bool sup_constant(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)in;
+    (void)n_in;
+    const struct gf_attr *v = gf_node_attr(n, "value");
+    if (v) /* value_string(s) and sparse_value are not supported */
+        return v->t && v->t->dtype != GF_STRING;
+    for (size_t i = 0; i < sizeof(value_attrs) / sizeof(value_attrs[0]); i++)
+        if (gf_node_attr(n, value_attrs[i].name))
+            return true;
+    return false;
+}
+
+static enum gf_status run_constant(const struct gf_kernel_args *a)
+{
+    const struct gf_attr *at = gf_node_attr(a->node, "value");
+    enum gf_status st;
+    if (at && at->t) {
+        const struct gf_tensor *t = at->t;
+        if ((st = check_out(a, 0, t->rank, t->dims)) ||
+            (st = check_dtype(a, "output 0", a->out[0].dtype, t->dtype)))
+            return st;
+        if (t->nbytes != gf_tview_bytes(&a->out[0]) || (t->nbytes && !t->data))
+            return gf_kernel_error(a, GF_ERR_INVALID, "value tensor holds %zu bytes, not %zu",
+                                   t->nbytes, gf_tview_bytes(&a->out[0]));
+        copy_bytes(a, a->out[0].data, t->data, t->nbytes);
+        return GF_OK;
+    }
+    for (size_t i = 0; i < sizeof(value_attrs) / sizeof(value_attrs[0]); i++) {
+        if (!(at = gf_node_attr(a->node, value_attrs[i].name)))
+            continue;
+        bool is_float = value_attrs[i].dtype == GF_FLOAT, list = value_attrs[i].list;
+        int64_t len = list ? (int64_t)at->n : 1;
+        if ((st = check_out(a, 0, list, &len)) ||
+            (st = check_dtype(a, "output 0", a->out[0].dtype, value_attrs[i].dtype)))
+            return st;
+        const void *src = is_float ? (list ? (const void *)at->floats : &at->f)
+                                   : (list ? (const void *)at->ints : &at->i);
+        copy_bytes(a, a->out[0].data, src, (size_t)len * gf_dtype_size(value_attrs[i].dtype));
+        return GF_OK;
+    }
+    return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no supported value attribute");
+}
+
+static bool sup_constant_of_shape(const struct gf_node *n, const struct gf_tview *in,
+                                  size_t n_in)
+{
+    const struct gf_attr *v = gf_node_attr(n, "value");
+    return n_in >= 1 && is_index_type(in[0].dtype) && (!v || (v->t && is_movable(v->t->dtype)));
+}
+
+static enum gf_status run_constant_of_shape(const struct gf_kernel_args *a)
+{
+    enum gf_status st = require_inputs(a, 1);
+    if (st)
+        return st;
+    const struct gf_tview *shape = &a->in[0];
+    int64_t dims[GF_MAX_RANK];
+    if (shape->nelem > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input has %zu entries; rank %d at most",
+                               shape->nelem, GF_MAX_RANK);
+    for (size_t i = 0; i < shape->nelem; i++)
+        if ((dims[i] = ival(shape, i)) < 0)
+            return gf_kernel_error(a, GF_ERR_INVALID, "input element %zu is %" PRId64
+                                   ", a dimension must be >= 0", i, dims[i]);
+    if ((st = check_out(a, 0, (int)shape->nelem, dims)))
+        return st;
+    static const uint8_t zero[16];
+    const void *val = zero;
+    const struct gf_attr *v = gf_node_attr(a->node, "value");
+    if (v && v->t) {
+        if (v->t->nelem != 1 || !v->t->data)
+            return gf_kernel_error(a, GF_ERR_INVALID, "value must hold one element, not %zu",
+                                   v->t->nelem);
+        if ((st = check_dtype(a, "output 0", a->out[0].dtype, v->t->dtype)))
+            return st;
+        val = v->t->data;
+    }
+    size_t es = gf_dtype_size(a->out[0].dtype);
+    if (!es || es > sizeof(zero))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "output type %s",
+                               gf_dtype_name(a->out[0].dtype));
+    fill_par(a, a->out[0].data, val, es, a->out[0].nelem);
+    return GF_OK;
+}
+
+static enum gf_status run_shape(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 is missing");
+    int64_t r = a->in[0].rank;
+    int64_t start = gf_node_attr_int(a->node, "start", 0);
+    int64_t end = gf_node_attr_int(a->node, "end", r);
+    start = clamp64(start < 0 ? start + r : start, 0, r);
+    end = clamp64(end < 0 ? end + r : end, 0, r);
+    int64_t n = end > start ? end - start : 0;
+    enum gf_status st = check_out(a, 0, 1, &n);
+    if (st == GF_OK)
+        st = check_dtype(a, "output 0", a->out[0].dtype, GF_INT64);
+    if (st == GF_OK && n)
+        memcpy(a->out[0].data, a->in[0].dims + start, (size_t)n * 8);
+    return st;
+}
+
+static enum gf_status run_size(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 is missing");
+    int64_t n = (int64_t)a->in[0].nelem;
+    enum gf_status st = check_out(a, 0, 0, NULL);
+    if (st == GF_OK)
+        st = check_dtype(a, "output 0", a->out[0].dtype, GF_INT64);
+    if (st == GF_OK)
+        memcpy(a->out[0].data, &n, 8);
+    return st;
+}
+
+static bool sup_range(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    enum gf_dtype t = n_in ? in[0].dtype : GF_UNDEFINED;
+    return t == GF_FLOAT || t == GF_DOUBLE || t == GF_INT16 || t == GF_INT32 || t == GF_INT64;
+}
+
+/* Range in type T (float or double): the count is computed in T, as the
+ * reference does, then out[i] = start + i * delta. */
+#define RANGE_REAL(NAME, T, CEIL)                                                              \
+    static enum gf_status NAME(const struct gf_kernel_args *a)                                 \
+    {                                                                                          \
+        T s, l, d;                                                                             \
+        memcpy(&s, a->in[0].data, sizeof(T));                                                  \
+        memcpy(&l, a->in[1].data, sizeof(T));                                                  \
+        memcpy(&d, a->in[2].data, sizeof(T));                                                  \
+        if (d == 0 || isnan(d))                                                                \
+            return gf_kernel_error(a, GF_ERR_INVALID, "delta is %g", (double)d);               \
+        T c = CEIL((l - s) / d);                                                               \
+        if (!(c < (T)4e18))                                                                    \
+            return gf_kernel_error(a, GF_ERR_INVALID, "start %g, limit %g, delta %g give "    \
+                                   "no finite element count", (double)s, (double)l, (double)d);\
+        int64_t n = c > 0 ? (int64_t)c : 0;                                                    \
+        enum gf_status st = check_out(a, 0, 1, &n);                                            \
+        for (int64_t i = 0; st == GF_OK && i < n; i++) {                                       \
+            T v = s + (T)i * d;                                                                \
+            memcpy((char *)a->out[0].data + i * (int64_t)sizeof(T), &v, sizeof(T));            \
+        }                                                                                      \
+        return st;                                                                             \
+    }
+RANGE_REAL(range_f32, float, ceilf)
+RANGE_REAL(range_f64, double, ceil)
+
+/* Integer Range, computed in int64 and stored in the input's type. */
+static enum gf_status range_int(const struct gf_kernel_args *a)
+{
+    int64_t s = ival(&a->in[0], 0), l = ival(&a->in[1], 0), d = ival(&a->in[2], 0), diff;
+    if (d == 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "delta is 0");
+    if (__builtin_sub_overflow(l, s, &diff) || (diff == INT64_MIN && d == -1))
+        return gf_kernel_error(a, GF_ERR_INVALID, "limit - start overflows");
+    int64_t n = diff / d + (diff % d != 0 && (diff > 0) == (d > 0)); /* ceil */
+    n = n > 0 ? n : 0;
+    enum gf_status st = check_out(a, 0, 1, &n);
+    if (st)
+        return st;
+    size_t es = gf_dtype_size(a->out[0].dtype);
+    for (int64_t i = 0; i < n; i++) {
+        /* in range by construction; unsigned to keep UBSan quiet at the extremes */
+        int64_t v = (int64_t)((uint64_t)s + (uint64_t)i * (uint64_t)d);
+        int16_t v16 = (int16_t)v;
+        int32_t v32 = (int32_t)v;
+        const void *p = es == 2 ? (const void *)&v16 : es == 4 ? (const void *)&v32 : &v;
+        memcpy((char *)a->out[0].data + (size_t)i * es, p, es);
+    }
+    return GF_OK;
+}
+
+static enum gf_status run_range(const struct gf_kernel_args *a)
+{
+    enum gf_status st = require_inputs(a, 3);
+    if (st)
+        return st;
+    for (size_t i = 0; i < 3; i++) {
+        static const char *const names[] = {"start", "limit", "delta"};
+        if (a->in[i].nelem != 1)
+            return gf_kernel_error(a, GF_ERR_INVALID, "%s must be a scalar (it has %zu elements)",
+                                   names[i], a->in[i].nelem);
+        if ((st = check_dtype(a, names[i], a->in[i].dtype, a->in[0].dtype)))
+            return st;
+    }
+    if ((st = check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype)))
+        return st;
+    switch (a->in[0].dtype) {
+    case GF_FLOAT: return range_f32(a);
+    case GF_DOUBLE: return range_f64(a);
+    default: return range_int(a);
+    }
+}
+
+/* ---- supports for the data-movement ops ------------------------------------------ */
+
+/* Inputs that hold indices, shapes or axes (int32/int64), as a bit mask. */
+static unsigned index_slots(enum gf_op op)
+{
+    switch (op) {
+    case GF_OP_SLICE: return 0x1e;        /* starts, ends, axes, steps */
+    case GF_OP_PAD: return 0x2 | 0x8;     /* pads, axes */
+    case GF_OP_TRANSPOSE: case GF_OP_FLATTEN: case GF_OP_CONCAT: return 0;
+    default: return 0x2;                  /* input 1 */
+    }
+}
+
+static bool sup_move(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 1 || !is_movable(in[0].dtype))
+        return false;
+    unsigned slots = index_slots(n->op);
+    for (size_t i = 1; i < n_in && i < 8; i++)
+        if ((slots >> i & 1) && in[i].data && !is_index_type(in[i].dtype))
+            return false;
+    return true;
+}
+
+/* ---- Reshape, Flatten, Squeeze, Unsqueeze: a copy once the shape checks ------------ */
+
+static enum gf_status finish_copy(const struct gf_kernel_args *a, int rank, const int64_t *dims)
+{
+    enum gf_status st = check_out(a, 0, rank, dims);
+    if (st == GF_OK)
+        st = check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype);
+    if (st == GF_OK)
+        copy_bytes(a, a->out[0].data, a->in[0].data, gf_tview_bytes(&a->in[0]));
+    return st;
+}
+
+/* Reshape's target shape: 0 copies the input dimension (unless allowzero),
+ * one -1 is inferred. */
+static enum gf_status reshape_dims(const struct gf_kernel_args *a, const int64_t *shape,
+                                   size_t n, int64_t *dims)
+{
+    const struct gf_tview *x = &a->in[0];
+    bool allowzero = gf_node_attr_int(a->node, "allowzero", 0) != 0;
+    int neg = -1;
+    int64_t known = 1;
+    for (int i = 0; i < (int)n; i++) {
+        int64_t v = shape[i];
+        if (v == 0 && !allowzero) {
+            if (i >= x->rank)
+                return gf_kernel_error(a, GF_ERR_INVALID, "shape[%d] is 0 (copy input dimension"
+                                       " %d) but the input has rank %d", i, i, x->rank);
+            v = x->dims[i];
+        }
+        if (v == -1 && neg >= 0)
+            return gf_kernel_error(a, GF_ERR_INVALID, "shape has more than one -1");
+        if (v == -1) {
+            neg = i;
+            continue;
+        }
+        if (v < -1 || __builtin_mul_overflow(known, v, &known))
+            return gf_kernel_error(a, GF_ERR_INVALID, "shape[%d] = %" PRId64 " is invalid", i, v);
+        dims[i] = v;
+    }
+    if (neg >= 0) {
+        if (known == 0 || x->nelem % (uint64_t)known)
+            return gf_kernel_error(a, GF_ERR_INVALID, "cannot infer the -1 of shape: %zu elements"
+                                   " are not a multiple of %" PRId64, x->nelem, known);
+        dims[neg] = (int64_t)x->nelem / known;
+    } else if ((uint64_t)known != x->nelem) {
+        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %" PRId64 " elements but the input"
+                               " has %zu", known, x->nelem);
+    }
+    return GF_OK;
+}
+
+static enum gf_status run_reshape(const struct gf_kernel_args *a)
+{
+    int64_t shape[MAX_INTS], dims[GF_MAX_RANK];
+    size_t n;
+    bool given;
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = int_list(a, 1, "shape", "shape", shape, &n, &given)))
+        return st;
+    if (!given)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input 'shape' is missing");
+    if (n > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %zu entries; rank %d at most", n,
+                               GF_MAX_RANK);
+    if ((st = reshape_dims(a, shape, n, dims)))
+        return st;
+    return finish_copy(a, (int)n, dims);
+}
+
+static enum gf_status run_flatten(const struct gf_kernel_args *a)
+{
+    enum gf_status st = require_inputs(a, 1);
+    if (st)
+        return st;
+    const struct gf_tview *x = &a->in[0];
+    int64_t axis = gf_node_attr_int(a->node, "axis", 1);
+    if (axis < -x->rank || axis > x->rank)
+        return gf_kernel_error(a, GF_ERR_INVALID, "axis %" PRId64 " is out of range [%d, %d]",
+                               axis, -x->rank, x->rank);
+    int ax = (int)(axis < 0 ? axis + x->rank : axis);
+    int64_t dims[2] = {(int64_t)prod(x->dims, 0, ax), (int64_t)prod(x->dims, ax, x->rank)};
+    return finish_copy(a, 2, dims);
+}
+
+/* Squeeze / Unsqueeze axes (input 1 from opset 13, attribute before),
+ * normalized against `rank` with no repeats, marked in `hit`. */
+static enum gf_status axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
+                                int rank, bool hit[GF_MAX_RANK])
+{
+    memset(hit, 0, GF_MAX_RANK * sizeof(bool));
+    for (size_t i = 0; i < n; i++) {
+        int ax;
+        enum gf_status st = norm_axis(a, "axis", axes[i], rank, &ax);
+        if (st)
+            return st;
+        if (hit[ax])
+            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
+        hit[ax] = true;
+    }
+    return GF_OK;
+}
+
+static enum gf_status run_squeeze(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    int64_t axes[MAX_INTS], dims[GF_MAX_RANK];
+    size_t n;
+    bool given, hit[GF_MAX_RANK];
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = int_list(a, 1, "axes", "axes", axes, &n, &given)) ||
+        (st = axes_mask(a, axes, n, x->rank, hit)))
+        return st;
+    int r = 0;
+    for (int k = 0; k < x->rank; k++) {
+        if (given && hit[k] && x->dims[k] != 1)
+            return gf_kernel_error(a, GF_ERR_INVALID, "cannot squeeze axis %d of size %" PRId64,
+                                   k, x->dims[k]);
+        if (!(given ? hit[k] : x->dims[k] == 1))
+            dims[r++] = x->dims[k];
+    }
+    return finish_copy(a, r, dims);
+}
+
+static enum gf_status run_unsqueeze(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    int64_t axes[MAX_INTS], dims[GF_MAX_RANK];
+    size_t n;
+    bool given, hit[GF_MAX_RANK];
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = int_list(a, 1, "axes", "axes", axes, &n, &given)))
+        return st;
+    if (!given)
+        return gf_kernel_error(a, GF_ERR_INVALID, "axes are missing");
+    int r = x->rank + (int)n; /* output rank */
+    if (r > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", r, GF_MAX_RANK);
+    if ((st = axes_mask(a, axes, n, r, hit)))
+        return st;
+    for (int k = 0, j = 0; k < r; k++)
+        dims[k] = hit[k] ? 1 : x->dims[j++];
+    return finish_copy(a, r, dims);
+}
+
+/* ---- Transpose, Slice, Expand, Tile, Pad: remaps -------------------------------- */
+
+static enum gf_status run_transpose(const struct gf_kernel_args *a)
+{
+    enum gf_status st = require_inputs(a, 1);
+    const struct gf_tview *x = &a->in[0];
+    int r = x->rank, perm[GF_MAX_RANK];
+    bool seen[GF_MAX_RANK] = {false};
+    size_t np;
+    const int64_t *p = gf_node_attr_ints(a->node, "perm", &np);
+    if (st)
+        return st;
+    if (p && np != (size_t)r)
+        return gf_kernel_error(a, GF_ERR_INVALID, "perm has %zu entries for rank %d", np, r);
+    for (int k = 0; k < r; k++) {
+        int64_t v = p ? p[k] : r - 1 - k;
+        if (v < 0 || v >= r || seen[v])
+            return gf_kernel_error(a, GF_ERR_INVALID, "perm is not a permutation of 0..%d "
+                                   "(entry %d is %" PRId64 ")", r - 1, k, v);
+        seen[v] = true;
+        perm[k] = (int)v;
+    }
+    int64_t dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    strides_of(x, stride);
+    for (int k = 0; k < r; k++)
+        dims[k] = x->dims[perm[k]];
+    struct remap m;
+    if ((st = check_out(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+        return st;
+    for (int k = 0; k < r; k++)
+        remap_linear(&m, k, 0, stride[perm[k]]);
+    remap_run(a, &m);
+    return GF_OK;
+}
+
+/* One axis of Slice, clamped per the spec: first index and count. */
+static void slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first,
+                       int64_t *count)
+{
+    start = start < 0 ? start + d : start;
+    end = end < 0 ? end + d : end;
+    uint64_t diff, s;
+    if (step > 0) {
+        start = clamp64(start, 0, d);
+        end = clamp64(end, 0, d);
+        diff = end > start ? (uint64_t)(end - start) : 0;
+        s = (uint64_t)step;
+    } else {
+        start = clamp64(start, 0, d - 1);
+        end = clamp64(end, -1, d - 1);
+        diff = start > end ? (uint64_t)(start - end) : 0;
+        s = (uint64_t)(-(step + 1)) + 1; /* -step, also for INT64_MIN */
+    }
+    *first = d > 0 ? start : 0;
+    *count = d > 0 ? (int64_t)(diff / s + (diff % s != 0)) : 0;
+}
+
+static enum gf_status run_slice(const struct gf_kernel_args *a)
+{
+    int64_t starts[MAX_INTS], ends[MAX_INTS], axes[MAX_INTS], steps[MAX_INTS];
+    size_t ns, ne, na = 0, nst = 0;
+    bool g, has_axes, has_steps;
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = int_list(a, 1, "starts", "starts", starts, &ns, &g)) ||
+        (st = int_list(a, 2, "ends", "ends", ends, &ne, &g)) ||
+        (st = int_list(a, 3, "axes", "axes", axes, &na, &has_axes)) ||
+        (st = int_list(a, 4, NULL, "steps", steps, &nst, &has_steps)))
+        return st;
+    if (ne != ns || (has_axes && na != ns) || (has_steps && nst != ns))
+        return gf_kernel_error(a, GF_ERR_INVALID, "starts, ends, axes and steps have %zu, %zu, "
+                               "%zu and %zu entries", ns, ne, na, nst);
+    const struct gf_tview *x = &a->in[0];
+    int r = x->rank;
+    int64_t first[GF_MAX_RANK] = {0}, step[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    bool done[GF_MAX_RANK] = {false};
+    for (int k = 0; k < r; k++) {
+        step[k] = 1;
+        dims[k] = x->dims[k];
+    }
+    for (size_t i = 0; i < ns; i++) {
+        int ax;
+        if ((st = norm_axis(a, "axis", has_axes ? axes[i] : (int64_t)i, r, &ax)))
+            return st;
+        if (done[ax])
+            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is sliced twice", ax);
+        done[ax] = true;
+        step[ax] = has_steps ? steps[i] : 1;
+        if (step[ax] == 0)
+            return gf_kernel_error(a, GF_ERR_INVALID, "steps[%zu] is 0", i);
+        slice_axis(x->dims[ax], starts[i], ends[i], step[ax], &first[ax], &dims[ax]);
+    }
+    struct remap m;
+    if ((st = check_out(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+        return st;
+    strides_of(x, stride);
+    /* with 2+ elements |step| < dim; with fewer the step is unused (and may
+     * be INT64_MIN, whose product would overflow) */
+    for (int k = 0; k < r; k++)
+        remap_linear(&m, k, first[k] * stride[k], dims[k] > 1 ? step[k] * stride[k] : 0);
+    remap_run(a, &m);
+    return GF_OK;
+}
+
+static enum gf_status run_expand(const struct gf_kernel_args *a)
+{
+    int64_t shape[MAX_INTS], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    size_t ns;
+    bool given;
+    enum gf_status st = require_inputs(a, 2);
+    if (st || (st = int_list(a, 1, NULL, "shape", shape, &ns, &given)))
+        return st;
+    const struct gf_tview *x = &a->in[0];
+    int r = x->rank > (int)ns ? x->rank : (int)ns;
+    if (r > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %zu entries; rank %d at most", ns,
+                               GF_MAX_RANK);
+    for (int k = 0; k < r; k++) {
+        int kx = k - (r - x->rank), ks = k - (r - (int)ns);
+        int64_t d = kx >= 0 ? x->dims[kx] : 1, s = ks >= 0 ? shape[ks] : 1;
+        if (s < 0 || (d != s && d != 1 && s != 1))
+            return gf_kernel_error(a, GF_ERR_INVALID, "cannot broadcast input dimension %" PRId64
+                                   " to shape entry %" PRId64 " (output axis %d)", d, s, k);
+        dims[k] = d == 1 ? s : d;
+    }
+    struct remap m;
+    if ((st = check_out(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+        return st;
+    gf_bcast_strides(x, &a->out[0], stride);
+    for (int k = 0; k < r; k++)
+        remap_linear(&m, k, 0, stride[k]);
+    remap_run(a, &m);
+    return GF_OK;
+}
+
+static enum gf_status run_tile(const struct gf_kernel_args *a)
+{
+    int64_t rep[MAX_INTS], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    size_t n;
+    bool given;
+    enum gf_status st = require_inputs(a, 2);
+    if (st || (st = int_list(a, 1, NULL, "repeats", rep, &n, &given)))
+        return st;
+    const struct gf_tview *x = &a->in[0];
+    if (n != (size_t)x->rank)
+        return gf_kernel_error(a, GF_ERR_INVALID, "repeats has %zu entries for rank %d", n,
+                               x->rank);
+    for (int k = 0; k < x->rank; k++)
+        if (rep[k] < 0 || __builtin_mul_overflow(x->dims[k], rep[k], &dims[k]))
+            return gf_kernel_error(a, GF_ERR_INVALID, "repeats[%d] = %" PRId64 " is invalid", k,
+                                   rep[k]);
+    struct remap m;
+    if ((st = check_out(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
+        return st;
+    strides_of(x, stride);
+    for (int k = 0; k < m.rank && x->rank; k++)
+        for (int64_t i = 0; i < dims[k]; i++)
+            m.off[k][i] = i % x->dims[k] * stride[k];
+    remap_run(a, &m);
+    return GF_OK;
+}
+
+enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP, PAD_BAD };
+
+static enum pad_mode pad_mode(const struct gf_node *n)
+{
+    static const char *const names[] = {"constant", "reflect", "edge", "wrap"};
+    const char *m = gf_node_attr_string(n, "mode", "constant");
+    for (int i = 0; i < PAD_BAD; i++)
+        if (strcmp(m, names[i]) == 0)
+            return (enum pad_mode)i;
+    return PAD_BAD;
+}
+
+static bool sup_pad(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    return sup_move(n, in, n_in) && pad_mode(n) != PAD_BAD;
+}
+
+/* Source index for position x relative to the kept part [0, n) of an axis,
+ * or -1 for the pad value.  Reflect and wrap repeat periodically, as
+ * numpy does for pads larger than the axis. */
+static int64_t pad_src(enum pad_mode mode, int64_t x, int64_t n)
+{
+    if (x >= 0 && x < n)
+        return x;
+    int64_t p = 2 * (n - 1), m;
+    switch (mode) {
+    case PAD_EDGE: return x < 0 ? 0 : n - 1;
+    case PAD_WRAP: return (x % n + n) % n;
+    case PAD_REFLECT:
+        if (n == 1)
+            return 0;
+        m = (x % p + p) % p;
+        return m < n ? m : p - m;
+    default: return -1;
+    }
+}
+
+/* Pads per axis (begin in pb, end in pe) from pads (input 1 or attribute
+ * "pads" / opset-1 "paddings") and axes (input 3, opset 18). */
+static enum gf_status pad_amounts(const struct gf_kernel_args *a, int64_t *pb, int64_t *pe)
+{
+    int64_t pads[MAX_INTS], axes[MAX_INTS];
+    size_t np, na;
+    bool given, has_axes;
+    int r = a->in[0].rank;
+    enum gf_status st = int_list(a, 1, "pads", "pads", pads, &np, &given);
+    if (st == GF_OK && !given)
+        st = int_list(a, 0, "paddings", "paddings", pads, &np, &given);
+    if (st || (st = int_list(a, 3, NULL, "axes", axes, &na, &has_axes)))
+        return st;
+    if (!has_axes)
+        for (int k = 0; k < r; k++)
+            axes[k] = k;
+    na = has_axes ? na : (size_t)r;
+    if (np != 2 * na)
+        return gf_kernel_error(a, GF_ERR_INVALID, "pads has %zu entries, expected %zu (2 per axis)",
+                               np, 2 * na);
+    bool seen[GF_MAX_RANK] = {false};
+    memset(pb, 0, (size_t)r * sizeof(*pb));
+    memset(pe, 0, (size_t)r * sizeof(*pe));
+    for (size_t i = 0; i < na; i++) {
+        int ax;
+        if ((st = norm_axis(a, "axis", axes[i], r, &ax)))
+            return st;
+        if (seen[ax])
+            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
+        seen[ax] = true;
+        pb[ax] = pads[i];
+        pe[ax] = pads[i + na];
+    }
+    return GF_OK;
+}
+
+/* The pad value: input 2 (opset 11+), attribute `value` (before), or 0. */
+static enum gf_status pad_value(const struct gf_kernel_args *a, void *buf)
+{
+    const struct gf_tview *x = &a->in[0];
+    memset(buf, 0, 16);
+    if (has_input(a, 2) && a->in[2].nelem) {
+        enum gf_status st = check_dtype(a, "constant_value", a->in[2].dtype, x->dtype);
+        if (st == GF_OK)
+            memcpy(buf, a->in[2].data, gf_dtype_size(x->dtype));
+        return st;
+    }
+    if (gf_node_attr(a->node, "value"))
+        store_f64(x->dtype, buf, gf_node_attr_float(a->node, "value", 0));
+    return GF_OK;
+}
+
+static enum gf_status run_pad(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    enum pad_mode mode = pad_mode(a->node);
+    int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    _Alignas(16) uint8_t fill[16];
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = pad_amounts(a, pb, pe)) || (st = pad_value(a, fill)))
+        return st;
+    if (mode == PAD_BAD)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "mode '%s'",
+                               gf_node_attr_string(a->node, "mode", ""));
+    for (int k = 0; k < x->rank; k++)
+        if (__builtin_add_overflow(x->dims[k], pb[k], &dims[k]) ||
+            __builtin_add_overflow(dims[k], pe[k], &dims[k]) || dims[k] < 0 ||
+            x->dims[k] + (pb[k] < 0 ? pb[k] : 0) + (pe[k] < 0 ? pe[k] : 0) < 0)
+            return gf_kernel_error(a, GF_ERR_INVALID, "pads %" PRId64 ", %" PRId64 " on axis %d"
+                                   " of size %" PRId64 " crop more than the axis", pb[k], pe[k],
+                                   k, x->dims[k]);
+    struct remap m;
+    if ((st = check_out(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
+        return st;
+    m.fill = fill;
+    strides_of(x, stride);
+    for (int k = 0; k < x->rank; k++) {
+        /* negative pads crop: the kept part is [crop, crop + n) of the input */
+        int64_t crop = pb[k] < 0 ? -pb[k] : 0, lead = pb[k] > 0 ? pb[k] : 0;
+        int64_t n = x->dims[k] - crop - (pe[k] < 0 ? -pe[k] : 0);
+        if (n == 0 && dims[k] > 0 && mode != PAD_CONSTANT)
+            return gf_kernel_error(a, GF_ERR_INVALID, "cannot pad axis %d in mode '%s': it has "
+                                   "no elements", k, gf_node_attr_string(a->node, "mode", ""));
+        for (int64_t i = 0; i < dims[k]; i++) {
+            int64_t s = pad_src(mode, i - lead, n);
+            m.off[k][i] = s < 0 ? -1 : (crop + s) * stride[k];
+        }
+    }
+    remap_run(a, &m);
+    return GF_OK;
+}
+
+/* ---- Concat and Split: blocks along an axis ------------------------------------- */
+
+static enum gf_status run_concat(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x0 = &a->in[0];
+    enum gf_status st = require_inputs(a, a->n_in);
+    if (st || a->n_in == 0)
+        return st ? st : gf_kernel_error(a, GF_ERR_INVALID, "no inputs");
+    if (!gf_node_attr(a->node, "axis") && node_opset(a->node) >= 4)
+        return gf_kernel_error(a, GF_ERR_INVALID, "attribute 'axis' is missing");
+    int r = x0->rank, ax;
+    if ((st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 1), r, &ax)))
+        return st;
+    int64_t dims[GF_MAX_RANK];
+    memcpy(dims, x0->dims, sizeof(dims));
+    dims[ax] = 0;
+    for (size_t j = 0; j < a->n_in; j++) {
+        const struct gf_tview *x = &a->in[j];
+        bool same = x->rank == r && x->dtype == x0->dtype;
+        for (int k = 0; same && k < r; k++)
+            same = k == ax || x->dims[k] == x0->dims[k];
+        char s0[200], sj[200];
+        if (!same)
+            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu (%s %s) does not match input 0 "
+                                   "(%s %s) off axis %d", j, gf_dtype_name(x->dtype),
+                                   fmt_dims(sj, sizeof(sj), x->rank, x->dims),
+                                   gf_dtype_name(x0->dtype), fmt_dims(s0, sizeof(s0), r, x0->dims),
+                                   ax);
+        dims[ax] += x->dims[ax];
+    }
+    if ((st = check_out(a, 0, r, dims)) ||
+        (st = check_dtype(a, "output 0", a->out[0].dtype, x0->dtype)))
+        return st;
+    /* out: [outer, dims[ax] * inner]; input j fills columns [pos, pos + dj) * inner */
+    size_t es = gf_dtype_size(x0->dtype), outer = prod(dims, 0, ax);
+    size_t inner = prod(dims, ax + 1, r), pitch = (size_t)dims[ax] * inner * es, pos = 0;
+    for (size_t j = 0; j < a->n_in; j++) {
+        size_t len = (size_t)a->in[j].dims[ax] * inner * es;
+        copy_blocks(a, (char *)a->out[0].data + pos, pitch, a->in[j].data, len, len, outer);
+        pos += len;
+    }
+    return GF_OK;
+}
+
+/* Size of Split output j: from the split list (input 1, or attribute
+ * before opset 13), num_outputs (opset 18: ceil chunks, the last smaller),
+ * or equal parts. */
+static enum gf_status split_size(const struct gf_kernel_args *a, int64_t dim, size_t j,
+                                 int64_t *size)
+{
+    size_t n = a->n_out, count = 0;
+    const int64_t *list = gf_node_attr_ints(a->node, "split", &count);
+    bool from_input = has_input(a, 1);
+    if (from_input || list) {
+        count = from_input ? a->in[1].nelem : count;
+        if (gf_node_attr(a->node, "num_outputs"))
+            return gf_kernel_error(a, GF_ERR_INVALID, "both split and num_outputs are given");
+        if (count != n)
+            return gf_kernel_error(a, GF_ERR_INVALID, "split has %zu entries for %zu outputs",
+                                   count, n);
+        *size = from_input ? ival(&a->in[1], j) : list[j];
+    } else if (gf_node_attr(a->node, "num_outputs")) {
+        int64_t k = gf_node_attr_int(a->node, "num_outputs", 0);
+        if (k != (int64_t)n)
+            return gf_kernel_error(a, GF_ERR_INVALID, "num_outputs is %" PRId64 " but the node "
+                                   "has %zu outputs", k, n);
+        int64_t chunk = (dim + k - 1) / k;
+        *size = clamp64(dim - (int64_t)j * chunk, 0, chunk);
+    } else {
+        if (dim % (int64_t)n)
+            return gf_kernel_error(a, GF_ERR_INVALID, "axis of size %" PRId64 " does not split "
+                                   "into %zu equal parts", dim, n);
+        *size = dim / (int64_t)n;
+    }
+    if (*size < 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "split[%zu] = %" PRId64 " is negative", j,
+                               *size);
+    return GF_OK;
+}
+
+static enum gf_status run_split(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    enum gf_status st = require_inputs(a, 1);
+    int ax;
+    if (st || (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+        return st;
+    if (a->n_out == 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "no outputs");
+    int64_t dim = x->dims[ax], total = 0, size;
+    for (size_t j = 0; j < a->n_out; j++) {
+        if ((st = split_size(a, dim, j, &size)))
+            return st;
+        total += size;
+    }
+    if (total != dim)
+        return gf_kernel_error(a, GF_ERR_INVALID, "split sizes add up to %" PRId64 ", not %" PRId64,
+                               total, dim);
+    /* x: [outer, dim * inner]; output j takes columns [pos, pos + size) * inner */
+    size_t es = gf_dtype_size(x->dtype), outer = prod(x->dims, 0, ax);
+    size_t inner = prod(x->dims, ax + 1, x->rank), pitch = (size_t)dim * inner * es, pos = 0;
+    for (size_t j = 0; j < a->n_out; j++) {
+        int64_t dims[GF_MAX_RANK];
+        memcpy(dims, x->dims, sizeof(dims));
+        split_size(a, dim, j, &dims[ax]);
+        size_t len = (size_t)dims[ax] * inner * es;
+        if (!a->out[j].data && !a->out[j].nelem) { /* omitted */
+            pos += len;
+            continue;
+        }
+        if ((st = check_out(a, j, x->rank, dims)) ||
+            (st = check_dtype(a, "output", a->out[j].dtype, x->dtype)))
+            return st;
+        copy_blocks(a, a->out[j].data, len, (const char *)x->data + pos, pitch, len, outer);
+        pos += len;
+    }
+    return GF_OK;
+}
+
+/* ---- Trilu ------------------------------------------------------------------------ */
+
+struct trilu_job {
+    const char *src;
+    char *dst;
+    size_t es;
+    int64_t n, m, k; /* matrices [n, m], diagonal offset k */
+    bool upper;
+};
+
+static void trilu_rows(void *ctx, size_t begin, size_t end)
+{
+    const struct trilu_job *j = ctx;
+    size_t rowb = (size_t)j->m * j->es;
+    for (size_t row = begin; row < end; row++) {
+        int64_t i = (int64_t)row % j->n;
+        /* columns [c0, c1) are kept, the rest zeroed */
+        int64_t c0 = j->upper ? clamp64(i + j->k, 0, j->m) : 0;
+        int64_t c1 = j->upper ? j->m : clamp64(i + j->k + 1, 0, j->m);
+        char *d = j->dst + row * rowb;
+        const char *s = j->src + row * rowb;
+        if (c1 <= c0) {
+            memset(d, 0, rowb);
+            continue;
+        }
+        memset(d, 0, (size_t)c0 * j->es);
+        if (d != s)
+            memcpy(d + c0 * j->es, s + c0 * j->es, (size_t)(c1 - c0) * j->es);
+        memset(d + c1 * j->es, 0, (size_t)(j->m - c1) * j->es);
+    }
+}
+
+static enum gf_status run_trilu(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    enum gf_status st = require_inputs(a, 1);
+    if (st)
+        return st;
+    if (x->rank < 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input has rank %d; Trilu needs 2 or more",
+                               x->rank);
+    int64_t k = 0;
+    if (has_input(a, 1)) {
+        if (a->in[1].nelem != 1)
+            return gf_kernel_error(a, GF_ERR_INVALID, "k must be a scalar (it has %zu elements)",
+                                   a->in[1].nelem);
+        k = ival(&a->in[1], 0);
+    }
+    if ((st = check_out(a, 0, x->rank, x->dims)))
+        return st;
+    int64_t n = x->dims[x->rank - 2], m = x->dims[x->rank - 1];
+    struct trilu_job j = {x->data, a->out[0].data, gf_dtype_size(x->dtype), n, m,
+                          clamp64(k, -n - m - 1, n + m + 1), /* no overflow in i + k */
+                          gf_node_attr_int(a->node, "upper", 1) != 0};
+    if (n && m)
+        gf_parallel_for(a->n_threads, x->nelem / (size_t)m, max_sz(1, GRAIN / (size_t)m),
+                        trilu_rows, &j);
+    return GF_OK;
+}
+
+/* ---- Gather ------------------------------------------------------------------------- */
+
+static enum gf_status run_gather(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
+    enum gf_status st = require_inputs(a, 2);
+    int ax;
+    if (st || (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+        return st;
+    int r = x->rank, q = ind->rank;
+    if (r - 1 + q > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", r - 1 + q,
+                               GF_MAX_RANK);
+    /* out: x dims before axis, indices dims, x dims after axis */
+    int64_t dims[GF_MAX_RANK], view[GF_MAX_RANK], stride[GF_MAX_RANK];
+    memcpy(dims, x->dims, (size_t)ax * sizeof(int64_t));
+    memcpy(dims + ax, ind->dims, (size_t)q * sizeof(int64_t));
+    memcpy(dims + ax + q, x->dims + ax + 1, (size_t)(r - ax - 1) * sizeof(int64_t));
+    memcpy(view, x->dims, sizeof(view));
+    view[ax] = (int64_t)ind->nelem; /* remapped as [before, N, after] */
+    struct remap m;
+    if ((st = check_out(a, 0, r - 1 + q, dims)) ||
+        (st = check_indices(a, ind, x->dims[ax], ax)) || (st = remap_init(a, &m, r, view)))
+        return st;
+    strides_of(x, stride);
+    for (int k = 0; k < r; k++)
+        remap_linear(&m, k, 0, stride[k]);
+    for (size_t i = 0; i < ind->nelem; i++) {
+        int64_t v = ival(ind, i);
+        m.off[ax][i] = (v < 0 ? v + x->dims[ax] : v) * stride[ax];
+    }
+    remap_run(a, &m);
+    return GF_OK;
+}
+
+/* ---- GatherElements and ScatterElements --------------------------------------------- */
+
+/* Indices (and updates) of the same rank as data; off the axis no larger. */
+static enum gf_status check_elements(const struct gf_kernel_args *a, int *ax)
+{
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
+    enum gf_status st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, ax);
+    if (st)
+        return st;
+    if (ind->rank != x->rank)
+        return gf_kernel_error(a, GF_ERR_INVALID, "indices have rank %d, data rank %d",
+                               ind->rank, x->rank);
+    for (int k = 0; k < x->rank; k++)
+        if (k != *ax && ind->dims[k] > x->dims[k])
+            return gf_kernel_error(a, GF_ERR_INVALID, "indices dimension %d is %" PRId64
+                                   ", larger than data's %" PRId64, k, ind->dims[k], x->dims[k]);
+    return check_indices(a, ind, x->dims[*ax], *ax);
+}
+
+/* Walks the elements of `ind`: data element offset of each. */
+struct elem_walk {
+    const struct gf_tview *ind;
+    int axis, rank;
+    int64_t dstride[GF_MAX_RANK], dim;
+    int64_t idx[GF_MAX_RANK];
+};
+
+static void walk_init(struct elem_walk *w, const struct gf_tview *x, const struct gf_tview *ind,
+                      int axis, size_t start)
+{
+    w->ind = ind;
+    w->axis = axis;
+    w->rank = ind->rank;
+    w->dim = x->dims[axis];
+    strides_of(x, w->dstride);
+    for (int k = w->rank - 1; k >= 0; k--) {
+        w->idx[k] = (int64_t)(start % (size_t)ind->dims[k]);
+        start /= (size_t)ind->dims[k];
+    }
+}
+
+/* Offset of indices element i (the walk's current position), then steps. */
+static int64_t walk_next(struct elem_walk *w, size_t i)
+{
+    int64_t v = ival(w->ind, i), off = 0;
+    for (int k = 0; k < w->rank; k++)
+        off += (k == w->axis ? (v < 0 ? v + w->dim : v) : w->idx[k]) * w->dstride[k];
+    for (int k = w->rank - 1; k >= 0 && ++w->idx[k] == w->ind->dims[k]; k--)
+        w->idx[k] = 0;
+    return off;
+}
+
+struct gather_elems_job {
+    const struct gf_kernel_args *a;
+    int axis;
+};
+
+static void gather_elems_range(void *ctx, size_t begin, size_t end)
+{
+    const struct gather_elems_job *j = ctx;
+    const struct gf_tview *x = &j->a->in[0];
+    size_t es = gf_dtype_size(x->dtype);
+    struct elem_walk w;
+    walk_init(&w, x, &j->a->in[1], j->axis, begin);
+    for (size_t i = begin; i < end; i++)
+        copy_elem((char *)j->a->out[0].data + i * es,
+                  (const char *)x->data + (size_t)walk_next(&w, i) * es, es);
+}
+
+static enum gf_status run_gather_elements(const struct gf_kernel_args *a)
+{
+    enum gf_status st = require_inputs(a, 2);
+    int ax;
+    if (st || (st = check_out(a, 0, a->in[1].rank, a->in[1].dims)) ||
+        (st = check_elements(a, &ax)))
+        return st;
+    struct gather_elems_job j = {a, ax};
+    gf_parallel_for(a->n_threads, a->in[1].nelem, GRAIN, gather_elems_range, &j);
+    return GF_OK;
+}
+
+/* ---- Scatter reductions: typed combine loops ----------------------------------------- */
+
+enum reduction { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN, RED_BAD };
+
+static enum reduction reduction_of(const struct gf_node *n)
+{
+    static const char *const names[] = {"none", "add", "mul", "max", "min"};
+    const char *s = gf_node_attr_string(n, "reduction", "none");
+    for (int i = 0; i < RED_BAD; i++)
+        if (strcmp(s, names[i]) == 0)
+            return (enum reduction)i;
+    return RED_BAD;
+}
+
+/* dst[i] = dst[i] (op) src[i] for n elements (unaligned memory). */
+typedef void (*combine_fn)(enum reduction r, char *dst, const char *src, size_t n);
+
+/* Integers: add and mul wrap (computed unsigned: signed overflow is UB). */
+#define COMBINE_INT(NAME, T)                                                                  \
+    static void NAME(enum reduction r, char *dst, const char *src, size_t n)                 \
+    {                                                                                         \
+        for (size_t i = 0; i < n; i++) {                                                      \
+            T x, y, z;                                                                        \
+            memcpy(&x, dst + i * sizeof(T), sizeof(T));                                       \
+            memcpy(&y, src + i * sizeof(T), sizeof(T));                                       \
+            z = r == RED_ADD   ? (T)((uint64_t)x + (uint64_t)y)                               \
+                : r == RED_MUL ? (T)((uint64_t)x * (uint64_t)y)                               \
+                : r == RED_MAX ? (x > y ? x : y)                                              \
+                               : (x < y ? x : y);                                             \
+            memcpy(dst + i * sizeof(T), &z, sizeof(T));                                       \
+        }                                                                                     \
+    }
+
+/* Floating point in compute type C (storage S); max/min propagate NaN. */
+#define COMBINE_REAL(NAME, S, C, TO_C, FROM_C)                                                \
+    static void NAME(enum reduction r, char *dst, const char *src, size_t n)                 \
+    {                                                                                         \
+        for (size_t i = 0; i < n; i++) {                                                      \
+            S xs, ys;                                                                         \
+            memcpy(&xs, dst + i * sizeof(S), sizeof(S));                                      \
+            memcpy(&ys, src + i * sizeof(S), sizeof(S));                                      \
+            C x = TO_C(xs), y = TO_C(ys);                                                     \
+            C z = r == RED_ADD   ? x + y                                                      \
+                  : r == RED_MUL ? x * y                                                      \
+                  : r == RED_MAX ? (isnan(x) || x > y ? x : y)                                \
+                                 : (isnan(x) || x < y ? x : y);                               \
+            S zs = FROM_C(z);                                                                 \
+            memcpy(dst + i * sizeof(S), &zs, sizeof(S));                                      \
+        }                                                                                     \
+    }
+
+#define SAME(x) (x)
+COMBINE_INT(combine_i8, int8_t)
+COMBINE_INT(combine_i16, int16_t)
+COMBINE_INT(combine_i32, int32_t)
+COMBINE_INT(combine_i64, int64_t)
+COMBINE_INT(combine_u8, uint8_t)
+COMBINE_INT(combine_u16, uint16_t)
+COMBINE_INT(combine_u32, uint32_t)
+COMBINE_INT(combine_u64, uint64_t)
+COMBINE_REAL(combine_f32, float, float, SAME, SAME)
+COMBINE_REAL(combine_f64, double, double, SAME, SAME)
+COMBINE_REAL(combine_f16, uint16_t, float, gf_half_to_float, gf_float_to_half)
+COMBINE_REAL(combine_bf16, uint16_t, float, gf_bf16_to_float, gf_float_to_bf16)
+
+/* bool: add and max are "or", mul and min are "and". */
+static void combine_bool(enum reduction r, char *dst, const char *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = r == RED_ADD || r == RED_MAX ? (dst[i] || src[i]) : (dst[i] && src[i]);
+}
+
+static combine_fn combine_for(enum gf_dtype t)
+{
+    switch (t) {
+    case GF_INT8: return combine_i8;
+    case GF_INT16: return combine_i16;
+    case GF_INT32: return combine_i32;
+    case GF_INT64: return combine_i64;
+    case GF_UINT8: return combine_u8;
+    case GF_UINT16: return combine_u16;
+    case GF_UINT32: return combine_u32;
+    case GF_UINT64: return combine_u64;
+    case GF_FLOAT: return combine_f32;
+    case GF_DOUBLE: return combine_f64;
+    case GF_FLOAT16: return combine_f16;
+    case GF_BFLOAT16: return combine_bf16;
+    case GF_BOOL: return combine_bool;
+    default: return NULL;
+    }
+}
+
+static bool sup_scatter(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    enum reduction r = reduction_of(n);
+    return sup_move(n, in, n_in) && r != RED_BAD && (r == RED_NONE || combine_for(in[0].dtype));
+}
+
+/* Writes n updates at dst: a copy, or the node's reduction. */
+static void scatter_put(enum reduction r, combine_fn f, char *dst, const char *src, size_t n,
+                        size_t es)
+{
+    if (r == RED_NONE)
+        memcpy(dst, src, n * es);
+    else
+        f(r, dst, src, n);
+}
+
+/* Common start of the scatters: updates typed like data, output = data. */
+static enum gf_status scatter_begin(const struct gf_kernel_args *a, enum reduction *r,
+                                    combine_fn *f)
+{
+    const struct gf_tview *x = &a->in[0];
+    enum gf_status st = require_inputs(a, 3);
+    if (st || (st = check_dtype(a, "updates", a->in[2].dtype, x->dtype)) ||
+        (st = check_out(a, 0, x->rank, x->dims)) ||
+        (st = check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
+        return st;
+    *r = reduction_of(a->node);
+    *f = combine_for(x->dtype);
+    if (*r == RED_BAD || (*r != RED_NONE && !*f))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "reduction '%s' on %s",
+                               gf_node_attr_string(a->node, "reduction", ""),
+                               gf_dtype_name(x->dtype));
+    return GF_OK;
+}
+
+static enum gf_status run_scatter_elements(const struct gf_kernel_args *a)
+{
+    enum reduction r;
+    combine_fn f;
+    int ax;
+    enum gf_status st = scatter_begin(a, &r, &f);
+    if (st || (st = check_elements(a, &ax)))
+        return st;
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1], *upd = &a->in[2];
+    char want[200], got[200];
+    bool same = upd->rank == ind->rank;
+    for (int k = 0; same && k < ind->rank; k++)
+        same = upd->dims[k] == ind->dims[k];
+    if (!same)
+        return gf_kernel_error(a, GF_ERR_INVALID, "updates have shape %s, indices %s",
+                               fmt_dims(got, sizeof(got), upd->rank, upd->dims),
+                               fmt_dims(want, sizeof(want), ind->rank, ind->dims));
+    size_t es = gf_dtype_size(x->dtype);
+    copy_bytes(a, a->out[0].data, x->data, gf_tview_bytes(x));
+    /* sequential: repeated indices combine in order */
+    struct elem_walk w;
+    walk_init(&w, x, ind, ax, 0);
+    for (size_t i = 0; i < ind->nelem; i++)
+        scatter_put(r, f, (char *)a->out[0].data + (size_t)walk_next(&w, i) * es,
+                    (const char *)upd->data + i * es, 1, es);
+    return GF_OK;
+}
+
+/* ---- GatherND and ScatterND ------------------------------------------------------ */
+
+/* indices [B..., N..., k] address slices of data [B..., D0..Dk-1, S...]
+ * (B: batch_dims axes shared by both). */
+struct nd_map {
+    const struct gf_tview *x, *ind;
+    int b, k;
+    size_t n_per_batch;             /* N: tuples per batch */
+    size_t slice;                   /* S: elements per slice */
+    size_t batch_stride;            /* data elements per batch */
+    int64_t dstride[GF_MAX_RANK];
+};
+
+static enum gf_status nd_init(const struct gf_kernel_args *a, struct nd_map *m, int b)
+{
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
+    int q = ind->rank, r = x->rank;
+    if (q < 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "indices must have rank >= 1");
+    int64_t k = ind->dims[q - 1];
+    if (b < 0 || b >= q || b >= r)
+        return gf_kernel_error(a, GF_ERR_INVALID, "batch_dims %d must be in [0, %d)", b,
+                               q < r ? q : r);
+    if (k > r - b)
+        return gf_kernel_error(a, GF_ERR_INVALID, "index tuples of length %" PRId64 " exceed "
+                               "the %d data axes after the batch", k, r - b);
+    for (int j = 0; j < b; j++)
+        if (ind->dims[j] != x->dims[j])
+            return gf_kernel_error(a, GF_ERR_INVALID, "batch dimension %d differs: indices %"
+                                   PRId64 ", data %" PRId64, j, ind->dims[j], x->dims[j]);
+    *m = (struct nd_map){x, ind, b, (int)k, prod(ind->dims, b, q - 1),
+                         prod(x->dims, b + (int)k, r), prod(x->dims, b, r), {0}};
+    strides_of(x, m->dstride);
+    for (size_t t = 0; t * (size_t)k < ind->nelem; t++)
+        for (int j = 0; j < k; j++) {
+            int64_t v = ival(ind, t * (size_t)k + (size_t)j), d = x->dims[b + j];
+            if (v < -d || v >= d)
+                return index_error(a, "indices", t * (size_t)k + (size_t)j, v, d, b + j);
+        }
+    return GF_OK;
+}
+
+/* Data element offset of tuple t (indices already checked). */
+static size_t nd_offset(const struct nd_map *m, size_t t)
+{
+    size_t off = m->n_per_batch ? t / m->n_per_batch * m->batch_stride : 0;
+    for (int j = 0; j < m->k; j++) {
+        int64_t v = ival(m->ind, t * (size_t)m->k + (size_t)j), d = m->x->dims[m->b + j];
+        off += (size_t)((v < 0 ? v + d : v) * m->dstride[m->b + j]);
+    }
+    return off;
+}
+
+struct gather_nd_job {
+    const struct nd_map *m;
+    char *dst;
+};
+
+static void gather_nd_range(void *ctx, size_t begin, size_t end)
+{
+    const struct gather_nd_job *j = ctx;
+    size_t es = gf_dtype_size(j->m->x->dtype), len = j->m->slice * es;
+    for (size_t t = begin; t < end; t++)
+        memcpy(j->dst + t * len, (const char *)j->m->x->data + nd_offset(j->m, t) * es, len);
+}
+
+static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
+    struct nd_map m;
+    enum gf_status st = require_inputs(a, 2);
+    if (st || (st = nd_init(a, &m, (int)gf_node_attr_int(a->node, "batch_dims", 0))))
+        return st;
+    /* out: indices dims but the last, then the slice dims */
+    int64_t dims[2 * GF_MAX_RANK];
+    int q = ind->rank, n = q - 1 + x->rank - m.b - m.k;
+    memcpy(dims, ind->dims, (size_t)(q - 1) * sizeof(int64_t));
+    memcpy(dims + q - 1, x->dims + m.b + m.k, (size_t)(x->rank - m.b - m.k) * sizeof(int64_t));
+    if (n > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", n, GF_MAX_RANK);
+    if ((st = check_out(a, 0, n, dims)) ||
+        (st = check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
+        return st;
+    size_t tuples = m.k ? ind->nelem / (size_t)m.k : prod(ind->dims, 0, q - 1);
+    struct gather_nd_job j = {&m, a->out[0].data};
+    if (m.slice)
+        gf_parallel_for(a->n_threads, tuples, max_sz(1, GRAIN / m.slice), gather_nd_range, &j);
+    return GF_OK;
+}
+
+static enum gf_status run_scatter_nd(const struct gf_kernel_args *a)
+{
+    enum reduction r;
+    combine_fn f;
+    struct nd_map m;
+    enum gf_status st = scatter_begin(a, &r, &f);
+    if (st || (st = nd_init(a, &m, 0)))
+        return st;
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1], *upd = &a->in[2];
+    /* updates: indices dims but the last, then the slice dims */
+    int q = ind->rank, n = q - 1 + x->rank - m.k;
+    bool same = upd->rank == n;
+    for (int k = 0; same && k < n; k++)
+        same = upd->dims[k] == (k < q - 1 ? ind->dims[k] : x->dims[m.k + k - (q - 1)]);
+    char got[200];
+    if (!same)
+        return gf_kernel_error(a, GF_ERR_INVALID, "updates have shape %s; indices and data "
+                               "need rank %d", fmt_dims(got, sizeof(got), upd->rank, upd->dims),
+                               n);
+    size_t es = gf_dtype_size(x->dtype), tuples = prod(ind->dims, 0, q - 1);
+    copy_bytes(a, a->out[0].data, x->data, gf_tview_bytes(x));
+    /* sequential: repeated tuples combine in order */
+    for (size_t t = 0; t < tuples && m.slice; t++)
+        scatter_put(r, f, (char *)a->out[0].data + nd_offset(&m, t) * es,
+                    (const char *)upd->data + t * m.slice * es, m.slice, es);
+    return GF_OK;
+}
+
+/* ---- OneHot ---------------------------------------------------------------------- */
+
+static bool sup_one_hot(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 3 && is_movable(in[0].dtype) && is_movable(in[1].dtype) &&
+           is_movable(in[2].dtype);
+}
+
+/* Index i as an integer (non-integer types are truncated, as cast to
+ * int64); false when it is not finite or beyond int64. */
+static bool one_hot_index(const struct gf_tview *t, size_t i, int64_t *v)
+{
+    enum gf_dtype d = t->dtype;
+    if (d != GF_FLOAT && d != GF_DOUBLE && d != GF_FLOAT16 && d != GF_BFLOAT16) {
+        *v = ival(t, i);
+        return true;
+    }
+    double f = fval(t, i);
+    if (!(f > -9.2e18 && f < 9.2e18))
+        return false;
+    *v = (int64_t)f;
+    return true;
+}
+
+static enum gf_status run_one_hot(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *ind = &a->in[0], *depth = &a->in[1], *vals = &a->in[2];
+    enum gf_status st = require_inputs(a, 3);
+    if (st)
+        return st;
+    if (depth->nelem != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "depth must hold one element, not %zu",
+                               depth->nelem);
+    double dv = fval(depth, 0);
+    if (!(dv >= 0 && dv < 4e18))
+        return gf_kernel_error(a, GF_ERR_INVALID, "depth %g must be a non-negative integer", dv);
+    int64_t D = (int64_t)dv;
+    if (vals->nelem != 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "values must hold [off, on], not %zu elements",
+                               vals->nelem);
+    int R = ind->rank + 1, ax;
+    if (R > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", R, GF_MAX_RANK);
+    if ((st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", -1), R, &ax)))
+        return st;
+    /* out: [outer, D, inner], indices: [outer, inner] */
+    int64_t dims[GF_MAX_RANK];
+    memcpy(dims, ind->dims, (size_t)ax * sizeof(int64_t));
+    dims[ax] = D;
+    memcpy(dims + ax + 1, ind->dims + ax, (size_t)(ind->rank - ax) * sizeof(int64_t));
+    if ((st = check_out(a, 0, R, dims)) ||
+        (st = check_dtype(a, "output 0", a->out[0].dtype, vals->dtype)))
+        return st;
+    size_t es = gf_dtype_size(vals->dtype), inner = prod(ind->dims, ax, ind->rank);
+    const char *off = vals->data, *on = off + es;
+    char *out = a->out[0].data;
+    fill_par(a, out, off, es, a->out[0].nelem);
+    /* per the spec, indices outside [-depth, depth-1] give an all-off row */
+    for (size_t i = 0; i < ind->nelem; i++) {
+        int64_t v;
+        if (!one_hot_index(ind, i, &v) || v < -D || v >= D)
+            continue;
+        v = v < 0 ? v + D : v;
+        size_t o = i / inner, j = i % inner;
+        copy_elem(out + ((o * (size_t)D + (size_t)v) * inner + j) * es, on, es);
+    }
+    return GF_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------- */
+
+#define KERNEL(OP, NAME, SUPPORTS, WORKSPACE)                                               \
+    {.op = GF_OP_##OP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "cpu_" #NAME,       \
+     .supports = SUPPORTS, .workspace = WORKSPACE, .run = run_##NAME}
+
+static const struct gf_kernel kernels[] = {
+    KERNEL(CONSTANT, constant, sup_constant, NULL),
+    KERNEL(CONSTANT_OF_SHAPE, constant_of_shape, sup_constant_of_shape, NULL),
+    KERNEL(SHAPE, shape, NULL, NULL),
+    KERNEL(SIZE, size, NULL, NULL),
+    KERNEL(RANGE, range, sup_range, NULL),
+    KERNEL(TRANSPOSE, transpose, sup_move, remap_ws),
+    KERNEL(RESHAPE, reshape, sup_move, NULL),
+    KERNEL(FLATTEN, flatten, sup_move, NULL),
+    KERNEL(SQUEEZE, squeeze, sup_move, NULL),
+    KERNEL(UNSQUEEZE, unsqueeze, sup_move, NULL),
+    KERNEL(CONCAT, concat, sup_move, NULL),
+    KERNEL(SPLIT, split, sup_move, NULL),
+    KERNEL(SLICE, slice, sup_move, remap_ws),
+    KERNEL(GATHER, gather, sup_move, remap_ws),
+    KERNEL(GATHER_ELEMENTS, gather_elements, sup_move, NULL),
+    KERNEL(GATHER_ND, gather_nd, sup_move, NULL),
+    KERNEL(SCATTER_ND, scatter_nd, sup_scatter, NULL),
+    KERNEL(SCATTER_ELEMENTS, scatter_elements, sup_scatter, NULL),
+    KERNEL(EXPAND, expand, sup_move, remap_ws),
+    KERNEL(TILE, tile, sup_move, remap_ws),
+    KERNEL(PAD, pad, sup_pad, remap_ws),
+    KERNEL(TRILU, trilu, sup_move, NULL),
+    KERNEL(ONE_HOT, one_hot, sup_one_hot, NULL),
+};
+
+const struct gf_kernel_table gf_cpu_layout_table = {kernels, sizeof(kernels) / sizeof(kernels[0])};
