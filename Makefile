@@ -108,6 +108,8 @@ DEMO_MODEL := models/llama_tiny/legacy/model.onnx
 demo: all
 	$(BUILD)/graphfuse info $(DEMO_MODEL)
 	$(BUILD)/graphfuse dump $(DEMO_MODEL)
+	@echo "== running the model on its recorded inputs (PyTorch's outputs as reference)"
+	$(BUILD)/graphfuse test --atol 1e-5 --profile $(dir $(DEMO_MODEL))
 
 BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 bench: all $(BENCHES)

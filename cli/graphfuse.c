@@ -583,10 +583,7 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, double rt
     size_t len = strlen(dir);
     while (len > 1 && dir[len - 1] == '/')
         len--;
-    const char *base = dir + len;
-    while (base > dir && base[-1] != '/')
-        base--;
-    snprintf(name, sizeof(name), "%.*s", (int)(len - (size_t)(base - dir)), base);
+    snprintf(name, sizeof(name), "%.*s", (int)len, dir);
     snprintf(path, sizeof(path), "%s/model.onnx", dir);
     struct gf_model *m;
     enum gf_status st = gf_model_load(path, NULL, &m);

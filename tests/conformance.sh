@@ -19,7 +19,7 @@ if [ "$rc" -gt 1 ]; then
     exit 1
 fi
 sed -n '/^op  */,$p' "$out"
-grep -E '^(PASS|FAIL|UNSUPPORTED) ' "$out" | awk '{ sub(":$", "", $2); print $2, $1 }' | sort >"$now"
+grep -E '^(PASS|FAIL|UNSUPPORTED) ' "$out" | awk '{ sub(":$", "", $2); sub(".*/", "", $2); print $2, $1 }' | sort >"$now"
 
 if [ "${2:-}" = "--update" ]; then
     cp "$now" "$expected"
