@@ -92,6 +92,8 @@ test: all $(TESTS)
 	@tests/run_cli.sh $(BUILD)/graphfuse
 	@tests/run_bad.sh $(BUILD)/graphfuse
 	@tests/conformance.sh $(BUILD)/graphfuse
+	@echo "== bundled models against PyTorch's recorded outputs"
+	@$(BUILD)/graphfuse test --atol 1e-5 models/*/legacy models/*/dynamo
 	@echo "== all tests passed"
 
 # ONNX node tests through `graphfuse test`, compared with the recorded list.
