@@ -12,12 +12,29 @@ const char *gf_last_error(void)
     return msg[0] ? msg : "no error";
 }
 
+/* Control bytes from untrusted names become \xNN: a message stays one
+ * line and cannot drive the terminal. */
+static void escape_controls(void)
+{
+    char out[sizeof(msg)];
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)msg; *p && k + 5 < sizeof(out); p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            k += (size_t)snprintf(out + k, sizeof(out) - k, "\\x%02x", *p);
+        else
+            out[k++] = (char)*p;
+    }
+    out[k] = 0;
+    memcpy(msg, out, k + 1);
+}
+
 enum gf_status gf_error(enum gf_status st, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    escape_controls();
     return st;
 }
 

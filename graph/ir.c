@@ -595,6 +595,34 @@ void gf_value_replace_uses(struct gf_value *from, struct gf_value *to)
 
 /* ---- topological order ---------------------------------------------------- */
 
+static void heap_push(size_t *h, size_t *n, size_t x)
+{
+    size_t i = (*n)++;
+    while (i && h[(i - 1) / 2] > x) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = x;
+}
+
+static size_t heap_pop(size_t *h, size_t *n)
+{
+    size_t top = h[0], x = h[--(*n)], i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && h[c + 1] < h[c])
+            c++;
+        if (h[c] >= x)
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = x;
+    return top;
+}
+
 /* Kahn's algorithm over the node list, taking nodes in their current order
  * whenever they are ready, so an already sorted graph is left unchanged. */
 enum gf_status gf_graph_toposort(struct gf_graph *g)
@@ -628,35 +656,41 @@ enum gf_status gf_graph_toposort(struct gf_graph *g)
                     pending[(uintptr_t)v->uses[u].node->aux]++;
         }
     }
-    /* ready queue: a min-heap would keep order exactly; a sweep is simpler
-     * and, for already sorted input, linear. */
+    /* ready nodes in a min-heap of list positions: the earliest ready node
+     * goes next, so a sorted graph keeps its order and the sort is
+     * O(n log n) whatever the input order. */
     bool *done = calloc(n, sizeof(*done));
-    if (!done) {
+    size_t *heap = malloc(n * sizeof(*heap)), hn = 0;
+    if (!done || !heap) {
+        free(done);
+        free(heap);
         free(order);
         free(pending);
         free(byidx);
         return gf_error(GF_ERR_NOMEM, "out of memory sorting graph");
     }
-    bool progress = true;
-    while (k < n && progress) {
-        progress = false;
-        for (size_t i = 0; i < n; i++) {
-            if (done[i] || pending[i])
+    for (size_t i = 0; i < n; i++)
+        if (!pending[i])
+            heap_push(heap, &hn, i);
+    while (hn) {
+        size_t i = heap_pop(heap, &hn);
+        struct gf_node *nd = byidx[i];
+        done[i] = true;
+        order[k++] = nd;
+        for (size_t j = 0; j < nd->n_outputs; j++) {
+            struct gf_value *v = nd->outputs[j];
+            if (!v || v->producer != nd)
                 continue;
-            struct gf_node *nd = byidx[i];
-            done[i] = true;
-            order[k++] = nd;
-            progress = true;
-            for (size_t j = 0; j < nd->n_outputs; j++) {
-                struct gf_value *v = nd->outputs[j];
-                if (!v || v->producer != nd)
+            for (size_t u = 0; u < v->n_uses; u++) {
+                if (v->uses[u].node->graph != g)
                     continue;
-                for (size_t u = 0; u < v->n_uses; u++)
-                    if (v->uses[u].node->graph == g)
-                        pending[(uintptr_t)v->uses[u].node->aux]--;
+                size_t w = (uintptr_t)v->uses[u].node->aux;
+                if (--pending[w] == 0)
+                    heap_push(heap, &hn, w);
             }
         }
     }
+    free(heap);
     enum gf_status st = GF_OK;
     if (k < n) {
         for (size_t i = 0; i < n; i++) {

@@ -22,6 +22,7 @@ struct loader {
     struct gf_arena *arena;
     int max_depth;     /* subgraph nesting limit */
     bool no_external;
+    bool in_function;  /* ref_attr_name is only valid in function bodies */
     char label[200];   /* scratch for node labels in messages */
 };
 
@@ -59,6 +60,37 @@ static struct gf_bytes pack_msg(struct loader *L, const ProtobufCMessage *msg)
 static enum gf_status oom(void)
 {
     return gf_error(GF_ERR_NOMEM, "out of memory while loading");
+}
+
+/* ---- duplicate names ------------------------------------------------------ */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A name appearing twice in names[0..n), or NULL: sorting a copy keeps
+ * this O(n log n) for hostile files with thousands of entries. */
+static const char *find_duplicate(const char **names, size_t n)
+{
+    if (n < 2)
+        return NULL;
+    const char **c = malloc(n * sizeof(*c));
+    if (!c)
+        return NULL;
+    memcpy(c, names, n * sizeof(*c));
+    qsort(c, n, sizeof(*c), cmp_str);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (strcmp(c[i - 1], c[i]) == 0)
+            dup = c[i];
+    free(c);
+    return dup;
+}
+
+static const char *onnx_domain(const char *d)
+{
+    return !d || strcmp(d, "ai.onnx") == 0 ? "" : d;
 }
 
 /* ---- mappings of external data files ------------------------------------ */
@@ -166,7 +198,7 @@ static enum gf_status load_external(struct loader *L, Onnx__TensorProto *tp,
         return gf_error(GF_ERR_IO, "tensor '%s': external data file '%s': %s", tname,
                         ext->location, strerror(errno));
     size_t dl = strlen(dirreal);
-    if (strncmp(real, dirreal, dl) != 0 || (real[dl] != '/' && dl > 1))
+    if (strncmp(real, dirreal, dl) != 0 || (real[dl] != '/' && real[dl] != 0 && dl > 1))
         return gf_error(GF_ERR_INVALID, "tensor '%s': external data '%s' resolves outside "
                         "the model folder (to '%s')", tname, ext->location, real);
     int fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -206,6 +238,15 @@ static enum gf_status load_external(struct loader *L, Onnx__TensorProto *tp,
             return GF_ERR_NOMEM;
         }
         t->data = (uint8_t *)addr + ext->offset;
+        if (ext->offset % 16) { /* kernels expect aligned elements: copy */
+            void *copy = gf_arena_alloc(L->arena, t->nbytes);
+            if (!copy) {
+                close(fd);
+                return oom();
+            }
+            memcpy(copy, t->data, t->nbytes);
+            t->data = copy;
+        }
     }
     close(fd);
     return GF_OK;
@@ -288,8 +329,8 @@ static enum gf_status convert_tensor(struct loader *L, Onnx__TensorProto *tp,
     if (!tp->has_data_type || tp->data_type == 0)
         return gf_error(GF_ERR_INVALID, "tensor '%s' has no data type", tname);
     if (!gf_dtype_valid(tp->data_type))
-        return gf_error(GF_ERR_UNSUPPORTED, "tensor '%s' has data type %d, which graphfuse "
-                        "does not know", tname, tp->data_type);
+        return gf_error(GF_ERR_INVALID, "tensor '%s' has data type %d, which no ONNX version "
+                        "defines", tname, tp->data_type);
     t->dtype = (enum gf_dtype)tp->data_type;
     if (tp->n_dims > 64)
         return gf_error(GF_ERR_INVALID, "tensor '%s' has rank %zu (limit 64)", tname,
@@ -350,8 +391,8 @@ static enum gf_status convert_type(struct loader *L, const Onnx__TypeProto *tp,
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     ty->kind = GF_TYPE_TENSOR;
     if (tt->has_elem_type && tt->elem_type != 0 && !gf_dtype_valid(tt->elem_type))
-        return gf_error(GF_ERR_UNSUPPORTED, "value '%s' has element type %d, which graphfuse "
-                        "does not know", vname, tt->elem_type);
+        return gf_error(GF_ERR_INVALID, "value '%s' has element type %d, which no ONNX "
+                        "version defines", vname, tt->elem_type);
     ty->dtype = tt->has_elem_type ? (enum gf_dtype)tt->elem_type : GF_UNDEFINED;
     if (!tt->shape)
         return GF_OK;
@@ -425,12 +466,15 @@ static enum gf_status convert_attr(struct loader *L, Onnx__AttributeProto *ap,
     a->name = ap->name;
     a->ref_attr_name = ap->ref_attr_name;
     a->doc_string = ap->doc_string;
+    if (ap->ref_attr_name && !L->in_function)
+        return gf_error(GF_ERR_INVALID, "%s: attribute '%s' refers to '%s' (ref_attr_name), "
+                        "which only a function body may do", nl, ap->name, ap->ref_attr_name);
     a->extra = extra_of(L, &ap->base);
     if (!ap->has_type || ap->type == 0)
         return gf_error(GF_ERR_INVALID, "%s: attribute '%s' has no type", nl, ap->name);
     a->type = (enum gf_attr_type)ap->type;
     if (ap->type > 14)
-        return gf_error(GF_ERR_UNSUPPORTED, "%s: attribute '%s' has unknown type %d", nl,
+        return gf_error(GF_ERR_INVALID, "%s: attribute '%s' has unknown type %d", nl,
                         ap->name, ap->type);
     int declared;
     int nset = attr_fields_set(ap, &declared);
@@ -633,6 +677,11 @@ static enum gf_status load_node_outputs(struct loader *L, Onnx__GraphProto *gp,
                                 gf_node_label(n, L->label, sizeof(L->label)), name,
                                 v->producer ? other : by);
             }
+            struct gf_value *outer = g->parent ? gf_graph_lookup(g->parent, name) : NULL;
+            if (outer)
+                return gf_error(GF_ERR_INVALID, "%s: output '%s' is already produced by an "
+                                "enclosing graph (names must be unique across scopes)",
+                                gf_node_label(n, L->label, sizeof(L->label)), name);
             v = gf_graph_new_value(g, name, NULL);
             if (!v)
                 return GF_ERR_NOMEM;
@@ -651,6 +700,8 @@ static enum gf_status load_value_infos(struct loader *L, Onnx__GraphProto *gp,
         Onnx__ValueInfoProto *vi = gp->value_info[i];
         struct gf_value *v = vi->name ? gf_graph_find(g, vi->name) : NULL;
         enum gf_status st;
+        if (v && v->has_value_info)
+            return gf_error(GF_ERR_INVALID, "value_info entry '%s' is defined twice", vi->name);
         if (!v && (st = new_named_value(g, vi->name, "value_info entry", &v)) != GF_OK)
             return st;
         if ((st = convert_type(L, vi->type, &v->type, vi->name)) != GF_OK)
@@ -665,6 +716,40 @@ static enum gf_status load_value_infos(struct loader *L, Onnx__GraphProto *gp,
 static bool is_defined(const struct gf_value *v)
 {
     return v->producer || v->init || v->is_input || v->sparse_init;
+}
+
+/* Input / output counts of known ops, and the graphs control flow needs. */
+static enum gf_status check_node_shape(struct loader *L, struct gf_node *n)
+{
+    const char *nl = gf_node_label(n, L->label, sizeof(L->label));
+    if (n->op != GF_OP_UNKNOWN) {
+        const struct gf_op_info *oi = gf_op_get_info(n->op);
+        if ((int)n->n_inputs < oi->min_inputs ||
+            (oi->max_inputs >= 0 && (int)n->n_inputs > oi->max_inputs))
+            return gf_error(GF_ERR_INVALID, "%s has %zu inputs; %s takes %d to %d", nl,
+                            n->n_inputs, oi->name, oi->min_inputs, oi->max_inputs);
+        if ((int)n->n_outputs < oi->min_outputs ||
+            (oi->max_outputs >= 0 && (int)n->n_outputs > oi->max_outputs))
+            return gf_error(GF_ERR_INVALID, "%s has %zu outputs; %s gives %d to %d", nl,
+                            n->n_outputs, oi->name, oi->min_outputs, oi->max_outputs);
+    }
+    static const struct { const char *op, *attrs[2]; } need[] = {
+        {"If", {"then_branch", "else_branch"}}, {"Loop", {"body", NULL}},
+        {"Scan", {"body", NULL}},
+    };
+    if (*onnx_domain(n->domain))
+        return GF_OK;
+    for (size_t i = 0; i < sizeof(need) / sizeof(need[0]); i++) {
+        if (strcmp(n->op_type, need[i].op) != 0)
+            continue;
+        for (int k = 0; k < 2 && need[i].attrs[k]; k++) {
+            const struct gf_attr *a = gf_node_attr(n, need[i].attrs[k]);
+            if (!a || a->type != GF_ATTR_GRAPH || !a->g)
+                return gf_error(GF_ERR_INVALID, "%s lacks its graph attribute '%s'", nl,
+                                need[i].attrs[k]);
+        }
+    }
+    return GF_OK;
 }
 
 static enum gf_status load_node_inputs(struct loader *L, Onnx__NodeProto *np,
@@ -692,17 +777,20 @@ static enum gf_status load_node_inputs(struct loader *L, Onnx__NodeProto *np,
     if (!n->attrs)
         return oom();
     n->n_attrs = np->n_attribute;
+    const char **names = gf_arena_alloc(L->arena, (np->n_attribute + 1) * sizeof(char *));
+    if (!names)
+        return oom();
     for (size_t k = 0; k < np->n_attribute; k++) {
         enum gf_status st = convert_attr(L, np->attribute[k], &n->attrs[k], n, depth);
         if (st != GF_OK)
             return st;
-        for (size_t p = 0; p < k; p++)
-            if (strcmp(n->attrs[p].name, n->attrs[k].name) == 0)
-                return gf_error(GF_ERR_INVALID, "%s: attribute '%s' appears twice",
-                                gf_node_label(n, L->label, sizeof(L->label)),
-                                n->attrs[k].name);
+        names[k] = n->attrs[k].name;
     }
-    return GF_OK;
+    const char *dup = find_duplicate(names, np->n_attribute);
+    if (dup)
+        return gf_error(GF_ERR_INVALID, "%s: attribute '%s' appears twice",
+                        gf_node_label(n, L->label, sizeof(L->label)), dup);
+    return check_node_shape(L, n);
 }
 
 static enum gf_status load_outputs(struct loader *L, Onnx__GraphProto *gp, struct gf_graph *g)
@@ -818,13 +906,71 @@ static enum gf_status convert_function(struct loader *L, Onnx__FunctionProto *fp
     f->body = gf_graph_create(L->m, NULL, NULL);
     if (!f->body)
         return oom();
+    L->in_function = true;
     enum gf_status st = convert_graph(L, &gp, f->body, 0);
+    L->in_function = false;
     if (st != GF_OK) {
         char pre[300];
         snprintf(pre, sizeof(pre), "function '%s'", fp->name);
         gf_error_prefix(pre);
     }
     return st;
+}
+
+/* Index of the model-local function a node calls, or -1. */
+static long called_function(const struct gf_model *m, const struct gf_node *n)
+{
+    for (size_t i = 0; i < m->n_functions; i++) {
+        const struct gf_function *f = m->functions[i];
+        if (strcmp(f->name, n->op_type) == 0 &&
+            strcmp(onnx_domain(f->domain), onnx_domain(n->domain)) == 0)
+            return (long)i;
+    }
+    return -1;
+}
+
+/* Functions may call functions but never (even indirectly) themselves:
+ * an iterative depth-first search over the call graph. */
+static enum gf_status check_function_recursion(struct gf_model *m)
+{
+    size_t nf = m->n_functions;
+    if (nf == 0)
+        return GF_OK;
+    unsigned char *color = calloc(nf, 1); /* 0 new, 1 on stack, 2 done */
+    struct frame { size_t f; const struct gf_node *next; } *st = malloc(nf * sizeof(*st));
+    enum gf_status rc = GF_OK;
+    if (!color || !st)
+        rc = oom();
+    for (size_t root = 0; rc == GF_OK && root < nf; root++) {
+        if (color[root])
+            continue;
+        size_t sp = 0;
+        st[sp++] = (struct frame){root, m->functions[root]->body->first};
+        color[root] = 1;
+        while (sp && rc == GF_OK) {
+            struct frame *fr = &st[sp - 1];
+            if (!fr->next) {
+                color[fr->f] = 2;
+                sp--;
+                continue;
+            }
+            long callee = called_function(m, fr->next);
+            fr->next = fr->next->next;
+            if (callee < 0 || color[callee] == 2)
+                continue;
+            if (color[callee] == 1)
+                rc = gf_error(GF_ERR_INVALID, "function '%s' calls itself through '%s' "
+                              "(recursion is not allowed)", m->functions[callee]->name,
+                              m->functions[fr->f]->name);
+            else {
+                color[callee] = 1;
+                st[sp++] = (struct frame){(size_t)callee, m->functions[callee]->body->first};
+            }
+        }
+    }
+    free(color);
+    free(st);
+    return rc;
 }
 
 static enum gf_status check_node_domains(struct gf_model *m, const struct gf_graph *g)
@@ -875,14 +1021,23 @@ static enum gf_status convert_model(struct loader *L, Onnx__ModelProto *mp)
     m->opsets = gf_arena_alloc(L->arena, (mp->n_opset_import + 1) * sizeof(*m->opsets));
     if (!m->opsets)
         return oom();
+    const char **domains = gf_arena_alloc(L->arena, (mp->n_opset_import + 1) * sizeof(char *));
+    if (!domains)
+        return oom();
     for (size_t i = 0; i < mp->n_opset_import; i++) {
-        m->opsets[i].domain = mp->opset_import[i]->domain;
-        m->opsets[i].version = mp->opset_import[i]->version;
-        for (size_t k = 0; k < i; k++)
-            if (strcmp(str_or(m->opsets[k].domain, ""), str_or(m->opsets[i].domain, "")) == 0)
-                return gf_error(GF_ERR_INVALID, "opset_import lists domain '%s' twice",
-                                str_or(m->opsets[i].domain, "ai.onnx"));
+        const Onnx__OperatorSetIdProto *o = mp->opset_import[i];
+        m->opsets[i].domain = o->domain;
+        m->opsets[i].version = o->version;
+        domains[i] = onnx_domain(o->domain);
+        if (!o->has_version || o->version < 1)
+            return gf_error(GF_ERR_INVALID, "opset_import for domain '%s' has %s version",
+                            *domains[i] ? domains[i] : "ai.onnx",
+                            o->has_version ? "an invalid" : "no");
     }
+    const char *dup = find_duplicate(domains, mp->n_opset_import);
+    if (dup)
+        return gf_error(GF_ERR_INVALID, "opset_import lists domain '%s' twice",
+                        *dup ? dup : "ai.onnx");
     m->n_metadata = mp->n_metadata_props;
     m->metadata = gf_arena_alloc(L->arena, (mp->n_metadata_props + 1) * sizeof(*m->metadata));
     if (!m->metadata)
@@ -906,6 +1061,8 @@ static enum gf_status convert_model(struct loader *L, Onnx__ModelProto *mp)
     for (size_t i = 0; i < mp->n_functions; i++)
         if ((st = convert_function(L, mp->functions[i], &m->functions[i])) != GF_OK)
             return st;
+    if ((st = check_function_recursion(m)) != GF_OK)
+        return st;
     if (!mp->graph)
         return gf_error(GF_ERR_INVALID, "model has no graph");
     m->graph = gf_graph_create(m, NULL, NULL);

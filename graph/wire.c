@@ -18,22 +18,39 @@ struct frame {
     const char *field; /* field that opened this frame, for messages */
 };
 
-static bool read_varint(const uint8_t *buf, size_t *pos, size_t end, uint64_t *out)
+enum { VARINT_OK, VARINT_TRUNCATED, VARINT_MALFORMED };
+
+/* Reads a varint; MALFORMED when longer than 10 bytes or over 64 bits. */
+static int read_varint(const uint8_t *buf, size_t *pos, size_t end, uint64_t *out)
 {
     uint64_t v = 0;
     for (int shift = 0; shift < 70; shift += 7) {
         if (*pos >= end)
-            return false;
+            return VARINT_TRUNCATED;
         uint8_t b = buf[(*pos)++];
-        if (shift == 63 && b > 1)
-            return false;
+        if (shift == 63 && (b & 0x7f) > 1)
+            return VARINT_MALFORMED;
         v |= (uint64_t)(b & 0x7f) << shift;
         if (!(b & 0x80)) {
             *out = v;
-            return true;
+            return VARINT_OK;
         }
     }
-    return false;
+    return VARINT_MALFORMED;
+}
+
+/* A packed payload of a scalar field must hold whole elements. */
+static bool packed_ok(const uint8_t *buf, size_t pos, size_t len, int wire)
+{
+    if (wire == WIRE_I64)
+        return len % 8 == 0;
+    if (wire == WIRE_I32)
+        return len % 4 == 0;
+    uint64_t v;
+    for (size_t end = pos + len; pos < end;)
+        if (read_varint(buf, &pos, end, &v) != VARINT_OK)
+            return false;
+    return true;
 }
 
 /* Wire type a field of this descriptor must use (packed repeated scalars
@@ -87,10 +104,12 @@ enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
         const struct frame *fr = &st[depth];
         size_t start = pos;
         uint64_t key;
-        if (!read_varint(buf, &pos, fr->end, &key)) {
+        int vr = read_varint(buf, &pos, fr->end, &key);
+        if (vr != VARINT_OK) {
             path_of(st, depth, path, sizeof(path));
-            return gf_error(GF_ERR_PARSE, "truncated or malformed field key at byte %zu%s%s",
-                            start, *path ? " inside " : "", path);
+            return gf_error(GF_ERR_PARSE, "%s field key at byte %zu%s%s",
+                            vr == VARINT_TRUNCATED ? "truncated" : "malformed varint in", start,
+                            *path ? " inside " : "", path);
         }
         uint64_t number = key >> 3;
         int wire = (int)(key & 7);
@@ -117,8 +136,8 @@ enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
         uint64_t v;
         switch (wire) {
         case WIRE_VARINT:
-            if (!read_varint(buf, &pos, fr->end, &v))
-                goto truncated;
+            if ((vr = read_varint(buf, &pos, fr->end, &v)) != VARINT_OK)
+                goto bad_varint;
             break;
         case WIRE_I64:
         case WIRE_I32: {
@@ -129,8 +148,8 @@ enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
             break;
         }
         case WIRE_LEN:
-            if (!read_varint(buf, &pos, fr->end, &v))
-                goto truncated;
+            if ((vr = read_varint(buf, &pos, fr->end, &v)) != VARINT_OK)
+                goto bad_varint;
             if (v > fr->end - pos) {
                 path_of(st, depth, path, sizeof(path));
                 return gf_error(GF_ERR_PARSE,
@@ -138,6 +157,13 @@ enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
                                 "remain",
                                 path, *path ? "." : "", f ? f->name : "(unknown)", start,
                                 (unsigned long long)v, fr->end - pos);
+            }
+            if (f && f->type != PROTOBUF_C_TYPE_MESSAGE && expected_wire(f) != WIRE_LEN &&
+                !packed_ok(buf, pos, (size_t)v, expected_wire(f))) {
+                path_of(st, depth, path, sizeof(path));
+                return gf_error(GF_ERR_PARSE, "packed field '%s%s%s' at byte %zu does not hold "
+                                "whole %s values", path, *path ? "." : "", f->name, start,
+                                wire_name(expected_wire(f)));
             }
             if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
                 if (depth + 1 > max_depth) {
@@ -160,6 +186,12 @@ enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
         }
         }
         continue;
+bad_varint:
+        if (vr == VARINT_MALFORMED) {
+            path_of(st, depth, path, sizeof(path));
+            return gf_error(GF_ERR_PARSE, "malformed varint in field '%s%s%s' at byte %zu",
+                            path, *path ? "." : "", f ? f->name : "(unknown)", start);
+        }
 truncated:
         path_of(st, depth, path, sizeof(path));
         return gf_error(GF_ERR_PARSE, "truncated field '%s%s%s' at byte %zu", path,
