@@ -16,7 +16,7 @@ ONNX_PROTO := /usr/include/onnx/onnx.proto
 LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c executor/*.c)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
-HEADERS := graph/gf_graph.h graph/ops.def
+HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h kernels/gf_kernels.h executor/gf_exec.h
 
 
 .PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gf_half.h"
 #include "internal.h"
 
 /* ---- model ------------------------------------------------------------- */
@@ -896,31 +897,6 @@ oom:
     return NULL;
 }
 
-static float half_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: renormalize */
-            exp = 127 - 15 + 1;
-            while (!(man & 0x400)) {
-                man <<= 1;
-                exp--;
-            }
-            bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 31) {
-        bits = sign | 0x7f800000 | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 double gf_tensor_get_f64(const struct gf_tensor *t, size_t i)
 {
     const uint8_t *p = t->data;
@@ -929,15 +905,8 @@ double gf_tensor_get_f64(const struct gf_tensor *t, size_t i)
     switch (t->dtype) {
     case GF_FLOAT: { float f; memcpy(&f, p + 4 * i, 4); return f; }
     case GF_DOUBLE: { double d; memcpy(&d, p + 8 * i, 8); return d; }
-    case GF_FLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return half_to_float(h); }
-    case GF_BFLOAT16: {
-        uint16_t h;
-        memcpy(&h, p + 2 * i, 2);
-        uint32_t bits = (uint32_t)h << 16;
-        float f;
-        memcpy(&f, &bits, 4);
-        return f;
-    }
+    case GF_FLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return gf_half_to_float(h); }
+    case GF_BFLOAT16: { uint16_t h; memcpy(&h, p + 2 * i, 2); return gf_bf16_to_float(h); }
     case GF_UINT64: { uint64_t u; memcpy(&u, p + 8 * i, 8); return (double)u; }
     default: return (double)gf_tensor_get_i64(t, i);
     }
