@@ -635,6 +635,8 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, double rt
     }
     printf("%s %s: worst error %g%s\n", result > 0 ? "PASS" : result == 0 ? "FAIL" : "UNSUPPORTED",
            name, worst, msg);
+    if (o->profile && sets > 0)
+        gf_session_print_profile(s, stdout);
     goto out;
 error:
     result = st == GF_ERR_UNSUPPORTED ? -1 : 0;
