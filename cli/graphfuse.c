@@ -44,6 +44,18 @@ static int usage_error(const char *fmt, const char *arg)
     return EXIT_INPUT;
 }
 
+/* Loads a model and infers its shapes; errors name the file. */
+static enum gf_status load_with_shapes(const char *path, struct gf_model **m)
+{
+    enum gf_status st = gf_model_load(path, NULL, m);
+    if (st == GF_OK && (st = gf_graph_infer_shapes((*m)->graph)) != GF_OK) {
+        gf_error_prefix(path);
+        gf_model_free(*m);
+        *m = NULL;
+    }
+    return st;
+}
+
 /* ---- info ----------------------------------------------------------------- */
 
 struct op_count {
@@ -139,15 +151,9 @@ static int cmd_info(int argc, char **argv)
     if (!path)
         return usage_error("info: no model given%s", "");
     struct gf_model *m;
-    enum gf_status st = gf_model_load(path, NULL, &m);
+    enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
         return fail(st);
-    st = gf_graph_infer_shapes(m->graph);
-    if (st != GF_OK) {
-        gf_error_prefix(path);
-        gf_model_free(m);
-        return fail(st);
-    }
     printf("model: %s\n", path);
     printf("producer: %s %s\n", m->producer_name ? m->producer_name : "(none)",
            m->producer_version ? m->producer_version : "");
@@ -218,15 +224,9 @@ static int cmd_dump(int argc, char **argv)
     if (!path)
         return usage_error("dump: no model given%s", "");
     struct gf_model *m;
-    enum gf_status st = gf_model_load(path, NULL, &m);
+    enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
         return fail(st);
-    st = gf_graph_infer_shapes(m->graph);
-    if (st != GF_OK) {
-        gf_error_prefix(path);
-        gf_model_free(m);
-        return fail(st);
-    }
     FILE *f = stdout;
     char *tmp = NULL;
     if (out) {
