@@ -18,7 +18,9 @@
 
 #define ALIGN 64
 
-enum vkind { V_NONE, V_INIT, V_INPUT, V_ACT };
+/* V_CONST: computed while planning (a shape computation that inference
+ * resolved, or a node whose inputs are all constant); data in s->consts. */
+enum vkind { V_NONE, V_INIT, V_INPUT, V_ACT, V_CONST };
 
 struct vinfo {
     enum vkind kind;
@@ -34,6 +36,15 @@ struct vinfo {
 struct step {
     struct gf_node *node;
     const struct gf_kernel *k;
+    bool folded; /* outputs computed while planning; not run */
+};
+
+/* A buffer holding a V_CONST value (a list, freed with the plan). */
+struct cbuf {
+    struct cbuf *next;
+    int64_t value_id; /* value it holds, -1 while unassigned */
+    size_t n;         /* known integer elements (shape values) */
+    _Alignas(64) unsigned char data[];
 };
 
 struct gf_session {
@@ -53,6 +64,8 @@ struct gf_session {
     uint8_t *block;
     size_t block_size, ws_size, intermediate_bytes;
     void *ws;
+    struct cbuf *consts;
+    size_t n_folded, const_bytes;
     /* outputs of the last run */
     struct gf_model *outm;
     struct gf_tensor **outs;
@@ -109,6 +122,12 @@ static void drop_plan(struct gf_session *s)
         s->be->ops->release(s->be, s->block);
     if (s->ws)
         s->be->ops->release(s->be, s->ws);
+    while (s->consts) {
+        struct cbuf *next = s->consts->next;
+        free(s->consts);
+        s->consts = next;
+    }
+    s->n_folded = s->const_bytes = 0;
     free(s->v);
     free(s->steps);
     free(s->key);
@@ -233,6 +252,29 @@ static enum gf_status plan_key(struct gf_session *s, struct gf_tensor *const *in
     return GF_OK;
 }
 
+static struct cbuf *cbuf_new(struct gf_session *s, int64_t id, size_t bytes)
+{
+    struct cbuf *b = calloc(1, sizeof(*b) + bytes + 1);
+    if (!b)
+        return NULL;
+    b->value_id = id;
+    b->next = s->consts;
+    s->consts = b;
+    s->const_bytes += bytes;
+    return b;
+}
+
+/* Shape inference found v's elements: keep them as int64 for now. */
+static void record_known(void *ctx, const struct gf_value *v, size_t n, const int64_t *vals)
+{
+    struct gf_session *s = ctx;
+    struct cbuf *b = cbuf_new(s, v->id, n * sizeof(int64_t));
+    if (!b)
+        return; /* not fatal: the node then runs */
+    b->n = n;
+    memcpy(b->data, vals, n * sizeof(int64_t));
+}
+
 /* Runs shape inference with the actual input shapes (and shape-like input
  * values visible as initializers), copies the concrete shapes into s->v,
  * and puts the model's own types back. */
@@ -252,7 +294,7 @@ static enum gf_status infer_concrete(struct gf_session *s, struct gf_tensor *con
         if (is_shape_like(in[i]))
             s->inputs[i]->init = in[i];
     }
-    enum gf_status st = gf_graph_infer_shapes(g);
+    enum gf_status st = gf_graph_infer_shapes_values(g, record_known, s);
     for (size_t i = 0; i < g->n_values && st == GF_OK; i++) {
         struct gf_value *v = g->values[i];
         struct vinfo *vi = &s->v[v->id];
@@ -402,9 +444,11 @@ static enum gf_status assign_memory(struct gf_session *s)
         if (vi->kind != V_ACT)
             continue;
         vi->last = vi->def;
-        for (size_t u = 0; u < v->n_uses; u++)
-            if (v->uses[u].node->graph == g && (int)(intptr_t)v->uses[u].node->aux > vi->last)
-                vi->last = (int)(intptr_t)v->uses[u].node->aux;
+        for (size_t u = 0; u < v->n_uses; u++) {
+            int k = (int)(intptr_t)v->uses[u].node->aux;
+            if (v->uses[u].node->graph == g && !s->steps[k].folded && k > vi->last)
+                vi->last = k;
+        }
         if (v->is_output)
             vi->last = end;
         s->intermediate_bytes += vi->bytes;
@@ -414,6 +458,8 @@ static enum gf_status assign_memory(struct gf_session *s)
     bool ok = true;
     for (int k = 0; k < end && ok; k++) {
         struct gf_node *n = s->steps[k].node;
+        if (s->steps[k].folded)
+            continue;
         for (size_t o = 0; o < n->n_outputs; o++) {
             struct gf_value *v = n->outputs[o];
             if (!v)
@@ -487,6 +533,97 @@ static enum gf_status choose_kernels(struct gf_session *s)
     return GF_OK;
 }
 
+/* Values whose elements shape inference found become constants. */
+static void adopt_known(struct gf_session *s)
+{
+    for (struct cbuf *b = s->consts; b; b = b->next) {
+        struct vinfo *vi = &s->v[b->value_id];
+        if (vi->kind != V_ACT || vi->nelem != b->n)
+            continue;
+        if (vi->dtype == GF_INT32) { /* narrow in place, front to back */
+            const int64_t *src = (const int64_t *)b->data;
+            int32_t *dst = (int32_t *)b->data;
+            for (size_t i = 0; i < b->n; i++)
+                dst[i] = (int32_t)src[i];
+        }
+        vi->kind = V_CONST;
+        vi->data = b->data;
+    }
+}
+
+#define FOLD_LIMIT (16u << 20) /* largest node output computed while planning */
+
+static bool outputs_const(const struct gf_session *s, const struct gf_node *n)
+{
+    for (size_t o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] && s->v[n->outputs[o]->id].kind != V_CONST)
+            return false;
+    return true;
+}
+
+static bool foldable(const struct gf_session *s, const struct gf_node *n)
+{
+    if (n->op == GF_OP_DROPOUT) /* random in training mode */
+        return false;
+    for (size_t i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i] && s->v[n->inputs[i]->id].kind != V_INIT &&
+            s->v[n->inputs[i]->id].kind != V_CONST)
+            return false;
+    size_t bytes = 0;
+    for (size_t o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o])
+            bytes += s->v[n->outputs[o]->id].bytes;
+    return bytes <= FOLD_LIMIT;
+}
+
+/* Constant folding at plan time: nodes whose outputs shape inference
+ * resolved (Shape -> Gather -> Unsqueeze -> Concat chains) are dropped
+ * from the schedule, and nodes whose inputs are all constant (Constant,
+ * the RoPE tables for this sequence length, ...) run once, here. */
+static enum gf_status fold_constants(struct gf_session *s)
+{
+    struct gf_tview in[64], out[64];
+    for (size_t k = 0; k < s->n_steps; k++) {
+        struct gf_node *n = s->steps[k].node;
+        if (outputs_const(s, n)) {
+            s->steps[k].folded = true;
+            s->n_folded++;
+            continue;
+        }
+        if (n->n_inputs > 64 || n->n_outputs > 64 || !foldable(s, n))
+            continue;
+        for (size_t o = 0; o < n->n_outputs; o++) {
+            if (!n->outputs[o]) {
+                memset(&out[o], 0, sizeof(out[o]));
+                continue;
+            }
+            struct vinfo *vi = &s->v[n->outputs[o]->id];
+            struct cbuf *b = cbuf_new(s, n->outputs[o]->id, vi->bytes);
+            if (!b)
+                return gf_error(GF_ERR_NOMEM, "out of memory planning");
+            vi->data = b->data;
+            view_of(vi, vi->data, &out[o]);
+        }
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i])
+                view_of(&s->v[n->inputs[i]->id], s->v[n->inputs[i]->id].data, &in[i]);
+            else
+                memset(&in[i], 0, sizeof(in[i]));
+        struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
+                                   .n_out = n->n_outputs, .workspace = s->ws,
+                                   .n_threads = s->o.n_threads, .backend = s->be};
+        enum gf_status st = s->steps[k].k->run(&a);
+        if (st != GF_OK)
+            return st;
+        for (size_t o = 0; o < n->n_outputs; o++)
+            if (n->outputs[o])
+                s->v[n->outputs[o]->id].kind = V_CONST;
+        s->steps[k].folded = true;
+        s->n_folded++;
+    }
+    return GF_OK;
+}
+
 static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
 {
     drop_plan(s);
@@ -526,8 +663,6 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         s->v[s->inputs[i]->id].kind = V_INPUT;
         s->v[s->inputs[i]->id].data = in[i]->data;
     }
-    if ((st = assign_memory(s)) != GF_OK)
-        return st;
     /* workspace: the largest any kernel asks for */
     s->ws_size = 0;
     for (size_t k = 0; k < s->n_steps; k++) {
@@ -553,13 +688,16 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         if (w > s->ws_size)
             s->ws_size = w;
     }
+    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
+        return GF_ERR_NOMEM;
+    adopt_known(s);
+    if ((st = fold_constants(s)) != GF_OK || (st = assign_memory(s)) != GF_OK)
+        return st;
     size_t total = s->block_size + s->ws_size;
     if (s->o.max_memory && total > s->o.max_memory)
         return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace, "
                         "over the memory limit of %zu bytes", total, s->o.max_memory);
     if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))
-        return GF_ERR_NOMEM;
-    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
         return GF_ERR_NOMEM;
     s->planned = true;
     return GF_OK;
@@ -588,6 +726,8 @@ static enum gf_status run_steps(struct gf_session *s)
     double t_start = now_ms();
     for (size_t k = 0; k < s->n_steps; k++) {
         struct gf_node *n = s->steps[k].node;
+        if (s->steps[k].folded)
+            continue;
         if (n->n_outputs > 64)
             return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many outputs", n->name);
         for (size_t i = 0; i < n->n_inputs; i++)
@@ -687,7 +827,8 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
 
 void gf_session_print_profile(const struct gf_session *s, FILE *f)
 {
-    fprintf(f, "profile: %zu nodes, %.3f ms\n", s->n_steps, s->total_ms);
+    fprintf(f, "profile: %zu nodes (%zu folded into constants while planning, %zu bytes), "
+            "%.3f ms\n", s->n_steps, s->n_folded, s->const_bytes, s->total_ms);
     fprintf(f, "  %-28s %6s %10s %6s\n", "op", "calls", "ms", "%");
     for (int op = 0; op < GF_OP_COUNT; op++) {
         if (!s->op_calls[op])

@@ -488,6 +488,13 @@ char *gf_type_format(const struct gf_type *t, char *buf, size_t len);
  * their outputs untyped.  A contradiction (e.g. broadcasting 3 with 4) is
  * GF_ERR_INVALID naming the node. */
 enum gf_status gf_graph_infer_shapes(struct gf_graph *g);
+/* Receives an output of a main-graph node that inference found to be an
+ * int32/int64 tensor with every element known (a shape computation). */
+typedef void (*gf_shape_value_fn)(void *ctx, const struct gf_value *v, size_t n,
+                                  const int64_t *values);
+/* gf_graph_infer_shapes, calling fn (when not NULL) for each such output. */
+enum gf_status gf_graph_infer_shapes_values(struct gf_graph *g, gf_shape_value_fn fn,
+                                            void *ctx);
 
 /* ---- dumps ------------------------------------------------------------------ */
 

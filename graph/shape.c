@@ -62,6 +62,8 @@ struct ctx {
     struct scope *sc;
     int64_t opset;
     struct sval *extra; /* svals owned by no table, freed at the end */
+    gf_shape_value_fn known_fn; /* told about fully known integer outputs */
+    void *known_ctx;
 };
 
 typedef enum gf_status (*infer_fn)(struct ctx *c);
@@ -2512,6 +2514,24 @@ static enum gf_status infer_subgraphs(struct ctx *c, struct gf_node *n)
     return GF_OK;
 }
 
+/* Tells the caller about outputs of n (main graph only) that are integer
+ * tensors whose every element is known. */
+static void report_known(struct ctx *c, struct gf_node *n)
+{
+    int64_t buf[MAX_SV];
+    for (size_t o = 0; o < n->n_outputs; o++) {
+        const struct gf_value *v = n->outputs[o];
+        const struct sval *s = v ? sv_get(c, v) : NULL;
+        if (!s || s->n > MAX_SV || !sv_all_known(s) || v->type.kind != GF_TYPE_TENSOR ||
+            (v->type.dtype != GF_INT64 && v->type.dtype != GF_INT32) ||
+            gf_type_numel(&v->type) != (int64_t)s->n || v->type.rank != s->rank)
+            continue;
+        for (size_t i = 0; i < s->n; i++)
+            buf[i] = s->e[i].v;
+        c->known_fn(c->known_ctx, v, s->n, buf);
+    }
+}
+
 static enum gf_status infer_node(struct ctx *c, struct gf_node *n)
 {
     if (infer_subgraphs(c, n))
@@ -2522,6 +2542,8 @@ static enum gf_status infer_node(struct ctx *c, struct gf_node *n)
     enum gf_status st = infer_table[n->op](c);
     if (st == GF_OK && sv_table[n->op])
         st = sv_table[n->op](c);
+    if (st == GF_OK && c->known_fn && !c->sc->parent)
+        report_known(c, n);
     return st;
 }
 
@@ -2545,9 +2567,16 @@ static enum gf_status infer_graph(struct ctx *c, struct gf_graph *g)
 
 enum gf_status gf_graph_infer_shapes(struct gf_graph *g)
 {
+    return gf_graph_infer_shapes_values(g, NULL, NULL);
+}
+
+enum gf_status gf_graph_infer_shapes_values(struct gf_graph *g, gf_shape_value_fn fn,
+                                            void *ctx)
+{
     if (!g)
         return gf_error(GF_ERR_ARG, "gf_graph_infer_shapes: no graph");
-    struct ctx c = {.opset = g->model ? gf_model_opset(g->model, "") : 0};
+    struct ctx c = {.opset = g->model ? gf_model_opset(g->model, "") : 0,
+                    .known_fn = fn, .known_ctx = ctx};
     if (c.opset <= 0)
         c.opset = LATEST_OPSET;
     enum gf_status st = infer_graph(&c, g);
