@@ -16,7 +16,8 @@ ONNX_PROTO := /usr/include/onnx/onnx.proto
 LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c executor/*.c)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
-HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h kernels/gf_kernels.h executor/gf_exec.h
+HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h kernels/gf_kernels.h \
+           executor/gf_exec.h
 
 
 .PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
@@ -89,8 +90,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a
 
 test: all $(TESTS)
 	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
-	@tests/run_cli.sh $(BUILD)/graphfuse
-	@tests/run_bad.sh $(BUILD)/graphfuse
+	@set -e; for s in tests/run_*.sh; do $$s $(BUILD)/graphfuse; done
 	@tests/conformance.sh $(BUILD)/graphfuse
 	@echo "== bundled models against PyTorch's recorded outputs"
 	@$(BUILD)/graphfuse test --atol 1e-5 models/*/legacy models/*/dynamo
