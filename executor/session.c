@@ -501,18 +501,20 @@ static enum gf_status assign_memory(struct gf_session *s)
     return ok ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory planning");
 }
 
+static enum gf_status unsupported_op(const struct gf_session *s, const struct gf_node *n)
+{
+    return gf_error(GF_ERR_UNSUPPORTED, "%s: op '%s' (domain '%s', opset %lld) is not "
+                    "supported", n->name && *n->name ? n->name : "unnamed node", n->op_type,
+                    n->domain && *n->domain ? n->domain : "ai.onnx",
+                    (long long)gf_model_opset(s->m, n->domain));
+}
+
 static enum gf_status choose_kernels(struct gf_session *s)
 {
     struct gf_tview in[64];
     for (size_t k = 0; k < s->n_steps; k++) {
         struct gf_node *n = s->steps[k].node;
         char lab[200];
-        if (n->op == GF_OP_UNKNOWN)
-            return gf_error(GF_ERR_UNSUPPORTED, "%s: op '%s' (domain '%s', opset %lld) is "
-                            "not supported",
-                            n->name && *n->name ? n->name : "unnamed node", n->op_type,
-                            n->domain && *n->domain ? n->domain : "ai.onnx",
-                            (long long)gf_model_opset(s->m, n->domain));
         if (n->n_inputs > 64)
             return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many inputs", n->name);
         for (size_t i = 0; i < n->n_inputs; i++)
@@ -640,6 +642,8 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
                 return gf_error(GF_ERR_UNSUPPORTED, "node '%s' (%s): control flow with "
                                 "subgraphs is not supported", n->name ? n->name : "",
                                 n->op_type);
+        if (n->op == GF_OP_UNKNOWN) /* before shape inference, which skips it */
+            return unsupported_op(s, n);
         n->aux = (void *)(intptr_t)s->n_steps;
         s->steps[s->n_steps++].node = n;
     }
@@ -787,9 +791,10 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
     *outputs = NULL;
     *n_outputs = 0;
     if (n_inputs != s->n_inputs)
-        return gf_error(GF_ERR_INVALID, "the model takes %zu inputs, %zu given%s%s",
+        return gf_error(GF_ERR_INVALID, "the model takes %zu inputs, %zu given%s%s%s",
                         s->n_inputs, n_inputs, n_inputs < s->n_inputs ? ": missing '" : "",
-                        n_inputs < s->n_inputs ? s->inputs[n_inputs]->name : "");
+                        n_inputs < s->n_inputs ? s->inputs[n_inputs]->name : "",
+                        n_inputs < s->n_inputs ? "'" : "");
     for (size_t i = 0; i < n_inputs; i++) {
         if (!inputs[i])
             return gf_error(GF_ERR_INVALID, "input '%s' is missing", s->inputs[i]->name);
