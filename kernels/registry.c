@@ -1,6 +1,7 @@
 /* The backend table and the kernel registry: CPU backend first. */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,17 +166,73 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
 
 /* ---- parallel for ------------------------------------------------------------ */
 
-struct pf_job {
+/*
+ * A persistent pool: workers are started on first need and sleep on a
+ * condition variable between calls, so a parallel loop costs a wake-up,
+ * not a thread creation (which dominated small ops).  One loop uses the
+ * pool at a time; a loop started while it is busy (another session's
+ * thread, or a kernel nested in a parallel loop) runs on its caller.
+ */
+#define PF_MAX 64
+
+static struct {
+    pthread_mutex_t busy; /* held by the loop using the pool */
+    pthread_mutex_t mu;   /* guards everything below */
+    pthread_cond_t wake, done;
+    int n_workers;
+    uint64_t gen; /* bumped for every loop */
     void (*fn)(void *ctx, size_t begin, size_t end);
     void *ctx;
-    size_t begin, end;
-};
+    size_t n;
+    int t;         /* threads in this loop, caller included */
+    int remaining; /* workers still running their chunk */
+} pf = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+        PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0};
 
-static void *pf_thread(void *arg)
+/* Generation each worker was started in: a worker created for a loop must
+ * still run that loop, whose generation is bumped before it gets the lock. */
+static uint64_t pf_born[PF_MAX];
+
+/* Worker i runs chunk i + 1 of each loop that has that many threads. */
+static void *pf_worker(void *arg)
 {
-    struct pf_job *j = arg;
-    j->fn(j->ctx, j->begin, j->end);
+    int i = (int)(intptr_t)arg;
+    pthread_mutex_lock(&pf.mu);
+    uint64_t seen = pf_born[i];
+    for (;;) {
+        while (pf.gen == seen)
+            pthread_cond_wait(&pf.wake, &pf.mu);
+        seen = pf.gen;
+        if (i + 1 >= pf.t)
+            continue;
+        void (*fn)(void *, size_t, size_t) = pf.fn;
+        void *ctx = pf.ctx;
+        size_t n = pf.n, t = (size_t)pf.t, c = (size_t)i + 1;
+        pthread_mutex_unlock(&pf.mu);
+        fn(ctx, n * c / t, n * (c + 1) / t);
+        pthread_mutex_lock(&pf.mu);
+        if (--pf.remaining == 0)
+            pthread_cond_signal(&pf.done);
+    }
     return NULL;
+}
+
+/* Starts workers up to `want` (under pf.mu); returns how many exist. */
+static int pf_grow(int want)
+{
+    while (pf.n_workers < want) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        pf_born[pf.n_workers] = pf.gen;
+        int rc = pthread_create(&th, &at, pf_worker, (void *)(intptr_t)pf.n_workers);
+        pthread_attr_destroy(&at);
+        if (rc != 0)
+            break;
+        pf.n_workers++;
+    }
+    return pf.n_workers;
 }
 
 void gf_parallel_for(int n_threads, size_t n, size_t grain,
@@ -184,28 +241,30 @@ void gf_parallel_for(int n_threads, size_t n, size_t grain,
     if (grain == 0)
         grain = 1;
     size_t chunks = n / grain;
-    int t = n_threads < 1 ? 1 : n_threads > 64 ? 64 : n_threads;
+    int t = n_threads < 1 ? 1 : n_threads > PF_MAX ? PF_MAX : n_threads;
     if ((size_t)t > chunks)
         t = chunks ? (int)chunks : 1;
-    if (t <= 1) {
+    if (t <= 1 || pthread_mutex_trylock(&pf.busy) != 0) {
         if (n)
             fn(ctx, 0, n);
         return;
     }
-    pthread_t th[64];
-    struct pf_job jobs[64];
-    bool started[64] = {false};
-    for (int i = 0; i < t; i++) {
-        jobs[i] = (struct pf_job){fn, ctx, n * (size_t)i / (size_t)t,
-                                  n * (size_t)(i + 1) / (size_t)t};
-        /* a thread that cannot start runs its chunk here instead */
-        started[i] = i > 0 && pthread_create(&th[i], NULL, pf_thread, &jobs[i]) == 0;
-    }
-    fn(ctx, jobs[0].begin, jobs[0].end);
-    for (int i = 1; i < t; i++) {
-        if (started[i])
-            pthread_join(th[i], NULL);
-        else
-            fn(ctx, jobs[i].begin, jobs[i].end);
-    }
+    pthread_mutex_lock(&pf.mu);
+    int workers = pf_grow(t - 1);
+    if (workers < t - 1)
+        t = workers + 1;
+    pf.fn = fn;
+    pf.ctx = ctx;
+    pf.n = n;
+    pf.t = t;
+    pf.remaining = t - 1;
+    pf.gen++;
+    pthread_cond_broadcast(&pf.wake);
+    pthread_mutex_unlock(&pf.mu);
+    fn(ctx, 0, n / (size_t)t);
+    pthread_mutex_lock(&pf.mu);
+    while (pf.remaining > 0)
+        pthread_cond_wait(&pf.done, &pf.mu);
+    pthread_mutex_unlock(&pf.mu);
+    pthread_mutex_unlock(&pf.busy);
 }
