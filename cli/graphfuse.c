@@ -677,6 +677,11 @@ static int cmd_test(int argc, char **argv)
     }
     if (!n_dirs)
         return usage_error("test: no test folder given%s", "");
+    for (int i = 0; i < n_dirs; i++) {
+        struct stat sb;
+        if (stat(dirs[i], &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return fail(gf_error(GF_ERR_IO, "%s: not a folder", dirs[i]));
+    }
     struct test_totals *tot = calloc(1, sizeof(*tot));
     if (!tot)
         return fail(gf_error(GF_ERR_NOMEM, "out of memory"));
