@@ -58,7 +58,8 @@ $(BUILD)/libgraphfuse.a: $(LIB_OBJ)
 $(BUILD)/libgraphfuse.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
 
-$(BUILD)/graphfuse: $(BUILD)/obj/cli/graphfuse.o $(BUILD)/libgraphfuse.a
+CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cli/*.c))
+$(BUILD)/graphfuse: $(CLI_OBJ) $(BUILD)/libgraphfuse.a
 	$(CC) -o $@ $^ $(LDFLAGS) $(LIBS)
 
 # pkg-config file for PREFIX (regenerated when PREFIX changes)

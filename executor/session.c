@@ -268,9 +268,12 @@ static enum gf_status plan_key(struct gf_session *s, struct gf_tensor *const *in
 
 static struct cbuf *cbuf_new(struct gf_session *s, int64_t id, size_t bytes)
 {
-    struct cbuf *b = calloc(1, sizeof(*b) + bytes + 1);
+    /* struct cbuf is 64-byte aligned (its data): calloc only promises 16 */
+    size_t size = (sizeof(struct cbuf) + bytes + ALIGN) & ~(size_t)(ALIGN - 1);
+    struct cbuf *b = aligned_alloc(ALIGN, size);
     if (!b)
         return NULL;
+    memset(b, 0, size);
     b->value_id = id;
     b->next = s->consts;
     s->consts = b;
@@ -581,10 +584,14 @@ static bool foldable(const struct gf_session *s, const struct gf_node *n)
 {
     if (n->op == GF_OP_DROPOUT) /* random in training mode */
         return false;
-    for (size_t i = 0; i < n->n_inputs; i++)
-        if (n->inputs[i] && s->v[n->inputs[i]->id].kind != V_INIT &&
-            s->v[n->inputs[i]->id].kind != V_CONST)
+    for (size_t i = 0; i < n->n_inputs; i++) {
+        const struct gf_value *x = n->inputs[i];
+        /* an initializer that is also a graph input (a trained parameter)
+         * may change between runs: not a constant */
+        if (x && !(s->v[x->id].kind == V_INIT && !x->is_input) &&
+            s->v[x->id].kind != V_CONST)
             return false;
+    }
     size_t bytes = 0;
     for (size_t o = 0; o < n->n_outputs; o++)
         if (n->outputs[o])
