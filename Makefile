@@ -10,7 +10,7 @@ override LDFLAGS += $(SAN)
 LIBS    := -lprotobuf-c -lyaml -lopenblas -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \
-            libcmocka-dev libonnx-testdata graphviz libopenblas-dev
+            libcmocka-dev libonnx-testdata graphviz libopenblas-dev wamerican
 ONNX_PROTO := /usr/include/onnx/onnx.proto
 
 LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c executor/*.c)
@@ -108,11 +108,31 @@ test-asan: deps
 
 # ---- demo and bench ---------------------------------------------------------
 DEMO_MODEL := models/llama_tiny/legacy/model.onnx
-demo: all
+# the training demo: the Llama-style model as a character-level model of the
+# lowercase words of /usr/share/dict/words (Debian's wamerican); its RoPE
+# buffer `expand` is an initializer of the dynamo file, so it is frozen
+DEMO_TRAIN := models/llama_tiny/dynamo/model.onnx
+DEMO_CHARS := '  \n  abcdefghijklmnopqrstuvwxyz'
+demo: all $(BUILD)/words2tokens
 	$(BUILD)/graphfuse info $(DEMO_MODEL)
 	$(BUILD)/graphfuse dump $(DEMO_MODEL)
 	@echo "== running the model on its recorded inputs (PyTorch's outputs as reference)"
 	$(BUILD)/graphfuse test --atol 1e-5 --profile $(dir $(DEMO_MODEL))
+	@echo "== training it on the words of /usr/share/dict/words (300 AdamW steps)"
+	@tools/deps.sh wamerican
+	@mkdir -p $(BUILD)/demo
+	$(BUILD)/words2tokens /usr/share/dict/words $(BUILD)/demo/words.u16
+	$(BUILD)/graphfuse train $(DEMO_TRAIN) --tokens $(BUILD)/demo/words.u16 --batch 32 \
+	    --seq 64 --steps 300 --optimizer adamw --lr 1e-2 --warmup 20 --schedule cosine \
+	    --min-lr 1e-4 --clip-grad-norm 1 --freeze '^expand$$' --seed 1 \
+	    --log $(BUILD)/demo/train.csv -o $(BUILD)/demo/llama_words.onnx
+	@echo "== ten made-up words sampled from the trained model"
+	$(BUILD)/graphfuse generate $(BUILD)/demo/llama_words.onnx --chars $(DEMO_CHARS) -n 10 \
+	    --seed 7
+
+$(BUILD)/words2tokens: tools/words2tokens.c
+	@mkdir -p $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
 BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
 bench: all $(BENCHES)

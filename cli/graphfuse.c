@@ -16,6 +16,7 @@
 
 #include "gf_exec.h"
 #include "gf_graph.h"
+#include "gf_passes.h"
 
 enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
 
@@ -53,6 +54,23 @@ static enum gf_status load_with_shapes(const char *path, struct gf_model **m)
         gf_model_free(*m);
         *m = NULL;
     }
+    return st;
+}
+
+/* Cleanup then fusion, in memory (optimize, run --fuse, test --fuse). */
+static enum gf_status optimize_model(struct gf_model *m, const char *path,
+                                     const struct gf_fuse_opts *fo, struct gf_fuse_report *rep,
+                                     struct gf_cleanup_stats *cs)
+{
+    struct gf_cleanup_stats scratch;
+    enum gf_status st = gf_graph_infer_shapes(m->graph);
+    if (st == GF_OK)
+        st = gf_pass_cleanup(m->graph, &(struct gf_cleanup_opts){.eval = gf_exec_eval_node},
+                             cs ? cs : &scratch);
+    if (st == GF_OK)
+        st = gf_pass_fuse(m, fo, rep);
+    if (st != GF_OK && path)
+        gf_error_prefix(path);
     return st;
 }
 
@@ -308,6 +326,163 @@ static int cmd_convert(int argc, char **argv)
     return st == GF_OK ? 0 : fail(st);
 }
 
+/* ---- optimize --------------------------------------------------------------- */
+
+static void list_patterns(FILE *f)
+{
+    for (size_t i = 0; i < gf_fuse_pattern_count(); i++)
+        fprintf(f, "%s%s", i ? ", " : "", gf_fuse_pattern_name(i));
+}
+
+static size_t file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+}
+
+struct optimize_args {
+    const char *path, *out, *report, *explain;
+    enum gf_fuse_target target;
+    const char *disabled[128];
+    size_t n_disabled;
+    const char *drops[64];
+    size_t n_drops;
+    char *lists[64]; /* copies of the --disable arguments, split in place */
+    size_t n_lists;
+};
+
+/* Splits "a,b" into disabled names; each must be a pattern. */
+static int add_disabled(struct optimize_args *a, const char *list)
+{
+    char *copy = strdup(list), *save = NULL;
+    if (!copy || a->n_lists == 64) {
+        free(copy);
+        return usage_error("optimize: too many --disable options%s", "");
+    }
+    a->lists[a->n_lists++] = copy;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!gf_fuse_pattern_known(t)) {
+            fprintf(stderr, "graphfuse: optimize: unknown pattern '%s' in --disable (patterns: ",
+                    t);
+            list_patterns(stderr);
+            fprintf(stderr, ")\n");
+            return EXIT_INPUT;
+        }
+        if (a->n_disabled < 128)
+            a->disabled[a->n_disabled++] = t;
+    }
+    return 0;
+}
+
+/* Value of option argv[*i] ("--opt V" or "--opt=V"), or NULL if not it. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n])
+        return NULL;
+    if (*i + 1 == argc) {
+        *missing = true;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+static int parse_optimize(int argc, char **argv, struct optimize_args *a)
+{
+    for (int i = 0; i < argc; i++) {
+        bool missing = false;
+        const char *v;
+        int rc;
+        if ((v = opt_value(argc, argv, &i, "-o", &missing)) ||
+            (v = opt_value(argc, argv, &i, "--output", &missing))) {
+            a->out = v;
+        } else if ((v = opt_value(argc, argv, &i, "--target", &missing))) {
+            if (!gf_fuse_target_parse(v, &a->target))
+                return usage_error("optimize: unknown target '%s' (graphfuse, ort or onnx)", v);
+            if (a->target != GF_TARGET_GRAPHFUSE) {
+                fprintf(stderr, "graphfuse: optimize: --target %s is not supported yet "
+                        "(graphfuse is)\n", v);
+                return EXIT_INPUT;
+            }
+        } else if ((v = opt_value(argc, argv, &i, "--disable", &missing))) {
+            if ((rc = add_disabled(a, v)) != 0)
+                return rc;
+        } else if ((v = opt_value(argc, argv, &i, "--report", &missing))) {
+            if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
+                return usage_error("optimize: unknown report format '%s' (text or json)", v);
+            a->report = v;
+        } else if ((v = opt_value(argc, argv, &i, "--explain", &missing))) {
+            if (!gf_fuse_pattern_known(v))
+                return usage_error("optimize: unknown pattern '%s' to explain", v);
+            a->explain = v;
+        } else if ((v = opt_value(argc, argv, &i, "--drop-output", &missing))) {
+            if (a->n_drops == 64)
+                return usage_error("optimize: too many --drop-output options%s", "");
+            a->drops[a->n_drops++] = v;
+        } else if (missing) {
+            return usage_error("optimize: %s needs a value", argv[i]);
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            return usage_error("optimize: unknown option '%s'", argv[i]);
+        } else if (a->path) {
+            return usage_error("optimize: more than one model given ('%s')", argv[i]);
+        } else {
+            a->path = argv[i];
+        }
+    }
+    if (!a->path || !a->out)
+        return usage_error("optimize: needs MODEL and -o OUT%s", "");
+    return 0;
+}
+
+static int cmd_optimize(int argc, char **argv)
+{
+    struct optimize_args a = {.report = "text"};
+    int rc = parse_optimize(argc, argv, &a);
+    struct gf_model *m = NULL;
+    struct gf_fuse_report rep;
+    struct gf_op_census input = {0};
+    struct gf_cleanup_stats cs;
+    enum gf_status st = GF_OK;
+    memset(&rep, 0, sizeof(rep));
+    if (rc == 0 && (st = gf_model_load(a.path, NULL, &m)) != GF_OK)
+        rc = fail(st);
+    for (size_t i = 0; rc == 0 && i < a.n_drops; i++)
+        if ((st = gf_pass_drop_output(m->graph, a.drops[i])) != GF_OK) {
+            gf_error_prefix(a.path);
+            rc = fail(st);
+        }
+    if (rc == 0 && (st = gf_op_census_take(&input, m->graph)) != GF_OK)
+        rc = fail(st);
+    struct gf_fuse_opts fo = {a.disabled, a.n_disabled, a.explain, a.target};
+    if (rc == 0 && (st = optimize_model(m, a.path, &fo, &rep, &cs)) != GF_OK)
+        rc = fail(st);
+    if (rc == 0 && (st = gf_model_save(m, a.out, NULL)) != GF_OK)
+        rc = fail(st);
+    if (rc == 0) {
+        /* the table compares the output file with the input file */
+        gf_op_census_free(&rep.before);
+        rep.before = input;
+        input = (struct gf_op_census){0};
+        rep.bytes_before = file_size(a.path);
+        rep.bytes_after = file_size(a.out);
+        rep.have_cleanup = true;
+        rep.cleanup = cs;
+        gf_fuse_report_print(&rep, stdout, strcmp(a.report, "json") == 0);
+        if (fflush(stdout) != 0)
+            rc = fail(gf_error(GF_ERR_IO, "writing to standard output failed"));
+    }
+    gf_op_census_free(&input);
+    gf_fuse_report_free(&rep);
+    gf_model_free(m);
+    for (size_t i = 0; i < a.n_lists; i++)
+        free(a.lists[i]);
+    return rc;
+}
+
 /* ---- run ------------------------------------------------------------------- */
 
 static bool parse_size(const char *s, size_t *out)
@@ -410,7 +585,7 @@ static int cmd_run(int argc, char **argv)
     const char *path = NULL, *outdir = NULL;
     const char *in_specs[64];
     int n_specs = 0;
-    bool random_inputs = false;
+    bool random_inputs = false, fuse = false;
     struct gf_exec_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -419,6 +594,8 @@ static int cmd_run(int argc, char **argv)
             return EXIT_INPUT;
         if (used > 0) {
             i += used - 1;
+        } else if (strcmp(a, "--fuse") == 0) {
+            fuse = true;
         } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
             if (++i == argc || !strchr(argv[i], '='))
                 return usage_error("run: %s needs NAME=FILE.pb", a);
@@ -447,6 +624,10 @@ static int cmd_run(int argc, char **argv)
         return fail(st);
     struct gf_session *s = NULL;
     int rc = 0;
+    if (fuse && (st = optimize_model(m, path, NULL, NULL, NULL)) != GF_OK) {
+        rc = fail(st);
+        goto out;
+    }
     if ((st = gf_session_new(m, &o, &s)) != GF_OK) {
         rc = fail(st);
         goto out;
@@ -576,8 +757,8 @@ static size_t load_set(struct gf_model *m, const char *dir, const char *prefix,
 }
 
 /* Runs one test folder; returns 1 pass, 0 fail, -1 unsupported. */
-static int run_test_dir(const char *dir, const struct gf_exec_opts *o, double rtol, double atol,
-                        struct test_totals *tot)
+static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse, double rtol,
+                        double atol, struct test_totals *tot)
 {
     char path[4096], msg[1200] = "", name[512];
     size_t len = strlen(dir);
@@ -595,6 +776,8 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, double rt
     int result = 1;
     double worst = 0;
     int sets = 0;
+    if (fuse && (st = optimize_model(m, NULL, NULL, NULL, NULL)) != GF_OK)
+        goto error;
     if ((st = gf_session_new(m, o, &s)) != GF_OK)
         goto error;
     for (;; sets++) {
@@ -651,7 +834,7 @@ out:
 static int cmd_test(int argc, char **argv)
 {
     double rtol = 1e-3, atol = 1e-7;
-    bool by_op = false;
+    bool by_op = false, fuse = false;
     struct gf_exec_opts o = {0};
     const char *dirs[4096];
     int n_dirs = 0;
@@ -669,6 +852,8 @@ static int cmd_test(int argc, char **argv)
             *(strcmp(a, "--rtol") == 0 ? &rtol : &atol) = strtod(argv[i], NULL);
         } else if (strcmp(a, "--by-op") == 0) {
             by_op = true;
+        } else if (strcmp(a, "--fuse") == 0) {
+            fuse = true;
         } else if (a[0] == '-' && a[1]) {
             return usage_error("test: unknown option '%s'", a);
         } else if (n_dirs < 4096) {
@@ -686,7 +871,7 @@ static int cmd_test(int argc, char **argv)
     if (!tot)
         return fail(gf_error(GF_ERR_NOMEM, "out of memory"));
     for (int i = 0; i < n_dirs; i++) {
-        int r = run_test_dir(dirs[i], &o, rtol, atol, tot);
+        int r = run_test_dir(dirs[i], &o, fuse, rtol, atol, tot);
         tot->pass += r > 0;
         tot->fail += r == 0;
         tot->unsupported += r < 0;
@@ -713,17 +898,27 @@ static const char usage[] =
     "                                  parameters, external-data files\n"
     "  dump MODEL [--format text|dot|json] [-o FILE]\n"
     "                                  the graph, one line per node / Graphviz / JSON\n"
+    "  optimize MODEL -o OUT [--target graphfuse|ort|onnx] [--disable P1,P2]\n"
+    "      [--report text|json] [--explain PATTERN] [--drop-output NAME]\n"
+    "                                  cleanup and fusion (patterns below); writes\n"
+    "                                  OUT atomically and prints op counts before /\n"
+    "                                  after and hits per pattern; --explain tells\n"
+    "                                  where PATTERN stopped at each candidate node\n"
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
-    "      [--backend cpu] [--threads N] [--profile] [--max-memory SIZE]\n"
+    "      [--backend cpu] [--threads N] [--profile] [--max-memory SIZE] [--fuse]\n"
     "                                  run the graph; outputs summarized and written\n"
-    "                                  as output_K.pb into DIR\n"
-    "  test DIR... [--rtol R] [--atol A] [--by-op] [run options]\n"
+    "                                  as output_K.pb into DIR; --fuse optimizes\n"
+    "                                  the model in memory first\n"
+    "  test DIR... [--rtol R] [--atol A] [--by-op] [--fuse] [run options]\n"
     "                                  ONNX backend-test folders (model.onnx +\n"
     "                                  test_data_set_*): PASS / FAIL / UNSUPPORTED\n"
     "  convert MODEL -o OUT [--external-data] [--external-threshold=BYTES]\n"
     "          [--infer-shapes]        rewrite a model (atomically); with\n"
     "                                  --external-data, initializers of BYTES (1024)\n"
     "                                  or more go to the side file OUT.data\n"
+    "  train MODEL (--data DIR | --tokens FILE --batch B --seq T) [options]\n"
+    "                                  train (SGD / AdamW); see README.md, \"graphfuse train\"\n"
+    "  generate MODEL [--chars S] [-n N] [--seed S]   sample words from a character model\n"
     "\n"
     "options:\n"
     "  -h, --help                      this help\n"
@@ -732,6 +927,7 @@ static const char usage[] =
     "exit codes: 0 success, 1 a failed check, 2 bad usage or bad input,\n"
     "            3 unsupported feature, 4 internal error\n";
 
+int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -739,8 +935,10 @@ static const struct {
     {"info", cmd_info},
     {"dump", cmd_dump},
     {"convert", cmd_convert},
+    {"optimize", cmd_optimize},
     {"run", cmd_run},
     {"test", cmd_test},
+    {"train", cmd_train}, {"generate", cmd_generate}, /* cli/train.c, cli/generate.c */
 };
 
 int main(int argc, char **argv)
@@ -752,6 +950,9 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage, stdout);
+        printf("\nfusion patterns (optimize --disable / --explain): ");
+        list_patterns(stdout);
+        printf("\n");
         return 0;
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {

@@ -31,6 +31,8 @@ struct gf_exec_opts {
     int n_threads;       /* 0: every core */
     bool profile;        /* time each op type */
     size_t max_memory;   /* bytes of activations + workspace allowed; 0: no limit */
+    bool check_finite;   /* after each node, a NaN or Inf in a float output fails the
+                            run naming node, op and output (slow: for diagnosis) */
 };
 
 struct gf_session;
@@ -63,11 +65,213 @@ void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *s
 /* Time per op type and memory of the last run (with opts.profile). */
 void gf_session_print_profile(const struct gf_session *s, FILE *f);
 
+/* Evaluates node n on constant inputs with CPU kernels (a gf_eval_fn: see gf_passes.h). */
+enum gf_status gf_exec_eval_node(struct gf_model *m, const struct gf_node *n,
+                                 struct gf_tensor *const *in, struct gf_tensor **out);
+
 /* Compares a tensor with an expected one: same dtype and shape, and
  * |got - want| <= atol + rtol * |want| everywhere (NaN matches NaN).
  * *worst receives the largest absolute error. */
 bool gf_tensor_allclose(const struct gf_tensor *got, const struct gf_tensor *want,
                         double rtol, double atol, double *worst);
+
+/* ---- training -----------------------------------------------------------------
+ *
+ *     struct gf_trainer_opts to;
+ *     gf_trainer_opts_init(&to, GF_OPTIM_ADAMW);
+ *     to.steps = 100;
+ *     struct gf_trainer *t;
+ *     struct gf_data *d;
+ *     if (gf_trainer_new(model, &to, &t) != GF_OK ||
+ *         gf_data_open_dir(t, "train_data", &d) != GF_OK) ...
+ *     for (int64_t i = gf_trainer_get_step(t); i < to.steps; i++) {
+ *         struct gf_train_stats st;
+ *         if (gf_trainer_step(t, d, &st) != GF_OK) ...   // st.diverged: NaN/Inf
+ *         printf("%lld %.6f\n", (long long)st.step, st.loss);
+ *     }
+ *     gf_trainer_save(t, "trained.onnx");
+ *     gf_data_free(d);
+ *     gf_trainer_free(t);
+ *
+ * The trainer differentiates a copy of the model (gf_pass_autodiff), runs
+ * forward and backward in one session, and updates the parameters in
+ * place (initializers that are graph inputs: variables of the session).
+ * Optimizer formulas are torch.optim's, in fp32 with fp32 state; see
+ * README.md, "Training". */
+
+enum gf_optim_kind {
+    GF_OPTIM_SGD,   /* torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay */
+    GF_OPTIM_ADAMW, /* torch.optim.AdamW: decoupled weight decay, bias correction */
+};
+
+struct gf_optim_opts {
+    enum gf_optim_kind kind;
+    double lr;                /* peak learning rate (the schedule scales it) */
+    double weight_decay;      /* SGD: g += wd * p; AdamW: p *= 1 - lr * wd */
+    double momentum;          /* SGD; 0: none */
+    double dampening;         /* SGD */
+    bool nesterov;            /* SGD; needs momentum > 0 and dampening 0 */
+    double beta1, beta2, eps; /* AdamW */
+};
+
+/* torch's defaults for `kind` (SGD: lr 1e-3, no momentum, no decay; AdamW:
+ * lr 1e-3, betas 0.9 / 0.999, eps 1e-8, weight decay 0.01). */
+void gf_optim_opts_init(struct gf_optim_opts *o, enum gf_optim_kind kind);
+
+/* Optimizer state for n fp32 tensors of sizes[i] elements, allocated once
+ * (zeroed).  GF_ERR_ARG names a bad hyper-parameter. */
+struct gf_optim;
+enum gf_status gf_optim_new(const struct gf_optim_opts *o, size_t n, const size_t *sizes,
+                            struct gf_optim **out);
+void gf_optim_free(struct gf_optim *o);
+/* One update of every tensor: params[i] (sizes[i] floats) from grads[i],
+ * at learning rate lr; counts the step. */
+void gf_optim_step(struct gf_optim *o, float *const *params, const float *const *grads,
+                   double lr);
+/* Steps taken (AdamW's t; SGD's momentum buffer exists once it is > 0). */
+int64_t gf_optim_get_step(const struct gf_optim *o);
+void gf_optim_set_step(struct gf_optim *o, int64_t step);
+/* State buffers per tensor, with torch's names: SGD with momentum
+ * "momentum_buffer"; AdamW "exp_avg", "exp_avg_sq"; plain SGD none. */
+size_t gf_optim_state_count(const struct gf_optim *o);
+const char *gf_optim_state_name(const struct gf_optim *o, size_t k);
+/* State buffer k of tensor i (sizes[i] floats, writable). */
+float *gf_optim_get_state(struct gf_optim *o, size_t i, size_t k);
+/* "sgd" / "adamw" and back (false: unknown name). */
+const char *gf_optim_name(enum gf_optim_kind kind);
+bool gf_optim_parse(const char *name, enum gf_optim_kind *kind);
+
+/* The global L2 norm of n gradients (sum of squares in double) and, when
+ * max_norm > 0, torch.nn.utils.clip_grad_norm_: every gradient scaled by
+ * min(1, max_norm / (norm + 1e-6)).  Returns the norm before clipping. */
+double gf_clip_grad_norm(size_t n, float *const *grads, const size_t *sizes, double max_norm);
+
+enum gf_lr_schedule {
+    GF_LR_CONSTANT, /* lr after the warmup */
+    GF_LR_COSINE,   /* cosine from lr down to min_lr over the steps after the warmup */
+};
+/* Learning rate of 0-based step s of `total`: s < warmup: lr * (s+1) / warmup;
+ * then constant lr, or min_lr + (lr - min_lr) * (1 + cos(pi * (s - warmup) /
+ * (total - warmup))) / 2. */
+double gf_lr_at(enum gf_lr_schedule kind, double lr, double min_lr, int64_t warmup,
+                int64_t total, int64_t s);
+
+struct gf_trainer_opts {
+    struct gf_exec_opts exec;    /* backend, threads, memory limit */
+    struct gf_optim_opts optim;
+    enum gf_lr_schedule schedule;
+    int64_t warmup;              /* steps of linear warmup; 0: none */
+    int64_t steps;               /* total steps (the cosine reaches min_lr there) */
+    double min_lr;               /* cosine floor */
+    double clip_grad_norm;       /* 0: no clipping (the norm is still reported) */
+    int accumulate;              /* micro-batches per step (0: 1); gradient = their mean */
+    const char *loss;            /* output to minimize; NULL: "loss", else the only
+                                    scalar float output */
+    const char *trainable;       /* POSIX extended regex: only initializers it matches;
+                                    NULL: every float initializer of 2+ elements */
+    const char *freeze;          /* regex: initializers kept fixed (after trainable) */
+    bool fuse;                   /* cleanup + gf_pass_fuse before autodiff (left out,
+                                    see gf_trainer_fuse_note, when autodiff lacks a
+                                    rule for a fused op) */
+    bool no_tie;                 /* keep copies of one tensor (tied weights) apart */
+    bool differentiated;         /* the model already outputs "<param>_grad" for its
+                                    parameters (graph inputs with an initializer) */
+};
+/* Defaults: torch's optimizer defaults for `kind`, constant schedule, 1
+ * step, no clipping, one micro-batch, no fusion. */
+void gf_trainer_opts_init(struct gf_trainer_opts *o, enum gf_optim_kind kind);
+
+struct gf_trainer;
+struct gf_data;
+
+/* A trainer for model m (copied: m is not changed and may be freed).
+ * GF_ERR_ARG: bad options (regex, hyper-parameters); GF_ERR_INVALID: no
+ * loss output, no trainable parameter; GF_ERR_UNSUPPORTED: an op without a
+ * gradient rule or kernel, named. */
+enum gf_status gf_trainer_new(const struct gf_model *m, const struct gf_trainer_opts *o,
+                              struct gf_trainer **out);
+void gf_trainer_free(struct gf_trainer *t);
+
+/* Inputs one micro-batch feeds, in order (graph inputs without initializer). */
+size_t gf_trainer_input_count(const struct gf_trainer *t);
+const struct gf_value *gf_trainer_input(const struct gf_trainer *t, size_t i);
+
+/* Trained initializers.  A tied copy (same values as another, or their
+ * transpose) gets no state of its own: its gradient is added to its
+ * master's and it is rewritten from the master after each update. */
+struct gf_param_info {
+    const char *name;
+    size_t nelem;
+    const char *tied_to;  /* master's name, or NULL */
+    bool transposed;      /* the copy holds the master's transpose */
+    float *data;          /* current values (the session reads them in place) */
+};
+size_t gf_trainer_param_count(const struct gf_trainer *t);
+void gf_trainer_get_param(const struct gf_trainer *t, size_t i, struct gf_param_info *p);
+/* Name of the loss output the trainer minimizes. */
+const char *gf_trainer_loss_name(const struct gf_trainer *t);
+/* With opts.fuse: NULL when the training graph is fused; else why fusion
+ * was left out (a fused op without a gradient rule): training is unfused. */
+const char *gf_trainer_fuse_note(const struct gf_trainer *t);
+
+struct gf_train_stats {
+    int64_t step;      /* 0-based index of the step just taken */
+    double loss;       /* mean loss of its micro-batches, before the update */
+    double grad_norm;  /* global L2 norm of the gradient, before clipping */
+    double lr;         /* learning rate of the update */
+    double ms;         /* wall time of the step */
+    size_t tokens;     /* tokens (or samples) in the step: gf_data_tokens * accumulate */
+    bool diverged;     /* NaN or Inf in the loss or a gradient: nothing was updated and
+                          the error names the first node that produced one */
+};
+/* One optimizer step on the next `accumulate` micro-batches of d. */
+enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
+                               struct gf_train_stats *st);
+/* Steps taken so far (restored by a checkpoint). */
+int64_t gf_trainer_get_step(const struct gf_trainer *t);
+/* The session profile of the last micro-batch (exec.profile) and its memory:
+ * the planned activation block holds forward and backward values. */
+void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f);
+
+/* Writes the original model (forward graph) with the trained weights,
+ * atomically. */
+enum gf_status gf_trainer_save(const struct gf_trainer *t, const char *path);
+/* Checkpoint: the same model plus initializers holding the optimizer
+ * state ("graphfuse.optim.<state>.<param>") and an int64 tensor
+ * "graphfuse.train.state" (format version, step, optimizer, data cursor,
+ * random state); written atomically.  Loading it into a trainer built
+ * with the same options continues bit for bit. */
+enum gf_status gf_trainer_save_checkpoint(const struct gf_trainer *t, const struct gf_data *d,
+                                          const char *path);
+enum gf_status gf_trainer_load_checkpoint(struct gf_trainer *t, struct gf_data *d,
+                                          const char *path);
+
+/* Batches from a folder in the ONNX test layout: input_*.pb (one batch) or
+ * test_data_set_*\/input_*.pb (one batch per folder, cycled in numeric
+ * order).  Tensors feed t's inputs by name, else by position. */
+enum gf_status gf_data_open_dir(const struct gf_trainer *t, const char *dir,
+                                struct gf_data **out);
+
+struct gf_token_opts {
+    int token_bytes;   /* 2 (uint16) or 4 (uint32); 0: 2 if the vocabulary fits */
+    int64_t vocab;     /* 0: from the model (embedding rows or logits width) */
+    int64_t batch, seq;
+    uint64_t seed;
+};
+/* Random windows of a flat token file: each micro-batch is `batch` rows
+ * of `seq` consecutive tokens starting at random offsets; every input
+ * (input_ids and labels: the model shifts labels itself) gets the rows. */
+enum gf_status gf_data_open_tokens(const struct gf_trainer *t, const char *path,
+                                   const struct gf_token_opts *o, struct gf_data **out);
+void gf_data_free(struct gf_data *d);
+/* The next micro-batch: (*in)[i] feeds gf_trainer_input(t, i); owned by d
+ * until the next call. */
+enum gf_status gf_data_next(struct gf_data *d, struct gf_tensor *const **in);
+/* Tokens per micro-batch (batch * seq; for folders the elements of the
+ * first integer input, else the first input's leading dim). */
+size_t gf_data_tokens(const struct gf_data *d);
+/* One line saying what was loaded ("4 batches from DIR", "N tokens ..."). */
+const char *gf_data_describe(const struct gf_data *d);
 
 #ifdef __cplusplus
 }

@@ -743,6 +743,37 @@ static void *value_data(struct gf_session *s, const struct gf_value *v)
     return vi->kind == V_ACT ? s->block + vi->offset : vi->data;
 }
 
+/* opts.check_finite: a NaN or Inf in a float or double output of node n
+ * is an error naming the node, its op and the output. */
+static enum gf_status check_finite(struct gf_session *s, const struct gf_node *n,
+                                   const struct gf_tview *out)
+{
+    for (size_t o = 0; o < n->n_outputs; o++) {
+        const struct gf_tview *t = &out[o];
+        if (!t->data || (t->dtype != GF_FLOAT && t->dtype != GF_DOUBLE) || !t->nelem)
+            continue;
+        size_t bytes = gf_tview_bytes(t), bad = SIZE_MAX;
+        void *h = malloc(bytes);
+        if (!h)
+            return gf_error(GF_ERR_NOMEM, "out of memory checking '%s'", n->outputs[o]->name);
+        enum gf_status st = s->be->ops->copy_out(s->be, h, t->data, bytes);
+        for (size_t i = 0; st == GF_OK && i < t->nelem && bad == SIZE_MAX; i++)
+            if (!isfinite(t->dtype == GF_FLOAT ? ((const float *)h)[i] : ((const double *)h)[i]))
+                bad = i;
+        double x = bad == SIZE_MAX ? 0
+                 : t->dtype == GF_FLOAT ? ((const float *)h)[bad] : ((const double *)h)[bad];
+        free(h);
+        if (st != GF_OK)
+            return st;
+        if (bad != SIZE_MAX)
+            return gf_error(GF_ERR_INVALID, "node '%s' (%s) produced %s in output '%s' "
+                            "(element %zu)", n->name && *n->name ? n->name : "unnamed",
+                            n->op_type, isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf",
+                            n->outputs[o]->name, bad);
+    }
+    return GF_OK;
+}
+
 static enum gf_status run_steps(struct gf_session *s)
 {
     struct gf_tview in[64], out[64];
@@ -770,6 +801,8 @@ static enum gf_status run_steps(struct gf_session *s)
                                    .n_threads = s->o.n_threads, .backend = s->be};
         double t0 = s->o.profile ? now_ms() : 0;
         enum gf_status st = s->steps[k].k->run(&a);
+        if (st == GF_OK && s->o.check_finite)
+            st = check_finite(s, n, out);
         if (st != GF_OK)
             return st;
         if (s->o.profile) {

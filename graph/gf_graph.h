@@ -382,6 +382,13 @@ void *gf_model_alloc(struct gf_model *m, size_t size);
 const char *gf_model_strdup(struct gf_model *m, const char *s);
 /* Total parameter elements and bytes of the main graph's initializers. */
 void gf_model_param_count(const struct gf_model *m, size_t *elems, size_t *bytes);
+/* A new model-local function domain.name (copied) with an empty body
+ * graph (no enclosing scope), in m's arena; no attributes or opsets yet.
+ * It is not part of the model until gf_model_add_function.  NULL on OOM. */
+struct gf_function *gf_function_new(struct gf_model *m, const char *name,
+                                    const char *domain);
+/* Appends fn (from gf_function_new on m) to m->functions. */
+enum gf_status gf_model_add_function(struct gf_model *m, struct gf_function *fn);
 
 /* ---- graph editing: the API passes use ---------------------------------- */
 
@@ -400,6 +407,9 @@ enum gf_status gf_graph_add_input(struct gf_graph *g, struct gf_value *v);
 enum gf_status gf_graph_add_output(struct gf_graph *g, struct gf_value *v);
 /* Replaces graph output `i` by `v`. */
 void gf_graph_set_output(struct gf_graph *g, size_t i, struct gf_value *v);
+/* Removes graph output `i` (later ones move up); the value stays, and is
+ * still an output if listed again.  GF_ERR_ARG if i is out of range. */
+enum gf_status gf_graph_remove_output(struct gf_graph *g, size_t i);
 /* New initializer value holding tensor `t` (t->name is set to the value's). */
 struct gf_value *gf_graph_add_initializer(struct gf_graph *g, const char *name,
                                           struct gf_tensor *t);
@@ -423,6 +433,12 @@ void gf_node_set_input(struct gf_node *n, size_t i, struct gf_value *v);
 /* Replaces the input list of `n`. */
 enum gf_status gf_node_set_inputs(struct gf_node *n, size_t count,
                                   struct gf_value *const *inputs);
+/* Makes output `i` of `n` the value `v` (which must have no producer, or be
+ * NULL); the old output loses its producer.  Used to keep a name. */
+enum gf_status gf_node_set_output(struct gf_node *n, size_t i, struct gf_value *v);
+/* Makes `v` (no producer) an initializer holding `t`, typed from it; with
+ * t NULL, `v` stops being one (unlisted from the initializers). */
+enum gf_status gf_value_set_initializer(struct gf_value *v, struct gf_tensor *t);
 /* Points every use of `from` (and graph outputs) at `to`. */
 void gf_value_replace_uses(struct gf_value *from, struct gf_value *to);
 /* Number of node uses plus graph-output listings. */

@@ -174,6 +174,36 @@ struct gf_graph *gf_graph_create(struct gf_model *m, struct gf_graph *parent,
     return g;
 }
 
+/* ---- model-local functions ------------------------------------------------- */
+
+struct gf_function *gf_function_new(struct gf_model *m, const char *name, const char *domain)
+{
+    struct gf_function *f = gf_model_alloc(m, sizeof(*f));
+    struct gf_graph *body = f ? gf_graph_create(m, NULL, NULL) : NULL;
+    if (!body) {
+        gf_error(GF_ERR_NOMEM, "out of memory creating function %s", name ? name : "");
+        return NULL;
+    }
+    f->name = gf_model_strdup(m, name);
+    f->domain = gf_model_strdup(m, domain);
+    body->name = f->name;
+    f->body = body;
+    return f;
+}
+
+enum gf_status gf_model_add_function(struct gf_model *m, struct gf_function *fn)
+{
+    /* the list lives in the arena (a loaded model's is sized exactly) */
+    struct gf_function **list = gf_model_alloc(m, (m->n_functions + 2) * sizeof(*list));
+    if (!list)
+        return gf_error(GF_ERR_NOMEM, "out of memory adding function %s", fn->name);
+    if (m->n_functions)
+        memcpy(list, m->functions, m->n_functions * sizeof(*list));
+    list[m->n_functions++] = fn;
+    m->functions = list;
+    return GF_OK;
+}
+
 static uint64_t hash_name(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
@@ -312,6 +342,19 @@ void gf_graph_set_output(struct gf_graph *g, size_t i, struct gf_value *v)
         refresh_output_flag(g, old);
     if (v)
         v->is_output = true;
+}
+
+enum gf_status gf_graph_remove_output(struct gf_graph *g, size_t i)
+{
+    if (i >= g->n_outputs)
+        return gf_error(GF_ERR_ARG, "graph '%s' has no output %zu (it has %zu)",
+                        g->name ? g->name : "", i, g->n_outputs);
+    struct gf_value *v = g->outputs[i];
+    memmove(g->outputs + i, g->outputs + i + 1, (g->n_outputs - i - 1) * sizeof(*g->outputs));
+    g->n_outputs--;
+    if (v)
+        refresh_output_flag(g, v);
+    return GF_OK;
 }
 
 enum gf_status gf_graph_list_init(struct gf_graph *g, struct gf_value *v)
@@ -576,6 +619,49 @@ enum gf_status gf_node_set_inputs(struct gf_node *n, size_t count,
         if (inputs[i] && gf_value_add_use(inputs[i], n, (int)i) != GF_OK)
             return GF_ERR_NOMEM;
     }
+    return GF_OK;
+}
+
+enum gf_status gf_node_set_output(struct gf_node *n, size_t i, struct gf_value *v)
+{
+    char lab[160];
+    if (i >= n->n_outputs || (v && v->producer) || (v && v->graph != n->graph))
+        return gf_error(GF_ERR_ARG, "%s: cannot make '%s' its output %zu",
+                        gf_node_label(n, lab, sizeof(lab)), v ? v->name : "", i);
+    struct gf_value *old = n->outputs[i];
+    if (old && old->producer == n) {
+        old->producer = NULL;
+        old->producer_slot = -1;
+    }
+    n->outputs[i] = v;
+    if (v) {
+        v->producer = n;
+        v->producer_slot = (int)i;
+    }
+    return GF_OK;
+}
+
+enum gf_status gf_value_set_initializer(struct gf_value *v, struct gf_tensor *t)
+{
+    struct gf_graph *g = v->graph;
+    if (v->producer || (t && t->dtype == GF_STRING))
+        return gf_error(GF_ERR_ARG, "value '%s' cannot become an initializer", v->name);
+    if (!t) {
+        size_t k = 0;
+        for (size_t i = 0; i < g->n_inits; i++)
+            if (g->inits[i] != v)
+                g->inits[k++] = g->inits[i];
+        g->n_inits = k;
+        v->init = NULL;
+        return GF_OK;
+    }
+    if (!v->init && gf_graph_list_init(g, v) != GF_OK)
+        return GF_ERR_NOMEM;
+    v->init = t;
+    t->name = v->name;
+    gf_value_set_tensor_type(v, t->dtype, t->rank, NULL);
+    for (int i = 0; i < t->rank && v->type.dims; i++)
+        v->type.dims[i].value = t->dims[i];
     return GF_OK;
 }
 

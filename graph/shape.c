@@ -2426,6 +2426,362 @@ static enum gf_status sv_constant_of_shape(struct ctx *c)
     return GF_OK;
 }
 
+/* ---- backward ops (domain graphfuse; written by the autodiff pass) -------- */
+
+/* Output 0: input `from`'s dtype and the shape held by int64 input `at`
+ * (a forward tensor's shape, read from Shape(x)). */
+static enum gf_status bw_shape_input(struct ctx *c, size_t from, size_t at, struct shape *t)
+{
+    struct gf_value *v, *s;
+    struct ilist l;
+    if (need(c, from, &v) || need(c, at, &s) || int_list(c, at, NULL, &l))
+        return GF_ERR_INVALID;
+    if (shape_from_list(c, s, &l, t))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 0, from, t);
+}
+
+/* SumToShape(X, shape): the target must broadcast to X (numpy rules). */
+static enum gf_status infer_sum_to_shape(struct ctx *c)
+{
+    struct shape x, t;
+    char b1[256], b2[256];
+    if (bw_shape_input(c, 0, 1, &t))
+        return GF_ERR_INVALID;
+    shape_of(in(c, 0), &x);
+    if (x.rank >= 0 && t.rank > x.rank)
+        return fail(c, in(c, 1), "target rank %d exceeds the input's %d", t.rank, x.rank);
+    for (int i = 0; x.rank >= 0 && t.rank >= 0 && i < t.rank; i++) {
+        const struct gf_dim *dt = &t.d[i], *dx = &x.d[x.rank - t.rank + i];
+        if (known(dt) && known(dx) && dt->value != 1 && dt->value != dx->value)
+            return fail(c, in(c, 0), "%s cannot be summed to %s",
+                        shape_str(&x, b1, sizeof(b1)), shape_str(&t, b2, sizeof(b2)));
+    }
+    return GF_OK;
+}
+
+/* ReluGrad SigmoidGrad TanhGrad GeluGrad SoftmaxGrad LogSoftmaxGrad
+ * DropoutGrad: dX like dY (input 0), whose shape input 1 shares. */
+static enum gf_status infer_bw_like_dy(struct ctx *c)
+{
+    struct gf_value *dy, *y;
+    struct shape s, t;
+    char b1[256], b2[256];
+    if (need(c, 0, &dy) || need(c, 1, &y))
+        return GF_ERR_INVALID;
+    shape_of(dy, &s);
+    shape_of(y, &t);
+    if (c->n->op != GF_OP_DROPOUT_GRAD && s.rank >= 0 && t.rank >= 0) {
+        bool same = s.rank == t.rank;
+        for (int i = 0; same && i < s.rank; i++)
+            same = !known(&s.d[i]) || !known(&t.d[i]) || s.d[i].value == t.d[i].value;
+        if (!same)
+            return fail(c, y, "shape %s differs from the gradient's %s",
+                        shape_str(&t, b1, sizeof(b1)), shape_str(&s, b2, sizeof(b2)));
+    }
+    if (c->n->op == GF_OP_SOFTMAX_GRAD || c->n->op == GF_OP_LOG_SOFTMAX_GRAD) {
+        int64_t axis;
+        int a;
+        if (attr_int(c, "axis", -1, &axis) || (s.rank > 0 && norm_axis(c, dy, axis, s.rank, &a)))
+            return GF_ERR_INVALID;
+    }
+    return set_out_like(c, 0, 0, &s);
+}
+
+/* GatherGrad GatherElementsGrad SliceGrad NLLLossGrad: dY's dtype (input 0),
+ * the data shape given as input 1. */
+static enum gf_status infer_bw_scatter(struct ctx *c)
+{
+    struct shape t;
+    return bw_shape_input(c, 0, 1, &t);
+}
+
+/* LayerNormalizationGrad(dY, X, Scale, Mean?, InvStdDev?) -> dX like X,
+ * dScale and dBias shaped X.shape[axis:] (the rule reduces them to the
+ * shapes of Scale and B when those are broadcast). */
+static enum gf_status infer_layer_norm_grad(struct ctx *c)
+{
+    struct gf_value *dy, *x, *w;
+    struct shape s, o;
+    int64_t axis;
+    int a = 0;
+    if (need(c, 0, &dy) || need(c, 1, &x) || need(c, 2, &w) || attr_int(c, "axis", -1, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (set_out_like(c, 0, 0, &s))
+        return GF_ERR_INVALID;
+    shape_unknown(&o);
+    if (s.rank >= 0) {
+        if (norm_axis(c, x, axis, s.rank, &a))
+            return GF_ERR_INVALID;
+        o.rank = s.rank - a;
+        for (int i = a; i < s.rank; i++)
+            o.d[i - a] = s.d[i];
+    }
+    if (set_out_like(c, 1, 0, &o))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 2, 0, &o);
+}
+
+/* SoftmaxCrossEntropyLossGrad(dLoss, scores, labels, weights?): like scores. */
+static enum gf_status infer_sce_grad(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need_all(c, 3) || need(c, 1, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank >= 0 && s.rank < 2)
+        return fail(c, x, "rank %d, expected at least 2", s.rank);
+    return set_out_like(c, 0, 1, &s);
+}
+
+/* ---- fused ops (domain graphfuse, README "Fused ops") ---------------------- */
+
+/* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: Y (and S) like X; the Add
+ * forms need R of X's shape. */
+static enum gf_status infer_fused_norm(struct ctx *c)
+{
+    struct gf_value *x, *r;
+    struct shape s, t;
+    int64_t axis;
+    int a = 0;
+    char b1[256], b2[256];
+    bool add = c->n->op == GF_OP_ADD_RMS_NORM || c->n->op == GF_OP_ADD_LAYER_NORM;
+    if (need(c, 0, &x) || attr_int(c, "axis", -1, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank >= 0 && norm_axis(c, x, axis, s.rank, &a))
+        return GF_ERR_INVALID;
+    if (add) {
+        if (need(c, 1, &r))
+            return GF_ERR_INVALID;
+        shape_of(r, &t);
+        if (s.rank < 0)
+            s = t;
+        else if (t.rank >= 0 && t.rank != s.rank)
+            return fail(c, r, "R %s must have X's shape %s", shape_str(&t, b1, sizeof(b1)),
+                        shape_str(&s, b2, sizeof(b2)));
+        for (int i = 0; t.rank >= 0 && i < s.rank; i++)
+            if (!unify_dim(&s.d[i], &t.d[i], &s.d[i]))
+                return fail(c, r, "R %s must have X's shape %s",
+                            shape_str(&t, b1, sizeof(b1)), shape_str(&s, b2, sizeof(b2)));
+    }
+    if (set_out_like(c, 0, 0, &s))
+        return GF_ERR_INVALID;
+    return add ? set_out_like(c, 1, 0, &s) : GF_OK;
+}
+
+/* SwiGLU GeGLU: G and U broadcast. */
+static enum gf_status infer_fused_glu(struct ctx *c)
+{
+    struct shape s;
+    enum gf_dtype dt;
+    if (broadcast_inputs(c, 0, 2, true, &s, &dt))
+        return GF_ERR_INVALID;
+    return set_out(c, 0, dt, &s);
+}
+
+/* RoPE: Y like X, whose last axis has an even length. */
+static enum gf_status infer_fused_rope(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need_all(c, 3) || need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank == 0)
+        return fail(c, x, "RoPE input is a scalar");
+    if (s.rank > 0 && known(&s.d[s.rank - 1]) && s.d[s.rank - 1].value % 2)
+        return fail(c, x, "last dim %lld is odd", (long long)s.d[s.rank - 1].value);
+    return set_out_like(c, 0, 0, &s);
+}
+
+/* MatMulEpilogue: MatMul's shape of A' x B', A' / B' with the last two
+ * axes swapped when transA / transB. */
+static enum gf_status infer_fused_matmul(struct ctx *c)
+{
+    struct gf_value *va, *vb;
+    struct shape a, b, ba, bb, o;
+    int64_t ta, tb;
+    struct gf_dim k, tmp;
+    char s1[256], s2[256];
+    if (need(c, 0, &va) || need(c, 1, &vb) || attr_int(c, "transA", 0, &ta) ||
+        attr_int(c, "transB", 0, &tb))
+        return GF_ERR_INVALID;
+    shape_of(va, &a);
+    shape_of(vb, &b);
+    if (a.rank == 0 || b.rank == 0)
+        return fail(c, a.rank == 0 ? va : vb, "operand is a scalar");
+    if ((ta && a.rank == 1) || (tb && b.rank == 1))
+        return fail(c, ta && a.rank == 1 ? va : vb, "transposed operand has rank 1");
+    if (a.rank < 0 || b.rank < 0)
+        return shape_unknown(&o), set_out_like(c, 0, 0, &o);
+    if (ta)
+        tmp = a.d[a.rank - 1], a.d[a.rank - 1] = a.d[a.rank - 2], a.d[a.rank - 2] = tmp;
+    if (tb)
+        tmp = b.d[b.rank - 1], b.d[b.rank - 1] = b.d[b.rank - 2], b.d[b.rank - 2] = tmp;
+    if (!unify_dim(&a.d[a.rank - 1], &b.d[b.rank == 1 ? 0 : b.rank - 2], &k))
+        return fail(c, vb, "inner dims differ: %s x %s (transA=%lld, transB=%lld)",
+                    shape_str(&a, s1, sizeof(s1)), shape_str(&b, s2, sizeof(s2)),
+                    (long long)ta, (long long)tb);
+    shape_blank(&ba, a.rank > 2 ? a.rank - 2 : 0);
+    shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
+    memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
+    memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
+    if (!bcast_shapes(&ba, &bb, &o))
+        return fail(c, vb, "cannot broadcast batch dims of %s and %s",
+                    shape_str(&a, s1, sizeof(s1)), shape_str(&b, s2, sizeof(s2)));
+    if (a.rank >= 2)
+        o.d[o.rank++] = a.d[a.rank - 2];
+    if (b.rank >= 2)
+        o.d[o.rank++] = b.d[b.rank - 1];
+    for (size_t i = 2; i < 4; i++) { /* Bias and Res broadcast to Y */
+        struct shape t, r;
+        shape_of(in(c, i), &t);
+        if (in(c, i) && !bcast_shapes(&o, &t, &r))
+            return fail(c, in(c, i), "%s %s does not broadcast to %s", i == 2 ? "Bias" : "Res",
+                        shape_str(&t, s1, sizeof(s1)), shape_str(&o, s2, sizeof(s2)));
+    }
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* reduction and shift of the cross-entropy ops. */
+static enum gf_status fused_ce_attrs(struct ctx *c, bool *none, int64_t *shift)
+{
+    char red[16];
+    if (attr_str(c, "reduction", "mean", red, sizeof(red)) || attr_int(c, "shift", 0, shift))
+        return GF_ERR_INVALID;
+    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
+        return fail(c, NULL, "bad reduction '%s'", red);
+    if (*shift != 0 && *shift != 1)
+        return fail(c, NULL, "shift %lld is not 0 or 1", (long long)*shift);
+    *none = strcmp(red, "none") == 0;
+    return GF_OK;
+}
+
+/* shift=1: x [B, S, ...] and labels t [B, S]; o = [B * (S - 1)]. */
+static enum gf_status fused_shifted(struct ctx *c, const struct gf_value *x,
+                                    const struct gf_value *t, struct shape *xs, struct shape *o)
+{
+    struct shape ts;
+    char b1[256], b2[256];
+    shape_of(x, xs);
+    shape_of(t, &ts);
+    if (xs->rank >= 0 && xs->rank != 3)
+        return fail(c, x, "rank %d, expected 3 with shift=1", xs->rank);
+    if (ts.rank >= 0 && ts.rank != 2)
+        return fail(c, t, "labels of rank %d, expected [B, S] with shift=1", ts.rank);
+    shape_blank(o, 1);
+    struct gf_dim bs[2] = {dim_unknown(), dim_unknown()};
+    for (int i = 0; i < 2; i++) {
+        const struct gf_dim *dx = xs->rank == 3 ? &xs->d[i] : &bs[i];
+        if (!unify_dim(dx, ts.rank == 2 ? &ts.d[i] : dx, &bs[i]))
+            return fail(c, t, "labels %s do not fit %s", shape_str(&ts, b1, sizeof(b1)),
+                        shape_str(xs, b2, sizeof(b2)));
+    }
+    if (known(&bs[1]) && bs[1].value < 1)
+        return fail(c, x, "shift=1 needs S >= 1");
+    if (known(&bs[0]) && known(&bs[1]))
+        o->d[0] = dim_of(bs[0].value * (bs[1].value - 1));
+    else if (known(&bs[1]) && bs[1].value == 1)
+        o->d[0] = dim_of(0);
+    return GF_OK;
+}
+
+/* SoftmaxCrossEntropy: shift=0 is SoftmaxCrossEntropyLoss; shift=1 gives
+ * Loss [B*(S-1)] (reduction none) or a scalar, LogP [B*(S-1), C]. */
+static enum gf_status infer_fused_sce(struct ctx *c)
+{
+    struct gf_value *x, *t;
+    struct shape s, o, lp;
+    bool none;
+    int64_t shift;
+    if (need(c, 0, &x) || need(c, 1, &t) || fused_ce_attrs(c, &none, &shift))
+        return GF_ERR_INVALID;
+    if (!shift)
+        return infer_loss(c);
+    if (fused_shifted(c, x, t, &s, &o))
+        return GF_ERR_INVALID;
+    shape_blank(&lp, 2);
+    lp.d[0] = o.d[0];
+    if (s.rank == 3)
+        lp.d[1] = s.d[2];
+    if (!none)
+        o.rank = 0;
+    if (set_out_like(c, 0, 0, &o))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 1, 0, &lp);
+}
+
+/* LinearCrossEntropy: H [..., K] x W [K, V] (transB: [V, K]); Loss is
+ * H's leading dims (shift=1: [B*(S-1)]) with reduction none, else a scalar. */
+static enum gf_status infer_fused_lce(struct ctx *c)
+{
+    struct gf_value *h, *w, *t;
+    struct shape hs, ws, ts, o;
+    bool none;
+    int64_t shift, tb;
+    struct gf_dim k;
+    char b1[256], b2[256];
+    if (need(c, 0, &h) || need(c, 1, &w) || need(c, 2, &t) ||
+        fused_ce_attrs(c, &none, &shift) || attr_int(c, "transB", 0, &tb))
+        return GF_ERR_INVALID;
+    shape_of(h, &hs);
+    shape_of(w, &ws);
+    if (hs.rank == 0)
+        return fail(c, h, "H is a scalar");
+    if (ws.rank >= 0 && ws.rank != 2)
+        return fail(c, w, "W has rank %d, expected 2", ws.rank);
+    if (hs.rank > 0 && ws.rank == 2 && !unify_dim(&hs.d[hs.rank - 1], &ws.d[tb ? 1 : 0], &k))
+        return fail(c, w, "H %s and W %s differ in K (transB=%lld)",
+                    shape_str(&hs, b1, sizeof(b1)), shape_str(&ws, b2, sizeof(b2)),
+                    (long long)tb);
+    if (shift) {
+        if (fused_shifted(c, h, t, &hs, &o))
+            return GF_ERR_INVALID;
+    } else {
+        shape_of(t, &ts);
+        o = hs;
+        if (hs.rank > 0)
+            o.rank = hs.rank - 1;
+        if (hs.rank > 0 && ts.rank >= 0 && ts.rank != o.rank)
+            return fail(c, t, "labels %s do not fit H %s", shape_str(&ts, b1, sizeof(b1)),
+                        shape_str(&hs, b2, sizeof(b2)));
+        for (int i = 0; hs.rank > 0 && ts.rank >= 0 && i < o.rank; i++)
+            if (!unify_dim(&o.d[i], &ts.d[i], &o.d[i]))
+                return fail(c, t, "labels %s do not fit H %s", shape_str(&ts, b1, sizeof(b1)),
+                            shape_str(&hs, b2, sizeof(b2)));
+        if (hs.rank < 0)
+            o = ts;
+    }
+    if (!none)
+        o.rank = 0;
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* JSD: X and Y of one shape; the loss is a scalar. */
+static enum gf_status infer_fused_jsd(struct ctx *c)
+{
+    struct gf_value *x, *y;
+    struct shape s, t, o;
+    char b1[256], b2[256];
+    if (need(c, 0, &x) || need(c, 1, &y))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    shape_of(y, &t);
+    if (s.rank == 0)
+        return fail(c, x, "JSD input is a scalar");
+    bool same = s.rank < 0 || t.rank < 0 || s.rank == t.rank;
+    for (int i = 0; same && s.rank >= 0 && t.rank >= 0 && i < s.rank; i++)
+        same = unify_dim(&s.d[i], &t.d[i], &o.d[0]);
+    if (!same)
+        return fail(c, y, "Y %s does not have X's shape %s", shape_str(&t, b1, sizeof(b1)),
+                    shape_str(&s, b2, sizeof(b2)));
+    shape_blank(&o, 0);
+    return set_out_like(c, 0, 0, &o);
+}
+
 /* ---- tables -------------------------------------------------------------- */
 
 static const infer_fn infer_table[GF_OP_COUNT] = {
@@ -2479,6 +2835,25 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     [GF_OP_HARDMAX] = infer_softmax, [GF_OP_LAYER_NORMALIZATION] = infer_layer_norm,
     [GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS] = infer_loss,
     [GF_OP_NEGATIVE_LOG_LIKELIHOOD_LOSS] = infer_loss,
+
+    /* backward ops (autodiff) */
+    [GF_OP_SUM_TO_SHAPE] = infer_sum_to_shape, [GF_OP_SOFTMAX_GRAD] = infer_bw_like_dy,
+    [GF_OP_LOG_SOFTMAX_GRAD] = infer_bw_like_dy, [GF_OP_RELU_GRAD] = infer_bw_like_dy,
+    [GF_OP_SIGMOID_GRAD] = infer_bw_like_dy, [GF_OP_TANH_GRAD] = infer_bw_like_dy,
+    [GF_OP_GELU_GRAD] = infer_bw_like_dy, [GF_OP_DROPOUT_GRAD] = infer_bw_like_dy,
+    [GF_OP_GATHER_GRAD] = infer_bw_scatter, [GF_OP_GATHER_ELEMENTS_GRAD] = infer_bw_scatter,
+    [GF_OP_SLICE_GRAD] = infer_bw_scatter, [GF_OP_NLL_LOSS_GRAD] = infer_bw_scatter,
+    [GF_OP_LAYER_NORMALIZATION_GRAD] = infer_layer_norm_grad,
+    [GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD] = infer_sce_grad,
+
+    /* fused ops (graphfuse) */
+    [GF_OP_RMS_NORM] = infer_fused_norm, [GF_OP_ADD_RMS_NORM] = infer_fused_norm,
+    [GF_OP_LAYER_NORM] = infer_fused_norm, [GF_OP_ADD_LAYER_NORM] = infer_fused_norm,
+    [GF_OP_SWIGLU] = infer_fused_glu, [GF_OP_GEGLU] = infer_fused_glu,
+    [GF_OP_SILU] = infer_unary, [GF_OP_FUSED_GELU] = infer_unary,
+    [GF_OP_MATMUL_EPILOGUE] = infer_fused_matmul, [GF_OP_ROPE] = infer_fused_rope,
+    [GF_OP_SOFTMAX_CROSS_ENTROPY] = infer_fused_sce,
+    [GF_OP_LINEAR_CROSS_ENTROPY] = infer_fused_lce, [GF_OP_JSD] = infer_fused_jsd,
 };
 
 /* Ops whose output values (not just shapes) are tracked. */

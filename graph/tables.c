@@ -65,6 +65,18 @@ enum gf_op gf_op_lookup(const char *domain, const char *op_type)
     for (int i = 1; i < GF_OP_COUNT; i++)
         if (strcmp(ops[i].name, op_type) == 0 && strcmp(ops[i].domain, domain) == 0)
             return (enum gf_op)i;
+    /* The fusion pass names a second function body of one fused op
+     * "RMSNorm_2" (another exporter form): "OP_N" is still op OP. */
+    if (strcmp(domain, "graphfuse") == 0) {
+        const char *us = strrchr(op_type, '_');
+        size_t len = us ? (size_t)(us - op_type) : 0;
+        if (!us || !us[1] || us[1] == '0' || strspn(us + 1, "0123456789") != strlen(us + 1))
+            return GF_OP_UNKNOWN;
+        for (int i = 1; i < GF_OP_COUNT; i++)
+            if (strlen(ops[i].name) == len && strncmp(ops[i].name, op_type, len) == 0 &&
+                strcmp(ops[i].domain, domain) == 0)
+                return (enum gf_op)i;
+    }
     return GF_OP_UNKNOWN;
 }
 

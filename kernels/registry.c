@@ -125,11 +125,22 @@ struct gf_backend *gf_backend_get(const char *name)
 
 /* ---- registry -------------------------------------------------------------- */
 
+/* The fused ops of domain graphfuse (cpu/fused_*.c). */
+extern const struct gf_kernel_table gf_cpu_fused_norm_table;
+extern const struct gf_kernel_table gf_cpu_fused_act_table;
+extern const struct gf_kernel_table gf_cpu_fused_matmul_table;
+extern const struct gf_kernel_table gf_cpu_fused_loss_table;
+
 static const struct gf_kernel_table *const cpu_tables[] = {
     &gf_cpu_elementwise_table,
     &gf_cpu_reduce_table,
     &gf_cpu_layout_table,
     &gf_cpu_matmul_table,
+    &gf_cpu_grad_table,
+    &gf_cpu_fused_norm_table,
+    &gf_cpu_fused_act_table,
+    &gf_cpu_fused_matmul_table,
+    &gf_cpu_fused_loss_table,
 };
 
 const struct gf_kernel *gf_kernel_find(const struct gf_backend *be, const struct gf_node *n,

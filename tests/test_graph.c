@@ -329,6 +329,79 @@ static void test_subgraph_outer_use_orders_owner(void **state)
     gf_model_free(m);
 }
 
+static void test_remove_output(void **state)
+{
+    (void)state;
+    struct gf_model *m = small_model();
+    struct gf_graph *g = m->graph;
+    struct gf_value *y = gf_graph_find(g, "y"), *mm = gf_graph_find(g, "mm");
+    gf_graph_add_output(g, mm);
+    gf_graph_add_output(g, y); /* y listed twice: outputs y, mm, y */
+    assert_int_equal(gf_graph_remove_output(g, 0), GF_OK);
+    assert_int_equal(g->n_outputs, 2);
+    assert_ptr_equal(g->outputs[0], mm);
+    assert_ptr_equal(g->outputs[1], y);
+    assert_true(y->is_output); /* still listed once */
+    assert_int_equal(gf_graph_remove_output(g, 1), GF_OK);
+    assert_false(y->is_output);
+    assert_non_null(y->producer); /* the value and its node stay */
+    assert_int_equal(gf_graph_remove_output(g, 1), GF_ERR_ARG);
+    assert_non_null(strstr(gf_last_error(), "no output 1"));
+    assert_int_equal(gf_graph_remove_output(g, 0), GF_OK);
+    assert_int_equal(g->n_outputs, 0);
+    assert_false(mm->is_output);
+    gf_model_free(m);
+}
+
+/* small_model's Relu moved into function local.Act(X) -> Y. */
+static void test_add_function(void **state)
+{
+    (void)state;
+    struct gf_model *m = small_model(), *r;
+    struct gf_function *f = gf_function_new(m, "Act", "local");
+    assert_non_null(f);
+    assert_string_equal(f->name, "Act");
+    assert_string_equal(f->domain, "local");
+    struct gf_graph *b = f->body;
+    assert_non_null(b);
+    assert_null(b->parent);
+    assert_null(b->owner);
+    assert_ptr_equal(b->model, m);
+    assert_int_equal(b->n_nodes, 0);
+    assert_int_equal(m->n_functions, 0); /* not yet added */
+    struct gf_value *fx = gf_graph_new_value(b, "X", NULL), *fy = gf_graph_new_value(b, "Y", NULL);
+    assert_non_null(gf_graph_add_node(b, "Relu", "", NULL, 1, &fx, 1, &fy));
+    gf_graph_add_input(b, fx);
+    gf_graph_add_output(b, fy);
+    static struct gf_opset ops[1] = {{"", 17}};
+    f->opsets = ops;
+    f->n_opsets = 1;
+    assert_int_equal(gf_model_add_function(m, f), GF_OK);
+    assert_int_equal(m->n_functions, 1);
+    assert_ptr_equal(m->functions[0], f);
+    /* the main graph calls it instead of Relu */
+    struct gf_graph *g = m->graph;
+    struct gf_value *s = gf_graph_find(g, "s"), *y = gf_graph_find(g, "y");
+    gf_graph_remove_node(g, g->last);
+    assert_int_equal(gf_model_set_opset(m, "local", 1), GF_OK);
+    assert_non_null(gf_graph_add_node(g, "Act", "local", "act0", 1, &s, 1, &y));
+    struct gf_function *f2 = gf_function_new(m, "Other", "local");
+    assert_int_equal(gf_model_add_function(m, f2), GF_OK);
+    assert_int_equal(m->n_functions, 2);
+    assert_ptr_equal(m->functions[0], f);
+    /* a save / load round trip keeps both, bodies included */
+    assert_int_equal(gf_model_save(m, tmp("fn.onnx"), NULL), GF_OK);
+    assert_int_equal(gf_model_load(tmp("fn.onnx"), NULL, &r), GF_OK);
+    assert_int_equal(r->n_functions, 2);
+    assert_string_equal(r->functions[0]->name, "Act");
+    assert_string_equal(r->functions[0]->domain, "local");
+    assert_string_equal(r->functions[0]->body->first->op_type, "Relu");
+    assert_string_equal(r->functions[1]->name, "Other");
+    assert_string_equal(r->graph->last->op_type, "Act");
+    gf_model_free(r);
+    gf_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +415,8 @@ int main(void)
         cmocka_unit_test(test_unknown_fields_preserved),
         cmocka_unit_test(test_tensor_files),
         cmocka_unit_test(test_subgraph_outer_use_orders_owner),
+        cmocka_unit_test(test_remove_output),
+        cmocka_unit_test(test_add_function),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

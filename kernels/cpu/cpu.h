@@ -45,5 +45,6 @@ extern const struct gf_kernel_table gf_cpu_elementwise_table; /* cpu/elementwise
 extern const struct gf_kernel_table gf_cpu_reduce_table;      /* cpu/reduce.c */
 extern const struct gf_kernel_table gf_cpu_layout_table;      /* cpu/layout.c */
 extern const struct gf_kernel_table gf_cpu_matmul_table;      /* cpu/matmul.c */
+extern const struct gf_kernel_table gf_cpu_grad_table;        /* cpu/grad.c (backward ops) */
 
 #endif

@@ -1,0 +1,505 @@
+/*
+ * graphfuse train — the training command, a thin front over the trainer
+ * of executor/gf_exec.h.  Everything that can be wrong with the options,
+ * the model, the data or the checkpoint is found before the first step,
+ * so bad input leaves no file behind (exit 2); outputs are written
+ * atomically (the model, checkpoints) or opened only once training starts
+ * (the log).  Exit codes as in graphfuse.c; a NaN/Inf stops training with
+ * exit 1 (a failed check).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gf_exec.h"
+#include "gf_graph.h"
+
+int cmd_train(int argc, char **argv);
+
+enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
+
+struct train_args {
+    const char *model, *data, *tokens, *out, *log, *ckpt, *resume;
+    struct gf_trainer_opts to;
+    struct gf_token_opts tk;
+    int64_t ckpt_every;
+    char ckpt_buf[4096];
+};
+
+static int usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "graphfuse: train: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, " (see graphfuse --help)\n");
+    return EXIT_INPUT;
+}
+
+static int fail(enum gf_status st)
+{
+    fprintf(stderr, "graphfuse: %s\n", gf_last_error());
+    switch (st) {
+    case GF_OK: return 0;
+    case GF_ERR_UNSUPPORTED: return EXIT_UNSUPPORTED;
+    case GF_ERR_INTERNAL: return EXIT_INTERNAL;
+    default: return EXIT_INPUT;
+    }
+}
+
+/* ---- option values ------------------------------------------------------------ */
+
+static bool to_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool to_int64(const char *s, int64_t lo, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno || v < lo)
+        return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_size(const char *s, size_t *out)
+{
+    char *end;
+    double v = strtod(s, &end), mul = 1;
+    if (*end == 'k' || *end == 'K')
+        mul = 1024, end++;
+    else if (*end == 'm' || *end == 'M')
+        mul = 1024.0 * 1024, end++;
+    else if (*end == 'g' || *end == 'G')
+        mul = 1024.0 * 1024 * 1024, end++;
+    if (*end || !(v >= 0) || end == s)
+        return false;
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+static const char *const flags[] = {"--nesterov", "--fuse", "--no-fuse", "--no-tie",
+                                    "--profile"};
+
+static bool is_flag(const char *a)
+{
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (strcmp(a, flags[i]) == 0)
+            return true;
+    return false;
+}
+
+/* Sets the option of flag `a` (one of flags[]). */
+static void flag_option(const char *a, struct train_args *t)
+{
+    if (strcmp(a, "--nesterov") == 0)
+        t->to.optim.nesterov = true;
+    else if (strcmp(a, "--fuse") == 0 || strcmp(a, "--no-fuse") == 0)
+        t->to.fuse = a[2] == 'f';
+    else if (strcmp(a, "--no-tie") == 0)
+        t->to.no_tie = true;
+    else
+        t->to.exec.profile = true;
+}
+
+/* Options whose value is a string. */
+static bool string_option(const char *a, const char *v, struct train_args *t)
+{
+    static const struct { const char *name; size_t off; } opts[] = {
+        {"--data", offsetof(struct train_args, data)},
+        {"--tokens", offsetof(struct train_args, tokens)},
+        {"-o", offsetof(struct train_args, out)},
+        {"--output", offsetof(struct train_args, out)},
+        {"--log", offsetof(struct train_args, log)},
+        {"--checkpoint", offsetof(struct train_args, ckpt)},
+        {"--resume", offsetof(struct train_args, resume)},
+    };
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
+        if (strcmp(a, opts[i].name) == 0) {
+            *(const char **)((char *)t + opts[i].off) = v;
+            return true;
+        }
+    if (strcmp(a, "--loss") == 0)
+        t->to.loss = v;
+    else if (strcmp(a, "--freeze") == 0)
+        t->to.freeze = v;
+    else if (strcmp(a, "--trainable") == 0)
+        t->to.trainable = v;
+    else if (strcmp(a, "--backend") == 0)
+        t->to.exec.backend = v;
+    else
+        return false;
+    return true;
+}
+
+/* Options whose value is a real number. */
+static double *real_option(const char *a, struct train_args *t)
+{
+    struct gf_optim_opts *o = &t->to.optim;
+    static const char *names[] = {"--lr", "--momentum", "--dampening", "--beta1", "--beta2",
+                                  "--eps", "--weight-decay", "--clip-grad-norm", "--min-lr"};
+    double *dst[] = {&o->lr, &o->momentum, &o->dampening, &o->beta1, &o->beta2, &o->eps,
+                     &o->weight_decay, &t->to.clip_grad_norm, &t->to.min_lr};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(a, names[i]) == 0)
+            return dst[i];
+    return NULL;
+}
+
+/* Options whose value is a whole number: its minimum in *lo. */
+static int64_t *int_option(const char *a, struct train_args *t, int64_t *lo)
+{
+    static const char *names[] = {"--steps", "--warmup", "--batch", "--seq",
+                                  "--checkpoint-every", "--token-bytes"};
+    static const int64_t mins[] = {0, 0, 1, 1, 1, 2};
+    int64_t *dst[] = {&t->to.steps, &t->to.warmup, &t->tk.batch, &t->tk.seq, &t->ckpt_every,
+                      NULL};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(a, names[i]) == 0) {
+            *lo = mins[i];
+            return dst[i];
+        }
+    return NULL;
+}
+
+/* Options with a value of their own kind; returns 0, or an exit code. */
+static int other_option(const char *a, const char *v, struct train_args *t, bool *known)
+{
+    int64_t n;
+    *known = true;
+    if (strcmp(a, "--accumulate") == 0) {
+        if (!to_int64(v, 1, &n) || n > INT_MAX)
+            return usage("--accumulate needs a whole number >= 1, not '%s'", v);
+        t->to.accumulate = (int)n;
+    } else if (strcmp(a, "--seed") == 0) {
+        if (!to_int64(v, 0, &n))
+            return usage("bad seed '%s'", v);
+        t->tk.seed = (uint64_t)n;
+    } else if (strcmp(a, "--threads") == 0) {
+        if (!to_int64(v, 1, &n) || n > 1024)
+            return usage("bad thread count '%s'", v);
+        t->to.exec.n_threads = (int)n;
+    } else if (strcmp(a, "--max-memory") == 0) {
+        if (!parse_size(v, &t->to.exec.max_memory))
+            return usage("bad memory size '%s' (e.g. 512M)", v);
+    } else if (strcmp(a, "--schedule") == 0) {
+        if (strcmp(v, "constant") == 0)
+            t->to.schedule = GF_LR_CONSTANT;
+        else if (strcmp(v, "cosine") == 0)
+            t->to.schedule = GF_LR_COSINE;
+        else
+            return usage("unknown schedule '%s' (constant or cosine)", v);
+    } else if (strcmp(a, "--token-bytes") == 0) {
+        if (!to_int64(v, 2, &n) || (n != 2 && n != 4))
+            return usage("--token-bytes is 2 or 4, not '%s'", v);
+        t->tk.token_bytes = (int)n;
+    } else {
+        *known = strcmp(a, "--optimizer") == 0; /* read first, by parse_args */
+    }
+    return 0;
+}
+
+/* One option with a value; returns 0, or an exit code. */
+static int value_option(const char *a, const char *v, struct train_args *t, bool *known)
+{
+    int64_t lo, n;
+    double *r;
+    int64_t *ip;
+    *known = true;
+    if (string_option(a, v, t))
+        return 0;
+    if ((r = real_option(a, t)))
+        return to_double(v, r) ? 0 : usage("%s needs a number", a);
+    if ((ip = int_option(a, t, &lo))) {
+        if (!to_int64(v, lo, &n))
+            return usage("%s needs a whole number", a);
+        *ip = n;
+        return 0;
+    }
+    return other_option(a, v, t, known);
+}
+
+/* --optimizer first: it decides the defaults the other options change. */
+static int pick_optimizer(int argc, char **argv, struct train_args *t)
+{
+    enum gf_optim_kind kind = GF_OPTIM_SGD;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--optimizer") != 0)
+            continue;
+        if (i + 1 == argc)
+            return usage("%s needs a value", argv[i]);
+        if (!gf_optim_parse(argv[i + 1], &kind))
+            return usage("unknown optimizer '%s' (sgd or adamw)", argv[i + 1]);
+    }
+    gf_trainer_opts_init(&t->to, kind);
+    t->to.steps = 100;
+    t->to.fuse = true; /* fused forward and backward; --no-fuse for the graph as exported */
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct train_args *t)
+{
+    int rc = pick_optimizer(argc, argv, t);
+    for (int i = 0; rc == 0 && i < argc; i++) {
+        const char *a = argv[i];
+        bool known;
+        if (a[0] != '-' || !a[1]) {
+            if (t->model)
+                return usage("more than one model given ('%s')", a);
+            t->model = a;
+        } else if (is_flag(a)) {
+            flag_option(a, t);
+        } else if (i + 1 == argc) {
+            return usage("%s needs a value", a);
+        } else if ((rc = value_option(a, argv[++i], t, &known)) == 0 && !known) {
+            return usage("unknown option '%s'", a);
+        }
+    }
+    return rc;
+}
+
+/* Consistency of the options taken together. */
+static int check_args(struct train_args *t)
+{
+    if (!t->model)
+        return usage("no model given%s", "");
+    if (!t->data == !t->tokens)
+        return usage("give the training data: --data DIR or --tokens FILE%s", "");
+    if (t->tokens && (!t->tk.batch || !t->tk.seq))
+        return usage("--tokens needs --batch B and --seq T%s", "");
+    if (!t->tokens && (t->tk.batch || t->tk.seq || t->tk.token_bytes))
+        return usage("--batch, --seq and --token-bytes go with --tokens%s", "");
+    if (t->ckpt_every && !t->ckpt && !t->out)
+        return usage("--checkpoint-every needs --checkpoint FILE (or -o OUT)%s", "");
+    if (t->ckpt_every && !t->ckpt) {
+        size_t n = strlen(t->out);
+        if (n > 5 && strcmp(t->out + n - 5, ".onnx") == 0)
+            n -= 5;
+        snprintf(t->ckpt_buf, sizeof(t->ckpt_buf), "%.*s.ckpt.onnx", (int)n, t->out);
+        t->ckpt = t->ckpt_buf;
+    }
+    if (t->to.optim.nesterov && t->to.optim.kind != GF_OPTIM_SGD)
+        return usage("--nesterov goes with --optimizer sgd%s", "");
+    return 0;
+}
+
+/* The folder of an output file must exist and be writable before training
+ * starts, so that an hour of training does not end in "cannot write". */
+static int check_writable(const char *path, const char *what)
+{
+    if (!path)
+        return 0;
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) + (slash == path) : 1,
+             slash ? path : ".");
+    if (access(dir, W_OK) != 0) {
+        fprintf(stderr, "graphfuse: train: %s %s: cannot write into '%s': %s\n", what, path,
+                dir, strerror(errno));
+        return EXIT_INPUT;
+    }
+    return 0;
+}
+
+/* ---- the run -------------------------------------------------------------------- */
+
+struct run {
+    struct gf_model *m;
+    struct gf_trainer *t;
+    struct gf_data *d;
+    FILE *log;
+    bool bar; /* progress bar on stderr: stdout is a terminal */
+};
+
+static void print_setup(const struct train_args *a, const struct run *r)
+{
+    size_t n = gf_trainer_param_count(r->t), elems = 0, tied = 0;
+    struct gf_param_info p;
+    for (size_t i = 0; i < n; i++) {
+        gf_trainer_get_param(r->t, i, &p);
+        elems += p.tied_to ? 0 : p.nelem;
+        tied += p.tied_to != NULL;
+    }
+    printf("train: %s: loss '%s', %zu tensors (%zu values) trained\n", a->model,
+           gf_trainer_loss_name(r->t), n - tied, elems);
+    for (size_t i = 0; i < n; i++) {
+        gf_trainer_get_param(r->t, i, &p);
+        if (p.tied_to)
+            printf("tied: '%s' is a copy of '%s'%s: one parameter\n", p.name, p.tied_to,
+                   p.transposed ? " (transposed)" : "");
+    }
+    printf("data: %s\n", gf_data_describe(r->d));
+    const struct gf_trainer_opts *o = &a->to;
+    if (o->optim.kind == GF_OPTIM_ADAMW)
+        printf("optimizer: adamw lr %g betas (%g, %g) eps %g weight_decay %g", o->optim.lr,
+               o->optim.beta1, o->optim.beta2, o->optim.eps, o->optim.weight_decay);
+    else
+        printf("optimizer: sgd lr %g momentum %g dampening %g%s weight_decay %g", o->optim.lr,
+               o->optim.momentum, o->optim.dampening, o->optim.nesterov ? " nesterov" : "",
+               o->optim.weight_decay);
+    printf("; schedule %s, warmup %lld; clip %s; %d micro-batch%s per step; %s\n",
+           o->schedule == GF_LR_COSINE ? "cosine" : "constant", (long long)o->warmup,
+           o->clip_grad_norm > 0 ? "on" : "off", o->accumulate, o->accumulate > 1 ? "es" : "",
+           o->fuse && !gf_trainer_fuse_note(r->t) ? "fused" : "not fused");
+    if (gf_trainer_fuse_note(r->t))
+        printf("fuse: left out, training unfused: %s\n", gf_trainer_fuse_note(r->t));
+    if (a->to.clip_grad_norm > 0)
+        printf("clip: global gradient norm %g\n", a->to.clip_grad_norm);
+}
+
+static int setup(struct train_args *a, struct run *r)
+{
+    enum gf_status st = gf_model_load(a->model, NULL, &r->m);
+    if (st != GF_OK)
+        return fail(st);
+    if ((st = gf_trainer_new(r->m, &a->to, &r->t)) != GF_OK) {
+        gf_error_prefix(a->model);
+        return fail(st);
+    }
+    if (a->data)
+        st = gf_data_open_dir(r->t, a->data, &r->d);
+    else
+        st = gf_data_open_tokens(r->t, a->tokens, &a->tk, &r->d);
+    if (st == GF_OK && a->resume)
+        st = gf_trainer_load_checkpoint(r->t, r->d, a->resume);
+    if (st != GF_OK)
+        return fail(st);
+    int rc = check_writable(a->out, "-o");
+    if (rc == 0)
+        rc = check_writable(a->log, "--log");
+    if (rc == 0)
+        rc = check_writable(a->ckpt, "--checkpoint");
+    if (rc == 0)
+        print_setup(a, r);
+    if (rc == 0 && a->resume)
+        printf("resumed: %s at step %lld\n", a->resume, (long long)gf_trainer_get_step(r->t));
+    return rc;
+}
+
+static void progress(const struct run *r, int64_t done, int64_t total, double loss)
+{
+    if (!r->bar)
+        return;
+    const int width = 30;
+    int fill = total > 0 ? (int)(width * done / total) : width;
+    fprintf(stderr, "\r[%.*s%*s] %lld/%lld loss %.4f ", fill,
+            "##############################", width - fill, "", (long long)done,
+            (long long)total, loss);
+    fflush(stderr);
+}
+
+static void clear_progress(const struct run *r)
+{
+    if (r->bar)
+        fprintf(stderr, "\r\033[K");
+}
+
+static void report_step(struct run *r, const struct gf_train_stats *s, int64_t total)
+{
+    double tps = s->ms > 0 ? (double)s->tokens / (s->ms / 1000.0) : 0.0;
+    clear_progress(r);
+    printf("step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.1f ms  %.0f tok/s\n",
+           (long long)s->step + 1, (long long)total, s->loss, s->grad_norm, s->lr, s->ms, tps);
+    fflush(stdout);
+    if (r->log)
+        fprintf(r->log, "%lld,%.9g,%.9g,%.9g,%.3f,%.1f\n", (long long)s->step, s->loss,
+                s->grad_norm, s->lr, s->ms, tps);
+    progress(r, s->step + 1, total, s->loss);
+}
+
+/* The log is opened after the first step went well: bad input leaves none. */
+static enum gf_status open_log(const char *path, struct run *r)
+{
+    if (!(r->log = fopen(path, "w"))) {
+        clear_progress(r);
+        fprintf(stderr, "graphfuse: train: --log %s: %s\n", path, strerror(errno));
+        return GF_ERR_IO;
+    }
+    fprintf(r->log, "step,loss,grad_norm,lr,ms,tokens_per_s\n");
+    return GF_OK;
+}
+
+/* The steps; returns an exit code. */
+static int train_loop(struct train_args *a, struct run *r)
+{
+    struct gf_train_stats s;
+    double first = NAN, last = NAN, total_ms = 0;
+    int64_t start = gf_trainer_get_step(r->t), done = 0;
+    for (int64_t i = start; i < a->to.steps; i++, done++) {
+        enum gf_status st = gf_trainer_step(r->t, r->d, &s);
+        if (st != GF_OK) {
+            clear_progress(r);
+            int rc = fail(st);
+            return s.diverged ? EXIT_CHECK : rc;
+        }
+        if (!r->log && a->log && (st = open_log(a->log, r)) != GF_OK) /* after a good step */
+            return EXIT_INPUT;
+        report_step(r, &s, a->to.steps);
+        first = i == start ? s.loss : first;
+        last = s.loss;
+        total_ms += s.ms;
+        if (a->ckpt_every && (s.step + 1) % a->ckpt_every == 0 &&
+            (st = gf_trainer_save_checkpoint(r->t, r->d, a->ckpt)) != GF_OK) {
+            clear_progress(r);
+            return fail(st);
+        }
+    }
+    clear_progress(r);
+    if (done)
+        printf("trained %lld steps in %.2f s: loss %.6f -> %.6f\n", (long long)done,
+               total_ms / 1000.0, first, last);
+    else
+        printf("nothing to train: at step %lld of %lld\n", (long long)start,
+               (long long)a->to.steps);
+    return 0;
+}
+
+static int finish(struct train_args *a, struct run *r, int rc)
+{
+    if (r->log && fclose(r->log) != 0 && rc == 0) {
+        fprintf(stderr, "graphfuse: train: --log %s: write failed\n", a->log);
+        rc = EXIT_INPUT;
+    }
+    r->log = NULL;
+    if (rc == 0 && a->to.exec.profile)
+        gf_trainer_print_profile(r->t, stdout);
+    enum gf_status st;
+    if (rc == 0 && a->out && (st = gf_trainer_save(r->t, a->out)) != GF_OK)
+        rc = fail(st);
+    else if (rc == 0 && a->out)
+        printf("wrote %s\n", a->out);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_args a;
+    struct run r = {.bar = isatty(STDOUT_FILENO) == 1};
+    memset(&a, 0, sizeof(a));
+    int rc = parse_args(argc, argv, &a);
+    if (rc == 0)
+        rc = check_args(&a);
+    if (rc == 0)
+        rc = setup(&a, &r);
+    if (rc == 0)
+        rc = train_loop(&a, &r);
+    if (r.t)
+        rc = finish(&a, &r, rc);
+    if (r.log)
+        fclose(r.log);
+    gf_data_free(r.d);
+    gf_trainer_free(r.t);
+    gf_model_free(r.m);
+    return rc;
+}

@@ -1,0 +1,1253 @@
+/*
+ * The trainer: parameter selection, tied copies, the training graph
+ * (autodiff on a copy of the model), one session, and the step loop
+ * (micro-batches, NaN/Inf checks, clipping, the optimizer, in place).
+ * Checkpoints are the forward model with extra initializers holding the
+ * optimizer state.  Data loading (folders of TensorProto files, token
+ * files) closes the file.
+ *
+ * Buffers (n = a parameter's element count):
+ *   p->t->data   [n]  the parameter, read in place by the session
+ *   gacc[g]      [n]  group g's gradient: the mean over micro-batches of
+ *                     the sum over its tied copies (transposed back)
+ *   optimizer    [n] x 0..2 fp32 state per group (optim.c)
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "gf_exec.h"
+#include "gf_passes.h"
+
+#define STATE_NAME "graphfuse.train.state"
+#define STATE_VERSION 1
+#define STATE_LEN 8
+
+struct param {
+    const char *name;    /* in the training model's arena */
+    struct gf_value *v;  /* training model value */
+    struct gf_tensor *t; /* its writable tensor (arena) */
+    size_t nelem;
+    int master;          /* index of the param it is a copy of, or -1 */
+    bool transposed;     /* holds the master's transpose (both 2-D) */
+    size_t group;        /* optimizer tensor it belongs to */
+    size_t grad_out;     /* graph output holding its gradient */
+};
+
+struct gf_trainer {
+    struct gf_trainer_opts o;
+    char *loss_name;
+    uint8_t *orig;        /* the caller's model, serialized: exports start from it */
+    size_t orig_len;
+    char *dir;            /* its folder, for external data */
+    struct gf_model *m;   /* training model: forward + backward */
+    struct gf_session *s;
+    size_t loss_out;
+    size_t n_params;
+    struct param *p;
+    size_t n_groups;
+    float **gdata;        /* n_groups: the master's data */
+    float **gacc;         /* n_groups: gradients */
+    size_t *gsize;
+    struct gf_optim *opt;
+    int64_t step;
+    bool diverged;        /* the last step met a NaN or Inf */
+    char fuse_note[512];  /* why fusion was left out, or "" */
+};
+
+struct gf_data {
+    struct gf_model *arena; /* owns the tensors */
+    size_t n_inputs;
+    bool is_tokens;
+    size_t n_batches;         /* folder: batches[b * n_inputs + i] */
+    struct gf_tensor **batches;
+    size_t *batch_tokens;
+    uint64_t cursor;          /* micro-batches handed out */
+    uint8_t *tok;             /* token file */
+    size_t n_tok;
+    int width;
+    int64_t rows, seq;
+    uint64_t rng;
+    struct gf_tensor **cur;   /* tokens: one tensor per input */
+    size_t last_tokens;
+    char desc[512];
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void gf_trainer_opts_init(struct gf_trainer_opts *o, enum gf_optim_kind kind)
+{
+    memset(o, 0, sizeof(*o));
+    gf_optim_opts_init(&o->optim, kind);
+    o->schedule = GF_LR_CONSTANT;
+    o->steps = 1;
+    o->accumulate = 1;
+}
+
+/* ---- parameters ------------------------------------------------------------- */
+
+struct selector {
+    regex_t trainable, freeze;
+    bool have_trainable, have_freeze;
+};
+
+static enum gf_status compile(const char *pat, const char *what, regex_t *re, bool *have)
+{
+    *have = false;
+    if (!pat)
+        return GF_OK;
+    int rc = regcomp(re, pat, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char msg[256];
+        regerror(rc, re, msg, sizeof(msg));
+        return gf_error(GF_ERR_ARG, "bad %s regular expression '%s': %s", what, pat, msg);
+    }
+    *have = true;
+    return GF_OK;
+}
+
+static void selector_free(struct selector *s)
+{
+    if (s->have_trainable)
+        regfree(&s->trainable);
+    if (s->have_freeze)
+        regfree(&s->freeze);
+}
+
+/* Float initializers; with no --trainable only those of 2+ elements (the
+ * scalars exporters store are constants: eps, 0.5, a divisor). */
+static bool selected(const struct selector *s, const struct gf_value *v)
+{
+    if (!v->init || v->init->dtype != GF_FLOAT)
+        return false;
+    if (s->have_trainable ? regexec(&s->trainable, v->name, 0, NULL, 0) != 0
+                          : v->init->nelem < 2)
+        return false;
+    return !(s->have_freeze && regexec(&s->freeze, v->name, 0, NULL, 0) == 0);
+}
+
+/* True when every element has the same bits (zeros, ones): such copies are
+ * not taken for tied weights. */
+static bool uniform(const struct gf_tensor *t)
+{
+    const uint32_t *x = t->data;
+    for (size_t i = 1; i < t->nelem; i++)
+        if (x[i] != x[0])
+            return false;
+    return true;
+}
+
+/* b holds the same values as a (same shape), or a's transpose (2-D). */
+static bool is_copy(const struct gf_tensor *a, const struct gf_tensor *b, bool *transposed)
+{
+    if (a->nelem != b->nelem || a->nelem < 2 || a->rank != b->rank)
+        return false;
+    *transposed = false;
+    if (memcmp(a->dims, b->dims, (size_t)a->rank * sizeof(int64_t)) == 0 &&
+        memcmp(a->data, b->data, a->nbytes) == 0)
+        return !uniform(a);
+    if (a->rank != 2 || a->dims[0] != b->dims[1] || a->dims[1] != b->dims[0])
+        return false;
+    const uint32_t *x = a->data, *y = b->data;
+    size_t r = (size_t)a->dims[0], c = (size_t)a->dims[1];
+    for (size_t i = 0; i < r; i++)
+        for (size_t j = 0; j < c; j++)
+            if (x[i * c + j] != y[j * r + i])
+                return false;
+    *transposed = true;
+    return !uniform(a);
+}
+
+/* Masters get groups in order; each copy joins the first earlier param it
+ * copies. */
+static void find_ties(struct gf_trainer *t)
+{
+    t->n_groups = 0;
+    for (size_t i = 0; i < t->n_params; i++) {
+        struct param *p = &t->p[i];
+        p->master = -1;
+        for (size_t j = 0; j < i && !t->o.no_tie; j++) {
+            bool tr;
+            if (t->p[j].master < 0 && is_copy(t->p[j].v->init, p->v->init, &tr)) {
+                p->master = (int)j;
+                p->transposed = tr;
+                p->group = t->p[j].group;
+                break;
+            }
+        }
+        if (p->master < 0)
+            p->group = t->n_groups++;
+    }
+}
+
+static enum gf_status add_param(struct gf_trainer *t, struct gf_value *v)
+{
+    struct param *p = realloc(t->p, (t->n_params + 1) * sizeof(*p));
+    if (!p)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    t->p = p;
+    t->p[t->n_params++] = (struct param){.name = v->name, .v = v, .nelem = v->init->nelem,
+                                         .master = -1};
+    return GF_OK;
+}
+
+/* In differentiated mode only initializers that are graph inputs with a
+ * "<name>_grad" output qualify. */
+static bool has_grad_output(const struct gf_graph *g, const struct gf_value *v)
+{
+    size_t n = strlen(v->name);
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        const char *o = g->outputs[i]->name;
+        if (strncmp(o, v->name, n) == 0 && strcmp(o + n, "_grad") == 0)
+            return true;
+    }
+    return false;
+}
+
+static enum gf_status select_params(struct gf_trainer *t)
+{
+    struct selector s;
+    struct gf_graph *g = t->m->graph;
+    enum gf_status st = compile(t->o.trainable, "--trainable", &s.trainable, &s.have_trainable);
+    if (st == GF_OK)
+        st = compile(t->o.freeze, "--freeze", &s.freeze, &s.have_freeze);
+    for (size_t i = 0; st == GF_OK && i < g->n_inits; i++) {
+        struct gf_value *v = g->inits[i];
+        if (t->o.differentiated && !(v->is_input && has_grad_output(g, v)))
+            continue;
+        if (selected(&s, v))
+            st = add_param(t, v);
+    }
+    selector_free(&s);
+    if (st == GF_OK && t->n_params == 0)
+        st = gf_error(GF_ERR_INVALID, "no trainable parameter: no float initializer%s%s%s%s",
+                      t->o.trainable ? " matches --trainable" : "",
+                      t->o.freeze ? " (after --freeze)" : "",
+                      t->o.differentiated ? " with a '_grad' output" : "", "");
+    if (st == GF_OK)
+        find_ties(t);
+    return st;
+}
+
+/* ---- the training graph ---------------------------------------------------------- */
+
+static bool scalar_float(const struct gf_value *v)
+{
+    return v->type.kind == GF_TYPE_TENSOR && v->type.dtype == GF_FLOAT &&
+           v->type.rank >= 0 && gf_type_numel(&v->type) == 1;
+}
+
+/* The loss: the named output, else "loss", else the only scalar float output. */
+static enum gf_status find_loss(struct gf_trainer *t, const struct gf_graph *g)
+{
+    const struct gf_value *found = NULL;
+    size_t n_scalar = 0;
+    for (size_t i = 0; i < g->n_outputs; i++) {
+        const struct gf_value *v = g->outputs[i];
+        if (t->o.loss ? strcmp(v->name, t->o.loss) == 0 : strcmp(v->name, "loss") == 0) {
+            found = v;
+            break;
+        }
+        if (!t->o.loss && scalar_float(v) && n_scalar++ == 0)
+            found = v;
+    }
+    if (t->o.loss && !found)
+        return gf_error(GF_ERR_ARG, "the model has no output named '%s'", t->o.loss);
+    if (!found || (!t->o.loss && strcmp(found->name, "loss") != 0 && n_scalar != 1))
+        return gf_error(GF_ERR_INVALID, "cannot tell the loss: no output named 'loss' and %s "
+                        "scalar float outputs (give --loss NAME)", n_scalar ? "several" : "no");
+    if (found->type.dtype != GF_FLOAT)
+        return gf_error(GF_ERR_UNSUPPORTED, "loss '%s' is %s; only float losses are trained",
+                        found->name, gf_dtype_name(found->type.dtype));
+    t->loss_name = strdup(found->name);
+    return t->loss_name ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory");
+}
+
+/* Keeps the loss (and, differentiated, the gradients) as the only outputs:
+ * logits need not outlive the step. */
+static enum gf_status keep_outputs(struct gf_trainer *t)
+{
+    struct gf_graph *g = t->m->graph;
+    for (size_t i = g->n_outputs; i-- > 0;) {
+        const char *name = g->outputs[i]->name;
+        bool keep = strcmp(name, t->loss_name) == 0;
+        for (size_t k = 0; !keep && t->o.differentiated && k < t->n_params; k++)
+            keep = has_grad_output(g, t->p[k].v) &&
+                   strncmp(name, t->p[k].name, strlen(t->p[k].name)) == 0 &&
+                   strcmp(name + strlen(t->p[k].name), "_grad") == 0;
+        if (!keep) {
+            enum gf_status st = gf_pass_drop_output(g, name);
+            if (st != GF_OK)
+                return st;
+        }
+    }
+    return GF_OK;
+}
+
+/* Cleanup and fusion before autodiff.  Parameters become graph inputs
+ * first, so that no pass folds them or merges two equal ones. */
+static enum gf_status fuse(struct gf_trainer *t)
+{
+    struct gf_graph *g = t->m->graph;
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++)
+        if (!t->p[i].v->is_input)
+            st = gf_graph_add_input(g, t->p[i].v);
+    struct gf_cleanup_opts co = {.eval = gf_exec_eval_node, .keep_dropout = true};
+    if (st == GF_OK)
+        st = gf_graph_infer_shapes(g);
+    if (st == GF_OK)
+        st = gf_pass_cleanup(g, &co, NULL);
+    if (st == GF_OK)
+        st = gf_pass_fuse(t->m, NULL, NULL);
+    return st;
+}
+
+static enum gf_status output_index(const struct gf_graph *g, const char *name, size_t *idx)
+{
+    for (size_t i = 0; i < g->n_outputs; i++)
+        if (strcmp(g->outputs[i]->name, name) == 0) {
+            *idx = i;
+            return GF_OK;
+        }
+    return gf_error(GF_ERR_INTERNAL, "the training graph has no output '%s'", name);
+}
+
+/* gf_pass_autodiff for the selected parameters; the gradients become
+ * graph outputs "<param>_grad" (made unique). */
+static enum gf_status autodiff(struct gf_trainer *t)
+{
+    const char **names = calloc(t->n_params + 1, sizeof(*names));
+    if (!names)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < t->n_params; i++)
+        names[i] = t->p[i].name;
+    struct gf_autodiff_opts ao = {.loss = t->loss_name, .n_params = t->n_params,
+                                  .params = names};
+    struct gf_autodiff_result r;
+    enum gf_status st = gf_pass_autodiff(t->m, &ao, &r);
+    free(names);
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        if (i >= r.n_params || r.params[i] != t->p[i].v)
+            return gf_error(GF_ERR_INTERNAL, "autodiff returned the parameters in another "
+                            "order ('%s')", t->p[i].name);
+        st = output_index(t->m->graph, r.grads[i]->name, &t->p[i].grad_out);
+    }
+    return st;
+}
+
+/* The backward graph: gf_pass_autodiff (or, differentiated, the model's
+ * own "<param>_grad" outputs); records where each gradient comes out. */
+static enum gf_status differentiate(struct gf_trainer *t)
+{
+    struct gf_graph *g = t->m->graph;
+    char name[1024];
+    enum gf_status st = GF_OK;
+    if (!t->o.differentiated)
+        st = autodiff(t);
+    for (size_t i = 0; st == GF_OK && t->o.differentiated && i < t->n_params; i++) {
+        snprintf(name, sizeof(name), "%s_grad", t->p[i].name);
+        st = output_index(g, name, &t->p[i].grad_out);
+    }
+    if (st == GF_OK)
+        st = output_index(g, t->loss_name, &t->loss_out);
+    return st;
+}
+
+/* Parameters get writable, aligned copies in the training model's arena
+ * (loaded data may be mapped read-only or unaligned). */
+static enum gf_status own_params(struct gf_trainer *t)
+{
+    for (size_t i = 0; i < t->n_params; i++) {
+        struct param *p = &t->p[i];
+        const struct gf_tensor *src = p->v->init;
+        struct gf_tensor *c = gf_tensor_new(t->m, p->name, GF_FLOAT, src->rank, src->dims,
+                                            src->data);
+        if (!c)
+            return gf_error(GF_ERR_NOMEM, "out of memory copying '%s'", p->name);
+        enum gf_status st = gf_value_set_initializer(p->v, c);
+        if (st != GF_OK)
+            return st;
+        p->t = c;
+    }
+    return GF_OK;
+}
+
+static enum gf_status alloc_groups(struct gf_trainer *t)
+{
+    t->gdata = calloc(t->n_groups + 1, sizeof(*t->gdata));
+    t->gacc = calloc(t->n_groups + 1, sizeof(*t->gacc));
+    t->gsize = calloc(t->n_groups + 1, sizeof(*t->gsize));
+    if (!t->gdata || !t->gacc || !t->gsize)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < t->n_params; i++) {
+        struct param *p = &t->p[i];
+        if (p->master >= 0)
+            continue;
+        t->gdata[p->group] = p->t->data;
+        t->gsize[p->group] = p->nelem;
+        if (!(t->gacc[p->group] = calloc(p->nelem, sizeof(float))))
+            return gf_error(GF_ERR_NOMEM, "out of memory for the gradients");
+    }
+    return gf_optim_new(&t->o.optim, t->n_groups, t->gsize, &t->opt);
+}
+
+static enum gf_status check_opts(const struct gf_trainer_opts *o)
+{
+    if (o->accumulate < 0)
+        return gf_error(GF_ERR_ARG, "invalid micro-batch count %d", o->accumulate);
+    if (o->warmup < 0 || o->steps < 0)
+        return gf_error(GF_ERR_ARG, "invalid step counts (warmup %lld, steps %lld)",
+                        (long long)o->warmup, (long long)o->steps);
+    if (!(o->clip_grad_norm >= 0) || !(o->min_lr >= 0))
+        return gf_error(GF_ERR_ARG, "invalid clipping norm %g or minimum learning rate %g",
+                        o->clip_grad_norm, o->min_lr);
+    if (o->schedule != GF_LR_CONSTANT && o->schedule != GF_LR_COSINE)
+        return gf_error(GF_ERR_ARG, "unknown learning-rate schedule %d", (int)o->schedule);
+    return GF_OK;
+}
+
+/* The training model: a fresh copy of the caller's, its loss and
+ * parameters, fused when asked, and differentiated. */
+static enum gf_status training_graph(struct gf_trainer *t, bool fused)
+{
+    enum gf_status st = gf_model_load_buffer(t->orig, t->orig_len, t->dir, NULL, &t->m);
+    if (st == GF_OK)
+        st = gf_graph_infer_shapes(t->m->graph);
+    if (st == GF_OK)
+        st = find_loss(t, t->m->graph);
+    if (st == GF_OK)
+        st = select_params(t);
+    if (st == GF_OK)
+        st = keep_outputs(t);
+    if (st == GF_OK && fused)
+        st = fuse(t);
+    if (st == GF_OK)
+        st = differentiate(t);
+    return st;
+}
+
+static void drop_graph(struct gf_trainer *t)
+{
+    gf_model_free(t->m);
+    free(t->p);
+    free(t->loss_name);
+    t->m = NULL;
+    t->p = NULL;
+    t->loss_name = NULL;
+    t->n_params = 0;
+}
+
+static enum gf_status build(struct gf_trainer *t, const struct gf_model *m)
+{
+    enum gf_status st = gf_model_save_buffer(m, &t->orig, &t->orig_len);
+    if (st == GF_OK && !(t->dir = strdup(m->dir ? m->dir : ".")))
+        st = gf_error(GF_ERR_NOMEM, "out of memory");
+    if (st == GF_OK)
+        st = training_graph(t, t->o.fuse);
+    if (st == GF_ERR_UNSUPPORTED && t->o.fuse) {
+        /* a fused op without a gradient rule (or kernel): train unfused */
+        snprintf(t->fuse_note, sizeof(t->fuse_note), "%s", gf_last_error());
+        drop_graph(t);
+        st = training_graph(t, false);
+    }
+    if (st == GF_OK)
+        st = own_params(t);
+    if (st == GF_OK)
+        st = alloc_groups(t);
+    if (st == GF_OK)
+        st = gf_session_new(t->m, &t->o.exec, &t->s);
+    return st;
+}
+
+enum gf_status gf_trainer_new(const struct gf_model *m, const struct gf_trainer_opts *o,
+                              struct gf_trainer **out)
+{
+    *out = NULL;
+    enum gf_status st = check_opts(o);
+    if (st != GF_OK)
+        return st;
+    struct gf_optim *probe;
+    if ((st = gf_optim_new(&o->optim, 0, NULL, &probe)) != GF_OK)
+        return st;
+    gf_optim_free(probe);
+    struct gf_trainer *t = calloc(1, sizeof(*t));
+    if (!t)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    t->o = *o; /* the loss / trainable / freeze strings are borrowed: build reads them */
+    if (t->o.accumulate == 0)
+        t->o.accumulate = 1;
+    t->o.exec.check_finite = false;
+    st = build(t, m);
+    t->o.trainable = t->o.freeze = t->o.loss = NULL;
+    if (st != GF_OK) {
+        gf_trainer_free(t);
+        return st;
+    }
+    *out = t;
+    return GF_OK;
+}
+
+void gf_trainer_free(struct gf_trainer *t)
+{
+    if (!t)
+        return;
+    gf_session_free(t->s);
+    gf_optim_free(t->opt);
+    for (size_t g = 0; t->gacc && g < t->n_groups; g++)
+        free(t->gacc[g]);
+    free(t->gacc);
+    free(t->gdata);
+    free(t->gsize);
+    drop_graph(t);
+    free(t->orig);
+    free(t->dir);
+    free(t);
+}
+
+size_t gf_trainer_input_count(const struct gf_trainer *t)
+{
+    return gf_session_input_count(t->s);
+}
+
+const struct gf_value *gf_trainer_input(const struct gf_trainer *t, size_t i)
+{
+    return gf_session_input(t->s, i);
+}
+
+size_t gf_trainer_param_count(const struct gf_trainer *t)
+{
+    return t->n_params;
+}
+
+void gf_trainer_get_param(const struct gf_trainer *t, size_t i, struct gf_param_info *p)
+{
+    const struct param *q = &t->p[i];
+    *p = (struct gf_param_info){q->name, q->nelem, q->master >= 0 ? t->p[q->master].name : NULL,
+                                q->transposed, q->t->data};
+}
+
+const char *gf_trainer_fuse_note(const struct gf_trainer *t)
+{
+    return t->fuse_note[0] ? t->fuse_note : NULL;
+}
+
+const char *gf_trainer_loss_name(const struct gf_trainer *t)
+{
+    return t->loss_name;
+}
+
+int64_t gf_trainer_get_step(const struct gf_trainer *t)
+{
+    return t->step;
+}
+
+void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f)
+{
+    gf_session_print_profile(t->s, f);
+}
+
+/* ---- the step ------------------------------------------------------------------- */
+
+static bool all_finite(const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return false;
+    return true;
+}
+
+/* Runs the micro-batch again with every node's outputs checked, so that
+ * the message names the first node that produced a NaN or Inf. */
+static enum gf_status diagnose(struct gf_trainer *t, struct gf_tensor *const *in,
+                               const char *what)
+{
+    struct gf_exec_opts eo = t->o.exec;
+    eo.check_finite = true;
+    eo.profile = false;
+    struct gf_session *s = NULL;
+    struct gf_tensor **out;
+    size_t n_out;
+    enum gf_status st = gf_session_new(t->m, &eo, &s);
+    if (st == GF_OK)
+        st = gf_session_run(s, gf_session_input_count(s), in, &out, &n_out);
+    char msg[1024];
+    snprintf(msg, sizeof(msg), "%s", st != GF_OK ? gf_last_error() : "");
+    gf_session_free(s);
+    t->diverged = true;
+    if (st != GF_OK)
+        return gf_error(GF_ERR_INVALID, "step %lld: %s is not finite: %s", (long long)t->step,
+                        what, msg);
+    return gf_error(GF_ERR_INVALID, "step %lld: %s is not finite, yet no node produced a NaN "
+                    "or Inf when the micro-batch ran again", (long long)t->step, what);
+}
+
+/* The loss and every gradient of one micro-batch must be finite. */
+static enum gf_status check_outputs(struct gf_trainer *t, struct gf_tensor **out,
+                                    struct gf_tensor *const *in, float *loss)
+{
+    const struct gf_tensor *l = out[t->loss_out];
+    if (l->dtype != GF_FLOAT || l->nelem != 1)
+        return gf_error(GF_ERR_INVALID, "loss '%s' is not one float", t->loss_name);
+    *loss = *(const float *)l->data;
+    char what[1100];
+    if (!isfinite(*loss)) {
+        snprintf(what, sizeof(what), "the loss '%s' (%g)", t->loss_name, *loss);
+        return diagnose(t, in, what);
+    }
+    for (size_t i = 0; i < t->n_params; i++) {
+        const struct gf_tensor *g = out[t->p[i].grad_out];
+        if (g->dtype != GF_FLOAT || g->nelem != t->p[i].nelem)
+            return gf_error(GF_ERR_INTERNAL, "gradient of '%s' has %zu elements, the parameter "
+                            "%zu", t->p[i].name, g->nelem, t->p[i].nelem);
+        if (!all_finite(g->data, g->nelem)) {
+            snprintf(what, sizeof(what), "the gradient of '%s'", t->p[i].name);
+            return diagnose(t, in, what);
+        }
+    }
+    return GF_OK;
+}
+
+/* gacc[group] += scale * gradient, transposing a transposed copy's back. */
+static void accumulate(struct gf_trainer *t, struct gf_tensor **out, float scale)
+{
+    for (size_t i = 0; i < t->n_params; i++) {
+        const struct param *p = &t->p[i];
+        const float *g = out[p->grad_out]->data;
+        float *acc = t->gacc[p->group];
+        if (!p->transposed) {
+            for (size_t k = 0; k < p->nelem; k++)
+                acc[k] += g[k] * scale;
+            continue;
+        }
+        size_t r = (size_t)p->t->dims[1], c = (size_t)p->t->dims[0]; /* master [r, c] */
+        for (size_t a = 0; a < r; a++)
+            for (size_t b = 0; b < c; b++)
+                acc[a * c + b] += g[b * r + a] * scale;
+    }
+}
+
+/* Tied copies take their master's new values. */
+static void sync_ties(struct gf_trainer *t)
+{
+    for (size_t i = 0; i < t->n_params; i++) {
+        struct param *p = &t->p[i];
+        if (p->master < 0)
+            continue;
+        const float *src = t->p[p->master].t->data;
+        float *dst = p->t->data;
+        if (!p->transposed) {
+            memcpy(dst, src, p->nelem * sizeof(float));
+            continue;
+        }
+        size_t r = (size_t)p->t->dims[1], c = (size_t)p->t->dims[0];
+        for (size_t a = 0; a < r; a++)
+            for (size_t b = 0; b < c; b++)
+                dst[b * r + a] = src[a * c + b];
+    }
+}
+
+/* Forward and backward of the step's micro-batches; gacc receives the mean
+ * gradient, *loss the mean loss. */
+static enum gf_status run_micro_batches(struct gf_trainer *t, struct gf_data *d, double *loss,
+                                        size_t *tokens)
+{
+    int K = t->o.accumulate;
+    float scale = K > 1 ? (float)(1.0 / K) : 1.0f;
+    for (size_t g = 0; g < t->n_groups; g++)
+        memset(t->gacc[g], 0, t->gsize[g] * sizeof(float));
+    *loss = 0;
+    *tokens = 0;
+    for (int k = 0; k < K; k++) {
+        struct gf_tensor *const *in;
+        struct gf_tensor **out;
+        size_t n_out;
+        float l;
+        enum gf_status st = gf_data_next(d, &in);
+        if (st == GF_OK)
+            st = gf_session_run(t->s, gf_session_input_count(t->s), in, &out, &n_out);
+        if (st == GF_OK)
+            st = check_outputs(t, out, in, &l);
+        if (st != GF_OK)
+            return st;
+        accumulate(t, out, scale);
+        *loss += l;
+        *tokens += gf_data_tokens(d);
+    }
+    *loss /= K;
+    return GF_OK;
+}
+
+enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
+                               struct gf_train_stats *st)
+{
+    memset(st, 0, sizeof(*st));
+    double t0 = now_ms();
+    st->step = t->step;
+    st->lr = gf_lr_at(t->o.schedule, t->o.optim.lr, t->o.min_lr, t->o.warmup, t->o.steps,
+                      t->step);
+    t->diverged = false;
+    enum gf_status s = run_micro_batches(t, d, &st->loss, &st->tokens);
+    if (s != GF_OK) {
+        st->diverged = t->diverged;
+        return s;
+    }
+    st->grad_norm = gf_clip_grad_norm(t->n_groups, t->gacc, t->gsize, t->o.clip_grad_norm);
+    gf_optim_step(t->opt, t->gdata, (const float *const *)t->gacc, st->lr);
+    sync_ties(t);
+    t->step++;
+    st->ms = now_ms() - t0;
+    return GF_OK;
+}
+
+/* ---- saving, checkpoints ---------------------------------------------------------- */
+
+static enum gf_status set_init(struct gf_model *m, const char *name, const struct gf_tensor *t,
+                               const void *data)
+{
+    struct gf_value *v = gf_graph_find(m->graph, name);
+    struct gf_tensor *c = gf_tensor_new(m, name, t->dtype, t->rank, t->dims, data);
+    if (!c)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    if (!v)
+        return gf_graph_add_initializer(m->graph, name, c) ? GF_OK : GF_ERR_NOMEM;
+    return gf_value_set_initializer(v, c);
+}
+
+/* The caller's model again, with the current weights. */
+static enum gf_status export_model(const struct gf_trainer *t, struct gf_model **out)
+{
+    struct gf_model *m = NULL;
+    enum gf_status st = gf_model_load_buffer(t->orig, t->orig_len, t->dir, NULL, &m);
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        if (!gf_graph_find(m->graph, t->p[i].name))
+            st = gf_error(GF_ERR_INTERNAL, "parameter '%s' is not in the model", t->p[i].name);
+        else
+            st = set_init(m, t->p[i].name, t->p[i].t, t->p[i].t->data);
+    }
+    if (st != GF_OK) {
+        gf_model_free(m);
+        m = NULL;
+    }
+    *out = m;
+    return st;
+}
+
+enum gf_status gf_trainer_save(const struct gf_trainer *t, const char *path)
+{
+    struct gf_model *m;
+    enum gf_status st = export_model(t, &m);
+    if (st == GF_OK)
+        st = gf_model_save(m, path, NULL);
+    gf_model_free(m);
+    return st;
+}
+
+static void state_name(const struct gf_trainer *t, size_t k, const char *param, char *buf,
+                       size_t len)
+{
+    snprintf(buf, len, "graphfuse.optim.%s.%s", gf_optim_state_name(t->opt, k), param);
+}
+
+/* The optimizer buffers of every group, under its master's name. */
+static enum gf_status add_optim_state(const struct gf_trainer *t, struct gf_model *m)
+{
+    char name[1200];
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        const struct param *p = &t->p[i];
+        for (size_t k = 0; st == GF_OK && p->master < 0 && k < gf_optim_state_count(t->opt); k++) {
+            state_name(t, k, p->name, name, sizeof(name));
+            st = set_init(m, name, p->t, gf_optim_get_state(t->opt, p->group, k));
+        }
+    }
+    return st;
+}
+
+enum gf_status gf_trainer_save_checkpoint(const struct gf_trainer *t, const struct gf_data *d,
+                                          const char *path)
+{
+    struct gf_model *m;
+    enum gf_status st = export_model(t, &m);
+    if (st != GF_OK)
+        return st;
+    int64_t state[STATE_LEN] = {STATE_VERSION, t->step, t->o.optim.kind,
+                                gf_optim_get_step(t->opt), d ? (int64_t)d->cursor : 0,
+                                d ? (int64_t)d->rng : 0, t->o.accumulate,
+                                (int64_t)t->n_groups};
+    int64_t dims[1] = {STATE_LEN};
+    struct gf_tensor *s = gf_tensor_new(m, STATE_NAME, GF_INT64, 1, dims, state);
+    if (!s || !gf_graph_add_initializer(m->graph, STATE_NAME, s))
+        st = gf_error(GF_ERR_NOMEM, "out of memory");
+    if (st == GF_OK)
+        st = add_optim_state(t, m);
+    if (st == GF_OK)
+        st = gf_model_save(m, path, NULL);
+    gf_model_free(m);
+    return st;
+}
+
+/* Copies initializer `name` of checkpoint c into dst (shape of `like`). */
+static enum gf_status restore(const struct gf_model *c, const char *path, const char *name,
+                              const struct gf_tensor *like, void *dst)
+{
+    const struct gf_value *v = gf_graph_find(c->graph, name);
+    const struct gf_tensor *x = v ? v->init : NULL;
+    if (!x)
+        return gf_error(GF_ERR_INVALID, "%s: checkpoint has no tensor '%s'", path, name);
+    if (x->dtype != like->dtype || x->rank != like->rank ||
+        memcmp(x->dims, like->dims, (size_t)x->rank * sizeof(int64_t)) != 0)
+        return gf_error(GF_ERR_INVALID, "%s: tensor '%s' has another type or shape than the "
+                        "model's", path, name);
+    memcpy(dst, x->data, x->nbytes);
+    return GF_OK;
+}
+
+static enum gf_status check_state(const struct gf_trainer *t, const struct gf_model *c,
+                                  const char *path, const int64_t **out)
+{
+    const struct gf_value *v = gf_graph_find(c->graph, STATE_NAME);
+    const struct gf_tensor *s = v ? v->init : NULL;
+    if (!s || s->dtype != GF_INT64 || s->nelem != STATE_LEN ||
+        ((const int64_t *)s->data)[0] != STATE_VERSION)
+        return gf_error(GF_ERR_INVALID, "%s: not a graphfuse checkpoint (no '%s' tensor of "
+                        "version %d)", path, STATE_NAME, STATE_VERSION);
+    const int64_t *x = s->data;
+    if (x[2] != t->o.optim.kind)
+        return gf_error(GF_ERR_ARG, "%s: the checkpoint was written by %s, the trainer uses %s",
+                        path, gf_optim_name((enum gf_optim_kind)x[2]),
+                        gf_optim_name(t->o.optim.kind));
+    if (x[7] != (int64_t)t->n_groups)
+        return gf_error(GF_ERR_ARG, "%s: the checkpoint trains %lld tensors, this trainer %zu "
+                        "(other --trainable / --freeze?)", path, (long long)x[7], t->n_groups);
+    *out = x;
+    return GF_OK;
+}
+
+enum gf_status gf_trainer_load_checkpoint(struct gf_trainer *t, struct gf_data *d,
+                                          const char *path)
+{
+    struct gf_model *c;
+    const int64_t *x = NULL;
+    char name[1200];
+    enum gf_status st = gf_model_load(path, NULL, &c);
+    if (st != GF_OK)
+        return st;
+    st = check_state(t, c, path, &x);
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        const struct param *p = &t->p[i];
+        st = restore(c, path, p->name, p->t, p->t->data);
+        for (size_t k = 0; st == GF_OK && p->master < 0 && k < gf_optim_state_count(t->opt); k++) {
+            state_name(t, k, p->name, name, sizeof(name));
+            st = restore(c, path, name, p->t, gf_optim_get_state(t->opt, p->group, k));
+        }
+    }
+    if (st == GF_OK) {
+        t->step = x[1];
+        gf_optim_set_step(t->opt, x[3]);
+        if (d) {
+            d->cursor = (uint64_t)x[4];
+            d->rng = (uint64_t)x[5];
+        }
+        sync_ties(t);
+    }
+    gf_model_free(c);
+    return st;
+}
+
+/* ---- data: folders ------------------------------------------------------------------- */
+
+static bool is_integer(enum gf_dtype t)
+{
+    return t == GF_INT64 || t == GF_INT32 || t == GF_INT16 || t == GF_INT8 || t == GF_UINT8 ||
+           t == GF_UINT16 || t == GF_UINT32 || t == GF_UINT64;
+}
+
+static struct gf_data *data_new(const struct gf_trainer *t)
+{
+    struct gf_data *d = calloc(1, sizeof(*d));
+    if (!d || !(d->arena = gf_model_new(8, "data"))) {
+        free(d);
+        return NULL;
+    }
+    d->n_inputs = gf_trainer_input_count(t);
+    return d;
+}
+
+void gf_data_free(struct gf_data *d)
+{
+    if (!d)
+        return;
+    gf_model_free(d->arena);
+    free(d->batches);
+    free(d->batch_tokens);
+    free(d->tok);
+    free(d->cur);
+    free(d);
+}
+
+/* Tokens of one batch: elements of the first integer input, else the
+ * leading dim of the first input (samples). */
+static size_t count_tokens(struct gf_tensor *const *in, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (is_integer(in[i]->dtype))
+            return in[i]->nelem;
+    return n && in[0]->rank > 0 ? (size_t)in[0]->dims[0] : 1;
+}
+
+/* Puts the files' tensors in trainer input order: by name when every
+ * input has a file of its name, else by position. */
+static enum gf_status match_inputs(const struct gf_trainer *t, const char *dir,
+                                   struct gf_tensor **files, size_t n_files,
+                                   struct gf_tensor **slot)
+{
+    size_t n = gf_trainer_input_count(t), by_name = 0;
+    for (size_t i = 0; i < n; i++) {
+        slot[i] = NULL;
+        for (size_t f = 0; f < n_files && !slot[i]; f++)
+            if (files[f]->name && strcmp(files[f]->name, gf_trainer_input(t, i)->name) == 0)
+                slot[i] = files[f];
+        by_name += slot[i] != NULL;
+    }
+    if (by_name == n)
+        return GF_OK;
+    if (n_files != n)
+        return gf_error(GF_ERR_INVALID, "%s: %zu input files, the model takes %zu inputs and "
+                        "no file is named '%s'", dir, n_files, n,
+                        gf_trainer_input(t, by_name < n ? by_name : 0)->name);
+    for (size_t i = 0; i < n; i++)
+        slot[i] = files[i];
+    return GF_OK;
+}
+
+/* The batch's tensors against the inputs' declared types, so that bad
+ * data is found when it is opened, not at some step. */
+static enum gf_status check_batch(const struct gf_trainer *t, const char *dir,
+                                  struct gf_tensor *const *slot)
+{
+    for (size_t i = 0; i < gf_trainer_input_count(t); i++) {
+        const struct gf_value *v = gf_trainer_input(t, i);
+        const struct gf_tensor *x = slot[i];
+        const struct gf_type *ty = &v->type;
+        if (ty->dtype != GF_UNDEFINED && x->dtype != ty->dtype)
+            return gf_error(GF_ERR_INVALID, "%s: input '%s' is %s, the model expects %s", dir,
+                            v->name, gf_dtype_name(x->dtype), gf_dtype_name(ty->dtype));
+        if (ty->rank >= 0 && x->rank != ty->rank)
+            return gf_error(GF_ERR_INVALID, "%s: input '%s' has rank %d, the model expects %d",
+                            dir, v->name, x->rank, ty->rank);
+        for (int d = 0; ty->rank >= 0 && d < ty->rank; d++)
+            if (ty->dims[d].value >= 0 && ty->dims[d].value != x->dims[d])
+                return gf_error(GF_ERR_INVALID, "%s: input '%s' has size %lld on axis %d, the "
+                                "model expects %lld", dir, v->name, (long long)x->dims[d], d,
+                                (long long)ty->dims[d].value);
+    }
+    return GF_OK;
+}
+
+/* One batch: dir/input_0.pb, input_1.pb, ... into slot[] (input order). */
+static enum gf_status load_batch(struct gf_data *d, const struct gf_trainer *t,
+                                 const char *dir, struct gf_tensor **slot)
+{
+    struct gf_tensor *files[256];
+    size_t n = 0;
+    char path[4096];
+    for (; n < 256; n++) {
+        struct stat sb;
+        if (snprintf(path, sizeof(path), "%s/input_%zu.pb", dir, n) >= (int)sizeof(path) ||
+            stat(path, &sb) != 0)
+            break;
+        enum gf_status st = gf_tensor_load(d->arena, path, &files[n]);
+        if (st != GF_OK)
+            return st;
+    }
+    if (n == 0)
+        return gf_error(GF_ERR_IO, "%s: no input_0.pb", dir);
+    enum gf_status st = match_inputs(t, dir, files, n, slot);
+    return st == GF_OK ? check_batch(t, dir, slot) : st;
+}
+
+static int cmp_index(const void *a, const void *b)
+{
+    unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Numbers K of the dir/test_data_set_K folders, ascending. */
+static enum gf_status list_sets(const char *dir, unsigned long **out, size_t *n)
+{
+    DIR *dp = opendir(dir);
+    if (!dp)
+        return gf_error(GF_ERR_IO, "%s: cannot open folder: %s", dir, strerror(errno));
+    unsigned long *k = NULL;
+    size_t cnt = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(dp));) {
+        unsigned long idx;
+        int len = 0;
+        if (sscanf(e->d_name, "test_data_set_%lu%n", &idx, &len) != 1 || e->d_name[len])
+            continue;
+        if (cnt == cap) {
+            unsigned long *nk = realloc(k, (cap = cap ? 2 * cap : 16) * sizeof(*k));
+            if (!nk) {
+                free(k);
+                closedir(dp);
+                return gf_error(GF_ERR_NOMEM, "out of memory");
+            }
+            k = nk;
+        }
+        k[cnt++] = idx;
+    }
+    closedir(dp);
+    if (cnt)
+        qsort(k, cnt, sizeof(*k), cmp_index);
+    *out = k;
+    *n = cnt;
+    return GF_OK;
+}
+
+static enum gf_status load_sets(struct gf_data *d, const struct gf_trainer *t, const char *dir)
+{
+    char path[4096], single[4096];
+    struct stat sb;
+    unsigned long *k = NULL;
+    size_t n = 1;
+    bool one = snprintf(single, sizeof(single), "%s/input_0.pb", dir) < (int)sizeof(single) &&
+               stat(single, &sb) == 0;
+    enum gf_status st = one ? GF_OK : list_sets(dir, &k, &n);
+    if (st == GF_OK && n == 0)
+        st = gf_error(GF_ERR_IO, "%s: no input_*.pb files and no test_data_set_* folders", dir);
+    if (st == GF_OK) {
+        d->batches = calloc(n * d->n_inputs + 1, sizeof(*d->batches));
+        d->batch_tokens = calloc(n + 1, sizeof(*d->batch_tokens));
+        if (!d->batches || !d->batch_tokens)
+            st = gf_error(GF_ERR_NOMEM, "out of memory");
+    }
+    for (size_t b = 0; st == GF_OK && b < n; b++) {
+        if (!one && snprintf(path, sizeof(path), "%s/test_data_set_%lu", dir, k[b]) >=
+                        (int)sizeof(path))
+            st = gf_error(GF_ERR_ARG, "%s: path too long", dir);
+        if (st != GF_OK)
+            break;
+        st = load_batch(d, t, one ? dir : path, &d->batches[b * d->n_inputs]);
+        if (st == GF_OK)
+            d->batch_tokens[b] = count_tokens(&d->batches[b * d->n_inputs], d->n_inputs);
+    }
+    free(k);
+    d->n_batches = n;
+    return st;
+}
+
+enum gf_status gf_data_open_dir(const struct gf_trainer *t, const char *dir,
+                                struct gf_data **out)
+{
+    *out = NULL;
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return gf_error(GF_ERR_IO, "%s: not a folder", dir);
+    struct gf_data *d = data_new(t);
+    if (!d)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    enum gf_status st = load_sets(d, t, dir);
+    if (st != GF_OK) {
+        gf_data_free(d);
+        return st;
+    }
+    snprintf(d->desc, sizeof(d->desc), "%zu batch%s from %s, cycled", d->n_batches,
+             d->n_batches == 1 ? "" : "es", dir);
+    *out = d;
+    return GF_OK;
+}
+
+/* ---- data: token files ------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t token_at(const struct gf_data *d, size_t i)
+{
+    const uint8_t *b = d->tok + i * (size_t)d->width;
+    uint32_t x = (uint32_t)b[0] | (uint32_t)b[1] << 8;
+    if (d->width == 4)
+        x |= (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    return x;
+}
+
+/* Rows of the embedding table the first input indexes (Gather), else 0. */
+static int64_t model_vocab(const struct gf_trainer *t)
+{
+    const struct gf_value *ids = gf_trainer_input(t, 0);
+    for (size_t u = 0; ids && u < ids->n_uses; u++) {
+        const struct gf_node *n = ids->uses[u].node;
+        const struct gf_value *table = n->n_inputs > 0 ? n->inputs[0] : NULL;
+        if (n->op == GF_OP_GATHER && ids->uses[u].slot == 1 && table && table->init &&
+            table->init->rank == 2)
+            return table->init->dims[0];
+    }
+    return 0;
+}
+
+static enum gf_status read_file(const char *path, uint8_t **buf, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        enum gf_status st = gf_error(GF_ERR_IO, "%s: cannot read: %s", path,
+                                     f ? "not a regular file" : strerror(errno));
+        if (f)
+            fclose(f);
+        return st;
+    }
+    *len = (size_t)sb.st_size;
+    *buf = malloc(*len + 1);
+    bool ok = *buf && fread(*buf, 1, *len, f) == *len;
+    fclose(f);
+    if (!ok) {
+        free(*buf);
+        *buf = NULL;
+        return gf_error(GF_ERR_IO, "%s: read failed", path);
+    }
+    return GF_OK;
+}
+
+/* Width of a token and the file's checks (whole tokens, enough of them,
+ * every id inside the vocabulary when it is known). */
+static enum gf_status check_tokens(struct gf_data *d, const char *path, int64_t vocab,
+                                   size_t len)
+{
+    if (len % (size_t)d->width)
+        return gf_error(GF_ERR_INVALID, "%s: %zu bytes is not a whole number of %d-byte tokens",
+                        path, len, d->width);
+    d->n_tok = len / (size_t)d->width;
+    if (d->n_tok < (size_t)d->seq)
+        return gf_error(GF_ERR_INVALID, "%s: %zu tokens, fewer than one window of %lld", path,
+                        d->n_tok, (long long)d->seq);
+    for (size_t i = 0; vocab > 0 && i < d->n_tok; i++)
+        if (token_at(d, i) >= (uint64_t)vocab)
+            return gf_error(GF_ERR_INVALID, "%s: token %u at index %zu is outside the "
+                            "vocabulary of %lld ids", path, token_at(d, i), i, (long long)vocab);
+    return GF_OK;
+}
+
+/* One [batch, seq] tensor per input, each an integer [?, ?] input. */
+static enum gf_status token_tensors(struct gf_data *d, const struct gf_trainer *t)
+{
+    int64_t dims[2] = {d->rows, d->seq};
+    if (!(d->cur = calloc(d->n_inputs + 1, sizeof(*d->cur))))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < d->n_inputs; i++) {
+        const struct gf_value *v = gf_trainer_input(t, i);
+        enum gf_dtype dt = v->type.dtype;
+        if ((dt != GF_INT64 && dt != GF_INT32) || (v->type.rank >= 0 && v->type.rank != 2))
+            return gf_error(GF_ERR_UNSUPPORTED, "--tokens feeds int64 / int32 [batch, seq] "
+                            "inputs; input '%s' is %s of rank %d", v->name,
+                            gf_dtype_name(dt), v->type.rank);
+        if (!(d->cur[i] = gf_tensor_new(d->arena, v->name, dt, 2, dims, NULL)))
+            return gf_error(GF_ERR_NOMEM, "out of memory");
+    }
+    return GF_OK;
+}
+
+static enum gf_status open_tokens(struct gf_data *d, const struct gf_trainer *t,
+                                  const char *path, const struct gf_token_opts *o)
+{
+    int64_t vocab = o->vocab > 0 ? o->vocab : model_vocab(t);
+    const char *how = o->token_bytes ? "given" : "from the vocabulary size";
+    d->width = o->token_bytes ? o->token_bytes : vocab > 0 ? (vocab <= 65536 ? 2 : 4) : 0;
+    if (o->token_bytes && d->width != 2 && d->width != 4)
+        return gf_error(GF_ERR_ARG, "token width %d: 2 or 4 bytes", o->token_bytes);
+    if (!d->width)
+        return gf_error(GF_ERR_ARG, "cannot tell the vocabulary size of the model: give the "
+                        "token width (2 or 4 bytes)");
+    size_t len = 0;
+    enum gf_status st = read_file(path, &d->tok, &len);
+    if (st == GF_OK)
+        st = check_tokens(d, path, vocab, len);
+    if (st == GF_OK)
+        st = token_tensors(d, t);
+    if (st == GF_OK)
+        snprintf(d->desc, sizeof(d->desc), "%zu tokens from %s (uint%d, %s%s%lld), "
+                 "%lld random windows of %lld per micro-batch", d->n_tok, path, 8 * d->width,
+                 how, vocab > 0 ? " " : "", (long long)vocab, (long long)d->rows,
+                 (long long)d->seq);
+    return st;
+}
+
+enum gf_status gf_data_open_tokens(const struct gf_trainer *t, const char *path,
+                                   const struct gf_token_opts *o, struct gf_data **out)
+{
+    *out = NULL;
+    if (o->batch <= 0 || o->seq <= 0)
+        return gf_error(GF_ERR_ARG, "token windows need a batch and a sequence length > 0 "
+                        "(got %lld x %lld)", (long long)o->batch, (long long)o->seq);
+    if (gf_trainer_input_count(t) == 0)
+        return gf_error(GF_ERR_INVALID, "the model takes no input to feed tokens to");
+    struct gf_data *d = data_new(t);
+    if (!d)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    d->is_tokens = true;
+    d->rows = o->batch;
+    d->seq = o->seq;
+    d->rng = o->seed;
+    enum gf_status st = open_tokens(d, t, path, o);
+    if (st != GF_OK) {
+        gf_data_free(d);
+        return st;
+    }
+    *out = d;
+    return GF_OK;
+}
+
+static void put(struct gf_tensor *x, size_t i, uint32_t id)
+{
+    if (x->dtype == GF_INT64)
+        ((int64_t *)x->data)[i] = id;
+    else
+        ((int32_t *)x->data)[i] = (int32_t)id;
+}
+
+enum gf_status gf_data_next(struct gf_data *d, struct gf_tensor *const **in)
+{
+    if (!d->is_tokens) {
+        size_t b = (size_t)(d->cursor++ % d->n_batches);
+        *in = &d->batches[b * d->n_inputs];
+        d->last_tokens = d->batch_tokens[b];
+        return GF_OK;
+    }
+    size_t seq = (size_t)d->seq, starts = d->n_tok - seq + 1;
+    for (size_t r = 0; r < (size_t)d->rows; r++) {
+        size_t start = (size_t)(splitmix64(&d->rng) % starts);
+        for (size_t j = 0; j < seq; j++)
+            for (size_t i = 0; i < d->n_inputs; i++)
+                put(d->cur[i], r * seq + j, token_at(d, start + j));
+    }
+    d->cursor++;
+    *in = d->cur;
+    d->last_tokens = (size_t)(d->rows * d->seq);
+    return GF_OK;
+}
+
+size_t gf_data_tokens(const struct gf_data *d)
+{
+    return d->last_tokens;
+}
+
+const char *gf_data_describe(const struct gf_data *d)
+{
+    return d->desc;
+}

@@ -1,0 +1,734 @@
+/* CPU kernels of the fused losses (domain graphfuse, README "Fused ops"):
+ *
+ *   SoftmaxCrossEntropy  L, T, Wc? -> Loss, LogP?   ONNX SoftmaxCrossEntropyLoss, or with
+ *                                                   shift=1 the causal-LM form on L[:, :-1]
+ *   LinearCrossEntropy   H, W, T, Bias? -> Loss     the same on H @ W' + Bias, chunk by chunk
+ *   JSD                  X, Y, T? -> Loss           generalized Jensen-Shannon, batchmean
+ *
+ * A "position" is one row of class scores with its label.  Per position the
+ * logits are read from memory once: a max sweep, then sum exp(x - max) in
+ * double lanes while the row is in cache (and LogP, only when that output
+ * is wanted).  Positions are split over threads in fixed slices whose
+ * partial sums are added in order, so results do not depend on timing.
+ * Labels are checked before anything is computed.
+ */
+#include <cblas.h>
+#include <limits.h>
+
+#include "fused.h"
+
+#define CHUNK_BYTES (4u << 20) /* LinearCrossEntropy: logits of one chunk, automatic size */
+
+/* ---- one row of logits ------------------------------------------------------------ */
+
+/* Max and sum of exp(x - max) over n logits: stride 1 in lanes (so that it
+ * vectorizes), any stride plainly.  n == 0 gives -inf and 0. */
+#define DEF_CE_STATS(DT, sfx, T, C, LD, ST)                                             \
+    static void ce_stats_##sfx(const T *x, size_t n, size_t stride, C *mo, double *so)  \
+    {                                                                                   \
+        C m = -INFINITY, ml[FU_LANES];                                                  \
+        double s = 0, acc[FU_LANES] = {0};                                              \
+        size_t j = 0;                                                                   \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            ml[k] = -INFINITY;                                                          \
+        for (; stride == 1 && j + FU_LANES <= n; j += FU_LANES)                         \
+            for (int k = 0; k < FU_LANES; k++) {                                        \
+                C v = LD(x[j + k]);                                                     \
+                ml[k] = v > ml[k] ? v : ml[k];                                          \
+            }                                                                           \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            m = ml[k] > m ? ml[k] : m;                                                  \
+        for (size_t i = j; i < n; i++)                                                  \
+            m = LD(x[i * stride]) > m ? LD(x[i * stride]) : m;                          \
+        for (j = 0; stride == 1 && j + FU_LANES <= n; j += FU_LANES)                    \
+            for (int k = 0; k < FU_LANES; k++)                                          \
+                acc[k] += (double)FU_EXP((C)LD(x[j + k]) - m);                          \
+        for (size_t i = j; i < n; i++)                                                  \
+            s += (double)FU_EXP((C)LD(x[i * stride]) - m);                              \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            s += acc[k];                                                                \
+        *mo = m;                                                                        \
+        *so = s;                                                                        \
+    }                                                                                   \
+    /* logp[j * stride] = x[j * stride] - m - log(s), rounded as LogSoftmax does */      \
+    static void ce_logp_##sfx(const T *x, size_t n, size_t stride, C m, double s, T *lp) \
+    {                                                                                   \
+        C ls = (C)log(s);                                                               \
+        if (stride == 1)                                                                \
+            for (size_t j = 0; j < n; j++)                                              \
+                lp[j] = ST(((C)LD(x[j]) - m) - ls);                                     \
+        else                                                                            \
+            for (size_t j = 0; j < n; j++)                                              \
+                lp[j * stride] = ST(((C)LD(x[j * stride]) - m) - ls);                   \
+    }
+FU_TYPES(DEF_CE_STATS)
+
+/* -log softmax(x)[t], from the row's max and sum. */
+static double ce_nll(double xt, double m, double s)
+{
+    return -((xt - m) - log(s));
+}
+
+/* ---- labels and reductions ---------------------------------------------------------- */
+
+struct labels {
+    const struct gf_tview *t;
+    bool has_ii;
+    int64_t ii;
+    size_t classes;
+    /* the used label of position p is element p0 + p (no shift), or, with
+     * shift = 1, element b*S + s + 1 for p = b*(S-1) + s */
+    size_t s1; /* S - 1 with shift, 0 without */
+};
+
+static size_t label_index(const struct labels *l, size_t p)
+{
+    return l->s1 ? p / l->s1 * (l->s1 + 1) + p % l->s1 + 1 : p;
+}
+
+/* Every used label is a class in [0, C) or ignore_index. */
+static enum gf_status check_labels(const struct gf_kernel_args *a, const struct labels *l,
+                                   size_t n_pos, size_t slot)
+{
+    for (size_t p = 0; p < n_pos; p++) {
+        size_t i = label_index(l, p);
+        int64_t v = fu_label(l->t, i);
+        if ((l->has_ii && v == l->ii) || (v >= 0 && (uint64_t)v < l->classes))
+            continue;
+        if (l->has_ii)
+            return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) element %zu is %lld: "
+                                   "outside [0, %zu) and not ignore_index %lld", slot, i,
+                                   (long long)v, l->classes, (long long)l->ii);
+        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) element %zu is %lld: "
+                               "outside [0, %zu)", slot, i, (long long)v, l->classes);
+    }
+    return GF_OK;
+}
+
+enum reduction { RED_NONE, RED_SUM, RED_MEAN };
+
+/* reduction, shift and ignore_index of a cross-entropy node. */
+static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red,
+                               bool *shift, struct labels *l)
+{
+    const char *r = gf_node_attr_string(a->node, "reduction", "mean");
+    if (strcmp(r, "none") == 0)
+        *red = RED_NONE;
+    else if (strcmp(r, "sum") == 0)
+        *red = RED_SUM;
+    else if (strcmp(r, "mean") == 0)
+        *red = RED_MEAN;
+    else
+        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
+                               r);
+    int64_t s = gf_node_attr_int(a->node, "shift", 0);
+    if (s != 0 && s != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)s);
+    *shift = s;
+    l->has_ii = gf_node_attr(a->node, "ignore_index") != NULL;
+    l->ii = gf_node_attr_int(a->node, "ignore_index", 0);
+    return GF_OK;
+}
+
+/* Labels: int32 / int64 of shape dims[rank]. */
+static enum gf_status check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
+                                        const int64_t *dims)
+{
+    enum gf_status st = fu_check_in(a, i, "label T", GF_UNDEFINED);
+    const struct gf_tview *t = &a->in[i];
+    if (st == GF_OK && t->dtype != GF_INT32 && t->dtype != GF_INT64)
+        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) is %s, expected int32 or "
+                               "int64", i, gf_dtype_name(t->dtype));
+    if (st == GF_OK && !fu_same_shape(t, rank, dims))
+        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) has shape %s, expected %s",
+                               i, FU_SHAPE(t), FU_DIMS(rank, dims));
+    return st;
+}
+
+/* Loss output: [n_pos] for reduction none (shape given), else a scalar. */
+static enum gf_status check_loss_out(const struct gf_kernel_args *a, enum gf_dtype dt,
+                                     enum reduction red, int rank, const int64_t *dims)
+{
+    return red == RED_NONE ? fu_check_out(a, 0, dt, rank, dims) : fu_check_out(a, 0, dt, 0, NULL);
+}
+
+/* Sum of the slices' (loss, weight) pairs, then the reduction. */
+static void finish_loss(const struct gf_kernel_args *a, enum reduction red, const double *part,
+                        size_t parts)
+{
+    double ls = 0, ws = 0;
+    for (size_t p = 0; p < parts; p++)
+        ls += part[2 * p], ws += part[2 * p + 1];
+    if (red != RED_NONE)
+        fu_put(a->out[0].data, a->out[0].dtype, 0, red == RED_MEAN ? ls / ws : ls);
+}
+
+/* ==== SoftmaxCrossEntropy ============================================================ */
+
+/* Position p has its C logits at base(p) + k * stride (stride D, the
+ * product of the dims after the class axis; 1 with shift). */
+struct sce {
+    const void *x, *w; /* L; class weights [C] or NULL */
+    void *loss, *logp; /* [positions] with reduction none, else NULL; LogP or NULL */
+    struct labels lab;
+    size_t c, d;
+    double part[2 * FU_MAX_THREADS];
+};
+
+static size_t sce_base(const struct sce *c, size_t p)
+{
+    if (c->lab.s1) /* [B, S, C]: row b*S + s */
+        return (p / c->lab.s1 * (c->lab.s1 + 1) + p % c->lab.s1) * c->c;
+    return p / c->d * c->c * c->d + p % c->d;
+}
+
+/* Positions [b, e): the loss of each and the slice's (loss, weight) sums. */
+#define DEF_SCE(DT, sfx, T, C, LD, ST)                                                  \
+    static void sce_part_##sfx(void *vc, size_t part, size_t b, size_t e)               \
+    {                                                                                   \
+        struct sce *c = vc;                                                             \
+        const T *w = c->w;                                                              \
+        size_t stride = c->lab.s1 ? 1 : c->d;                                           \
+        double ls = 0, ws = 0;                                                          \
+        for (size_t p = b; p < e; p++) {                                                \
+            const T *x = (const T *)c->x + sce_base(c, p);                              \
+            int64_t t = fu_label(c->lab.t, label_index(&c->lab, p));                    \
+            bool ign = c->lab.has_ii && t == c->lab.ii;                                 \
+            double l = 0, wt = 0;                                                       \
+            if (!ign || c->logp) {                                                      \
+                C m;                                                                    \
+                double s;                                                               \
+                ce_stats_##sfx(x, c->c, stride, &m, &s);                                \
+                if (c->logp)                                                            \
+                    ce_logp_##sfx(x, c->c, stride, m, s,                                \
+                                  (T *)c->logp + (c->lab.s1 ? p * c->c : sce_base(c, p))); \
+                if (!ign) {                                                             \
+                    wt = w ? (double)LD(w[t]) : 1.0;                                    \
+                    l = ce_nll((double)LD(x[(size_t)t * stride]), (double)m, s) * wt;   \
+                }                                                                       \
+            }                                                                           \
+            if (c->loss)                                                                \
+                ((T *)c->loss)[p] = ST(l);                                              \
+            ls += l;                                                                    \
+            ws += wt;                                                                   \
+        }                                                                               \
+        c->part[2 * part] = ls;                                                         \
+        c->part[2 * part + 1] = ws;                                                     \
+    }
+FU_TYPES(DEF_SCE)
+
+#define SCE_ENTRY(DT, sfx, ...) [DT] = sce_part_##sfx,
+static const fu_part_fn sce_parts[GF_DTYPE_COUNT] = {FU_TYPES(SCE_ENTRY)};
+
+/* L and T shapes; the positions, the loss shape with reduction none (and
+ * LogP's shape with shift). */
+static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, struct sce *c,
+                                 size_t *n_pos, int *lrank, int64_t *ldims, int64_t *pdims)
+{
+    const struct gf_tview *x = &a->in[0];
+    if (shift) {
+        if (x->rank != 3 || x->dims[1] < 1)
+            return gf_kernel_error(a, GF_ERR_INVALID, "with shift=1 the logits L must be "
+                                   "[B, S, C] with S >= 1, got %s", FU_SHAPE(x));
+        c->c = (size_t)x->dims[2];
+        c->d = 1;
+        c->lab.s1 = (size_t)x->dims[1] - 1;
+        *n_pos = (size_t)x->dims[0] * c->lab.s1;
+        *lrank = 1;
+        ldims[0] = (int64_t)*n_pos;
+        pdims[0] = (int64_t)*n_pos, pdims[1] = x->dims[2];
+        return check_label_shape(a, 1, 2, x->dims);
+    }
+    if (x->rank < 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "logits L must be [N, C, d...], got %s",
+                               FU_SHAPE(x));
+    c->c = (size_t)x->dims[1];
+    c->d = 1;
+    *lrank = x->rank - 1;
+    ldims[0] = x->dims[0];
+    for (int i = 2; i < x->rank; i++) {
+        c->d *= (size_t)x->dims[i];
+        ldims[i - 1] = x->dims[i];
+    }
+    *n_pos = (size_t)x->dims[0] * c->d;
+    return check_label_shape(a, 1, *lrank, ldims);
+}
+
+static enum gf_status sce_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct sce c = {.lab.t = &a->in[1]};
+    enum reduction red;
+    bool shift;
+    size_t n_pos = 0;
+    int lrank = 0;
+    int64_t ldims[GF_MAX_RANK], pdims[2];
+    enum gf_status st = fu_check_in(a, 0, "logits L", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = ce_attrs(a, &red, &shift, &c.lab);
+    if (st == GF_OK)
+        st = sce_shapes(a, shift, &c, &n_pos, &lrank, ldims, pdims);
+    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "Wc", x->dtype)) == GF_OK &&
+        !fu_same_shape(&a->in[2], 1, (int64_t[]){(int64_t)c.c}))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "class weights Wc (input 2) %s must be [%zu]",
+                             FU_SHAPE(&a->in[2]), c.c);
+    if (st == GF_OK)
+        st = check_loss_out(a, x->dtype, red, lrank, ldims);
+    if (st == GF_OK && fu_has_out(a, 1))
+        st = shift ? fu_check_out(a, 1, x->dtype, 2, pdims)
+                   : fu_check_out(a, 1, x->dtype, x->rank, x->dims);
+    c.lab.classes = c.c;
+    if (st == GF_OK)
+        st = check_labels(a, &c.lab, n_pos, 1);
+    if (st != GF_OK)
+        return st;
+    c.x = x->data;
+    c.w = fu_has(a, 2) ? a->in[2].data : NULL;
+    c.loss = red == RED_NONE ? a->out[0].data : NULL;
+    c.logp = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    size_t parts = fu_run_parts(fu_threads(a), n_pos, c.c + 1, sce_parts[x->dtype], &c);
+    finish_loss(a, red, c.part, parts);
+    return GF_OK;
+}
+
+/* ==== LinearCrossEntropy ================================================================ */
+
+/* Positions p in chunks of `chunk`: logits z [chunk, V] = H rows @ W' (+ Bias)
+ * in the workspace, then the rows' losses.  H [rows, K] (with shift the
+ * rows of [B, S, K] but each batch's last). */
+struct lce {
+    enum gf_dtype dt, ct; /* H's dtype; the compute type (GF_FLOAT or GF_DOUBLE) */
+    const void *h, *w;    /* compute type (fp32 copies for halves) */
+    const void *hsrc;     /* H as given */
+    const void *bias;     /* [V] compute type (workspace), or NULL */
+    bool tb;
+    size_t k, v, chunk;
+    void *z;              /* [chunk, V] compute type */
+    float *hbuf;          /* halves: [chunk, K] fp32 copy of the chunk's H rows */
+    struct labels lab;
+    void *loss;           /* [positions] with reduction none */
+    size_t p0;            /* first position of the chunk */
+    double part[2 * FU_MAX_THREADS];
+};
+
+/* Row of H holding position p. */
+static size_t lce_row(const struct lce *c, size_t p)
+{
+    return c->lab.s1 ? p / c->lab.s1 * (c->lab.s1 + 1) + p % c->lab.s1 : p;
+}
+
+/* Chunk rows [b, e) (positions p0 + b ...): losses and slice sums. */
+static void lce_part(void *vc, size_t part, size_t b, size_t e)
+{
+    struct lce *c = vc;
+    double ls = 0, ws = 0;
+    for (size_t i = b; i < e; i++) {
+        size_t p = c->p0 + i;
+        int64_t t = fu_label(c->lab.t, label_index(&c->lab, p));
+        double l = 0, wt = 0;
+        if (!(c->lab.has_ii && t == c->lab.ii)) {
+            double s;
+            if (c->ct == GF_DOUBLE) {
+                const double *z = (const double *)c->z + i * c->v;
+                double m;
+                ce_stats_f64(z, c->v, 1, &m, &s);
+                l = ce_nll(z[t], m, s);
+            } else {
+                const float *z = (const float *)c->z + i * c->v;
+                float m;
+                ce_stats_f32(z, c->v, 1, &m, &s);
+                l = ce_nll(z[t], m, s);
+            }
+            wt = 1;
+        }
+        if (c->loss)
+            fu_put(c->loss, c->dt, p, l);
+        ls += l;
+        ws += wt;
+    }
+    c->part[2 * part] = ls;
+    c->part[2 * part + 1] = ws;
+}
+
+/* z rows [r0, r1) = Bias, or 0 without one. */
+static void lce_fill(const struct lce *c, size_t r0, size_t r1)
+{
+    size_t row = c->v * fu_compute_size(c->dt);
+    for (size_t r = r0; r < r1; r++) {
+        char *z = (char *)c->z + r * row;
+        if (c->bias)
+            memcpy(z, c->bias, row);
+        else
+            memset(z, 0, row);
+    }
+}
+
+static void blas_threads(int n)
+{
+#ifdef OPENBLAS_VERSION
+    if (openblas_get_num_threads() != n)
+        openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+/* z rows [r0, r1) (+)= H[row0 ...] @ W'; for halves the H rows are first
+ * widened into hbuf. */
+static void lce_gemm(const struct lce *c, size_t r0, size_t r1, size_t row0)
+{
+    int m = (int)(r1 - r0), n = (int)c->v, k = (int)c->k;
+    enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
+    int ldb = c->tb ? k : n;
+    if (c->ct == GF_DOUBLE) {
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0,
+                    (const double *)c->h + row0 * c->k, k, c->w, ldb, c->bias ? 1.0 : 0.0,
+                    (double *)c->z + r0 * c->v, n);
+        return;
+    }
+    const float *h = (const float *)c->h + row0 * c->k;
+    if (c->hbuf) {
+        struct gf_tview src = {.dtype = c->dt, .data = (void *)c->hsrc};
+        for (size_t i = 0; i < (size_t)m * c->k; i++)
+            c->hbuf[r0 * c->k + i] = (float)fu_get(&src, row0 * c->k + i);
+        h = c->hbuf + r0 * c->k;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0f, h, k, c->w, ldb,
+                c->bias ? 1.0f : 0.0f, (float *)c->z + r0 * c->v, n);
+}
+
+/* Logits of positions [p0, p1): one GEMM per run of consecutive H rows. */
+static void lce_logits(struct lce *c, size_t p0, size_t p1)
+{
+    if (c->bias || c->k == 0)
+        lce_fill(c, 0, p1 - p0);
+    if (c->k == 0) /* no products to add */
+        return;
+    for (size_t p = p0; p < p1;) {
+        size_t q = p + 1;
+        while (q < p1 && lce_row(c, q) == lce_row(c, p) + (q - p))
+            q++;
+        lce_gemm(c, p - p0, q - p0, lce_row(c, p));
+        p = q;
+    }
+}
+
+/* Any position of [p0, p1) whose label is not ignored. */
+static bool lce_needed(const struct lce *c, size_t p0, size_t p1)
+{
+    for (size_t p = p0; p < p1; p++)
+        if (!c->lab.has_ii || fu_label(c->lab.t, label_index(&c->lab, p)) != c->lab.ii)
+            return true;
+    return false;
+}
+
+/* Shapes: H [..., K] (shift: [B, S, K]), W [K, V] or [V, K], T H's leading
+ * dims, Bias [V].  Gives positions, the loss shape (reduction none) and c's
+ * k, v, chunk. */
+static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, struct lce *c,
+                                 size_t *n_pos, int *lrank, int64_t *ldims)
+{
+    const struct gf_tview *h = &a->in[0], *w = &a->in[1];
+    if (h->rank < 1 || w->rank != 2 || (shift && (h->rank != 3 || h->dims[1] < 1)))
+        return gf_kernel_error(a, GF_ERR_INVALID, "H %s must be %s and W %s 2-D", FU_SHAPE(h),
+                               shift ? "[B, S, K] (shift=1)" : "[..., K]", FU_SHAPE(w));
+    c->k = (size_t)h->dims[h->rank - 1];
+    c->v = (size_t)w->dims[c->tb ? 0 : 1];
+    if ((size_t)w->dims[c->tb ? 1 : 0] != c->k)
+        return gf_kernel_error(a, GF_ERR_INVALID, "W%s %s does not have K = %zu rows",
+                               c->tb ? "^T" : "", FU_SHAPE(w), c->k);
+    if (c->k > INT_MAX || c->v > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K or V exceeds BLAS's int");
+    size_t rows = c->k ? h->nelem / c->k : 1;
+    for (int i = 0; !c->k && i < h->rank - 1; i++)
+        rows *= (size_t)h->dims[i];
+    c->lab.s1 = shift ? (size_t)h->dims[1] - 1 : 0;
+    *n_pos = shift ? (size_t)h->dims[0] * c->lab.s1 : rows;
+    *lrank = shift ? 1 : h->rank - 1;
+    if (shift)
+        ldims[0] = (int64_t)*n_pos;
+    else
+        memcpy(ldims, h->dims, sizeof(int64_t) * (size_t)*lrank);
+    int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
+    if (chunk < 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "chunk_rows %lld is negative",
+                               (long long)chunk);
+    size_t auto_rows = CHUNK_BYTES / (fu_compute_size(h->dtype) * (c->v ? c->v : 1));
+    c->chunk = chunk ? (size_t)chunk : auto_rows ? auto_rows : 1;
+    c->chunk = c->chunk < *n_pos ? c->chunk : *n_pos ? *n_pos : 1;
+    return GF_OK;
+}
+
+/* ws = [z: chunk x V][Bias: V] (compute type)
+ *      [halves: W as fp32: K x V][H chunk as fp32: chunk x K] */
+static size_t lce_ws_bytes(const struct lce *c, enum gf_dtype dt)
+{
+    size_t b = (c->chunk + 1) * c->v * fu_compute_size(dt);
+    if (fu_is_half(dt))
+        b += (c->k * c->v + c->chunk * c->k) * sizeof(float);
+    return b;
+}
+
+static size_t lce_workspace(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 3 || a->in[1].rank != 2 || !fu_is_float(a->in[0].dtype))
+        return 0;
+    struct lce c = {.tb = gf_node_attr_int(a->node, "transB", 0) != 0};
+    size_t n_pos;
+    int lrank;
+    int64_t ldims[GF_MAX_RANK];
+    bool shift = gf_node_attr_int(a->node, "shift", 0) == 1;
+    if (lce_shapes(a, shift, &c, &n_pos, &lrank, ldims) != GF_OK)
+        return 0;
+    return lce_ws_bytes(&c, a->in[0].dtype);
+}
+
+/* Every check; fills c but for the buffers. */
+static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
+                                enum reduction *red, size_t *n_pos)
+{
+    const struct gf_tview *h = &a->in[0];
+    bool shift;
+    int lrank = 0;
+    int64_t ldims[GF_MAX_RANK];
+    c->tb = gf_node_attr_int(a->node, "transB", 0) != 0;
+    enum gf_status st = fu_check_in(a, 0, "H", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "W", h->dtype);
+    if (st == GF_OK)
+        st = ce_attrs(a, red, &shift, &c->lab);
+    if (st == GF_OK)
+        st = lce_shapes(a, shift, c, n_pos, &lrank, ldims);
+    if (st == GF_OK)
+        st = check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
+    if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
+        (a->in[3].nelem != c->v || a->in[3].rank < 1 || a->in[3].dims[a->in[3].rank - 1] !=
+         (int64_t)c->v))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Bias (input 3) %s must be [%zu]",
+                             FU_SHAPE(&a->in[3]), c->v);
+    if (st == GF_OK)
+        st = check_loss_out(a, h->dtype, *red, lrank, ldims);
+    c->lab.t = &a->in[2];
+    c->lab.classes = c->v;
+    if (st == GF_OK)
+        st = check_labels(a, &c->lab, *n_pos, 2);
+    return st;
+}
+
+/* Points c at its operands and workspace (widening W for halves). */
+static enum gf_status lce_buffers(const struct gf_kernel_args *a, struct lce *c)
+{
+    c->dt = a->in[0].dtype;
+    c->ct = c->dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+    c->hsrc = c->h = a->in[0].data;
+    c->w = a->in[1].data;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits chunk");
+    size_t cs = fu_compute_size(c->dt);
+    c->z = a->workspace;
+    void *bias = (char *)a->workspace + c->chunk * c->v * cs;
+    for (size_t j = 0; fu_has(a, 3) && j < c->v; j++)
+        fu_put(bias, c->ct, j, fu_get(&a->in[3], j));
+    c->bias = fu_has(a, 3) ? bias : NULL;
+    if (fu_is_half(c->dt)) {
+        float *wbuf = (float *)((char *)bias + c->v * cs);
+        for (size_t i = 0; i < c->k * c->v; i++)
+            wbuf[i] = (float)fu_get(&a->in[1], i);
+        c->w = wbuf;
+        c->hbuf = wbuf + c->k * c->v;
+    }
+    return GF_OK;
+}
+
+static enum gf_status lce_run(const struct gf_kernel_args *a)
+{
+    struct lce c = {0};
+    enum reduction red;
+    size_t n_pos = 0;
+    enum gf_status st = lce_check(a, &c, &red, &n_pos);
+    if (st != GF_OK)
+        return st;
+    if (n_pos == 0 || c.v == 0) { /* nothing counted (every label was ignored) */
+        for (size_t p = 0; red == RED_NONE && p < n_pos; p++)
+            fu_put(a->out[0].data, a->out[0].dtype, p, 0);
+        if (red != RED_NONE) /* 0, or 0/0 for the mean */
+            fu_put(a->out[0].data, a->out[0].dtype, 0, red == RED_MEAN ? NAN : 0);
+        return GF_OK;
+    }
+    if ((st = lce_buffers(a, &c)) != GF_OK)
+        return st;
+    c.loss = red == RED_NONE ? a->out[0].data : NULL;
+    int nt = fu_threads(a);
+    double ls = 0, ws = 0;
+    blas_threads(nt);
+    for (size_t p0 = 0; p0 < n_pos; p0 += c.chunk) {
+        size_t p1 = p0 + c.chunk < n_pos ? p0 + c.chunk : n_pos;
+        c.p0 = p0;
+        if (!lce_needed(&c, p0, p1)) { /* every label ignored: losses 0 */
+            for (size_t p = p0; c.loss && p < p1; p++)
+                fu_put(c.loss, c.dt, p, 0);
+            continue;
+        }
+        lce_logits(&c, p0, p1);
+        size_t parts = fu_run_parts(nt, p1 - p0, c.v, lce_part, &c);
+        for (size_t i = 0; i < parts; i++)
+            ls += c.part[2 * i], ws += c.part[2 * i + 1];
+    }
+    double total[2] = {ls, ws};
+    finish_loss(a, red, total, 1);
+    return GF_OK;
+}
+
+/* ==== JSD ============================================================================== */
+
+/* Rows of n log-probabilities: X = log Q, Y = log P. */
+struct jsd {
+    const void *x, *y;
+    const struct gf_tview *t; /* [rows] labels, or NULL */
+    int64_t ii;
+    size_t n;
+    double beta;
+    double part[2 * FU_MAX_THREADS]; /* per slice: sum of row values, rows counted */
+};
+
+/* One element's share: a (a - b) e^a with 0 log 0 = 0 (a zero probability
+ * contributes nothing, even against a -inf log), and the mixture form
+ * beta P (log P - log M) + (1 - beta) Q (log Q - log M). */
+FU_MATH float jsd_kl_f(float la, float lb)
+{
+    float p = fu_expf(la);
+    return p > 0 ? p * (la - lb) : 0.0f;
+}
+
+FU_MATH double jsd_kl_d(double la, double lb)
+{
+    double p = exp(la);
+    return p > 0 ? p * (la - lb) : 0.0;
+}
+
+FU_MATH float jsd_mix_f(float lq, float lp, float bp, float bq)
+{
+    float p = fu_expf(lp), q = fu_expf(lq), lm = fu_logf(bp * p + bq * q);
+    return bp * (p > 0 ? p * (lp - lm) : 0.0f) + bq * (q > 0 ? q * (lq - lm) : 0.0f);
+}
+
+FU_MATH double jsd_mix_d(double lq, double lp, double bp, double bq)
+{
+    double p = exp(lp), q = exp(lq), lm = log(bp * p + bq * q);
+    return bp * (p > 0 ? p * (lp - lm) : 0.0) + bq * (q > 0 ? q * (lq - lm) : 0.0);
+}
+
+#define JSD_KL(a, b) _Generic((a), float: jsd_kl_f, default: jsd_kl_d)(a, b)
+#define JSD_MIX(q, p, bp, bq) _Generic((q), float: jsd_mix_f, default: jsd_mix_d)(q, p, bp, bq)
+
+/* s = sum over the row of V(lq, lp): blocks of values computed in a plain
+ * loop (it vectorizes), then added in double lanes. */
+#define JSD_BLOCK 256
+#define JSD_SUM(T, C, LD, V)                                                            \
+    do {                                                                                \
+    for (size_t j0 = 0; j0 < n; j0 += JSD_BLOCK) {                                      \
+        size_t len = n - j0 < JSD_BLOCK ? n - j0 : JSD_BLOCK, i = 0;                    \
+        const T *xb = x + j0, *yb = y + j0;                                             \
+        C val[JSD_BLOCK];                                                               \
+        for (size_t b = 0; b < len; b++) {                                              \
+            C lq = LD(xb[b]), lp = LD(yb[b]);                                           \
+            val[b] = V;                                                                 \
+        }                                                                               \
+        for (; i + FU_LANES <= len; i += FU_LANES)                                      \
+            for (int k = 0; k < FU_LANES; k++)                                          \
+                acc[k] += (double)val[i + k];                                           \
+        for (; i < len; i++)                                                            \
+            s += (double)val[i];                                                        \
+    }                                                                                   \
+    } while (0)
+
+/* One row: beta 0 is KL(P || Q), beta 1 KL(Q || P), else the mixture form;
+ * then the rows [b, e) of a slice, skipping ignored labels. */
+#define DEF_JSD(DT, sfx, T, C, LD, ST)                                                  \
+    static double jsd_row_##sfx(const T *x, const T *y, size_t n, double beta)          \
+    {                                                                                   \
+        double acc[FU_LANES] = {0}, s = 0;                                              \
+        C bp = (C)beta, bq = (C)(1 - beta);                                             \
+        if (beta == 0)                                                                  \
+            JSD_SUM(T, C, LD, JSD_KL(lp, lq));                                             \
+        else if (beta == 1)                                                             \
+            JSD_SUM(T, C, LD, JSD_KL(lq, lp));                                             \
+        else                                                                            \
+            JSD_SUM(T, C, LD, JSD_MIX(lq, lp, bp, bq));                                    \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            s += acc[k];                                                                \
+        return s;                                                                       \
+    }                                                                                   \
+    static void jsd_part_##sfx(void *vc, size_t part, size_t b, size_t e)               \
+    {                                                                                   \
+        struct jsd *c = vc;                                                             \
+        double s = 0, cnt = 0;                                                          \
+        for (size_t r = b; r < e; r++) {                                                \
+            if (c->t && fu_label(c->t, r) == c->ii)                                     \
+                continue;                                                               \
+            s += jsd_row_##sfx((const T *)c->x + r * c->n, (const T *)c->y + r * c->n,  \
+                               c->n, c->beta);                                          \
+            cnt += 1;                                                                   \
+        }                                                                               \
+        c->part[2 * part] = s;                                                          \
+        c->part[2 * part + 1] = cnt;                                                    \
+    }
+FU_TYPES(DEF_JSD)
+
+#define JSD_ENTRY(DT, sfx, ...) [DT] = jsd_part_##sfx,
+static const fu_part_fn jsd_parts[GF_DTYPE_COUNT] = {FU_TYPES(JSD_ENTRY)};
+
+static enum gf_status jsd_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct jsd c = {.beta = gf_node_attr_float(a->node, "beta", 0.5f),
+                    .ii = gf_node_attr_int(a->node, "ignore_index", -100)};
+    enum gf_status st = fu_check_in(a, 0, "X", GF_UNDEFINED);
+    if (st == GF_OK && x->rank < 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
+    if (st == GF_OK && (st = fu_check_in(a, 1, "Y", x->dtype)) == GF_OK &&
+        !fu_same_shape(&a->in[1], x->rank, x->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s",
+                             FU_SHAPE(&a->in[1]), FU_SHAPE(x));
+    if (st == GF_OK && !(c.beta >= 0 && c.beta <= 1))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", c.beta);
+    if (st == GF_OK && fu_has(a, 2) && (st = check_label_shape(a, 2, x->rank - 1, x->dims)) == GF_OK)
+        c.t = &a->in[2];
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, x->dtype, 0, NULL);
+    if (st != GF_OK)
+        return st;
+    c.x = x->data;
+    c.y = a->in[1].data;
+    c.n = (size_t)x->dims[x->rank - 1];
+    size_t rows = c.n ? x->nelem / c.n : 0;
+    for (int i = 0; !c.n && i < x->rank - 1; i++)
+        rows = (i ? rows : 1) * (size_t)x->dims[i];
+    size_t parts = fu_run_parts(fu_threads(a), rows, c.n + 1, jsd_parts[x->dtype], &c);
+    double s = 0, cnt = 0;
+    for (size_t p = 0; p < parts; p++)
+        s += c.part[2 * p], cnt += c.part[2 * p + 1];
+    fu_put(a->out[0].data, x->dtype, 0, s / cnt);
+    return GF_OK;
+}
+
+/* ==== the table ========================================================================== */
+
+static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 2 && fu_is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK;
+}
+
+static const struct gf_kernel kernels[] = {
+    {.op = GF_OP_SOFTMAX_CROSS_ENTROPY, .backend = "cpu", .dtype = GF_UNDEFINED,
+     .impl = "fused-rows", .supports = loss_supports, .run = sce_run},
+    {.op = GF_OP_LINEAR_CROSS_ENTROPY, .backend = "cpu", .dtype = GF_UNDEFINED,
+     .impl = "chunked-openblas", .supports = loss_supports, .workspace = lce_workspace,
+     .run = lce_run},
+    {.op = GF_OP_JSD, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "fused-rows",
+     .supports = loss_supports, .run = jsd_run},
+};
+
+const struct gf_kernel_table gf_cpu_fused_loss_table = {kernels,
+                                                        sizeof(kernels) / sizeof(kernels[0])};

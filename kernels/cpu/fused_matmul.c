@@ -1,0 +1,473 @@
+/* CPU kernel of MatMulEpilogue (domain graphfuse, README "Fused ops"):
+ *
+ *   A, B, Bias?, Res? -> Y     P = alpha (A' @ B'),  Y = act(P + beta Bias) + Res
+ *
+ * A' and B' are A and B with their last two axes swapped when transA /
+ * transB; batch dims broadcast as in ONNX MatMul, a 1-D A is [1, K] and a
+ * 1-D B [K, 1] (the added axis dropped from Y).  Y is seen as logical
+ * [batch..., M, N] with rows (batch..., M); Bias and Res broadcast to Y.
+ *
+ * The GEMM is OpenBLAS (sgemm, dgemm; fp16 / bf16 are widened into the
+ * workspace and computed as fp32).  The output is produced tile by tile
+ * (about 1 MB of rows): beta Bias is written into the tile, the GEMM
+ * accumulates onto it (BLAS beta = 1), and the activation and Res are
+ * applied while the tile is still in cache.  Many small batches instead
+ * run one per thread with single-threaded BLAS, each doing the same steps.
+ */
+#include <cblas.h>
+#include <limits.h>
+
+#include "fused.h"
+
+#define TILE_ELEMS (256 * 1024) /* output elements per tile */
+#define LR (GF_MAX_RANK + 2)   /* room for the logical shape */
+
+enum mact { MACT_NONE, MACT_RELU, MACT_GELU, MACT_GELU_TANH, MACT_SILU, MACT_TANH, MACT_SIGMOID };
+
+static const char *const mact_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
+                                         "sigmoid"};
+
+struct mme {
+    /* the GEMM: rows i of batch b of Y (compute type, [count*m, n] in yc) */
+    enum gf_dtype ct;  /* compute type: GF_FLOAT or GF_DOUBLE */
+    int64_t m, n, k;
+    bool ta, tb;
+    const void *a, *b; /* compute type */
+    int64_t lda, ldb;
+    double alpha, beta;
+    void *yc;
+    int brank;         /* broadcast batch dims; 0: a single GEMM */
+    int64_t bdims[GF_MAX_RANK], sa[GF_MAX_RANK], sb[GF_MAX_RANK];
+    int64_t count;
+    /* the epilogue over logical Y [lrank dims], rows = product of all but the last */
+    enum mact act;
+    int lrank;
+    int64_t ldims[LR], sbias[LR], sres[LR];
+    const void *bias, *res; /* Y's dtype, or NULL */
+    void *y;                /* Y; == yc unless fp16 / bf16 */
+    bool narrow;            /* yc is an fp32 copy: store it into y */
+};
+
+/* ---- typed row loops -------------------------------------------------------------- */
+
+#define FU_TANH(x) _Generic((x), float: tanhf, default: tanh)(x)
+
+/* Rows [r0, r1) of yc = beta Bias (0 without Bias: then K == 0). */
+#define DEF_MME_FILL(DT, sfx, T, C, LD, ST)                                             \
+    static void mme_fill_##sfx(const struct mme *c, size_t r0, size_t r1)               \
+    {                                                                                   \
+        size_t n = (size_t)c->n, bs = (size_t)c->sbias[c->lrank - 1];                   \
+        C beta = (C)c->beta;                                                            \
+        for (size_t r = r0; r < r1; r++) {                                              \
+            C *p = (C *)c->yc + r * n;                                                  \
+            const T *q = c->bias ? (const T *)c->bias +                                 \
+                                       fu_offset(c->lrank - 1, c->ldims, c->sbias, r)   \
+                                 : NULL;                                                \
+            if (!q)                                                                     \
+                for (size_t j = 0; j < n; j++)                                          \
+                    p[j] = 0;                                                           \
+            else if (bs == 1)                                                           \
+                for (size_t j = 0; j < n; j++)                                          \
+                    p[j] = beta * (C)LD(q[j]);                                          \
+            else                                                                        \
+                for (size_t j = 0; j < n; j++)                                          \
+                    p[j] = beta * (C)LD(q[j * bs]);                                     \
+        }                                                                               \
+    }
+
+/* The activation over one row of yc, in place. */
+#define DEF_MME_ACT(DT, sfx, T, C, LD, ST)                                              \
+    static void mme_act_##sfx(enum mact act, C *p, size_t n)                            \
+    {                                                                                   \
+        switch (act) {                                                                  \
+        case MACT_RELU:                                                                 \
+            for (size_t j = 0; j < n; j++)                                              \
+                p[j] = p[j] < 0 ? (C)0 : p[j];                                          \
+            break;                                                                      \
+        case MACT_GELU:                                                                 \
+            for (size_t j = 0; j < n; j++)                                              \
+                p[j] = FU_GELU(p[j]);                                                   \
+            break;                                                                      \
+        case MACT_GELU_TANH:                                                            \
+            for (size_t j = 0; j < n; j++)                                              \
+                p[j] = FU_GELU_TANH(p[j]);                                              \
+            break;                                                                      \
+        case MACT_SILU:                                                                 \
+            for (size_t j = 0; j < n; j++)                                              \
+                p[j] = p[j] * FU_SIGMOID(p[j]);                                         \
+            break;                                                                      \
+        case MACT_TANH:                                                                 \
+            for (size_t j = 0; j < n; j++)                                              \
+                p[j] = FU_TANH(p[j]);                                                   \
+            break;                                                                      \
+        case MACT_SIGMOID:                                                              \
+            for (size_t j = 0; j < n; j++)                                              \
+                p[j] = FU_SIGMOID(p[j]);                                                \
+            break;                                                                      \
+        default:                                                                        \
+            break;                                                                      \
+        }                                                                               \
+    }
+
+/* Rows [r0, r1): Y = act(yc) + Res. */
+#define DEF_MME_EPI(DT, sfx, T, C, LD, ST)                                              \
+    static void mme_epi_##sfx(const struct mme *c, size_t r0, size_t r1)                \
+    {                                                                                   \
+        size_t n = (size_t)c->n, rs = (size_t)c->sres[c->lrank - 1];                    \
+        for (size_t r = r0; r < r1; r++) {                                              \
+            C *p = (C *)c->yc + r * n;                                                  \
+            T *y = (T *)c->y + r * n;                                                   \
+            mme_act_##sfx(c->act, p, n);                                                \
+            if (c->res) {                                                               \
+                const T *q = (const T *)c->res +                                        \
+                             fu_offset(c->lrank - 1, c->ldims, c->sres, r);             \
+                if (rs == 1)                                                            \
+                    for (size_t j = 0; j < n; j++)                                      \
+                        y[j] = ST(p[j] + (C)LD(q[j]));                                  \
+                else                                                                    \
+                    for (size_t j = 0; j < n; j++)                                      \
+                        y[j] = ST(p[j] + (C)LD(q[j * rs]));                             \
+            } else if (c->narrow) {                                                     \
+                for (size_t j = 0; j < n; j++)                                          \
+                    y[j] = ST(p[j]);                                                    \
+            }                                                                           \
+        }                                                                               \
+    }
+
+FU_TYPES(DEF_MME_FILL)
+FU_TYPES(DEF_MME_ACT)
+FU_TYPES(DEF_MME_EPI)
+
+typedef void (*mme_rows_fn)(const struct mme *c, size_t r0, size_t r1);
+#define FILL_ENTRY(DT, sfx, ...) [DT] = mme_fill_##sfx,
+#define EPI_ENTRY(DT, sfx, ...) [DT] = mme_epi_##sfx,
+static const mme_rows_fn mme_fills[GF_DTYPE_COUNT] = {FU_TYPES(FILL_ENTRY)};
+static const mme_rows_fn mme_epis[GF_DTYPE_COUNT] = {FU_TYPES(EPI_ENTRY)};
+
+/* ---- the steps of one tile ----------------------------------------------------------- */
+
+/* Rows [row0 + b, row0 + e) through fn, for gf_parallel_for. */
+struct rows_job {
+    const struct mme *c;
+    mme_rows_fn fn;
+    size_t row0;
+};
+
+static void rows_task(void *vj, size_t b, size_t e)
+{
+    const struct rows_job *j = vj;
+    j->fn(j->c, j->row0 + b, j->row0 + e);
+}
+
+static void run_rows(const struct mme *c, mme_rows_fn fn, size_t r0, size_t r1, int nt)
+{
+    struct rows_job j = {c, fn, r0};
+    if (nt <= 1)
+        fn(c, r0, r1);
+    else
+        gf_parallel_for(nt, r1 - r0, fu_grain((size_t)c->n), rows_task, &j);
+}
+
+static void blas_threads(int n)
+{
+#ifdef OPENBLAS_VERSION
+    if (openblas_get_num_threads() != n)
+        openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+/* yc rows [i0, i1) of batch bi = alpha A' B' (+ yc when accumulating). */
+static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, bool acc)
+{
+    int64_t oa = 0, ob = 0, x = bi;
+    for (int d = c->brank - 1; d >= 0; d--) {
+        oa += x % c->bdims[d] * c->sa[d];
+        ob += x % c->bdims[d] * c->sb[d];
+        x /= c->bdims[d];
+    }
+    oa += c->ta ? i0 : i0 * c->lda; /* A' row i0: row i0 of A, or column i0 of A^T */
+    int64_t oc = (bi * c->m + i0) * c->n;
+    enum CBLAS_TRANSPOSE ta = c->ta ? CblasTrans : CblasNoTrans;
+    enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
+    int m = (int)(i1 - i0), n = (int)c->n, k = (int)c->k, lda = (int)c->lda, ldb = (int)c->ldb;
+    if (c->ct == GF_DOUBLE)
+        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, c->alpha, (const double *)c->a + oa, lda,
+                    (const double *)c->b + ob, ldb, acc ? 1.0 : 0.0, (double *)c->yc + oc, n);
+    else
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)c->alpha, (const float *)c->a + oa,
+                    lda, (const float *)c->b + ob, ldb, acc ? 1.0f : 0.0f,
+                    (float *)c->yc + oc, n);
+}
+
+/* Rows [i0, i1) of batch bi: fill, GEMM, epilogue, on nt threads. */
+static void mme_tile(const struct mme *c, enum gf_dtype dt, int64_t bi, int64_t i0, int64_t i1,
+                     int nt)
+{
+    size_t r0 = (size_t)(bi * c->m + i0), r1 = (size_t)(bi * c->m + i1);
+    bool fill = c->bias || c->k == 0;
+    if (fill)
+        run_rows(c, mme_fills[dt], r0, r1, nt);
+    if (c->k > 0)
+        mme_gemm(c, bi, i0, i1, fill);
+    if (c->act != MACT_NONE || c->res || c->narrow)
+        run_rows(c, mme_epis[dt], r0, r1, nt);
+}
+
+struct batch_job {
+    const struct mme *c;
+    enum gf_dtype dt;
+};
+
+static void batch_task(void *vj, size_t b, size_t e)
+{
+    const struct batch_job *j = vj;
+    for (size_t bi = b; bi < e; bi++)
+        mme_tile(j->c, j->dt, (int64_t)bi, 0, j->c->m, 1);
+}
+
+/* Many small products: one batch per thread, single-threaded BLAS; else
+ * batches in order, in tiles, every thread in each step. */
+static void mme_compute(const struct mme *c, enum gf_dtype dt, int nt)
+{
+    double work = (double)c->m * (double)c->n * (double)c->k;
+    if (nt > 1 && c->count > 1 && work < 128.0 * 128 * 128) {
+        blas_threads(1);
+        struct batch_job j = {c, dt};
+        size_t grain = work >= 65536 ? 1 : (size_t)(65536 / (work + 1));
+        gf_parallel_for(nt, (size_t)c->count, grain, batch_task, &j);
+        return;
+    }
+    blas_threads(nt);
+    int64_t tile = TILE_ELEMS / c->n;
+    tile = tile < 1 ? 1 : tile;
+    for (int64_t bi = 0; bi < c->count; bi++)
+        for (int64_t i0 = 0; i0 < c->m; i0 += tile)
+            mme_tile(c, dt, bi, i0, i0 + tile < c->m ? i0 + tile : c->m, nt);
+}
+
+/* ---- shapes ---------------------------------------------------------------------------- */
+
+/* M, K, N and the leading dims of A and B; transposes need rank >= 2. */
+static enum gf_status mme_dims(const struct gf_kernel_args *a, struct mme *c)
+{
+    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
+    if (A->rank < 1 || B->rank < 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "A %s and B %s need rank >= 1", FU_SHAPE(A),
+                               FU_SHAPE(B));
+    if ((c->ta && A->rank < 2) || (c->tb && B->rank < 2))
+        return gf_kernel_error(a, GF_ERR_INVALID, "transA / transB need an operand of rank >= 2 "
+                               "(A %s, B %s)", FU_SHAPE(A), FU_SHAPE(B));
+    int64_t a0 = A->rank > 1 ? A->dims[A->rank - 2] : 1, a1 = A->dims[A->rank - 1];
+    int64_t b0 = B->rank > 1 ? B->dims[B->rank - 2] : B->dims[0], b1 = B->rank > 1 ? B->dims[B->rank - 1] : 1;
+    c->m = c->ta ? a1 : a0;
+    c->k = c->ta ? a0 : a1;
+    c->n = c->tb ? b0 : b1;
+    int64_t kb = c->tb ? b1 : b0;
+    if (c->k != kb)
+        return gf_kernel_error(a, GF_ERR_INVALID, "inner dims differ: A%s %s has K = %lld, B%s %s "
+                               "has K = %lld", c->ta ? "^T" : "", FU_SHAPE(A), (long long)c->k,
+                               c->tb ? "^T" : "", FU_SHAPE(B), (long long)kb);
+    if (c->m > INT_MAX || c->n > INT_MAX || c->k > INT_MAX || a0 > INT_MAX || a1 > INT_MAX ||
+        b0 > INT_MAX || b1 > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "a matrix dim exceeds BLAS's int");
+    c->lda = a1; /* row stride of A as stored ([M,K] or [K,M]) */
+    c->ldb = b1;
+    return GF_OK;
+}
+
+/* Broadcast batch dims with element strides (0 where an operand's dim is
+ * 1); Y's shape and the logical shape. */
+static enum gf_status mme_batch(const struct gf_kernel_args *a, struct mme *c, int *yrank,
+                                int64_t *ydims)
+{
+    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
+    int ra = A->rank > 2 ? A->rank - 2 : 0, rb = B->rank > 2 ? B->rank - 2 : 0;
+    int r = ra > rb ? ra : rb;
+    int64_t sa = (A->rank > 1 ? A->dims[A->rank - 2] : 1) * A->dims[A->rank - 1];
+    int64_t sb = (B->rank > 1 ? B->dims[B->rank - 2] : 1) * B->dims[B->rank - 1];
+    c->count = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        int ia = i - (r - ra), ib = i - (r - rb);
+        int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return gf_kernel_error(a, GF_ERR_INVALID, "batch dims of A %s and B %s do not "
+                                   "broadcast", FU_SHAPE(A), FU_SHAPE(B));
+        c->bdims[i] = da == 1 ? db : da;
+        c->sa[i] = da == 1 ? 0 : sa;
+        c->sb[i] = db == 1 ? 0 : sb;
+        sa *= da;
+        sb *= db;
+        c->count *= c->bdims[i];
+    }
+    c->brank = r;
+    memcpy(ydims, c->bdims, sizeof(int64_t) * (size_t)r);
+    memcpy(c->ldims, c->bdims, sizeof(int64_t) * (size_t)r);
+    *yrank = r;
+    if (A->rank > 1)
+        ydims[(*yrank)++] = c->m;
+    if (B->rank > 1)
+        ydims[(*yrank)++] = c->n;
+    c->ldims[r] = c->m;
+    c->ldims[r + 1] = c->n;
+    c->lrank = r + 2;
+    return GF_OK;
+}
+
+/* Strides of Bias or Res (input i) over the logical shape; it must
+ * broadcast to Y.  The axes Y lacks (1-D A or B) get stride 0. */
+static enum gf_status mme_operand(const struct gf_kernel_args *a, struct mme *c, size_t i,
+                                  const char *name, int yrank, const int64_t *ydims,
+                                  int64_t *lst)
+{
+    const struct gf_tview *t = &a->in[i];
+    enum gf_status st = fu_check_in(a, i, name, a->in[0].dtype);
+    if (st != GF_OK)
+        return st;
+    if (!fu_bcasts_to(t, yrank, ydims))
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s does not broadcast to Y %s",
+                               name, i, FU_SHAPE(t), FU_DIMS(yrank, ydims));
+    int64_t yst[GF_MAX_RANK];
+    fu_strides(t, yrank, ydims, yst);
+    int y = 0;
+    for (int l = 0; l < c->lrank; l++) {
+        bool missing = (l == c->brank && a->in[0].rank < 2) ||
+                       (l == c->brank + 1 && a->in[1].rank < 2);
+        lst[l] = missing ? 0 : yst[y++];
+    }
+    return GF_OK;
+}
+
+static enum gf_status mme_attrs(const struct gf_kernel_args *a, struct mme *c)
+{
+    c->ta = gf_node_attr_int(a->node, "transA", 0) != 0;
+    c->tb = gf_node_attr_int(a->node, "transB", 0) != 0;
+    c->alpha = gf_node_attr_float(a->node, "alpha", 1.0f);
+    c->beta = gf_node_attr_float(a->node, "beta", 1.0f);
+    const char *act = gf_node_attr_string(a->node, "activation", "");
+    for (size_t i = 0; i < sizeof(mact_names) / sizeof(mact_names[0]); i++)
+        if (strcmp(act, mact_names[i]) == 0) {
+            c->act = (enum mact)i;
+            return GF_OK;
+        }
+    return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, gelu, "
+                           "gelu_tanh, silu, tanh, sigmoid", act);
+}
+
+/* Every check; fills c but for the data pointers. */
+static enum gf_status mme_check(const struct gf_kernel_args *a, struct mme *c)
+{
+    int yrank = 0;
+    int64_t ydims[GF_MAX_RANK + 2];
+    enum gf_status st = fu_check_in(a, 0, "A", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "B", a->in[0].dtype);
+    if (st == GF_OK)
+        st = mme_attrs(a, c);
+    if (st == GF_OK)
+        st = mme_dims(a, c);
+    if (st == GF_OK)
+        st = mme_batch(a, c, &yrank, ydims);
+    if (st == GF_OK && yrank > GF_MAX_RANK)
+        st = gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Y would have rank %d", yrank);
+    if (st == GF_OK && fu_has(a, 2))
+        st = mme_operand(a, c, 2, "Bias", yrank, ydims, c->sbias);
+    if (st == GF_OK && fu_has(a, 3))
+        st = mme_operand(a, c, 3, "Res", yrank, ydims, c->sres);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, a->in[0].dtype, yrank, ydims);
+    return st;
+}
+
+/* ---- the kernel ------------------------------------------------------------------------ */
+
+struct widen {
+    const uint16_t *src;
+    float *dst;
+    bool bf16;
+};
+
+static void widen_task(void *vw, size_t b, size_t e)
+{
+    const struct widen *w = vw;
+    for (size_t i = b; i < e; i++)
+        w->dst[i] = w->bf16 ? gf_bf16_to_float(w->src[i]) : gf_half_to_float(w->src[i]);
+}
+
+/* fp16 / bf16: ws = [A as fp32][B as fp32][Y as fp32]. */
+static size_t mme_workspace(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 2 || !fu_is_half(a->in[0].dtype) || a->n_out < 1)
+        return 0;
+    return (a->in[0].nelem + a->in[1].nelem + a->out[0].nelem) * sizeof(float);
+}
+
+/* Points c at the operands, widening fp16 / bf16 ones into the workspace. */
+static enum gf_status mme_operands(const struct gf_kernel_args *a, struct mme *c)
+{
+    enum gf_dtype dt = a->in[0].dtype;
+    c->y = a->out[0].data;
+    c->bias = fu_has(a, 2) ? a->in[2].data : NULL;
+    c->res = fu_has(a, 3) ? a->in[3].data : NULL;
+    c->ct = dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+    if (!fu_is_half(dt)) {
+        c->a = a->in[0].data;
+        c->b = a->in[1].data;
+        c->yc = c->y;
+        return GF_OK;
+    }
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the fp32 copies");
+    float *ws = a->workspace;
+    for (int i = 0; i < 2; i++) {
+        struct widen w = {a->in[i].data, ws, dt == GF_BFLOAT16};
+        gf_parallel_for(fu_threads(a), a->in[i].nelem, FU_GRAIN, widen_task, &w);
+        *(i ? &c->b : &c->a) = ws;
+        ws += a->in[i].nelem;
+    }
+    c->yc = ws;
+    c->narrow = true;
+    return GF_OK;
+}
+
+static enum gf_status mme_run(const struct gf_kernel_args *a)
+{
+    struct mme c = {0};
+    enum gf_status st = mme_check(a, &c);
+    if (st != GF_OK || a->out[0].nelem == 0)
+        return st;
+    if ((st = mme_operands(a, &c)) != GF_OK)
+        return st;
+    /* B shared by every batch and A neither broadcast nor transposed: the
+     * batches of A are consecutive rows, one GEMM of count * M rows. */
+    bool b_shared = true;
+    int64_t a_batches = 1;
+    for (int i = 0; i < c.brank; i++) {
+        b_shared = b_shared && c.sb[i] == 0;
+        a_batches *= c.sa[i] ? c.bdims[i] : 1;
+    }
+    if (c.brank && b_shared && a_batches == c.count && !c.ta) {
+        c.m *= c.count;
+        c.count = 1;
+        c.brank = 0;
+    }
+    mme_compute(&c, a->in[0].dtype, fu_threads(a));
+    return GF_OK;
+}
+
+static bool mme_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 2 && fu_is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK &&
+           in[1].rank <= GF_MAX_RANK;
+}
+
+static const struct gf_kernel kernels[] = {
+    {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cpu", .dtype = GF_UNDEFINED,
+     .impl = "openblas-tiled", .supports = mme_supports, .workspace = mme_workspace,
+     .run = mme_run},
+};
+
+const struct gf_kernel_table gf_cpu_fused_matmul_table = {kernels,
+                                                          sizeof(kernels) / sizeof(kernels[0])};
