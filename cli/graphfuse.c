@@ -403,11 +403,6 @@ static int parse_optimize(int argc, char **argv, struct optimize_args *a)
         } else if ((v = opt_value(argc, argv, &i, "--target", &missing))) {
             if (!gf_fuse_target_parse(v, &a->target))
                 return usage_error("optimize: unknown target '%s' (graphfuse, ort or onnx)", v);
-            if (a->target != GF_TARGET_GRAPHFUSE) {
-                fprintf(stderr, "graphfuse: optimize: --target %s is not supported yet "
-                        "(graphfuse is)\n", v);
-                return EXIT_INPUT;
-            }
         } else if ((v = opt_value(argc, argv, &i, "--disable", &missing))) {
             if ((rc = add_disabled(a, v)) != 0)
                 return rc;

@@ -2782,6 +2782,59 @@ static enum gf_status infer_fused_jsd(struct ctx *c)
     return set_out_like(c, 0, 0, &o);
 }
 
+/* ---- ONNX Runtime contrib ops, opset-23 ops (optimize --target ort / onnx) -- */
+
+/* SkipSimplifiedLayerNormalization SkipLayerNormalization: input [B,S,H]
+ * or [T,H]; output (0) and the sum (3) like it, mean and inv_std_var
+ * (1, 2) float with H reduced to 1. */
+static enum gf_status infer_skip_norm(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s, o;
+    bool flags[MAX_RANK] = {false};
+    if (need_all(c, 3) || need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank >= 0 && (s.rank < 2 || s.rank > 3))
+        return fail(c, x, "input has rank %d, expected 2 or 3", s.rank);
+    if (set_out_like(c, 0, 0, &s) || set_out_like(c, 3, 0, &s))
+        return GF_ERR_INVALID;
+    shape_unknown(&o);
+    if (s.rank >= 0) {
+        flags[s.rank - 1] = true;
+        reduce_shape(&s, flags, true, &o);
+    }
+    if (set_out(c, 1, GF_FLOAT, &o))
+        return GF_ERR_INVALID;
+    return set_out(c, 2, GF_FLOAT, &o);
+}
+
+/* FusedMatMul: MatMulEpilogue's shapes (transA, transB); no batch
+ * transposes. */
+static enum gf_status infer_ms_fused_matmul(struct ctx *c)
+{
+    int64_t ba, bb;
+    if (attr_int(c, "transBatchA", 0, &ba) || attr_int(c, "transBatchB", 0, &bb))
+        return GF_ERR_INVALID;
+    if (ba || bb)
+        return fail(c, NULL, "transBatchA / transBatchB are not supported");
+    return infer_fused_matmul(c);
+}
+
+/* com.microsoft RotaryEmbedding (X, position_ids, cos, sin), ONNX
+ * RotaryEmbedding (X, cos, sin, position_ids?): Y like X. */
+static enum gf_status infer_rotary(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need_all(c, c->n->op == GF_OP_ROTARY_EMBEDDING ? 3 : 4) || need(c, 0, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (s.rank >= 0 && s.rank != 3 && s.rank != 4)
+        return fail(c, x, "input has rank %d, expected 3 or 4", s.rank);
+    return set_out_like(c, 0, 0, &s);
+}
+
 /* ---- tables -------------------------------------------------------------- */
 
 static const infer_fn infer_table[GF_OP_COUNT] = {
@@ -2854,6 +2907,15 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     [GF_OP_MATMUL_EPILOGUE] = infer_fused_matmul, [GF_OP_ROPE] = infer_fused_rope,
     [GF_OP_SOFTMAX_CROSS_ENTROPY] = infer_fused_sce,
     [GF_OP_LINEAR_CROSS_ENTROPY] = infer_fused_lce, [GF_OP_JSD] = infer_fused_jsd,
+
+    /* ONNX Runtime contrib ops, opset-23 ops (optimize --target ort / onnx) */
+    [GF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORM] = infer_skip_norm,
+    [GF_OP_MS_SKIP_LAYER_NORM] = infer_skip_norm, [GF_OP_MS_GELU] = infer_unary,
+    [GF_OP_MS_FAST_GELU] = infer_unary, [GF_OP_MS_BIAS_GELU] = infer_unary,
+    [GF_OP_MS_QUICK_GELU] = infer_unary, [GF_OP_MS_FUSED_MATMUL] = infer_ms_fused_matmul,
+    [GF_OP_MS_ROTARY_EMBEDDING] = infer_rotary, [GF_OP_ROTARY_EMBEDDING] = infer_rotary,
+    [GF_OP_SIMPLIFIED_LAYER_NORMALIZATION] = infer_layer_norm,
+    [GF_OP_RMS_NORMALIZATION] = infer_layer_norm,
 };
 
 /* Ops whose output values (not just shapes) are tracked. */

@@ -130,6 +130,9 @@ extern const struct gf_kernel_table gf_cpu_fused_norm_table;
 extern const struct gf_kernel_table gf_cpu_fused_act_table;
 extern const struct gf_kernel_table gf_cpu_fused_matmul_table;
 extern const struct gf_kernel_table gf_cpu_fused_loss_table;
+/* ONNX Runtime contrib ops and opset-23 ops (cpu/contrib.c): adapters over
+ * the fused kernels, for models written by optimize --target ort / onnx. */
+extern const struct gf_kernel_table gf_cpu_contrib_table;
 
 static const struct gf_kernel_table *const cpu_tables[] = {
     &gf_cpu_elementwise_table,
@@ -141,6 +144,7 @@ static const struct gf_kernel_table *const cpu_tables[] = {
     &gf_cpu_fused_act_table,
     &gf_cpu_fused_matmul_table,
     &gf_cpu_fused_loss_table,
+    &gf_cpu_contrib_table,
 };
 
 const struct gf_kernel *gf_kernel_find(const struct gf_backend *be, const struct gf_node *n,

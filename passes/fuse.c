@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuse_target.h"
 #include "pattern.h"
 
 /* ---- the registry ------------------------------------------------------------ */
@@ -623,7 +624,11 @@ static enum gf_status wrap_in_function(struct gf_model *m, struct fn_sigs *fs,
                                        const struct record *r, size_t *added)
 {
     struct gf_function *fn;
-    enum gf_status st = build_body(m, r, &fn);
+    if (m->ir_version < 8)
+        m->ir_version = 8; /* model-local functions need IR 8 */
+    enum gf_status st = gf_model_set_opset(m, "graphfuse", 1);
+    if (st == GF_OK)
+        st = build_body(m, r, &fn);
     if (st != GF_OK)
         return st;
     char *sig = body_signature(fn->body, "graphfuse");
@@ -652,20 +657,28 @@ static enum gf_status wrap_in_function(struct gf_model *m, struct fn_sigs *fs,
     return st;
 }
 
-static enum gf_status emit_graphfuse(struct gf_model *m, struct fuse_ctx *c, size_t *added)
+/* The fused nodes as target t writes them: the target's own ops where
+ * fuse_target.c finds ops computing exactly the same (ort, onnx), else a
+ * call of a model-local function whose body is the replaced subgraph. */
+static enum gf_status emit(struct gf_model *m, struct fuse_ctx *c, enum gf_fuse_target t,
+                           size_t *added)
 {
     struct fn_sigs fs = {0};
-    enum gf_status st = GF_OK;
-    if (m->ir_version < 8)
-        m->ir_version = 8; /* model-local functions need IR 8 */
+    struct gf_lower *lw = t == GF_TARGET_GRAPHFUSE ? NULL : gf_lower_new(m, t);
+    enum gf_status st = t == GF_TARGET_GRAPHFUSE || lw ? GF_OK
+                                                      : gf_error(GF_ERR_NOMEM, "out of memory");
     for (struct gf_node *n = m->graph->first; n && st == GF_OK;) {
         struct gf_node *next = n->next;
         const struct record *r = record_of(c, n);
-        if (r)
+        bool done = false;
+        if (r && lw)
+            st = gf_lower_node(lw, n, &done);
+        if (r && st == GF_OK && !done)
             st = wrap_in_function(m, &fs, r, added);
         n = next;
     }
     fn_sigs_free(&fs);
+    gf_lower_free(lw);
     return st;
 }
 
@@ -893,32 +906,10 @@ static void forget_orphans(struct gf_graph *g)
     }
 }
 
-/* What the fused nodes become, per target.  The engine always makes
- * graphfuse ops; an emitter rewrites them for its target at the end.  Each
- * record keeps the original nodes a fused node replaced, so an emitter can
- * also put a subgraph back where its target has no equivalent op.  ort
- * (com.microsoft contrib ops) and onnx (standard ops only) are to come. */
-typedef enum gf_status (*emit_fn)(struct gf_model *m, struct fuse_ctx *c, size_t *added);
-static const struct {
-    enum gf_fuse_target target;
-    emit_fn emit;
-} emitters[] = {
-    {GF_TARGET_GRAPHFUSE, emit_graphfuse},
-};
-
-static emit_fn emitter_of(enum gf_fuse_target t)
-{
-    for (size_t i = 0; i < sizeof(emitters) / sizeof(emitters[0]); i++)
-        if (emitters[i].target == t)
-            return emitters[i].emit;
-    return NULL;
-}
-
 static enum gf_status check_opts(const struct gf_fuse_opts *o)
 {
-    if (!emitter_of(o->target))
-        return gf_error(GF_ERR_ARG, "target '%s' is not supported yet (graphfuse is)",
-                        gf_fuse_target_name(o->target));
+    if ((unsigned)o->target > GF_TARGET_ONNX)
+        return gf_error(GF_ERR_ARG, "unknown fusion target %d", (int)o->target);
     for (size_t i = 0; i < o->n_disabled; i++)
         if (!gf_fuse_pattern_known(o->disabled[i]))
             return gf_error(GF_ERR_ARG, "unknown pattern '%s' (graphfuse --help "
@@ -1000,13 +991,13 @@ enum gf_status gf_pass_fuse(struct gf_model *m, const struct gf_fuse_opts *o,
     if (st == GF_OK)
         st = run_fusion(m, o, rep, &c);
     /* bodies copy the constants they read: emit before dce drops them */
-    if (st == GF_OK && c.n_rec) {
-        st = gf_model_set_opset(m, "graphfuse", 1);
-        if (st == GF_OK)
-            st = emitter_of(o->target)(m, &c, &added);
-    }
+    if (st == GF_OK && c.n_rec)
+        st = emit(m, &c, o->target, &added);
     if (st == GF_OK && c.n_rec)
         st = gf_pass_dce(m->graph, NULL);
+    /* types for the values the target's ops introduced */
+    if (st == GF_OK && c.n_rec && o->target != GF_TARGET_GRAPHFUSE)
+        st = gf_graph_infer_shapes(m->graph);
     if (st == GF_OK) {
         forget_orphans(m->graph);
         if (gf_graph_validate(m->graph) != GF_OK) {

@@ -92,8 +92,11 @@ enum gf_fuse_target {
     GF_TARGET_GRAPHFUSE = 0, /* graphfuse-domain ops, each a call to a model-local
                                 function whose body is the subgraph it replaced,
                                 so any ONNX runtime still runs the file */
-    GF_TARGET_ORT,           /* ONNX Runtime contrib ops (not supported yet) */
-    GF_TARGET_ONNX,          /* standard ONNX ops only (not supported yet) */
+    GF_TARGET_ORT,           /* ONNX Runtime's own ops (com.microsoft contrib ops,
+                                SimplifiedLayerNormalization) where one computes
+                                exactly the fused op, else the function call */
+    GF_TARGET_ONNX,          /* standard ONNX ops where one does at the model's
+                                opset (no opset is raised), else the call */
 };
 
 struct gf_fuse_opts {
@@ -142,8 +145,8 @@ struct gf_fuse_report {
  * emits the fused nodes for o->target.  Shapes are inferred first (checks
  * need dtypes and ranks).  o NULL: every pattern, target graphfuse.  rep
  * (may be NULL) is initialized and filled; free it with
- * gf_fuse_report_free.  GF_ERR_ARG: unknown pattern name or target not
- * supported; the model is then unchanged. */
+ * gf_fuse_report_free.  GF_ERR_ARG: unknown pattern name or target; the
+ * model is then unchanged. */
 enum gf_status gf_pass_fuse(struct gf_model *m, const struct gf_fuse_opts *o,
                             struct gf_fuse_report *rep);
 void gf_fuse_report_free(struct gf_fuse_report *rep);

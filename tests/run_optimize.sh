@@ -123,8 +123,6 @@ for args in "$tmp/missing.onnx -o $tmp/o1.onnx" \
             "$tmp/bad.onnx -o $tmp/o1.onnx" \
             "$m -o $tmp/o1.onnx --disable rmsnorm,nope" \
             "$m -o $tmp/o1.onnx --target tpu" \
-            "$m -o $tmp/o1.onnx --target ort" \
-            "$m -o $tmp/o1.onnx --target onnx" \
             "$m -o $tmp/o1.onnx --report xml" \
             "$m -o $tmp/o1.onnx --explain nope" \
             "$m -o $tmp/o1.onnx --drop-output nope" \
@@ -137,8 +135,6 @@ for args in "$tmp/missing.onnx -o $tmp/o1.onnx" \
     fi
     [ ! -e "$tmp/o1.onnx" ] || { bad "optimize $args left an output file"; rm -f "$tmp/o1.onnx"; }
 done
-expect 2 "--target ort message" -- "$gf" optimize $m -o "$tmp/o1.onnx" --target ort &&
-    { grep -q "not supported yet" "$tmp/err" || bad "--target ort: no 'not supported yet'"; }
 [ -z "$(ls "$tmp" | grep '\.tmp')" ] || bad "temporary files left behind"
 
 # --drop-output: the loss and what only it needed go away
@@ -172,6 +168,76 @@ for m in llama_tiny/legacy llama_tiny/dynamo gpt2_tiny/legacy gpt2_tiny/dynamo; 
         check_eq "$m AddLayerNorm kept" "$(after "$rep" graphfuse AddLayerNorm)" 4
         ;;
     esac
+done
+
+# --target ort / onnx: the fused ops ONNX Runtime's contrib ops or standard
+# ops compute exactly become those ops (the rest stay function calls); the
+# files still match PyTorch's recorded outputs in graphfuse (which runs the
+# contrib ops and opset-23 ops through its fused kernels).  The models
+# import ai.onnx 17 (legacy) and 20 (dynamo): no RMSNormalization or
+# RotaryEmbedding (opset 23) for --target onnx, Gelu (20) on dynamo only.
+# count_op DUMP OP: nodes of OP ("com.microsoft.X", "graphfuse.X" also as a
+# call of a second body X_2, or a standard op) in a text dump
+count_op() {
+    grep -c ": $2\(_[0-9][0-9]*\)\?(" "$1"
+}
+# expect_ops DESCRIPTION DUMP OP=COUNT...
+expect_ops() {
+    desc=$1 dump=$2
+    shift 2
+    for kv in "$@"; do
+        check_eq "$desc ${kv%=*}" "$(count_op "$dump" "${kv%=*}")" "${kv#*=}"
+    done
+}
+for m in llama_tiny/legacy llama_tiny/dynamo gpt2_tiny/legacy gpt2_tiny/dynamo; do
+    for target in ort onnx; do
+        dir="$tmp/target_$(echo "$m" | tr / _)_$target"
+        mkdir -p "$dir"
+        expect 0 "optimize $m --target $target" -- "$gf" optimize "models/$m/model.onnx" \
+            -o "$dir/model.onnx" --target $target || continue
+        cp -r "models/$m/test_data_set_0" "$dir/"
+        if expect 0 "test $m --target $target" -- "$gf" test --atol 1e-5 "$dir"; then
+            n=$((n + 1))
+            grep -q "^PASS" "$tmp/out" || bad "test $m --target $target: $(head -1 "$tmp/out")"
+        fi
+        expect 0 "dump $m --target $target" -- "$gf" dump "$dir/model.onnx" || continue
+        d="$dir/dump.txt"
+        cp "$tmp/out" "$d"
+        case $m/$target in
+        llama_tiny/*/ort)
+            expect_ops "$m ort" "$d" SimplifiedLayerNormalization=1 \
+                com.microsoft.SkipSimplifiedLayerNormalization=4 com.microsoft.RotaryEmbedding=4 \
+                com.microsoft.FusedMatMul=2 graphfuse.SwiGLU=2 graphfuse.SoftmaxCrossEntropy=1 \
+                graphfuse.RMSNorm=0 graphfuse.RoPE=0
+            n=$((n + 1))
+            grep -q "com.microsoft 1" "$d" || bad "$m ort: no com.microsoft opset import"
+            ;;
+        llama_tiny/*/onnx)
+            expect_ops "$m onnx" "$d" graphfuse.RMSNorm=1 graphfuse.AddRMSNorm=4 \
+                graphfuse.RoPE=4 graphfuse.MatMulEpilogue=2 RMSNormalization=0 \
+                RotaryEmbedding=0
+            ;;
+        gpt2_tiny/*/ort)
+            expect_ops "$m ort" "$d" LayerNormalization=1 \
+                com.microsoft.SkipLayerNormalization=4 com.microsoft.FastGelu=2 \
+                com.microsoft.FusedMatMul=2 graphfuse.MatMulEpilogue=6 graphfuse.AddLayerNorm=0
+            ;;
+        gpt2_tiny/legacy/onnx)
+            expect_ops "$m onnx" "$d" LayerNormalization=5 Gelu=0 graphfuse.MatMulEpilogue=10 \
+                graphfuse.AddLayerNorm=0
+            ;;
+        gpt2_tiny/dynamo/onnx)
+            expect_ops "$m onnx" "$d" LayerNormalization=5 Gelu=2 graphfuse.MatMulEpilogue=8 \
+                graphfuse.AddLayerNorm=0
+            ;;
+        esac
+        case $target in
+        onnx)
+            n=$((n + 1))
+            ! grep -q "com\.microsoft" "$d" || bad "$m onnx: com.microsoft ops written"
+            ;;
+        esac
+    done
 done
 
 echo "optimize: $n checks, $fails failed"

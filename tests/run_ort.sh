@@ -1,9 +1,14 @@
 #!/bin/sh
-# ONNX Runtime on graphfuse's output: optimizes every bundled model and
-# checks that ORT runs the optimized file (its fused nodes through the
-# model-local functions) and gets the original file's outputs, on the
-# recorded inputs (tests/ort_check.py).  Python and onnxruntime are
-# optional: without them this prints why and passes.
+# ONNX Runtime on graphfuse's output: optimizes every bundled model, and
+# small models in the other exporter forms (tests/ort_check.py
+# --make-models), for each target (graphfuse, ort, onnx), and checks that
+# ORT runs the optimized file (fused nodes through the model-local
+# functions, ORT's contrib ops or the standard ops the target wrote) and
+# gets the original file's outputs on the recorded inputs; and that
+# graphfuse itself runs the optimized file and gets the recorded outputs
+# (graphfuse test --atol 1e-5; the small models' outputs are ORT's on the
+# original).  Prints the worst difference per target.  Python and
+# onnxruntime are optional: without them this prints why and passes.
 # Usage: tests/run_ort.sh GRAPHFUSE
 set -u
 gf=${1:?usage: run_ort.sh path/to/graphfuse}
@@ -18,27 +23,58 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_ort.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fails=0
 n=0
+skipped=0
 python3 "$here/ort_check.py" --make-models "$tmp/synthetic" || {
     echo "FAIL ort: could not write the synthetic models"
     exit 1
 }
+: >"$tmp/diffs"
 for dir in models/*/legacy models/*/dynamo "$tmp"/synthetic/*; do
-    n=$((n + 1))
-    out="$tmp/$(basename "$(dirname "$dir")")_$(basename "$dir").onnx"
-    if ! "$gf" optimize "$dir/model.onnx" -o "$out" >"$tmp/report" 2>"$tmp/err"; then
-        echo "FAIL ort $dir: optimize failed: $(cat "$tmp/err")"
-        fails=$((fails + 1))
-        continue
-    fi
-    data="$dir/test_data_set_0"
-    [ -d "$data" ] || data=
-    if python3 "$here/ort_check.py" "$dir/model.onnx" "$out" $data >"$tmp/log" 2>&1; then
-        echo "ok   ort $dir ($(grep -o 'graphfuse\.[A-Za-z]*' "$tmp/report" | sort -u | tr '\n' ' '))"
-    else
-        echo "FAIL ort $dir:"
-        sed 's/^/  | /' "$tmp/log" | tail -8
-        fails=$((fails + 1))
-    fi
+    label=$(echo "$dir" | sed "s|^$tmp/||")
+    for target in graphfuse ort onnx; do
+        n=$((n + 1))
+        case=$(basename "$(dirname "$dir")")_$(basename "$dir")_$target
+        out="$tmp/out/$case"
+        mkdir -p "$out"
+        if ! "$gf" optimize "$dir/model.onnx" -o "$out/model.onnx" --target $target \
+            >"$tmp/report" 2>"$tmp/err"; then
+            echo "FAIL ort $label --target $target: optimize failed: $(cat "$tmp/err")"
+            fails=$((fails + 1))
+            continue
+        fi
+        # op types the file has and the input had not (report rows "OP 0 N")
+        ops=$(awk '$2 == "0" && $3 ~ /^[1-9]/ && NF == 3 {print $1}' "$tmp/report" | tr '\n' ' ')
+        data="$dir/test_data_set_0"
+        python3 "$here/ort_check.py" --target $target "$dir/model.onnx" "$out/model.onnx" \
+            "$data" >"$tmp/log" 2>&1
+        rc=$?
+        if [ $rc = 77 ]; then
+            echo "skip ort $label --target $target: $(cat "$tmp/log")"
+            skipped=$((skipped + 1))
+        elif [ $rc != 0 ]; then
+            echo "FAIL ort $label --target $target:"
+            sed 's/^/  | /' "$tmp/log" | tail -8
+            fails=$((fails + 1))
+            continue
+        fi
+        sed -n "s/.*max abs diff \([^)]*\)).*/$target \1/p" "$tmp/log" >>"$tmp/diffs"
+        # graphfuse runs the written file too
+        cp -r "$data" "$out/"
+        if ! "$gf" test --atol 1e-5 "$out" >"$tmp/log" 2>&1 || ! grep -q '^PASS' "$tmp/log"; then
+            echo "FAIL graphfuse test $label --target $target: $(head -3 "$tmp/log")"
+            fails=$((fails + 1))
+            continue
+        fi
+        sed -n "s/^PASS .*worst error \([^ ]*\).*/gf_$target \1/p" "$tmp/log" >>"$tmp/diffs"
+        [ $rc = 77 ] || echo "ok   ort $label --target $target ($ops)"
+    done
 done
-echo "ort: $n models, $fails failed"
+worst() {
+    awk -v t="$1" '$1 == t && $2 + 0 > w {w = $2 + 0} END {printf "%.3g", w}' "$tmp/diffs"
+}
+for target in graphfuse ort onnx; do
+    echo "ort: --target $target: worst difference from the original in ORT $(worst $target)," \
+        "graphfuse test on the written file: worst error $(worst gf_$target)"
+done
+echo "ort: $n model files, $fails failed, $skipped skipped (onnxruntime too old)"
 [ "$fails" = 0 ]

@@ -1099,6 +1099,124 @@ static void check_fused(const char *dir, const struct gf_autodiff_result *r32,
     model_close(&fu);
 }
 
+/* ---- PyTorch's gradients (tests/data/grads/<model>.txt) ---------------------------- */
+
+#define TORCH_MAX 64
+
+struct torch_param {
+    char name[128];
+    int rank;
+    int64_t dims[4];
+    size_t n;
+    double sumsq, maxabs;
+    double *acc;  /* graphfuse's gradient, summed over the initializers it feeds */
+    int sources;  /* initializers mapped to it */
+};
+
+static struct torch_param *torch_find(struct torch_param *tp, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(tp[i].name, name) == 0)
+            return &tp[i];
+    return NULL;
+}
+
+/* The "param" lines of the record: name, shape and norms of each gradient. */
+static size_t torch_read_params(FILE *f, struct torch_param *tp)
+{
+    char line[512];
+    size_t n = 0;
+    while (fgets(line, sizeof(line), f)) {
+        struct torch_param *p = &tp[n];
+        char *q = line + 6;
+        if (strncmp(line, "param ", 6) != 0 || n == TORCH_MAX)
+            continue;
+        memset(p, 0, sizeof(*p));
+        assert_int_equal(sscanf(q, "%127s %d", p->name, &p->rank), 2);
+        q = strchr(strchr(q, ' ') + 1, ' ');
+        p->n = 1;
+        for (int d = 0; d < p->rank; d++)
+            p->n *= (size_t)(p->dims[d] = strtoll(q, &q, 10));
+        p->sumsq = (strtod(q, &q), strtod(q, &q));
+        p->maxabs = strtod(q, &q);
+        p->acc = calloc(p->n, sizeof(double));
+        assert_non_null(p->acc);
+        n++;
+    }
+    return n;
+}
+
+/* Adds each trained initializer's gradient (from the differentiated model's
+ * outputs) to its torch parameter, through initializers.txt: layout
+ * "same", or "transposed" (the exporter stored W^T). */
+static void torch_gather(const char *dir, struct torch_param *tp, size_t n_tp,
+                         struct gf_tensor **out, const struct gf_model *m)
+{
+    char path[600], line[512], onnx_name[256], dt[32], shape[64], kind[32], src[256], lay[32];
+    snprintf(path, sizeof(path), "%s/initializers.txt", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f)) {
+        if (line[0] == '#' || sscanf(line, "%255s %31s %63s %31s %255s %31s", onnx_name, dt,
+                                     shape, kind, src, lay) != 6 || strcmp(kind, "param"))
+            continue;
+        *strchrnul(src, '=') = 0; /* a tied parameter: its first name */
+        struct torch_param *p = torch_find(tp, n_tp, src);
+        char gname[300];
+        snprintf(gname, sizeof(gname), "%s_grad", onnx_name);
+        const struct gf_tensor *g = out[output_index(m, gname)];
+        assert_non_null(p);
+        assert_int_equal(g->nelem, p->n);
+        bool tr = strcmp(lay, "transposed") == 0;
+        size_t rows = p->rank == 2 ? (size_t)p->dims[0] : 1, cols = p->n / rows;
+        for (size_t i = 0; i < p->n; i++) /* torch index i = (r, c); W^T holds it at (c, r) */
+            p->acc[i] += gf_tensor_get_f64(g, tr ? (i % cols) * rows + i / cols : i);
+        p->sources++;
+    }
+    fclose(f);
+}
+
+/* The fp32 gradients of one export against PyTorch's: every parameter
+ * covered, sampled elements and the sums of squares within 1e-4. */
+static void check_torch(const char *dir, struct gf_tensor **out, const struct gf_model *m)
+{
+    char path[600], line[512], name[128];
+    const char *model = strstr(dir, "models/") + 7;
+    snprintf(path, sizeof(path), "tests/data/grads/%.*s.txt", (int)(strchr(model, '/') - model),
+             model);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    struct torch_param tp[TORCH_MAX];
+    size_t n = torch_read_params(f, tp);
+    assert_true(n > 0);
+    torch_gather(dir, tp, n, out, m);
+    rewind(f);
+    size_t idx;
+    double want;
+    while (fgets(line, sizeof(line), f)) {
+        if (line[0] == '#' || !strncmp(line, "param ", 6) ||
+            sscanf(line, "%127s %zu %lf", name, &idx, &want) != 3)
+            continue;
+        struct torch_param *p = torch_find(tp, n, name);
+        assert_non_null(p);
+        if (fabs(p->acc[idx] - want) > 1e-4 * p->maxabs + 1e-4 * fabs(want))
+            report("%s: d loss / d %s[%zu]: graphfuse %.9g, PyTorch %.9g", dir, name, idx,
+                   p->acc[idx], want);
+    }
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        double ss = 0;
+        for (size_t k = 0; k < tp[i].n; k++)
+            ss += tp[i].acc[k] * tp[i].acc[k];
+        if (!tp[i].sources)
+            report("%s: no initializer holds %s", dir, tp[i].name);
+        else if (fabs(ss - tp[i].sumsq) > 1e-4 * tp[i].sumsq)
+            report("%s: |d loss / d %s|^2: graphfuse %.9g, PyTorch %.9g", dir, tp[i].name, ss,
+                   tp[i].sumsq);
+        free(tp[i].acc);
+    }
+}
+
 /* For one exported model: the double build's gradients against central
  * differences of its loss on elements of every parameter, the float
  * build's gradients (the fp32 kernels) against the double ones everywhere,
@@ -1145,6 +1263,7 @@ static void check_model(const char *dir)
         }
     }
     check_fused(dir, &r32, o32, f32.m);
+    check_torch(dir, o32, f32.m);
     model_close(&f32);
     model_close(&f64);
     model_close(&ref);

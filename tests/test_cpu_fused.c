@@ -587,7 +587,8 @@ static void check_rope(enum gf_dtype dt, int xr, const int64_t *xd, int cr, cons
                        int threads)
 {
     struct gf_node *n = node("RoPE", 3, 1);
-    struct gf_tview in[3] = {rnd(dt, xr, xd, -2, 2), rnd(dt, cr, cd, -1, 1), rnd(dt, cr, cd, -1, 1)};
+    struct gf_tview in[3] = {rnd(dt, xr, xd, -2, 2), rnd(dt, cr, cd, -1, 1),
+                             rnd(dt, cr, cd, -1, 1)};
     struct gf_tview y = tv(dt, NULL, xr, xd);
     assert_ok(run_threads(n, in, 3, &y, 1, threads));
     size_t d = (size_t)xd[xr - 1], h = d / 2;
@@ -865,7 +866,8 @@ static struct gf_tview labels(enum gf_dtype dt, int rank, const int64_t *dims, i
 {
     struct gf_tview t = tv(dt, NULL, rank, dims);
     for (size_t i = 0; i < t.nelem; i++)
-        put(&t, i, ii && i % 3 == 1 ? (double)*ii : (double)(int64_t)(fg_uniform(&rng) * (double)c));
+        put(&t, i, ii && i % 3 == 1 ? (double)*ii
+                                    : (double)(int64_t)(fg_uniform(&rng) * (double)c));
     return t;
 }
 
@@ -894,7 +896,8 @@ static void check_sce(const struct sce_case *k, int threads)
         tdims[i] = k->dims[k->shift ? i : i + 1];
     for (int i = 2; !k->shift && i < k->rank; i++)
         d *= k->dims[i];
-    struct gf_tview in[3] = {rnd(k->dt, k->rank, k->dims, -4, 4), labels(k->lt, tr, tdims, c, k->ii),
+    struct gf_tview in[3] = {rnd(k->dt, k->rank, k->dims, -4, 4),
+                             labels(k->lt, tr, tdims, c, k->ii),
                              k->weights ? rnd(k->dt, 1, &c, 0.1, 2) : NONE};
     size_t n_pos = k->shift ? (size_t)(k->dims[0] * s1) : in[1].nelem;
     /* the reference's view of the positions */
@@ -934,7 +937,8 @@ static void check_sce(const struct sce_case *k, int threads)
         double *want = tcalloc(out[1].nelem * sizeof(double) + 8);
         for (size_t p = 0; p < n_pos; p++) /* LogP in L's layout (shift: [positions, C]) */
             for (size_t j = 0; j < (size_t)c; j++)
-                want[k->shift ? p * (size_t)c + j : base[p] + j * (size_t)d] = lp[p * (size_t)c + j];
+                want[k->shift ? p * (size_t)c + j : base[p] + j * (size_t)d] =
+                    lp[p * (size_t)c + j];
         expect_close(&out[1], want, out[1].nelem, rt, atol_of(k->dt) * 10);
     }
 }
@@ -970,7 +974,8 @@ static void test_softmax_cross_entropy(void **state)
     for (size_t t = 1; t < 4; t++) {
         struct sce_case k = {float_types[t], GF_INT64, 2, {7, 33}, "mean", &ii, true, true, 0};
         check_sce(&k, 2);
-        struct sce_case k2 = {float_types[t], GF_INT32, 3, {2, 5, 33}, "none", NULL, false, true, 1};
+        struct sce_case k2 = {float_types[t], GF_INT32, 3, {2, 5, 33}, "none", NULL, false, true,
+                              1};
         check_sce(&k2, 2);
     }
 }
@@ -1063,12 +1068,43 @@ static void test_linear_cross_entropy(void **state)
                                  c & 1 ? &ii : NULL, chunks[c]};
             check_lce(&k, 2);
         }
+    /* chunks of 1024 rows: the 4097 logits of a row come in blocks of 1024 */
+    struct lce_case k2 = {GF_FLOAT, 2, {1100, 6}, 4097, 0, 0, true, "none", &ii, 1024};
+    check_lce(&k2, 2);
+    k2.tb = 1, k2.red = "mean";
+    check_lce(&k2, 2);
+    struct lce_case k3 = {GF_FLOAT, 3, {2, 600, 5}, 2500, 1, 1, false, "sum", NULL, 2000};
+    check_lce(&k3, 2);
+    struct lce_case k4 = {GF_FLOAT16, 2, {1030, 4}, 1500, 1, 0, true, "mean", NULL, 1024};
+    check_lce(&k4, 2);
     for (size_t t = 1; t < 4; t++) {
         struct lce_case k = {float_types[t], 2, {9, 8}, 33, 1, 0, true, "sum", &ii, 4};
         check_lce(&k, 2);
         struct lce_case k2 = {float_types[t], 3, {2, 5, 8}, 33, 0, 1, false, "none", NULL, 3};
         check_lce(&k2, 2);
     }
+    /* a block of logits that are all -inf (from Bias) adds nothing */
+    struct gf_node *nb = node("LinearCrossEntropy", 4, 1);
+    set_str(nb, "reduction", "none");
+    struct gf_tview bi[4] = {RND(GF_FLOAT, -1, 1, 1024, 2), RND(GF_FLOAT, -1, 1, 2, 1500),
+                             RND(GF_INT64, 1024, 1500, 1024), RND(GF_FLOAT, -1, 1, 1500)};
+    for (size_t j = 0; j < 1024; j++)
+        put(&bi[3], j, -INFINITY);
+    struct gf_tview yl = TV(GF_FLOAT, NULL, 1024);
+    assert_ok(run(nb, bi, 4, &yl, 1));
+    double *wl = tcalloc(1024 * sizeof(double)), *z = tcalloc(1500 * sizeof(double));
+    for (size_t r = 0; r < 1024; r++) {
+        double m = -INFINITY, s = 0;
+        for (size_t j = 0; j < 1500; j++) {
+            z[j] = elem(&bi[3], j) + elem(&bi[0], 2 * r) * elem(&bi[1], j) +
+                   elem(&bi[0], 2 * r + 1) * elem(&bi[1], 1500 + j);
+            m = fmax(m, z[j]);
+        }
+        for (size_t j = 0; j < 1500; j++)
+            s += exp(z[j] - m);
+        wl[r] = -(z[(size_t)elem(&bi[2], r)] - m - log(s));
+    }
+    expect_close(&yl, wl, 1024, 1e-5, 1e-5);
     /* every label ignored: mean 0/0, the others 0 */
     struct gf_node *n = node("LinearCrossEntropy", 3, 1);
     set_int(n, "ignore_index", 3);
@@ -1091,7 +1127,8 @@ static void test_ce_errors(void **state)
     assert_invalid(run(n, in, 3, out, 2), "label T (input 1) element 1 is 5: outside [0, 5)");
     set_int(n, "ignore_index", -1);
     in[1] = TV(GF_INT64, DIMS(0, -2, 1), 3);
-    assert_invalid(run(n, in, 3, out, 2), "element 1 is -2: outside [0, 5) and not ignore_index -1");
+    assert_invalid(run(n, in, 3, out, 2),
+                   "element 1 is -2: outside [0, 5) and not ignore_index -1");
     in[1] = TV(GF_INT64, DIMS(0, -1, 1, 2), 4);
     assert_invalid(run(n, in, 3, out, 2), "label T (input 1) has shape [4], expected [3]");
     in[1] = TV(GF_FLOAT, NULL, 3);
@@ -1405,7 +1442,8 @@ static void check_equivalent(struct gf_model *unfused, struct gf_model *fused, d
     }
     struct gf_tensor **ou, **of;
     size_t nu, nf;
-    if (gf_session_run(su, n, in, &ou, &nu) != GF_OK || gf_session_run(sf, n, in, &of, &nf) != GF_OK) {
+    if (gf_session_run(su, n, in, &ou, &nu) != GF_OK ||
+        gf_session_run(sf, n, in, &of, &nf) != GF_OK) {
         print_error("%s: %s\n", fused->graph->name, gf_last_error());
         fail();
     }
@@ -1438,8 +1476,8 @@ static void test_equivalence(void **state)
                          fg_rmsnorm(true, rank, d, 1e-6f, true), -2, 2, 0, NULL, 1e-5, 1e-6);
         check_equivalent(fg_rmsnorm(false, rank, d, 1e-5f, false),
                          fg_rmsnorm(true, rank, d, 1e-5f, false), -2, 2, 0, NULL, 1e-5, 1e-6);
-        check_equivalent(fg_add_rmsnorm(false, rank, d, 1e-6f), fg_add_rmsnorm(true, rank, d, 1e-6f),
-                         -2, 2, 0, NULL, 1e-5, 1e-6);
+        check_equivalent(fg_add_rmsnorm(false, rank, d, 1e-6f),
+                         fg_add_rmsnorm(true, rank, d, 1e-6f), -2, 2, 0, NULL, 1e-5, 1e-6);
         check_equivalent(fg_layernorm(false, rank, d, 1e-5f), fg_layernorm(true, rank, d, 1e-5f),
                          -2, 3, 0, NULL, 1e-5, 1e-5);
         check_equivalent(fg_add_layernorm(false, rank, d, 1e-5f),

@@ -30,12 +30,12 @@ struct glu {
 };
 
 /* f(x) of the activation in the compute type. */
-#define ACT_F(act, x) ((act) == ACT_SILU ? (x) * FU_SIGMOID(x) \
+#define ACT_F(act, x) ((act) == ACT_SILU ? (x) * FU_SIGMOID(x)                          \
                        : (act) == ACT_GELU ? FU_GELU(x) : FU_GELU_TANH(x))
 
 /* y[j] = f(g[j*sg]) (* u[j*su]), j < len; the contiguous case has its own
  * loops so that they vectorize. */
-#define GLU_LOOP(ACT, GI, UI, C, LD, ST)                                                         \
+#define GLU_LOOP(ACT, GI, UI, C, LD, ST)                                                \
     do {                                                                                \
         if (!c->gated)                                                                  \
             for (size_t j = 0; j < len; j++) {                                          \
@@ -50,8 +50,8 @@ struct glu {
     } while (0)
 
 #define DEF_GLU(DT, sfx, T, C, LD, ST)                                                  \
-    static void glu_span_##sfx(const struct glu *c, size_t pos, size_t og, size_t ou,   \
-                               size_t len)                                              \
+    FU_HOT static void glu_span_##sfx(const struct glu *c, size_t pos, size_t og,       \
+                                      size_t ou, size_t len)                            \
     {                                                                                   \
         const T *g = (const T *)c->g + og, *u = c->gated ? (const T *)c->u + ou : NULL; \
         T *y = (T *)c->y + pos;                                                         \
@@ -60,21 +60,21 @@ struct glu {
         switch (c->act) {                                                               \
         case ACT_SILU:                                                                  \
             if (dense)                                                                  \
-                GLU_LOOP(ACT_SILU, j, j, C, LD, ST);                                               \
+                GLU_LOOP(ACT_SILU, j, j, C, LD, ST);                                    \
             else                                                                        \
-                GLU_LOOP(ACT_SILU, j * sg, j * su, C, LD, ST);                                     \
+                GLU_LOOP(ACT_SILU, j * sg, j * su, C, LD, ST);                          \
             break;                                                                      \
         case ACT_GELU:                                                                  \
             if (dense)                                                                  \
-                GLU_LOOP(ACT_GELU, j, j, C, LD, ST);                                               \
+                GLU_LOOP(ACT_GELU, j, j, C, LD, ST);                                    \
             else                                                                        \
-                GLU_LOOP(ACT_GELU, j * sg, j * su, C, LD, ST);                                     \
+                GLU_LOOP(ACT_GELU, j * sg, j * su, C, LD, ST);                          \
             break;                                                                      \
         default:                                                                        \
             if (dense)                                                                  \
-                GLU_LOOP(ACT_GELU_TANH, j, j, C, LD, ST);                                          \
+                GLU_LOOP(ACT_GELU_TANH, j, j, C, LD, ST);                               \
             else                                                                        \
-                GLU_LOOP(ACT_GELU_TANH, j * sg, j * su, C, LD, ST);                                \
+                GLU_LOOP(ACT_GELU_TANH, j * sg, j * su, C, LD, ST);                     \
             break;                                                                      \
         }                                                                               \
     }
@@ -214,21 +214,24 @@ struct rope {
 /* Row r: y[j] = x[j] c[j] - x[j+h] s[j] (j < h), x[j] c[j] + x[j-h] s[j]
  * (j >= h); the inner strides of Cos and Sin are 1 or 0 (broadcast). */
 #define DEF_ROPE(DT, sfx, T, C, LD, ST)                                                 \
-    static void rope_rows_##sfx(void *vc, size_t r0, size_t r1)                         \
+    FU_HOT static void rope_rows_##sfx(void *vc, size_t r0, size_t r1)                  \
     {                                                                                   \
         const struct rope *c = vc;                                                      \
         size_t h = c->h, d = c->d, lc = (size_t)c->sc[c->rank - 1],                     \
                ls = (size_t)c->ss[c->rank - 1];                                         \
         for (size_t r = r0; r < r1; r++) {                                              \
             const T *x = (const T *)c->x + r * d;                                       \
-            const T *cs = (const T *)c->cos + fu_offset(c->rank - 1, c->dims, c->sc, r); \
-            const T *sn = (const T *)c->sin + fu_offset(c->rank - 1, c->dims, c->ss, r); \
+            size_t oc = fu_offset(c->rank - 1, c->dims, c->sc, r); /* X lead dims */    \
+            size_t os = fu_offset(c->rank - 1, c->dims, c->ss, r);                      \
+            const T *cs = (const T *)c->cos + oc, *sn = (const T *)c->sin + os;         \
             T *y = (T *)c->y + r * d;                                                   \
             if (lc == 1 && ls == 1) {                                                   \
                 for (size_t j = 0; j < h; j++)                                          \
-                    y[j] = ST((C)LD(x[j]) * (C)LD(cs[j]) - (C)LD(x[j + h]) * (C)LD(sn[j])); \
+                    y[j] = ST((C)LD(x[j]) * (C)LD(cs[j]) -                              \
+                              (C)LD(x[j + h]) * (C)LD(sn[j]));                          \
                 for (size_t j = h; j < d; j++)                                          \
-                    y[j] = ST((C)LD(x[j]) * (C)LD(cs[j]) + (C)LD(x[j - h]) * (C)LD(sn[j])); \
+                    y[j] = ST((C)LD(x[j]) * (C)LD(cs[j]) +                              \
+                              (C)LD(x[j - h]) * (C)LD(sn[j]));                          \
             } else {                                                                    \
                 for (size_t j = 0; j < h; j++)                                          \
                     y[j] = ST((C)LD(x[j]) * (C)LD(cs[j * lc]) -                         \

@@ -17,14 +17,18 @@
 
 #include "fused.h"
 
-#define CHUNK_BYTES (4u << 20) /* LinearCrossEntropy: logits of one chunk, automatic size */
+/* LinearCrossEntropy: automatic rows of a chunk, bytes of a block of logits */
+#define AUTO_ROWS 1024
+#define CHUNK_BYTES (4u << 20)
+#define MIN_COLS 256
 
 /* ---- one row of logits ------------------------------------------------------------ */
 
 /* Max and sum of exp(x - max) over n logits: stride 1 in lanes (so that it
  * vectorizes), any stride plainly.  n == 0 gives -inf and 0. */
 #define DEF_CE_STATS(DT, sfx, T, C, LD, ST)                                             \
-    static void ce_stats_##sfx(const T *x, size_t n, size_t stride, C *mo, double *so)  \
+    FU_HOT static void ce_stats_##sfx(const T *x, size_t n, size_t stride, C *mo,       \
+                                      double *so)                                       \
     {                                                                                   \
         C m = -INFINITY, ml[FU_LANES];                                                  \
         double s = 0, acc[FU_LANES] = {0};                                              \
@@ -50,8 +54,9 @@
         *mo = m;                                                                        \
         *so = s;                                                                        \
     }                                                                                   \
-    /* logp[j * stride] = x[j * stride] - m - log(s), rounded as LogSoftmax does */      \
-    static void ce_logp_##sfx(const T *x, size_t n, size_t stride, C m, double s, T *lp) \
+    /* logp[j * stride] = x[j * stride] - m - log(s), rounded as LogSoftmax does */     \
+    FU_HOT static void ce_logp_##sfx(const T *x, size_t n, size_t stride, C m, double s,\
+                                     T *lp)                                             \
     {                                                                                   \
         C ls = (C)log(s);                                                               \
         if (stride == 1)                                                                \
@@ -201,7 +206,8 @@ static size_t sce_base(const struct sce *c, size_t p)
                 ce_stats_##sfx(x, c->c, stride, &m, &s);                                \
                 if (c->logp)                                                            \
                     ce_logp_##sfx(x, c->c, stride, m, s,                                \
-                                  (T *)c->logp + (c->lab.s1 ? p * c->c : sce_base(c, p))); \
+                                  (T *)c->logp +                                        \
+                                      (c->lab.s1 ? p * c->c : sce_base(c, p)));         \
                 if (!ign) {                                                             \
                     wt = w ? (double)LD(w[t]) : 1.0;                                    \
                     l = ce_nll((double)LD(x[(size_t)t * stride]), (double)m, s) * wt;   \
@@ -293,21 +299,25 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
 
 /* ==== LinearCrossEntropy ================================================================ */
 
-/* Positions p in chunks of `chunk`: logits z [chunk, V] = H rows @ W' (+ Bias)
- * in the workspace, then the rows' losses.  H [rows, K] (with shift the
- * rows of [B, S, K] but each batch's last). */
+/* Positions in chunks of R rows; each chunk's logits H[rows] @ W' + Bias
+ * are made one column block [R, Vc] at a time in the workspace (a GEMM of
+ * about R x Vc x K that BLAS runs at full speed, where a chunk of all V
+ * columns would make BLAS re-pack the whole W for a few rows) and folded
+ * into each row's running max m, sum s = sum exp(z - m) and label logit:
+ * loss = -(z_t - m - log s).  H [rows, K] (with shift the rows of
+ * [B, S, K] but each batch's last). */
 struct lce {
     enum gf_dtype dt, ct; /* H's dtype; the compute type (GF_FLOAT or GF_DOUBLE) */
-    const void *h, *w;    /* compute type (fp32 copies for halves) */
-    const void *hsrc;     /* H as given */
+    const void *h, *w;    /* as given */
     const void *bias;     /* [V] compute type (workspace), or NULL */
     bool tb;
-    size_t k, v, chunk;
-    void *z;              /* [chunk, V] compute type */
-    float *hbuf;          /* halves: [chunk, K] fp32 copy of the chunk's H rows */
+    size_t k, v, chunk, cols; /* K, V, rows R of a chunk, columns Vc of a block */
+    void *z;              /* [R, Vc] compute type: one block of logits */
+    double *m, *s, *zt;   /* [R] running max, sum, label logit */
+    float *wbuf, *hbuf;   /* halves: fp32 copies of W's block [K, Vc] and H's rows [R, K] */
     struct labels lab;
     void *loss;           /* [positions] with reduction none */
-    size_t p0;            /* first position of the chunk */
+    size_t p0, c0, nc;    /* chunk's first position; block's first column and width */
     double part[2 * FU_MAX_THREADS];
 };
 
@@ -317,6 +327,41 @@ static size_t lce_row(const struct lce *c, size_t p)
     return c->lab.s1 ? p / c->lab.s1 * (c->lab.s1 + 1) + p % c->lab.s1 : p;
 }
 
+static int64_t lce_label(const struct lce *c, size_t p)
+{
+    return fu_label(c->lab.t, label_index(&c->lab, p));
+}
+
+/* Folds block row i (nc logits from column c0) into row i's state. */
+static void lce_fold_row(struct lce *c, size_t i)
+{
+    double m, s;
+    if (c->ct == GF_DOUBLE) {
+        const double *z = (const double *)c->z + i * c->cols;
+        ce_stats_f64(z, c->nc, 1, &m, &s);
+    } else {
+        const float *z = (const float *)c->z + i * c->cols;
+        float mf;
+        ce_stats_f32(z, c->nc, 1, &mf, &s);
+        m = mf;
+    }
+    int64_t t = lce_label(c, c->p0 + i);
+    if (t >= (int64_t)c->c0 && t < (int64_t)(c->c0 + c->nc))
+        c->zt[i] = fu_get(&(struct gf_tview){.dtype = c->ct, .data = c->z},
+                          i * c->cols + (size_t)t - c->c0);
+    if (m == -INFINITY) /* a block of -inf logits adds nothing */
+        return;
+    double mx = c->m[i] > m ? c->m[i] : m;
+    c->s[i] = c->s[i] * exp(c->m[i] - mx) + s * exp(m - mx);
+    c->m[i] = mx;
+}
+
+static void lce_fold(void *vc, size_t b, size_t e)
+{
+    for (size_t i = b; i < e; i++)
+        lce_fold_row(vc, i);
+}
+
 /* Chunk rows [b, e) (positions p0 + b ...): losses and slice sums. */
 static void lce_part(void *vc, size_t part, size_t b, size_t e)
 {
@@ -324,43 +369,17 @@ static void lce_part(void *vc, size_t part, size_t b, size_t e)
     double ls = 0, ws = 0;
     for (size_t i = b; i < e; i++) {
         size_t p = c->p0 + i;
-        int64_t t = fu_label(c->lab.t, label_index(&c->lab, p));
-        double l = 0, wt = 0;
-        if (!(c->lab.has_ii && t == c->lab.ii)) {
-            double s;
-            if (c->ct == GF_DOUBLE) {
-                const double *z = (const double *)c->z + i * c->v;
-                double m;
-                ce_stats_f64(z, c->v, 1, &m, &s);
-                l = ce_nll(z[t], m, s);
-            } else {
-                const float *z = (const float *)c->z + i * c->v;
-                float m;
-                ce_stats_f32(z, c->v, 1, &m, &s);
-                l = ce_nll(z[t], m, s);
-            }
-            wt = 1;
+        double l = 0;
+        if (!(c->lab.has_ii && lce_label(c, p) == c->lab.ii)) {
+            l = ce_nll(c->zt[i], c->m[i], c->s[i]);
+            ws += 1;
         }
         if (c->loss)
             fu_put(c->loss, c->dt, p, l);
         ls += l;
-        ws += wt;
     }
     c->part[2 * part] = ls;
     c->part[2 * part + 1] = ws;
-}
-
-/* z rows [r0, r1) = Bias, or 0 without one. */
-static void lce_fill(const struct lce *c, size_t r0, size_t r1)
-{
-    size_t row = c->v * fu_compute_size(c->dt);
-    for (size_t r = r0; r < r1; r++) {
-        char *z = (char *)c->z + r * row;
-        if (c->bias)
-            memcpy(z, c->bias, row);
-        else
-            memset(z, 0, row);
-    }
 }
 
 static void blas_threads(int n)
@@ -373,42 +392,71 @@ static void blas_threads(int n)
 #endif
 }
 
-/* z rows [r0, r1) (+)= H[row0 ...] @ W'; for halves the H rows are first
- * widened into hbuf. */
+/* Block rows [r0, r1) (+)= H[row0 ...] @ W'[:, c0 : c0 + nc]. */
 static void lce_gemm(const struct lce *c, size_t r0, size_t r1, size_t row0)
 {
-    int m = (int)(r1 - r0), n = (int)c->v, k = (int)c->k;
+    int m = (int)(r1 - r0), n = (int)c->nc, k = (int)c->k, ldz = (int)c->cols;
     enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
-    int ldb = c->tb ? k : n;
+    /* W [K, V]: columns c0.. at W + c0, rows V apart; W [V, K]: rows c0.. */
+    size_t woff = c->tb ? c->c0 * c->k : c->c0;
+    int ldw = c->tb ? k : (int)c->v;
     if (c->ct == GF_DOUBLE) {
         cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0,
-                    (const double *)c->h + row0 * c->k, k, c->w, ldb, c->bias ? 1.0 : 0.0,
-                    (double *)c->z + r0 * c->v, n);
+                    (const double *)c->h + row0 * c->k, k, (const double *)c->w + woff, ldw,
+                    c->bias ? 1.0 : 0.0, (double *)c->z + r0 * c->cols, ldz);
         return;
     }
-    const float *h = (const float *)c->h + row0 * c->k;
-    if (c->hbuf) {
-        struct gf_tview src = {.dtype = c->dt, .data = (void *)c->hsrc};
-        for (size_t i = 0; i < (size_t)m * c->k; i++)
-            c->hbuf[r0 * c->k + i] = (float)fu_get(&src, row0 * c->k + i);
+    const float *h = (const float *)c->h + row0 * c->k, *w = (const float *)c->w + woff;
+    if (c->hbuf) { /* fp32 copies: W's block is [K, nc] (ld nc), H's rows [R, K] */
         h = c->hbuf + r0 * c->k;
+        w = c->wbuf;
+        tb = CblasNoTrans;
+        ldw = n;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0f, h, k, c->w, ldb,
-                c->bias ? 1.0f : 0.0f, (float *)c->z + r0 * c->v, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0f, h, k, w, ldw,
+                c->bias ? 1.0f : 0.0f, (float *)c->z + r0 * c->cols, ldz);
 }
 
-/* Logits of positions [p0, p1): one GEMM per run of consecutive H rows. */
-static void lce_logits(struct lce *c, size_t p0, size_t p1)
+/* fp16 / bf16: the block's W columns as fp32 [K, nc]. */
+static void lce_widen_w(const struct lce *c)
 {
-    if (c->bias || c->k == 0)
-        lce_fill(c, 0, p1 - p0);
-    if (c->k == 0) /* no products to add */
+    struct gf_tview w = {.dtype = c->dt, .data = (void *)c->w};
+    for (size_t p = 0; p < c->k; p++)
+        for (size_t j = 0; j < c->nc; j++)
+            c->wbuf[p * c->nc + j] = (float)fu_get(&w, c->tb ? (c->c0 + j) * c->k + p
+                                                          : p * c->v + c->c0 + j);
+}
+
+/* fp16 / bf16: the chunk's H rows as fp32 [R, K]. */
+static void lce_widen_h(const struct lce *c, size_t p1)
+{
+    struct gf_tview h = {.dtype = c->dt, .data = (void *)c->h};
+    for (size_t p = c->p0; p < p1; p++)
+        for (size_t q = 0; q < c->k; q++)
+            c->hbuf[(p - c->p0) * c->k + q] = (float)fu_get(&h, lce_row(c, p) * c->k + q);
+}
+
+/* The block's logits for positions [p0, p1): Bias (or 0 when K = 0), then
+ * one GEMM per run of consecutive H rows. */
+static void lce_block(struct lce *c, size_t p1)
+{
+    size_t cs = fu_compute_size(c->dt);
+    for (size_t r = 0; (c->bias || c->k == 0) && r < p1 - c->p0; r++) {
+        char *z = (char *)c->z + r * c->cols * cs;
+        if (c->bias)
+            memcpy(z, (const char *)c->bias + c->c0 * cs, c->nc * cs);
+        else
+            memset(z, 0, c->nc * cs);
+    }
+    if (c->k == 0)
         return;
-    for (size_t p = p0; p < p1;) {
+    if (c->wbuf)
+        lce_widen_w(c);
+    for (size_t p = c->p0; p < p1;) {
         size_t q = p + 1;
         while (q < p1 && lce_row(c, q) == lce_row(c, p) + (q - p))
             q++;
-        lce_gemm(c, p - p0, q - p0, lce_row(c, p));
+        lce_gemm(c, p - c->p0, q - c->p0, c->hbuf ? p - c->p0 : lce_row(c, p));
         p = q;
     }
 }
@@ -417,14 +465,31 @@ static void lce_logits(struct lce *c, size_t p0, size_t p1)
 static bool lce_needed(const struct lce *c, size_t p0, size_t p1)
 {
     for (size_t p = p0; p < p1; p++)
-        if (!c->lab.has_ii || fu_label(c->lab.t, label_index(&c->lab, p)) != c->lab.ii)
+        if (!c->lab.has_ii || lce_label(c, p) != c->lab.ii)
             return true;
     return false;
 }
 
+/* Rows R and columns Vc: chunk_rows (automatic: up to 1024), and columns
+ * so that a block of logits is CHUNK_BYTES. */
+static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c, size_t n_pos)
+{
+    int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
+    if (chunk < 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "chunk_rows %lld is negative",
+                               (long long)chunk);
+    size_t cs = fu_compute_size(a->in[0].dtype);
+    c->chunk = chunk ? (size_t)chunk : AUTO_ROWS;
+    c->chunk = c->chunk < n_pos ? c->chunk : n_pos ? n_pos : 1;
+    c->cols = CHUNK_BYTES / (cs * c->chunk);
+    c->cols = c->cols < MIN_COLS ? MIN_COLS : c->cols;
+    c->cols = c->cols < c->v ? c->cols : c->v ? c->v : 1;
+    return GF_OK;
+}
+
 /* Shapes: H [..., K] (shift: [B, S, K]), W [K, V] or [V, K], T H's leading
  * dims, Bias [V].  Gives positions, the loss shape (reduction none) and c's
- * k, v, chunk. */
+ * k, v and tiles. */
 static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, struct lce *c,
                                  size_t *n_pos, int *lrank, int64_t *ldims)
 {
@@ -439,8 +504,8 @@ static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, str
                                c->tb ? "^T" : "", FU_SHAPE(w), c->k);
     if (c->k > INT_MAX || c->v > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K or V exceeds BLAS's int");
-    size_t rows = c->k ? h->nelem / c->k : 1;
-    for (int i = 0; !c->k && i < h->rank - 1; i++)
+    size_t rows = 1;
+    for (int i = 0; i < h->rank - 1; i++)
         rows *= (size_t)h->dims[i];
     c->lab.s1 = shift ? (size_t)h->dims[1] - 1 : 0;
     *n_pos = shift ? (size_t)h->dims[0] * c->lab.s1 : rows;
@@ -449,23 +514,16 @@ static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, str
         ldims[0] = (int64_t)*n_pos;
     else
         memcpy(ldims, h->dims, sizeof(int64_t) * (size_t)*lrank);
-    int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
-    if (chunk < 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "chunk_rows %lld is negative",
-                               (long long)chunk);
-    size_t auto_rows = CHUNK_BYTES / (fu_compute_size(h->dtype) * (c->v ? c->v : 1));
-    c->chunk = chunk ? (size_t)chunk : auto_rows ? auto_rows : 1;
-    c->chunk = c->chunk < *n_pos ? c->chunk : *n_pos ? *n_pos : 1;
-    return GF_OK;
+    return lce_tiles(a, c, *n_pos);
 }
 
-/* ws = [z: chunk x V][Bias: V] (compute type)
- *      [halves: W as fp32: K x V][H chunk as fp32: chunk x K] */
+/* ws = [m, s, zt: 3 x R doubles][z: R x Vc][Bias: V] (compute type)
+ *      [halves: W block as fp32: K x Vc][H rows as fp32: R x K] */
 static size_t lce_ws_bytes(const struct lce *c, enum gf_dtype dt)
 {
-    size_t b = (c->chunk + 1) * c->v * fu_compute_size(dt);
+    size_t b = (c->chunk * c->cols + c->v) * fu_compute_size(dt) + 3 * c->chunk * sizeof(double);
     if (fu_is_half(dt))
-        b += (c->k * c->v + c->chunk * c->k) * sizeof(float);
+        b += (c->k * c->cols + c->chunk * c->k) * sizeof(float);
     return b;
 }
 
@@ -502,8 +560,8 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     if (st == GF_OK)
         st = check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
     if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
-        (a->in[3].nelem != c->v || a->in[3].rank < 1 || a->in[3].dims[a->in[3].rank - 1] !=
-         (int64_t)c->v))
+        (a->in[3].nelem != c->v || a->in[3].rank < 1 ||
+         a->in[3].dims[a->in[3].rank - 1] != (int64_t)c->v))
         st = gf_kernel_error(a, GF_ERR_INVALID, "Bias (input 3) %s must be [%zu]",
                              FU_SHAPE(&a->in[3]), c->v);
     if (st == GF_OK)
@@ -515,29 +573,50 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     return st;
 }
 
-/* Points c at its operands and workspace (widening W for halves). */
+/* Points c at its operands and carves the workspace. */
 static enum gf_status lce_buffers(const struct gf_kernel_args *a, struct lce *c)
 {
     c->dt = a->in[0].dtype;
     c->ct = c->dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
-    c->hsrc = c->h = a->in[0].data;
+    c->h = a->in[0].data;
     c->w = a->in[1].data;
     if (!a->workspace)
-        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits chunk");
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits block");
     size_t cs = fu_compute_size(c->dt);
-    c->z = a->workspace;
-    void *bias = (char *)a->workspace + c->chunk * c->v * cs;
+    c->m = a->workspace;
+    c->s = c->m + c->chunk;
+    c->zt = c->s + c->chunk;
+    char *ws = (char *)(c->zt + c->chunk);
+    c->z = ws;
+    ws += c->chunk * c->cols * cs;
     for (size_t j = 0; fu_has(a, 3) && j < c->v; j++)
-        fu_put(bias, c->ct, j, fu_get(&a->in[3], j));
-    c->bias = fu_has(a, 3) ? bias : NULL;
-    if (fu_is_half(c->dt)) {
-        float *wbuf = (float *)((char *)bias + c->v * cs);
-        for (size_t i = 0; i < c->k * c->v; i++)
-            wbuf[i] = (float)fu_get(&a->in[1], i);
-        c->w = wbuf;
-        c->hbuf = wbuf + c->k * c->v;
+        fu_put(ws, c->ct, j, fu_get(&a->in[3], j));
+    c->bias = fu_has(a, 3) ? ws : NULL;
+    ws += c->v * cs;
+    if (fu_is_half(c->dt)) { /* after fp32 data: aligned for floats */
+        c->wbuf = (float *)ws;
+        c->hbuf = c->wbuf + c->k * c->cols;
     }
     return GF_OK;
+}
+
+/* Positions [p0, p1): every column block, then the losses; adds the
+ * chunk's (loss, weight) sums to sums[2]. */
+static void lce_chunk(struct lce *c, size_t p1, int nt, double *sums)
+{
+    size_t n = p1 - c->p0;
+    for (size_t i = 0; i < n; i++)
+        c->m[i] = -INFINITY, c->s[i] = 0, c->zt[i] = NAN;
+    if (c->hbuf)
+        lce_widen_h(c, p1);
+    for (c->c0 = 0; c->c0 < c->v; c->c0 += c->cols) {
+        c->nc = c->v - c->c0 < c->cols ? c->v - c->c0 : c->cols;
+        lce_block(c, p1);
+        gf_parallel_for(nt, n, fu_grain(c->nc), lce_fold, c);
+    }
+    size_t parts = fu_run_parts(nt, n, 64, lce_part, c);
+    for (size_t i = 0; i < parts; i++)
+        sums[0] += c->part[2 * i], sums[1] += c->part[2 * i + 1];
 }
 
 static enum gf_status lce_run(const struct gf_kernel_args *a)
@@ -559,23 +638,18 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
         return st;
     c.loss = red == RED_NONE ? a->out[0].data : NULL;
     int nt = fu_threads(a);
-    double ls = 0, ws = 0;
+    double sums[2] = {0, 0};
     blas_threads(nt);
-    for (size_t p0 = 0; p0 < n_pos; p0 += c.chunk) {
-        size_t p1 = p0 + c.chunk < n_pos ? p0 + c.chunk : n_pos;
-        c.p0 = p0;
-        if (!lce_needed(&c, p0, p1)) { /* every label ignored: losses 0 */
-            for (size_t p = p0; c.loss && p < p1; p++)
-                fu_put(c.loss, c.dt, p, 0);
+    for (c.p0 = 0; c.p0 < n_pos; c.p0 += c.chunk) {
+        size_t p1 = c.p0 + c.chunk < n_pos ? c.p0 + c.chunk : n_pos;
+        if (lce_needed(&c, c.p0, p1)) {
+            lce_chunk(&c, p1, nt, sums);
             continue;
         }
-        lce_logits(&c, p0, p1);
-        size_t parts = fu_run_parts(nt, p1 - p0, c.v, lce_part, &c);
-        for (size_t i = 0; i < parts; i++)
-            ls += c.part[2 * i], ws += c.part[2 * i + 1];
+        for (size_t p = c.p0; c.loss && p < p1; p++) /* every label ignored: losses 0 */
+            fu_put(c.loss, c.dt, p, 0);
     }
-    double total[2] = {ls, ws};
-    finish_loss(a, red, total, 1);
+    finish_loss(a, red, sums, 1);
     return GF_OK;
 }
 
@@ -645,16 +719,16 @@ FU_MATH double jsd_mix_d(double lq, double lp, double bp, double bq)
 /* One row: beta 0 is KL(P || Q), beta 1 KL(Q || P), else the mixture form;
  * then the rows [b, e) of a slice, skipping ignored labels. */
 #define DEF_JSD(DT, sfx, T, C, LD, ST)                                                  \
-    static double jsd_row_##sfx(const T *x, const T *y, size_t n, double beta)          \
+    FU_HOT static double jsd_row_##sfx(const T *x, const T *y, size_t n, double beta)   \
     {                                                                                   \
         double acc[FU_LANES] = {0}, s = 0;                                              \
         C bp = (C)beta, bq = (C)(1 - beta);                                             \
         if (beta == 0)                                                                  \
-            JSD_SUM(T, C, LD, JSD_KL(lp, lq));                                             \
+            JSD_SUM(T, C, LD, JSD_KL(lp, lq));                                          \
         else if (beta == 1)                                                             \
-            JSD_SUM(T, C, LD, JSD_KL(lq, lp));                                             \
+            JSD_SUM(T, C, LD, JSD_KL(lq, lp));                                          \
         else                                                                            \
-            JSD_SUM(T, C, LD, JSD_MIX(lq, lp, bp, bq));                                    \
+            JSD_SUM(T, C, LD, JSD_MIX(lq, lp, bp, bq));                                 \
         for (int k = 0; k < FU_LANES; k++)                                              \
             s += acc[k];                                                                \
         return s;                                                                       \
@@ -692,7 +766,8 @@ static enum gf_status jsd_run(const struct gf_kernel_args *a)
                              FU_SHAPE(&a->in[1]), FU_SHAPE(x));
     if (st == GF_OK && !(c.beta >= 0 && c.beta <= 1))
         st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", c.beta);
-    if (st == GF_OK && fu_has(a, 2) && (st = check_label_shape(a, 2, x->rank - 1, x->dims)) == GF_OK)
+    bool labels = fu_has(a, 2);
+    if (st == GF_OK && labels && (st = check_label_shape(a, 2, x->rank - 1, x->dims)) == GF_OK)
         c.t = &a->in[2];
     if (st == GF_OK)
         st = fu_check_out(a, 0, x->dtype, 0, NULL);

@@ -54,7 +54,7 @@ struct mme {
 
 /* Rows [r0, r1) of yc = beta Bias (0 without Bias: then K == 0). */
 #define DEF_MME_FILL(DT, sfx, T, C, LD, ST)                                             \
-    static void mme_fill_##sfx(const struct mme *c, size_t r0, size_t r1)               \
+    FU_HOT static void mme_fill_##sfx(const struct mme *c, size_t r0, size_t r1)        \
     {                                                                                   \
         size_t n = (size_t)c->n, bs = (size_t)c->sbias[c->lrank - 1];                   \
         C beta = (C)c->beta;                                                            \
@@ -77,7 +77,7 @@ struct mme {
 
 /* The activation over one row of yc, in place. */
 #define DEF_MME_ACT(DT, sfx, T, C, LD, ST)                                              \
-    static void mme_act_##sfx(enum mact act, C *p, size_t n)                            \
+    FU_HOT static void mme_act_##sfx(enum mact act, C *p, size_t n)                     \
     {                                                                                   \
         switch (act) {                                                                  \
         case MACT_RELU:                                                                 \
@@ -111,7 +111,7 @@ struct mme {
 
 /* Rows [r0, r1): Y = act(yc) + Res. */
 #define DEF_MME_EPI(DT, sfx, T, C, LD, ST)                                              \
-    static void mme_epi_##sfx(const struct mme *c, size_t r0, size_t r1)                \
+    FU_HOT static void mme_epi_##sfx(const struct mme *c, size_t r0, size_t r1)         \
     {                                                                                   \
         size_t n = (size_t)c->n, rs = (size_t)c->sres[c->lrank - 1];                    \
         for (size_t r = r0; r < r1; r++) {                                              \
@@ -260,7 +260,8 @@ static enum gf_status mme_dims(const struct gf_kernel_args *a, struct mme *c)
         return gf_kernel_error(a, GF_ERR_INVALID, "transA / transB need an operand of rank >= 2 "
                                "(A %s, B %s)", FU_SHAPE(A), FU_SHAPE(B));
     int64_t a0 = A->rank > 1 ? A->dims[A->rank - 2] : 1, a1 = A->dims[A->rank - 1];
-    int64_t b0 = B->rank > 1 ? B->dims[B->rank - 2] : B->dims[0], b1 = B->rank > 1 ? B->dims[B->rank - 1] : 1;
+    int64_t b0 = B->rank > 1 ? B->dims[B->rank - 2] : B->dims[0]; /* a 1-D B is [K, 1] */
+    int64_t b1 = B->rank > 1 ? B->dims[B->rank - 1] : 1;
     c->m = c->ta ? a1 : a0;
     c->k = c->ta ? a0 : a1;
     c->n = c->tb ? b0 : b1;

@@ -27,7 +27,7 @@ struct norm {
 /* Row sums in double, FU_LANES lanes wide so that they vectorize:
  * sum(x) and sum((x - mu)^2). */
 #define DEF_NORM_SUMS(DT, sfx, T, C, LD, ST)                                            \
-    static double sum_##sfx(const T *x, size_t n)                                       \
+    FU_HOT static double sum_##sfx(const T *x, size_t n)                                \
     {                                                                                   \
         double acc[FU_LANES] = {0}, s = 0;                                              \
         size_t j = 0;                                                                   \
@@ -40,7 +40,7 @@ struct norm {
             s += acc[k];                                                                \
         return s;                                                                       \
     }                                                                                   \
-    static double dev2_##sfx(const T *x, size_t n, double mu)                           \
+    FU_HOT static double dev2_##sfx(const T *x, size_t n, double mu)                    \
     {                                                                                   \
         double acc[FU_LANES] = {0}, s = 0;                                              \
         size_t j = 0;                                                                   \
@@ -62,7 +62,7 @@ struct norm {
  * statistics, then Y.  LayerNorm forms x - mean in double, so that a mean
  * far from zero costs the row no precision. */
 #define DEF_NORM_ROWS(DT, sfx, T, C, LD, ST)                                            \
-    static void norm_rows_##sfx(void *vc, size_t r0, size_t r1)                         \
+    FU_HOT static void norm_rows_##sfx(void *vc, size_t r0, size_t r1)                  \
     {                                                                                   \
         const struct norm *c = vc;                                                      \
         size_t n = c->n;                                                                \
@@ -79,7 +79,8 @@ struct norm {
             }                                                                           \
             double mu = c->rms ? 0 : sum_##sfx(x, n) / (double)n;                       \
             double ms = dev2_##sfx(x, n, mu) / (double)n;                               \
-            C inv = (C)(c->eps_outside ? 1 / (sqrt(ms) + c->eps) : 1 / sqrt(ms + c->eps)); \
+            double den = c->eps_outside ? sqrt(ms) + c->eps : sqrt(ms + c->eps);        \
+            C inv = (C)(1 / den);                                                       \
             if (c->rms) {                                                               \
                 for (size_t j = 0; j < n; j++)                                          \
                     y[j] = ST((C)LD(x[j]) * inv * w[j]);                                \
@@ -281,7 +282,7 @@ static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, si
 }
 
 #define KERNEL(OP)                                                                      \
-    {.op = GF_OP_##OP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "fused-rows",  \
+    {.op = GF_OP_##OP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "fused-rows",   \
      .supports = norm_supports, .workspace = norm_workspace, .run = norm_run}
 
 static const struct gf_kernel kernels[] = {
