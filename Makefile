@@ -28,7 +28,7 @@ help:
 	@echo "make            build library, CLI and graphfuse.pc (installs deps)"
 	@echo "make test       build and run every test"
 	@echo "make test-asan  the same under AddressSanitizer + UBSan (build-asan/)"
-	@echo "make demo       info and dump of the bundled model"
+	@echo "make demo       run the bundled model, train it on a word list, sample words"
 	@echo "make bench      load/save speed against bare protobuf-c"
 	@echo "make install PREFIX=/usr/local"
 
