@@ -2835,6 +2835,52 @@ static enum gf_status infer_rotary(struct ctx *c)
     return set_out_like(c, 0, 0, &s);
 }
 
+/* ---- fused backward ops (graphfuse; passes/grad_rules_fused.c) ------------ */
+
+/* RMSNormGrad(dY, X, W?) -> dX like X, dW shaped X.shape[axis:] (the rule
+ * sums it down to W's shape when W was broadcast). */
+static enum gf_status infer_rms_norm_grad(struct ctx *c)
+{
+    struct gf_value *dy, *x;
+    struct shape s, o;
+    int64_t axis;
+    int a = 0;
+    if (need(c, 0, &dy) || need(c, 1, &x) || attr_int(c, "axis", -1, &axis))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (set_out_like(c, 0, 1, &s))
+        return GF_ERR_INVALID;
+    shape_unknown(&o);
+    if (s.rank >= 0) {
+        if (norm_axis(c, x, axis, s.rank, &a))
+            return GF_ERR_INVALID;
+        o.rank = s.rank - a;
+        for (int i = a; i < s.rank; i++)
+            o.d[i - a] = s.d[i];
+    }
+    return set_out_like(c, 1, 1, &o);
+}
+
+/* SwiGLUGrad GeGLUGrad (dY, G, U) -> dG, dU, both like dY (the rule writes
+ * them only where G and U have dY's shape). */
+static enum gf_status infer_glu_grad(struct ctx *c)
+{
+    struct gf_value *dy;
+    struct shape s;
+    if (need_all(c, 3) || need(c, 0, &dy))
+        return GF_ERR_INVALID;
+    shape_of(dy, &s);
+    if (set_out_like(c, 0, 0, &s))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 1, 0, &s);
+}
+
+/* RoPEGrad(dY, Cos, Sin) -> dX like dY, whose last axis has an even length. */
+static enum gf_status infer_rope_grad(struct ctx *c)
+{
+    return infer_fused_rope(c);
+}
+
 /* ---- tables -------------------------------------------------------------- */
 
 static const infer_fn infer_table[GF_OP_COUNT] = {
@@ -2916,6 +2962,10 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     [GF_OP_MS_ROTARY_EMBEDDING] = infer_rotary, [GF_OP_ROTARY_EMBEDDING] = infer_rotary,
     [GF_OP_SIMPLIFIED_LAYER_NORMALIZATION] = infer_layer_norm,
     [GF_OP_RMS_NORMALIZATION] = infer_layer_norm,
+
+    /* fused backward ops (graphfuse) */
+    [GF_OP_RMS_NORM_GRAD] = infer_rms_norm_grad, [GF_OP_SWIGLU_GRAD] = infer_glu_grad,
+    [GF_OP_GEGLU_GRAD] = infer_glu_grad, [GF_OP_ROPE_GRAD] = infer_rope_grad,
 };
 
 /* Ops whose output values (not just shapes) are tracked. */

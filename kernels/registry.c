@@ -144,6 +144,7 @@ static const struct gf_kernel_table *const cpu_tables[] = {
     &gf_cpu_fused_act_table,
     &gf_cpu_fused_matmul_table,
     &gf_cpu_fused_loss_table,
+    &gf_cpu_fused_grad_table,
     &gf_cpu_contrib_table,
 };
 

@@ -685,13 +685,13 @@ const struct gf_grad_rule gf_grad_rules[GF_OP_COUNT] = {
     R(LAYER_NORMALIZATION, gf_grad_layer_norm, 0x7),
     R(SOFTMAX_CROSS_ENTROPY_LOSS, gf_grad_sce_loss, 0x1),
     R(NEGATIVE_LOG_LIKELIHOOD_LOSS, gf_grad_nll_loss, 0x1),
-    /* fused ops: through their function body until they get a rule and a
-     * backward kernel of their own (replace the entry then) */
-    R(RMS_NORM, gf_grad_inline, GF_GRAD_ALL), R(ADD_RMS_NORM, gf_grad_inline, GF_GRAD_ALL),
+    /* fused ops: a backward op of their own (grad_rules_fused.c), else
+     * through their function body (replace the entry when one gets a rule) */
+    R(RMS_NORM, gf_grad_rms_norm, 0x3), R(ADD_RMS_NORM, gf_grad_rms_norm, 0x7),
     R(LAYER_NORM, gf_grad_inline, GF_GRAD_ALL), R(ADD_LAYER_NORM, gf_grad_inline, GF_GRAD_ALL),
-    R(SWIGLU, gf_grad_inline, GF_GRAD_ALL), R(GEGLU, gf_grad_inline, GF_GRAD_ALL),
+    R(SWIGLU, gf_grad_glu, 0x3), R(GEGLU, gf_grad_glu, 0x3),
     R(SILU, gf_grad_inline, GF_GRAD_ALL), R(FUSED_GELU, gf_grad_inline, GF_GRAD_ALL),
-    R(MATMUL_EPILOGUE, gf_grad_inline, GF_GRAD_ALL), R(ROPE, gf_grad_inline, GF_GRAD_ALL),
+    R(MATMUL_EPILOGUE, gf_grad_inline, GF_GRAD_ALL), R(ROPE, gf_grad_rope, 0x7),
     R(SOFTMAX_CROSS_ENTROPY, gf_grad_inline, GF_GRAD_ALL),
     R(LINEAR_CROSS_ENTROPY, gf_grad_inline, GF_GRAD_ALL), R(JSD, gf_grad_inline, GF_GRAD_ALL),
 };

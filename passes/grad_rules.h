@@ -74,6 +74,11 @@ enum gf_status gf_grad_layer_norm(struct gf_grad_args *a);
 enum gf_status gf_grad_sce_loss(struct gf_grad_args *a);
 enum gf_status gf_grad_nll_loss(struct gf_grad_args *a);
 
+/* Rules of grad_rules_fused.c (fused ops with a backward op of their own). */
+enum gf_status gf_grad_rms_norm(struct gf_grad_args *a); /* AddRMSNorm too */
+enum gf_status gf_grad_glu(struct gf_grad_args *a);      /* SwiGLU, GeGLU */
+enum gf_status gf_grad_rope(struct gf_grad_args *a);
+
 /* ---- the builder (autodiff.c) -------------------------------------------- */
 
 enum gf_status gf_ad_status(const struct gf_ad *ad);

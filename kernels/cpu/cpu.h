@@ -46,5 +46,6 @@ extern const struct gf_kernel_table gf_cpu_reduce_table;      /* cpu/reduce.c */
 extern const struct gf_kernel_table gf_cpu_layout_table;      /* cpu/layout.c */
 extern const struct gf_kernel_table gf_cpu_matmul_table;      /* cpu/matmul.c */
 extern const struct gf_kernel_table gf_cpu_grad_table;        /* cpu/grad.c (backward ops) */
+extern const struct gf_kernel_table gf_cpu_fused_grad_table;  /* cpu/fused_grad.c */
 
 #endif
