@@ -2538,8 +2538,32 @@ static enum gf_status infer_sce_grad(struct ctx *c)
 
 /* ---- fused ops (domain graphfuse, README "Fused ops") ---------------------- */
 
+/* LayerNorm's optional Mean and InvStdDev (outputs `first`, `first` + 1):
+ * X's shape with the normalized axes (a..) set to 1, in the compute type
+ * (float; double for a double X). */
+static enum gf_status infer_norm_stats(struct ctx *c, const struct shape *x, int a,
+                                       size_t first)
+{
+    struct shape o;
+    bool flags[MAX_RANK] = {false};
+    enum gf_dtype dt = dtype_of(in(c, 0)) == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+    if (c->n->op != GF_OP_LAYER_NORM && c->n->op != GF_OP_ADD_LAYER_NORM)
+        return GF_OK;
+    shape_unknown(&o);
+    if (x->rank >= 0) {
+        for (int i = a; i < x->rank; i++)
+            flags[i] = true;
+        reduce_shape(x, flags, true, &o);
+    }
+    if (!dtype_of(in(c, 0)))
+        dt = GF_UNDEFINED;
+    if (set_out(c, first, dt, &o))
+        return GF_ERR_INVALID;
+    return set_out(c, first + 1, dt, &o);
+}
+
 /* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: Y (and S) like X; the Add
- * forms need R of X's shape. */
+ * forms need R of X's shape; LayerNorm's statistics as above. */
 static enum gf_status infer_fused_norm(struct ctx *c)
 {
     struct gf_value *x, *r;
@@ -2567,9 +2591,9 @@ static enum gf_status infer_fused_norm(struct ctx *c)
                 return fail(c, r, "R %s must have X's shape %s",
                             shape_str(&t, b1, sizeof(b1)), shape_str(&s, b2, sizeof(b2)));
     }
-    if (set_out_like(c, 0, 0, &s))
+    if (set_out_like(c, 0, 0, &s) || (add && set_out_like(c, 1, 0, &s)))
         return GF_ERR_INVALID;
-    return add ? set_out_like(c, 1, 0, &s) : GF_OK;
+    return infer_norm_stats(c, &s, a, add ? 2 : 1);
 }
 
 /* SwiGLU GeGLU: G and U broadcast. */

@@ -101,7 +101,7 @@ bool gf_fuse_target_parse(const char *s, enum gf_fuse_target *t)
 
 struct fused_sig {
     enum gf_op op;
-    const char *in[5], *out[3];
+    const char *in[5], *out[4];
     const char *attrs[6]; /* every attribute the op defines (README "Fused ops") */
 };
 
@@ -109,8 +109,9 @@ struct fused_sig {
 static const struct fused_sig sigs[] = {
     {GF_OP_RMS_NORM, {"X", "W"}, {"Y"}, NORM_ATTRS},
     {GF_OP_ADD_RMS_NORM, {"X", "R", "W"}, {"Y", "S"}, NORM_ATTRS},
-    {GF_OP_LAYER_NORM, {"X", "W", "B"}, {"Y"}, {"axis", "epsilon"}},
-    {GF_OP_ADD_LAYER_NORM, {"X", "R", "W", "B"}, {"Y", "S"}, {"axis", "epsilon"}},
+    {GF_OP_LAYER_NORM, {"X", "W", "B"}, {"Y", "Mean", "InvStdDev"}, {"axis", "epsilon"}},
+    {GF_OP_ADD_LAYER_NORM, {"X", "R", "W", "B"}, {"Y", "S", "Mean", "InvStdDev"},
+     {"axis", "epsilon"}},
     {GF_OP_SWIGLU, {"G", "U"}, {"Y"}, {NULL}},
     {GF_OP_GEGLU, {"G", "U"}, {"Y"}, {"approximate"}},
     {GF_OP_SILU, {"X"}, {"Y"}, {NULL}},
@@ -473,7 +474,7 @@ static enum gf_status body_formals(struct gf_graph *b, struct vmap *vm, const st
     for (size_t i = 0; i < n_in + f->n_outputs; i++) {
         bool is_in = i < n_in;
         size_t k = is_in ? i : i - n_in;
-        const char *nm = sig ? (is_in ? (k < 5 ? sig->in[k] : NULL) : (k < 3 ? sig->out[k] : NULL))
+        const char *nm = sig ? (is_in ? (k < 5 ? sig->in[k] : NULL) : (k < 4 ? sig->out[k] : NULL))
                              : NULL;
         if (!nm) {
             snprintf(name, sizeof(name), "%s%zu", is_in ? "in" : "out", k);

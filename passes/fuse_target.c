@@ -266,6 +266,7 @@ static struct gf_value *ones(struct gf_lower *l, enum gf_dtype dt, int rank, con
 struct norm {
     bool rms, add;
     struct gf_value *x, *r, *w, *b, *y, *s;
+    struct gf_value *mean, *istd; /* LayerNorm's optional statistics (NULL: omitted) */
     int rank, axis, brank; /* X's rank, first normalized axis, normalized rank */
     int64_t block[8];      /* the normalized dims (static) */
     float eps;
@@ -302,6 +303,9 @@ static bool norm_read(const struct gf_node *n, struct norm *nm)
     nm->b = !nm->rms && k < n->n_inputs ? n->inputs[k] : NULL;
     nm->y = n->outputs[0];
     nm->s = nm->add ? n->outputs[1] : NULL;
+    size_t ks = nm->add ? 2 : 1;
+    nm->mean = !nm->rms && ks < n->n_outputs ? n->outputs[ks] : NULL;
+    nm->istd = !nm->rms && ks + 1 < n->n_outputs ? n->outputs[ks + 1] : NULL;
     nm->eps = gf_node_attr_float(n, "epsilon", nm->rms ? 1e-6f : 1e-5f);
     if (nm->rms && (gf_node_attr_int(n, "eps_outside", 0) != 0 ||
                     gf_node_attr_float(n, "weight_offset", 0.0f) != 0.0f))
@@ -325,12 +329,16 @@ static struct gf_value *norm_scale(struct gf_lower *l, const struct norm *nm)
     return nm->w ? nm->w : ones(l, nm->x->type.dtype, nm->brank, nm->block);
 }
 
-/* The single-input norm: (Simplified)LayerNormalization / RMSNormalization. */
+/* The single-input norm: (Simplified)LayerNormalization / RMSNormalization;
+ * LayerNorm's Mean and InvStdDev are LayerNormalization's outputs 1 and 2
+ * (stash_type 1: float, as the fused op's). */
 static void norm_node(struct gf_lower *l, const struct norm *nm, const char *op,
                       struct gf_value *x)
 {
     struct gf_value *in[3] = {x, norm_scale(l, nm), nm->b};
-    struct gf_node *o = add(l, op, "", NULL, nm->b ? 3 : 2, in, 1, &nm->y);
+    struct gf_value *out[3] = {nm->y, nm->mean, nm->istd};
+    size_t n_out = nm->istd ? 3 : nm->mean ? 2 : 1;
+    struct gf_node *o = add(l, op, "", NULL, nm->b ? 3 : 2, in, n_out, out);
     set_int(l, o, "axis", nm->axis - nm->rank);
     set_float(l, o, "epsilon", nm->eps);
 }
@@ -340,6 +348,8 @@ static enum gf_status lower_norm_ort(struct gf_lower *l, struct gf_node *n, bool
 {
     struct norm nm;
     if (!norm_read(n, &nm) || !dtype_in(nm.x, DT_NORM))
+        return GF_OK;
+    if (nm.add && (nm.mean || nm.istd)) /* kept as the function call */
         return GF_OK;
     if (nm.add && (nm.axis != nm.rank - 1 || nm.rank < 2 || nm.rank > 3 ||
                    (nm.w && rank_of(nm.w) != 1) || (nm.b && rank_of(nm.b) != 1)))

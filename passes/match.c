@@ -252,6 +252,20 @@ int gf_pat_norm_axes(const struct gf_node *norm)
     return r >= 0 && axis <= r ? r - (int)axis : -1;
 }
 
+bool gf_pat_stats_shape(const struct gf_value *v, const struct gf_value *x, int64_t axis)
+{
+    int r = gf_pat_rank(x);
+    if (r < 0 || gf_pat_rank(v) != r || axis < -r || axis > r)
+        return false;
+    axis = axis < 0 ? axis + r : axis;
+    for (int i = 0; i < r; i++) {
+        const struct gf_dim *d = &v->type.dims[i];
+        if (i >= axis ? d->value != 1 : !dim_equal(d, &x->type.dims[i]))
+            return false;
+    }
+    return true;
+}
+
 /* ---- describing the fused node ------------------------------------------------ */
 
 enum gf_status gf_fused_input(struct gf_fused *f, struct gf_value *v)
@@ -702,10 +716,57 @@ static bool check_escapes(struct gf_match *m, bool *escapes)
     return true;
 }
 
+static bool finish(struct solver *s);
+
+bool gf_match_read_outside(const struct gf_match *m, const struct gf_value *v)
+{
+    if (!v || v->is_output)
+        return v != NULL;
+    for (size_t u = 0; u < v->n_uses; u++)
+        if (v->uses[u].slot < 0 || !in_match(m, v->uses[u].node))
+            return true;
+    return false;
+}
+
+/* The value a tail reads first: that of the first pattern node in its
+ * inputs (NULL when that node is unbound). */
+static struct gf_value *tail_anchor(const struct gf_match *m, int t)
+{
+    const struct gf_pnode *pn = &m->pat->nodes[t];
+    for (int k = 0; k < GF_PAT_MAX_IN && pn->in[k]; k++)
+        if (pn->in[k] > 0 && pn->in[k] < GF_C(0))
+            return m->val[pn->in[k] - 1];
+    return NULL;
+}
+
+/* Binds tail t to a reader of its anchor value, or leaves it unbound. */
+static bool solve_tail(struct solver *s, int t)
+{
+    struct gf_match *m = s->m;
+    const struct gf_pnode *pn = &m->pat->nodes[t];
+    struct gf_value *v = tail_anchor(m, t);
+    m->tails_done |= 1ull << t;
+    struct gf_match saved = *m;
+    for (size_t u = 0; v && u < v->n_uses; u++) {
+        struct gf_node *r = v->uses[u].node;
+        if (v->uses[u].slot < 0 || !r || in_match(m, r) || pn->slot >= r->n_outputs ||
+            !r->outputs[pn->slot] || !op_matches(pn, r))
+            continue;
+        struct goal g = {GF_N(t), false, -1, 0, r->outputs[pn->slot], NULL};
+        if (step_node(s, &g, t))
+            return true;
+        *m = saved;
+    }
+    return finish(s);
+}
+
 static bool finish(struct solver *s)
 {
     struct gf_match *m = s->m;
     bool escapes = false;
+    for (int t = 0; t < m->pat->n_nodes; t++)
+        if ((m->pat->nodes[t].flags & GF_PF_TAIL) && !((m->tails_done >> t) & 1))
+            return solve_tail(s, t);
     int root = m->pat->n_nodes - 1;
     if (!check_escapes(m, &escapes))
         return false;
@@ -787,7 +848,8 @@ static void collect_matched(const struct gf_match *m, struct matched *out)
     for (int i = 0; i < m->pat->n_nodes; i++)
         want += m->node[i] != NULL;
     want += (size_t)m->n_cast;
-    /* every matched node is an ancestor of the root: walk back from it */
+    /* every matched node but the tails is an ancestor of the root: walk
+     * back from it, then on for the tails that come after it */
     out->count = 0;
     for (struct gf_node *n = root; n && out->count < want; n = n->prev)
         if (in_match(m, n))
@@ -797,6 +859,17 @@ static void collect_matched(const struct gf_match *m, struct matched *out)
         out->n[i] = out->n[out->count - 1 - i];
         out->n[out->count - 1 - i] = t;
     }
+    for (struct gf_node *n = root->next; n && out->count < want; n = n->next)
+        if (in_match(m, n))
+            out->n[out->count++] = n;
+}
+
+static bool has_tail(const struct gf_match *m)
+{
+    for (int i = 0; i < m->pat->n_nodes; i++)
+        if ((m->pat->nodes[i].flags & GF_PF_TAIL) && m->node[i])
+            return true;
+    return false;
 }
 
 static bool listed(struct gf_value *const *vals, size_t n, const struct gf_value *v)
@@ -818,7 +891,7 @@ static enum gf_status check_fused(const struct gf_pattern *p, const struct match
         return gf_error(GF_ERR_INTERNAL, "pattern '%s' (%s): rewrite made no graphfuse op",
                         p->name, p->form);
     for (size_t i = 0; i < f->n_out; i++) {
-        bool ok = false;
+        bool ok = i > 0 && !f->out[i]; /* an omitted optional output */
         for (size_t k = 0; !ok && k < mt->count; k++)
             ok = f->out[i] && listed(mt->n[k]->outputs, mt->n[k]->n_outputs, f->out[i]);
         if (!ok)
@@ -913,7 +986,7 @@ static enum gf_status set_attrs(struct gf_node *n, const struct gf_fused *f)
 static bool extra_outputs_used(const struct gf_fused *f, const struct gf_node *root)
 {
     for (size_t i = 0; i < f->n_out; i++)
-        if (f->out[i] != root->outputs[0] && f->out[i]->n_uses)
+        if (f->out[i] && f->out[i] != root->outputs[0] && f->out[i]->n_uses)
             return true;
     return false;
 }
@@ -930,13 +1003,18 @@ static enum gf_status apply(struct gf_graph *g, const struct gf_engine *e, size_
         return st;
     while (f.n_in > 0 && !f.in[f.n_in - 1])
         f.n_in--; /* omitted trailing optional inputs are simply absent */
+    while (f.n_out > 1 && !f.out[f.n_out - 1])
+        f.n_out--; /* and so are omitted trailing outputs */
     collect_matched(m, &mt);
     if ((st = check_fused(p, &mt, &f)) != GF_OK)
         return st;
     const char *op = gf_op_get_info(f.op)->name;
     char name[300];
-    bool resort = extra_outputs_used(&f, root);
+    /* a tail's inputs may come after the root: sort again then */
+    bool resort = extra_outputs_used(&f, root) || has_tail(m);
     struct gf_node *anchor = root->next;
+    while (anchor && in_match(m, anchor))
+        anchor = anchor->next; /* a tail right after the root goes too */
     for (size_t k = 0; k < mt.count; k++)
         gf_graph_remove_node(g, mt.n[k]);
     fused_name(g, &mt, op, name, sizeof(name)); /* the removed nodes' names are free */

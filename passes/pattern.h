@@ -33,7 +33,7 @@
  * The LAST entry of the table is the root: the node whose
  * output 0 the fused node's output 0 replaces (the engine indexes patterns
  * by the root's op).  Every other entry must be reachable from the root
- * through inputs.  Each entry has:
+ * through inputs, or be a tail (GF_PF_TAIL, below).  Each entry has:
  *   - label: a short name shown by --explain ("sqrt", "mean").
  *   - op: the graph node's op (GF_OP_*; fused ops such as GF_OP_RMS_NORM
  *     are allowed, which is how a pattern extends an earlier fusion); or
@@ -50,7 +50,15 @@
  *     A graph node with more inputs than the pattern lists does not match
  *     (unless the extra ones are omitted).
  *   - flags: GF_PF_COMMUTE  binary op: also try the inputs swapped;
- *            GF_PF_ONE_USE  the node's output has exactly one user.
+ *            GF_PF_ONE_USE  the node's output has exactly one user;
+ *            GF_PF_TAIL     a tail: not an input of the root's subgraph but
+ *              a reader of a value it computes (ONNX LayerNormalization's
+ *              Mean and InvStdDev in its function body).  Tails are bound
+ *              after the rest, in table order: the engine tries each reader
+ *              of the value of the first pattern node in the tail's in[]
+ *              (listed before the tail), and leaves the tail unbound when
+ *              none fits (a tail of an unbound tail is unbound).  Their
+ *              outputs may escape as the `escape` bits say.
  *   - cast: bit i set: input i may pass through a Cast that changes
  *     nothing (to the dtype it already has, e.g. the `.to(float32)` of the
  *     Hugging Face norms on a float32 model).  Such Casts join the match.
@@ -139,6 +147,7 @@
 enum {
     GF_PF_COMMUTE = 1 << 0, /* binary op: try both input orders */
     GF_PF_ONE_USE = 1 << 1, /* output has exactly one user */
+    GF_PF_TAIL = 1 << 2,    /* optional reader of a matched value (see the top) */
 };
 
 struct gf_pnode {
@@ -189,6 +198,7 @@ struct gf_match {
     uint32_t cap_bound;                       /* bit k: capture k bound */
     struct gf_node *cast[GF_PAT_MAX_CASTS];   /* no-op Casts passed through */
     int n_cast;
+    uint64_t tails_done; /* bit i: tail i was decided (bound or left out) */
     int64_t i[4]; /* scratch: check -> rewrite */
     double f[4];
     struct gf_match_why *why; /* where failures are recorded (engine) */
@@ -234,6 +244,11 @@ bool gf_pat_fits_trailing(const struct gf_value *w, const struct gf_value *x, in
 /* Number of normalized (trailing) axes of a fused norm node, from its
  * `axis` attribute and the rank of its input 0; -1 if unknown. */
 int gf_pat_norm_axes(const struct gf_node *norm);
+/* True when v has the shape of LayerNorm's Mean / InvStdDev for input x
+ * normalized from `axis` on: x's dims, those from axis on set to 1. */
+bool gf_pat_stats_shape(const struct gf_value *v, const struct gf_value *x, int64_t axis);
+/* True when v is a graph output or read by a node outside the match. */
+bool gf_match_read_outside(const struct gf_match *m, const struct gf_value *v);
 
 /* ---- describing the fused node (rewrite) ------------------------------------- */
 

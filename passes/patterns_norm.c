@@ -134,40 +134,67 @@ static enum gf_status ln_rewrite(struct gf_match *m, struct gf_fused *f)
  *   x ─Flatten─(Cast)─ XU ─ mean, E[XU²]−mean², +eps, Sqrt ─ (XU−mean)/std ─(Cast)─┐
  *   w ─Flatten(0)─ Mul ─ [b ─Flatten(0)─ Add] ──────────────────────────────────────┤
  *   x ─Shape──────────────────────────────────────────────────────────── Reshape ── y
+ *   tails: mean ─Reshape(reduced)── Mean,  std ─Reciprocal─Reshape(reduced)── InvStdDev
  * After cleanup the Flatten of a constant weight and the Shape of a static
  * x are folded constants; the weight then goes to the fused op reshaped
- * to the normalized dims (a new initializer). */
-enum { EX, EW, EB, EEPS, EW2, EB2, ESHAPE };
+ * to the normalized dims (a new initializer).  The Mean / InvStdDev tails
+ * (when read) become the fused op's outputs 1 and 2; their shape, x's with
+ * the normalized dims set to 1, must be a constant (static x). */
+enum { EX, EW, EB, EEPS, EW2, EB2, ESHAPE, ERED };
 static const struct gf_pcap lnx_caps[] = {
     [EX] = GF_K_ANY("x"), [EW] = GF_K_ANY("w"), [EB] = GF_K_ANY("b"),
     [EEPS] = GF_K_CONST("eps"), [EW2] = GF_K_CONST("w2d"), [EB2] = GF_K_CONST("b2d"),
-    [ESHAPE] = GF_K_CONST("shape of x"),
+    [ESHAPE] = GF_K_CONST("shape of x"), [ERED] = GF_K_CONST("reduced shape"),
 };
 enum { E_SHAPE, E_TARGET, E_FLAT, E_MEAN, E_SQ, E_MSQ, E_SQM, E_VAR, E_ADD, E_SQRT, E_DEV,
-       E_DIV, E_FWN, E_FW, E_SCALE, E_FBN, E_FB, E_BIAS, E_BODY, E_ROOT };
+       E_DIV, E_FWN, E_FW, E_SCALE, E_FBN, E_FB, E_BIAS, E_BODY, E_MOUT, E_RECIP, E_IOUT,
+       E_ROOT };
+/* Mean and 1/std escape directly where cleanup removed a no-op Reshape of
+ * them (2-D x): the check then wants them in the statistics' shape. */
+#define LNX_CORE(XV)                                                                        \
+    [E_MEAN] = {GF_P("mean", GF_OP_REDUCE_MEAN, XV, GF_ANY), .cast = 1, .escape = 1},        \
+    [E_SQ] = {GF_P("square", GF_OP_MUL, XV, XV), .cast = 3},                                 \
+    [E_MSQ] = {GF_P("mean of square", GF_OP_REDUCE_MEAN, GF_N(E_SQ), GF_ANY)},               \
+    [E_SQM] = {GF_P("square of mean", GF_OP_MUL, GF_N(E_MEAN), GF_N(E_MEAN))},               \
+    [E_VAR] = {GF_P("variance", GF_OP_SUB, GF_N(E_MSQ), GF_N(E_SQM))},                       \
+    [E_ADD] = {GF_P("+eps", GF_OP_ADD, GF_N(E_VAR), GF_C(EEPS)), .flags = GF_PF_COMMUTE,     \
+               .cast = 3},                                                                   \
+    [E_SQRT] = {GF_P("stddev", GF_OP_SQRT, GF_N(E_ADD))},                                    \
+    [E_DEV] = {GF_P("deviation", GF_OP_SUB, XV, GF_N(E_MEAN)), .cast = 1},                   \
+    [E_DIV] = {GF_P("normalized", GF_OP_DIV, GF_N(E_DEV), GF_N(E_SQRT))},                    \
+    [E_FWN] = {GF_P("w2d", GF_OP_FLATTEN, GF_C(EW))},                                        \
+    [E_FW] = {GF_P("w2d", GF_PAT_ALT, GF_N(E_FWN), GF_C(EW2))},                              \
+    [E_SCALE] = {GF_P("scaled", GF_OP_MUL, GF_N(E_DIV), GF_N(E_FW)), .flags = GF_PF_COMMUTE, \
+                 .cast = 3},                                                                 \
+    [E_FBN] = {GF_P("b2d", GF_OP_FLATTEN, GF_C(EB))},                                        \
+    [E_FB] = {GF_P("b2d", GF_PAT_ALT, GF_N(E_FBN), GF_C(EB2))},                              \
+    [E_MOUT] = {GF_P("Mean", GF_OP_RESHAPE, GF_N(E_MEAN), GF_C(ERED)), .flags = GF_PF_TAIL,  \
+                .escape = 1},                                                                \
+    [E_RECIP] = {GF_P("1/std", GF_OP_RECIPROCAL, GF_N(E_SQRT)), .flags = GF_PF_TAIL,         \
+                 .escape = 1},                                                               \
+    [E_IOUT] = {GF_P("InvStdDev", GF_OP_RESHAPE, GF_N(E_RECIP), GF_C(ERED)),                 \
+                .flags = GF_PF_TAIL, .escape = 1}
+
 static const struct gf_pnode lnx_nodes[] = {
     [E_SHAPE] = {GF_P("shape", GF_OP_SHAPE, GF_C(EX))},
     [E_TARGET] = {GF_P("shape", GF_PAT_ALT, GF_N(E_SHAPE), GF_C(ESHAPE))},
     [E_FLAT] = {GF_P("x2d", GF_OP_FLATTEN, GF_C(EX))},
-    [E_MEAN] = {GF_P("mean", GF_OP_REDUCE_MEAN, GF_N(E_FLAT), GF_ANY), .cast = 1},
-    [E_SQ] = {GF_P("square", GF_OP_MUL, GF_N(E_FLAT), GF_N(E_FLAT)), .cast = 3},
-    [E_MSQ] = {GF_P("mean of square", GF_OP_REDUCE_MEAN, GF_N(E_SQ), GF_ANY)},
-    [E_SQM] = {GF_P("square of mean", GF_OP_MUL, GF_N(E_MEAN), GF_N(E_MEAN))},
-    [E_VAR] = {GF_P("variance", GF_OP_SUB, GF_N(E_MSQ), GF_N(E_SQM))},
-    [E_ADD] = {GF_P("+eps", GF_OP_ADD, GF_N(E_VAR), GF_C(EEPS)), .flags = GF_PF_COMMUTE,
-               .cast = 3},
-    [E_SQRT] = {GF_P("stddev", GF_OP_SQRT, GF_N(E_ADD))},
-    [E_DEV] = {GF_P("deviation", GF_OP_SUB, GF_N(E_FLAT), GF_N(E_MEAN)), .cast = 1},
-    [E_DIV] = {GF_P("normalized", GF_OP_DIV, GF_N(E_DEV), GF_N(E_SQRT))},
-    [E_FWN] = {GF_P("w2d", GF_OP_FLATTEN, GF_C(EW))},
-    [E_FW] = {GF_P("w2d", GF_PAT_ALT, GF_N(E_FWN), GF_C(EW2))},
-    [E_SCALE] = {GF_P("scaled", GF_OP_MUL, GF_N(E_DIV), GF_N(E_FW)), .flags = GF_PF_COMMUTE,
-                 .cast = 3},
-    [E_FBN] = {GF_P("b2d", GF_OP_FLATTEN, GF_C(EB))},
-    [E_FB] = {GF_P("b2d", GF_PAT_ALT, GF_N(E_FBN), GF_C(EB2))},
+    LNX_CORE(GF_N(E_FLAT)),
     [E_BIAS] = {GF_P("biased", GF_OP_ADD, GF_N(E_SCALE), GF_N(E_FB)), .flags = GF_PF_COMMUTE},
     [E_BODY] = {GF_P("affine", GF_PAT_ALT, GF_N(E_BIAS), GF_N(E_SCALE))},
     [E_ROOT] = {GF_P("reshape", GF_OP_RESHAPE, GF_N(E_BODY), GF_N(E_TARGET))},
+};
+/* A 2-D x [rows, n] normalized over axis 1: cleanup removed the Flatten of
+ * x and the Reshape of y (both no-ops); the entries these forms do not
+ * reach (shape, x2d, biased, affine) stay empty. */
+static const struct gf_pnode lnx2_bias_nodes[] = {
+    LNX_CORE(GF_C(EX)),
+    [E_ROOT] = {GF_P("biased", GF_OP_ADD, GF_N(E_SCALE), GF_N(E_FB)), .flags = GF_PF_COMMUTE},
+};
+static const struct gf_pnode lnx2_scale_nodes[] = {
+    LNX_CORE(GF_C(EX)),
+    [E_ROOT] = {GF_P("scaled", GF_OP_MUL, GF_N(E_DIV), GF_N(E_FW)), .flags = GF_PF_COMMUTE,
+                .cast = 3},
 };
 
 static bool flatten_axis(struct gf_match *m, int pn, int64_t want)
@@ -192,6 +219,20 @@ static bool normalized_dims(const struct gf_value *x, int64_t axis, int *k, int6
         if ((dims[i] = x->type.dims[axis + i].value) < 0)
             return false;
     return true;
+}
+
+/* w of a Flatten(w, 0) node fits the normalized dims of x (the 2-D forms'
+ * x is the 2-D view: its last dim). */
+static bool flat_affine(struct gf_match *m, int pn, int cap, const struct gf_value *x,
+                        int64_t axis)
+{
+    const struct gf_value *w = gf_match_cap(m, cap);
+    int r = gf_pat_rank(x);
+    int k = axis < 0 ? (int)-axis : r - (int)axis;
+    if (!gf_match_node(m, pn) || (r >= 0 && gf_pat_fits_trailing(w, x, k)))
+        return true;
+    return gf_match_fail(m, pn, "'%s' does not fit the %d normalized dim(s) of '%s'",
+                         w ? w->name : "?", k, x ? x->name : "?");
 }
 
 /* A folded Flatten(w, 0): one row, as many elements as the normalized dims. */
@@ -227,25 +268,98 @@ static bool folded_shape(struct gf_match *m, const struct gf_value *x)
     return ok || gf_match_fail(m, E_ROOT, "reshapes to something else than the shape of x");
 }
 
+/* The Mean / InvStdDev tails reshape to x's static shape with the dims
+ * from `axis` on set to 1 (LayerNormalization's statistics shape). */
+static bool reduced_shape(struct gf_match *m, const struct gf_value *x, int64_t axis)
+{
+    const struct gf_tensor *t = gf_match_const(m, ERED);
+    int r = gf_pat_rank(x);
+    if (!t)
+        return true;
+    axis = axis < 0 ? axis + r : axis;
+    bool ok = r >= 0 && t->rank == 1 && (size_t)r == t->nelem &&
+              (t->dtype == GF_INT64 || t->dtype == GF_INT32);
+    for (int i = 0; ok && i < r; i++) {
+        int64_t want = i < axis ? x->type.dims[i].value : 1;
+        ok = want >= 0 && gf_tensor_get_i64(t, (size_t)i) == want;
+    }
+    return ok || gf_match_fail(m, E_MOUT, "the statistics are reshaped to something else "
+                               "than x's shape with the normalized dims set to 1");
+}
+
+static bool lnx_has_bias(const struct gf_match *m)
+{
+    return gf_match_node(m, E_FBN) || gf_match_cap(m, EB2);
+}
+
+/* Mean (k 0) or 1/std (k 1) read outside the match as the fused node's
+ * output: the Reshape tail's, or the value itself when it has the shape
+ * of the statistics; NULL when not read. */
+static bool lnx_stat(struct gf_match *m, int k, int64_t axis, struct gf_value **out)
+{
+    const struct gf_node *tail = gf_match_node(m, k ? E_IOUT : E_MOUT);
+    struct gf_value *v = gf_match_node(m, k ? E_RECIP : E_MEAN)
+                             ? gf_match_node(m, k ? E_RECIP : E_MEAN)->outputs[0] : NULL;
+    *out = tail ? tail->outputs[0] : NULL;
+    if (!v || !gf_match_read_outside(m, v))
+        return true;
+    if (tail)
+        return gf_match_fail(m, k ? E_RECIP : E_MEAN, "'%s' is read outside the match and "
+                             "reshaped to an output", v->name);
+    *out = v;
+    if (gf_pat_stats_shape(v, gf_match_cap(m, EX), axis))
+        return true;
+    return gf_match_fail(m, k ? E_RECIP : E_MEAN, "'%s' is read outside the match, not in the "
+                         "shape of LayerNorm's statistics (x's, the normalized dims 1)", v->name);
+}
+
 static bool lnx_check(struct gf_match *m)
 {
     const struct gf_value *x = gf_match_cap(m, EX);
-    const struct gf_node *shape = gf_match_node(m, E_SHAPE);
-    int64_t a1, a2, axis = gf_node_attr_int(gf_match_node(m, E_FLAT), "axis", 1);
+    const struct gf_node *shape = gf_match_node(m, E_SHAPE), *flat = gf_match_node(m, E_FLAT);
+    int vr = flat ? 2 : gf_pat_rank(x); /* rank of the view the means reduce */
+    int64_t a1, a2, axis = flat ? gf_node_attr_int(flat, "axis", 1) : -1;
+    struct gf_value *st[2];
     double eps;
-    if (!float_input(m, E_ROOT, x) || !mean_axis(m, E_MEAN, 2, &a1) ||
-        !mean_axis(m, E_MSQ, 2, &a2) || !epsilon(m, E_ADD, EEPS, 2, &eps) ||
+    if (!float_input(m, E_ROOT, x) || !mean_axis(m, E_MEAN, vr, &a1) ||
+        !mean_axis(m, E_MSQ, vr, &a2) || !epsilon(m, E_ADD, EEPS, vr, &eps) ||
         !flatten_axis(m, E_FWN, 0) || !flatten_axis(m, E_FBN, 0) ||
-        !folded_affine(m, E_FW, EW2, x, axis) ||
-        (gf_match_node(m, E_BIAS) && !folded_affine(m, E_FB, EB2, x, axis)) ||
-        !folded_shape(m, x))
+        !folded_affine(m, E_FW, EW2, x, axis) || !flat_affine(m, E_FWN, EW, x, axis) ||
+        !flat_affine(m, E_FBN, EB, x, axis) ||
+        (lnx_has_bias(m) && !folded_affine(m, E_FB, EB2, x, axis)) ||
+        !folded_shape(m, x) || !reduced_shape(m, x, axis) || !lnx_stat(m, 0, axis, &st[0]) ||
+        !lnx_stat(m, 1, axis, &st[1]))
         return false;
     if (a1 != -1 || a2 != -1)
-        return gf_match_fail(m, E_MEAN, "the means must reduce axis 1 of the 2-D view");
+        return gf_match_fail(m, E_MEAN, "the means must reduce the last axis (of the 2-D view)");
     if (shape && (gf_node_attr(shape, "start") || gf_node_attr(shape, "end")))
         return gf_match_fail(m, E_SHAPE, "takes part of the shape (start/end)");
     m->i[0] = axis;
     m->f[0] = eps;
+    return true;
+}
+
+/* The 2-D forms' roots (Mul, Add) come before the wider forms' (Add,
+ * Reshape) in the walk: a 2-D match gives way when a wider form matches at
+ * a reader of its root, so that one node takes the whole body. */
+static enum gf_status lnx_rewrite(struct gf_match *m, struct gf_fused *f);
+static const struct gf_pattern lnx_wider[] = {
+    GF_PATTERN("layernorm", "3-D", lnx_nodes, lnx_caps, lnx_check, lnx_rewrite),
+    GF_PATTERN("layernorm", "2-D", lnx2_bias_nodes, lnx_caps, lnx_check, lnx_rewrite),
+};
+
+static bool lnx2_check(struct gf_match *m)
+{
+    const struct gf_value *y = gf_match_node(m, E_ROOT)->outputs[0];
+    int wider = m->pat->nodes[E_ROOT].op == GF_OP_ADD ? 1 : 2; /* lnx_wider[0..wider) */
+    struct gf_match w;
+    if (!lnx_check(m))
+        return false;
+    for (size_t u = 0; u < y->n_uses; u++)
+        for (int k = 0; y->uses[u].node && k < wider; k++)
+            if (y->uses[u].node->op == lnx_wider[k].nodes[E_ROOT].op &&
+                gf_pattern_match(&lnx_wider[k], y->uses[u].node, &w, NULL, 0))
+                return gf_match_fail(m, E_ROOT, "a wider form matches at its reader");
     return true;
 }
 
@@ -277,7 +391,7 @@ static enum gf_status lnx_rewrite(struct gf_match *m, struct gf_fused *f)
     struct gf_value *w, *b = NULL;
     f->op = GF_OP_LAYER_NORM;
     enum gf_status st = lnx_affine(m, EW, EW2, &w);
-    if (st == GF_OK && gf_match_node(m, E_BIAS))
+    if (st == GF_OK && lnx_has_bias(m))
         st = lnx_affine(m, EB, EB2, &b);
     if (st == GF_OK)
         st = gf_fused_input(f, gf_match_cap(m, EX));
@@ -285,20 +399,27 @@ static enum gf_status lnx_rewrite(struct gf_match *m, struct gf_fused *f)
         st = gf_fused_input(f, w);
     if (st == GF_OK && b)
         st = gf_fused_input(f, b);
+    for (int k = 0; st == GF_OK && k < 2; k++) { /* Mean, InvStdDev: read, or none */
+        struct gf_value *v;
+        if (!lnx_stat(m, k, m->i[0], &v))
+            return gf_error(GF_ERR_INTERNAL, "layernorm: statistics changed after the check");
+        st = gf_fused_output(f, v);
+    }
     return st == GF_OK ? norm_attrs(f, m->i[0], m->f[0]) : st;
 }
 
 /* ---- LayerNorm from the ONNX LayerNormalization op ------------------------------------
  *   x ─┐
- *   w ─LayerNormalization(axis, epsilon, stash_type 1)── y   (Mean, InvStdDev unused)
- *   b ─┘
+ *   w ─LayerNormalization(axis, epsilon, stash_type 1)── y, Mean?, InvStdDev?
+ *   b ─┘                                (the fused op's outputs 1 and 2)
  */
 enum { OX, OW, OB };
 static const struct gf_pcap lnop_caps[] = {
     [OX] = GF_K_ANY("x"), [OW] = GF_K_ANY("scale"), [OB] = GF_K_ANY("bias"),
 };
 static const struct gf_pnode lnop_nodes[] = {
-    {GF_P("layernorm", GF_OP_LAYER_NORMALIZATION, GF_C(OX), GF_C(OW), GF_OPT(OB))},
+    {GF_P("layernorm", GF_OP_LAYER_NORMALIZATION, GF_C(OX), GF_C(OW), GF_OPT(OB)),
+     .escape = 6},
 };
 
 static bool lnop_check(struct gf_match *m)
@@ -326,6 +447,8 @@ static enum gf_status lnop_rewrite(struct gf_match *m, struct gf_fused *f)
         st = gf_fused_input(f, gf_match_cap(m, OW));
     if (st == GF_OK)
         st = gf_fused_input(f, gf_match_cap(m, OB));
+    for (size_t k = 1; st == GF_OK && k < n->n_outputs; k++) /* NULL: not read */
+        st = gf_fused_output(f, gf_match_read_outside(m, n->outputs[k]) ? n->outputs[k] : NULL);
     return st == GF_OK ? norm_attrs(f, gf_node_attr_int(n, "axis", -1),
                                     gf_node_attr_float(n, "epsilon", 1e-5f))
                        : st;
@@ -343,24 +466,26 @@ static const struct gf_pcap aff_caps[] = {
 };
 enum { A_NORM, A_ROOT };
 static const struct gf_pnode ln_w_nodes[] = {
-    [A_NORM] = {GF_P("layernorm", GF_OP_LAYER_NORM, GF_C(AX), GF_NONE, GF_NONE)},
+    [A_NORM] = {GF_P("layernorm", GF_OP_LAYER_NORM, GF_C(AX), GF_NONE, GF_NONE),
+                .escape = 6},
     [A_ROOT] = {GF_P("*weight", GF_OP_MUL, GF_N(A_NORM), GF_C(AW)), .flags = GF_PF_COMMUTE,
                 .cast = 1},
 };
 static const struct gf_pnode ln_b_nodes[] = {
-    [A_NORM] = {GF_P("layernorm", GF_OP_LAYER_NORM, GF_C(AX), GF_OPT(AW), GF_NONE)},
+    [A_NORM] = {GF_P("layernorm", GF_OP_LAYER_NORM, GF_C(AX), GF_OPT(AW), GF_NONE),
+                .escape = 6},
     [A_ROOT] = {GF_P("+bias", GF_OP_ADD, GF_N(A_NORM), GF_C(AB)), .flags = GF_PF_COMMUTE,
                 .cast = 1},
 };
 static const struct gf_pnode addln_w_nodes[] = {
     [A_NORM] = {GF_P("addlayernorm", GF_OP_ADD_LAYER_NORM, GF_C(AX), GF_C(AR), GF_NONE,
-                     GF_NONE), .escape = 2},
+                     GF_NONE), .escape = 14},
     [A_ROOT] = {GF_P("*weight", GF_OP_MUL, GF_N(A_NORM), GF_C(AW)), .flags = GF_PF_COMMUTE,
                 .cast = 1},
 };
 static const struct gf_pnode addln_b_nodes[] = {
     [A_NORM] = {GF_P("addlayernorm", GF_OP_ADD_LAYER_NORM, GF_C(AX), GF_C(AR), GF_OPT(AW),
-                     GF_NONE), .escape = 2},
+                     GF_NONE), .escape = 14},
     [A_ROOT] = {GF_P("+bias", GF_OP_ADD, GF_N(A_NORM), GF_C(AB)), .flags = GF_PF_COMMUTE,
                 .cast = 1},
 };
@@ -372,8 +497,18 @@ static bool aff_check(struct gf_match *m)
     return fits(m, A_ROOT, gf_match_cap(m, bias ? AB : AW), norm);
 }
 
+/* Appends LayerNorm's Mean and InvStdDev, outputs `first`.. of norm. */
+static enum gf_status stats_outputs(struct gf_fused *f, const struct gf_node *norm, size_t first)
+{
+    enum gf_status st = GF_OK;
+    for (size_t k = first; st == GF_OK && k < norm->n_outputs; k++)
+        st = gf_fused_output(f, norm->outputs[k]);
+    return st;
+}
+
 /* The norm's operands with the weight or bias added, its attributes, and
- * for the Add forms the sum S as second output. */
+ * for the Add forms the sum S as second output; LayerNorm's statistics
+ * stay where they were. */
 static enum gf_status aff_rewrite(struct gf_match *m, struct gf_fused *f)
 {
     const struct gf_node *norm = gf_match_node(m, A_NORM);
@@ -389,6 +524,8 @@ static enum gf_status aff_rewrite(struct gf_match *m, struct gf_fused *f)
         st = gf_fused_input(f, gf_match_cap(m, AB));
     if (st == GF_OK && add)
         st = gf_fused_output(f, norm->outputs[1]);
+    if (st == GF_OK)
+        st = stats_outputs(f, norm, add ? 2 : 1);
     return st == GF_OK ? gf_fused_copy_attrs(f, norm) : st;
 }
 
@@ -400,7 +537,8 @@ static enum gf_status aff_rewrite(struct gf_match *m, struct gf_fused *f)
 enum { D_ADD, D_ROOT };
 static const struct gf_pnode addln_nodes[] = {
     [D_ADD] = {GF_P("residual add", GF_OP_ADD, GF_C(AX), GF_C(AR)), .escape = 1},
-    [D_ROOT] = {GF_P("layernorm", GF_OP_LAYER_NORM, GF_N(D_ADD), GF_OPT(AW), GF_OPT(AB))},
+    [D_ROOT] = {GF_P("layernorm", GF_OP_LAYER_NORM, GF_N(D_ADD), GF_OPT(AW), GF_OPT(AB)),
+                .escape = 6},
 };
 static const struct gf_pnode addrms_nodes[] = {
     [D_ADD] = {GF_P("residual add", GF_OP_ADD, GF_C(AX), GF_C(AR)), .escape = 1},
@@ -433,6 +571,8 @@ static enum gf_status add_rewrite(struct gf_match *m, struct gf_fused *f)
         st = gf_fused_input(f, gf_match_cap(m, AB));
     if (st == GF_OK)
         st = gf_fused_output(f, gf_match_node(m, D_ADD)->outputs[0]);
+    if (st == GF_OK && ln) /* LayerNorm's statistics move after S */
+        st = stats_outputs(f, norm, 1);
     return st == GF_OK ? gf_fused_copy_attrs(f, norm) : st;
 }
 
@@ -572,6 +712,10 @@ const struct gf_pattern gf_patterns_norm[] = {
     GF_PATTERN("layernorm", "(x-mean)*rsqrt(var+eps)", ln_mul, ln_caps, ln_check, ln_rewrite),
     GF_PATTERN("layernorm", "LayerNormalization function body", lnx_nodes, lnx_caps,
                lnx_check, lnx_rewrite),
+    GF_PATTERN("layernorm", "LayerNormalization function body, 2-D", lnx2_bias_nodes, lnx_caps,
+               lnx2_check, lnx_rewrite),
+    GF_PATTERN("layernorm", "LayerNormalization function body, 2-D, no bias", lnx2_scale_nodes,
+               lnx_caps, lnx2_check, lnx_rewrite),
     GF_PATTERN("layernorm", "LayerNormalization op", lnop_nodes, lnop_caps, lnop_check,
                lnop_rewrite),
     GF_PATTERN("layernorm_affine", "LayerNorm*w", ln_w_nodes, aff_caps, aff_check, aff_rewrite),

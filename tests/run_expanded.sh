@@ -7,7 +7,10 @@
 # still passes its recorded test data with `graphfuse test`'s default
 # tolerances (rtol 1e-3, atol 1e-7).  The test_nllloss_*_expanded bodies read
 # arbitrary scores, not log-softmax outputs: they are no cross-entropy and
-# must come out unfused (and still pass).
+# must come out unfused (and still pass).  Every test_layer_normalization_*
+# (the LayerNormalization op with Y, Mean and InvStdDev as graph outputs)
+# and its _expanded function body become one graphfuse.LayerNorm node with
+# three outputs, and pass their test data.
 # Usage: tests/run_expanded.sh GRAPHFUSE
 set -u
 gf=${1:?usage: run_expanded.sh path/to/graphfuse}
@@ -19,6 +22,8 @@ fused=0
 total=0
 kept=0
 nll=0
+ln=0
+lnfused=0
 
 bad() {
     echo "FAIL $*"
@@ -75,7 +80,28 @@ for dir in "$node"/test_nllloss_*_expanded; do
     passes "$t" && kept=$((kept + 1))
 done
 
+# one_fused TEST OP: the optimized TEST is one node, graphfuse.OP with
+# three outputs
+one_fused() {
+    n=$(nodes "$1")
+    k=$("$gf" dump "$tmp/$1/model.onnx" | grep -c "^[^ ].*: graphfuse\.$2(.*) -> [^ ,]*, [^ ,]*, [^ ,]* ")
+    [ "$n" = 1 ] && [ "$k" = 1 ] && return 0
+    bad "$1: $n nodes, $k graphfuse.$2 with three outputs after optimize (expected one)"
+    return 1
+}
+
+for dir in "$node"/test_layer_normalization_*; do
+    t=$(basename "$dir")
+    ln=$((ln + 1))
+    optimize "$t" || continue
+    one_fused "$t" LayerNorm || continue
+    passes "$t" && lnfused=$((lnfused + 1))
+done
+
 [ "$total" -gt 0 ] || bad "no test_sce_*_expanded tests under $node"
+[ "$ln" -gt 0 ] || bad "no test_layer_normalization_* tests under $node"
 echo "expanded: $fused of $total softmax cross-entropy _expanded tests fuse to one node and pass;" \
-     "$kept of $nll NLL _expanded tests stay unfused and pass; $fails failed"
+     "$kept of $nll NLL _expanded tests stay unfused and pass;" \
+     "$lnfused of $ln layer normalization tests (op and _expanded) fuse to one" \
+     "LayerNorm with Mean and InvStdDev and pass; $fails failed"
 [ "$fails" = 0 ]

@@ -483,13 +483,18 @@ static void test_add_ln_op(void **state)
     gf_model_free(t.m);
 }
 
-/* The op's Mean output is a graph output: nothing to fuse. */
+/* The op's Mean output is a graph output: the fused op's Mean, which
+ * AddLayerNorm keeps after S (the run compares it with the op's). */
 static void test_ln_op_mean_used(void **state)
 {
     (void)state;
     struct tg t = ln_op("2,3,8", true);
     tg_check_fused(&t, NULL, NULL);
-    expect_no_fusion(&t);
+    assert_int_equal(tg_count(&t, "AddLayerNorm"), 1);
+    const struct gf_node *n = tg_find_op(&t, "AddLayerNorm");
+    assert_int_equal(n->n_outputs, 3);
+    assert_string_equal(n->outputs[1]->name, "x");
+    assert_string_equal(n->outputs[2]->name, "mean");
     gf_model_free(t.m);
 }
 
@@ -545,6 +550,60 @@ static void test_ln_expanded(void **state)
     gf_model_free(t.m);
 }
 
+/* The body's Mean / InvStdDev tails, reshaped to x's shape with the
+ * normalized dims 1 ([2, 1, 1]), or to `rdims` given. */
+static void add_stats(struct tg *t, const double *rshape)
+{
+    tg_init(t, "rs", GF_INT64, "3", rshape);
+    tg_node(t, "Reciprocal", "std", "istd2");
+    tg_node(t, "Reshape", "mean,rs", "Mean");
+    tg_node(t, "Reshape", "istd2,rs", "InvStdDev");
+    tg_output(t, "Mean");
+    tg_output(t, "InvStdDev");
+}
+
+static void test_ln_expanded_stats(void **state)
+{
+    (void)state;
+    static const double rshape[3] = {2, 1, 1};
+    struct tg t = ln_expanded(1);
+    add_stats(&t, rshape);
+    tg_check_fused(&t, NULL, NULL);
+    expect_layernorm(&t, 1, 3);
+    const struct gf_node *n = tg_find_op(&t, "LayerNorm");
+    assert_int_equal(n->n_outputs, 3);
+    assert_string_equal(n->outputs[1]->name, "Mean");
+    assert_string_equal(n->outputs[2]->name, "InvStdDev");
+    assert_int_equal(t.g->n_nodes, 1);
+    gf_model_free(t.m);
+}
+
+/* Statistics reshaped to another shape than LayerNorm's: no fusion. */
+static void test_ln_expanded_stats_shape(void **state)
+{
+    (void)state;
+    static const double rshape[3] = {1, 2, 1};
+    struct tg t = ln_expanded(1);
+    add_stats(&t, rshape);
+    tg_check_fused(&t, NULL, NULL);
+    expect_no_fusion(&t);
+    gf_model_free(t.m);
+}
+
+/* The inverse std read by another node too: no fusion. */
+static void test_ln_expanded_stats_second_user(void **state)
+{
+    (void)state;
+    static const double rshape[3] = {2, 1, 1};
+    struct tg t = ln_expanded(1);
+    add_stats(&t, rshape);
+    tg_node(&t, "Neg", "istd2", "other");
+    tg_output(&t, "other");
+    tg_check_fused(&t, NULL, NULL);
+    expect_no_fusion(&t);
+    gf_model_free(t.m);
+}
+
 static void test_ln_expanded_wrong_axis(void **state)
 {
     (void)state;
@@ -554,9 +613,9 @@ static void test_ln_expanded_wrong_axis(void **state)
     gf_model_free(t.m);
 }
 
-/* The libonnx-testdata models: with Mean and InvStdDev as graph outputs
- * nothing fuses; once they are dropped (and cleanup folded the static
- * shapes) the op and its _expanded body both become LayerNorm. */
+/* The libonnx-testdata models (after cleanup folded the static shapes):
+ * the op and its _expanded body both become one LayerNorm, with Mean and
+ * InvStdDev as its outputs 1 and 2 while they are graph outputs. */
 static void check_onnx_ln(const char *test, bool drop)
 {
     char path[512];
@@ -569,16 +628,18 @@ static void check_onnx_ln(const char *test, bool drop)
     if (drop) {
         assert_int_equal(gf_pass_drop_output(t.g, "Mean"), GF_OK);
         assert_int_equal(gf_pass_drop_output(t.g, "InvStdDev"), GF_OK);
-        assert_int_equal(gf_pass_cleanup(t.g, &(struct gf_cleanup_opts){.eval = gf_exec_eval_node},
-                                         NULL),
-                         GF_OK);
     }
+    assert_int_equal(gf_pass_cleanup(t.g, &(struct gf_cleanup_opts){.eval = gf_exec_eval_node},
+                                     NULL),
+                     GF_OK);
     tg_check_fused(&t, NULL, NULL);
-    if (drop) {
-        assert_int_equal(tg_count(&t, "LayerNorm"), 1);
-        assert_int_equal(t.g->n_nodes, 1);
-    } else {
-        expect_no_fusion(&t);
+    assert_int_equal(tg_count(&t, "LayerNorm"), 1);
+    assert_int_equal(t.g->n_nodes, 1);
+    const struct gf_node *n = tg_find_op(&t, "LayerNorm");
+    assert_int_equal(n->n_outputs, drop ? 1 : 3);
+    if (!drop) {
+        assert_string_equal(n->outputs[1]->name, "Mean");
+        assert_string_equal(n->outputs[2]->name, "InvStdDev");
     }
     gf_model_free(t.m);
 }
@@ -592,6 +653,8 @@ static void test_ln_onnx_node_tests(void **state)
         "test_layer_normalization_3d_axis1_epsilon",
         "test_layer_normalization_3d_axis1_epsilon_expanded",
         "test_layer_normalization_default_axis_expanded",
+        "test_layer_normalization_2d_axis1_expanded", /* no Flatten, no Reshape */
+        "test_layer_normalization_2d_axis0_expanded", /* statistics [1, 1] */
     };
     for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
         check_onnx_ln(tests[i], false);
@@ -627,6 +690,9 @@ int main(void)
         cmocka_unit_test(test_ln_op_mean_used),
         cmocka_unit_test(test_add_ln_broadcast),
         cmocka_unit_test(test_ln_expanded),
+        cmocka_unit_test(test_ln_expanded_stats),
+        cmocka_unit_test(test_ln_expanded_stats_shape),
+        cmocka_unit_test(test_ln_expanded_stats_second_user),
         cmocka_unit_test(test_ln_expanded_wrong_axis),
         cmocka_unit_test(test_ln_onnx_node_tests),
     };

@@ -2,8 +2,9 @@
  *
  *   RMSNorm       X, W?        -> Y      Y = x r (W + weight_offset), r = 1/sqrt(mean(x^2) + eps)
  *   AddRMSNorm    X, R, W?     -> Y, S   S = X + R, Y = RMSNorm(S)
- *   LayerNorm     X, W?, B?    -> Y      Y = (x - mean) / sqrt(var + eps) W + B
- *   AddLayerNorm  X, R, W?, B? -> Y, S   S = X + R, Y = LayerNorm(S)
+ *   LayerNorm     X, W?, B?    -> Y, Mean?, InvStdDev?
+ *                               Y = (x - mean) / sqrt(var + eps) W + B
+ *   AddLayerNorm  X, R, W?, B? -> Y, S, Mean?, InvStdDev?   S = X + R, Y = LayerNorm(S)
  *
  * X is seen as [rows, n], n the product of the normalized dims (axis..).
  * Rows are split over threads; each row is read from memory once: its sums
@@ -11,7 +12,9 @@
  * row is still in cache (the Add forms write S = X + R first, rounded to
  * X's type, and normalize that).  W (+ weight_offset) and B are expanded
  * once per run into the workspace as n values of the compute type, 1 and 0
- * when absent, so the row loops read two dense vectors.
+ * when absent, so the row loops read two dense vectors.  LayerNorm's Mean
+ * and InvStdDev = 1/sqrt(var + eps) (ONNX LayerNormalization's outputs 1
+ * and 2) are one value per row, in the compute type.
  */
 #include "fused.h"
 
@@ -20,6 +23,7 @@ struct norm {
     const void *x, *r; /* X [rows, n]; R [rows, n] (Add forms) */
     void *y, *s;       /* Y [rows, n]; S [rows, n], NULL when omitted */
     const void *w, *b; /* [n] compute type (workspace); b unused by RMS */
+    void *mean, *istd; /* [rows] compute type, NULL when omitted (LayerNorm forms) */
     size_t rows, n;
     double eps;
 };
@@ -81,6 +85,10 @@ struct norm {
             double ms = dev2_##sfx(x, n, mu) / (double)n;                               \
             double den = c->eps_outside ? sqrt(ms) + c->eps : sqrt(ms + c->eps);        \
             C inv = (C)(1 / den);                                                       \
+            if (c->mean)                                                                \
+                ((C *)c->mean)[r] = (C)mu;                                              \
+            if (c->istd)                                                                \
+                ((C *)c->istd)[r] = inv;                                                \
             if (c->rms) {                                                               \
                 for (size_t j = 0; j < n; j++)                                          \
                     y[j] = ST((C)LD(x[j]) * inv * w[j]);                                \
@@ -177,6 +185,22 @@ static enum gf_status norm_attrs(const struct gf_kernel_args *a, struct norm *c,
     return GF_OK;
 }
 
+/* LayerNorm's Mean and InvStdDev (outputs k, k + 1), when present:
+ * X's shape with the normalized axes set to 1, in the compute type. */
+static enum gf_status norm_stats_check(const struct gf_kernel_args *a, size_t k, int brank)
+{
+    const struct gf_tview *x = &a->in[0];
+    enum gf_dtype dt = x->dtype == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+    int64_t dims[GF_MAX_RANK];
+    enum gf_status st = GF_OK;
+    for (int i = 0; i < x->rank; i++)
+        dims[i] = i < x->rank - brank ? x->dims[i] : 1;
+    for (size_t i = k; st == GF_OK && i < k + 2; i++)
+        if (fu_has_out(a, i))
+            st = fu_check_out(a, i, dt, x->rank, dims);
+    return st;
+}
+
 /* Checks every input, output and attribute; fills c (but w, b). */
 static enum gf_status norm_check(const struct gf_kernel_args *a, struct norm *c,
                                  int *brank, const int64_t **bdims, double *offset)
@@ -202,6 +226,8 @@ static enum gf_status norm_check(const struct gf_kernel_args *a, struct norm *c,
         st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
     if (st == GF_OK && c->add && fu_has_out(a, 1))
         st = fu_check_out(a, 1, x->dtype, x->rank, x->dims);
+    if (st == GF_OK && !c->rms)
+        st = norm_stats_check(a, c->add ? 2 : 1, *brank);
     return st;
 }
 
@@ -271,6 +297,9 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
     c.s = c.add && fu_has_out(a, 1) ? a->out[1].data : NULL;
     c.w = w;
     c.b = c.rms ? NULL : b;
+    size_t ks = c.add ? 2 : 1; /* Mean, InvStdDev */
+    c.mean = !c.rms && fu_has_out(a, ks) ? a->out[ks].data : NULL;
+    c.istd = !c.rms && fu_has_out(a, ks + 1) ? a->out[ks + 1].data : NULL;
     gf_parallel_for(fu_threads(a), c.rows, fu_grain(c.n), norm_rows[x->dtype], &c);
     return GF_OK;
 }
