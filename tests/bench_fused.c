@@ -1,11 +1,11 @@
 /* Fused ops against the ONNX subgraphs they replace, on the same executor
  * in the same run: for each op the unfused and the fused graph of
  * tests/fused_graphs.h get the same random inputs and 2 threads; after a
- * warm-up run (which plans), runs alternate between the two and the median
- * is reported, of gf_session_run as a caller sees it ("run") and of the
- * node executions alone ("kernels", from the session profile: the run
- * without copying the outputs out).  Peak memory is the planned activation
- * block plus the workspace (gf_session_get_stats).
+ * warm-up run (which plans), runs alternate between the two and medians
+ * are reported: "ms" is the graph's execution (the session profile's total
+ * over its nodes), "run ms" all of gf_session_run, which also copies the
+ * outputs out into a new tensor each run.  Peak bytes are the planned
+ * activation block plus the workspace (gf_session_get_stats).
  * Usage: bench_fused [outdir] (outdir unused) [op-name-filter]. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,10 +197,9 @@ static bool bench_op(enum op op, struct result *r)
 
 static void print_row(enum op op, const struct result *r)
 {
-    printf("| %s | %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2g |\n",
+    printf("| %s | %s | %.1f | %.1f | %.2fx | %zu | %zu | %.1f | %.1f | %.2g |\n",
            specs[op].name, specs[op].shape, r->kern[0], r->kern[1], r->kern[0] / r->kern[1],
-           r->run[0], r->run[1], r->run[0] / r->run[1], (double)r->peak[0] / 1048576.0,
-           (double)r->peak[1] / 1048576.0, r->diff);
+           r->peak[0], r->peak[1], r->run[0], r->run[1], r->diff);
     fflush(stdout);
 }
 
@@ -209,9 +208,9 @@ int main(int argc, char **argv)
     const char *only = argc > 2 ? argv[2] : NULL;
     printf("Fused ops against their unfused ONNX subgraphs, fp32, %d threads, same executor; "
            "median of %d runs after a warm-up\n", THREADS, REPS);
-    printf("| op | shape | unfused kernels ms | fused kernels ms | speedup | unfused run ms | "
-           "fused run ms | run speedup | unfused peak MiB | fused peak MiB | max abs diff |\n");
-    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| op | shape | unfused ms | fused ms | speedup | unfused peak bytes | "
+           "fused peak bytes | unfused run ms | fused run ms | max abs diff |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     bool faster = true, fast2 = true, leaner = true;
     double t0 = now_ms();
     for (int op = 0; op < N_OPS; op++) {

@@ -256,9 +256,11 @@ struct norm_case {
     bool omit_s;
 };
 
-/* Reference, straight from the table: rows of n = prod(dims[axis:]). */
+/* Reference, straight from the table: rows of n = prod(dims[axis:]); the
+ * statistics (LayerNorm's Mean and InvStdDev) per row into stats[2 * row]
+ * when stats is given. */
 static void ref_norm(const struct norm_case *k, const struct gf_tview *x, const struct gf_tview *w,
-                     const struct gf_tview *b, double *y)
+                     const struct gf_tview *b, double *y, double *stats)
 {
     bool rms = strstr(k->op, "RMS") != NULL;
     size_t n = 1;
@@ -272,6 +274,8 @@ static void ref_norm(const struct norm_case *k, const struct gf_tview *x, const 
         for (size_t j = 0; j < n; j++)
             sq += (elem(x, row * n + j) - mean) * (elem(x, row * n + j) - mean);
         double den = k->eps_outside ? sqrt(sq / (double)n) + k->eps : sqrt(sq / (double)n + k->eps);
+        if (stats)
+            stats[2 * row] = mean, stats[2 * row + 1] = 1 / den;
         for (size_t j = 0; j < n; j++) {
             int br = k->rank - k->axis;
             const int64_t *bd = k->dims + k->axis;
@@ -295,15 +299,16 @@ static void round_to(enum gf_dtype dt, double *v, size_t n)
 static void check_norm(const struct norm_case *k, int threads)
 {
     bool add = strncmp(k->op, "Add", 3) == 0, ln = strstr(k->op, "Layer") != NULL;
-    size_t n_in = (add ? 2 : 1) + 1 + (ln ? 1 : 0), wi = add ? 2 : 1;
-    struct gf_node *n = node(k->op, n_in, add ? 2 : 1);
+    size_t n_in = (add ? 2 : 1) + 1 + (ln ? 1 : 0), wi = add ? 2 : 1, ks = add ? 2 : 1;
+    size_t n_out = ks + (ln ? 2 : 0);
+    struct gf_node *n = node(k->op, n_in, n_out);
     set_int(n, "axis", k->axis - k->rank); /* negative form */
     set_float(n, "epsilon", k->eps);
     if (!ln) {
         set_int(n, "eps_outside", k->eps_outside);
         set_float(n, "weight_offset", k->offset);
     }
-    struct gf_tview in[4] = {0}, out[2] = {0};
+    struct gf_tview in[4] = {0}, out[4] = {0};
     in[0] = rnd(k->dt, k->rank, k->dims, -2, 3);
     if (add)
         in[1] = rnd(k->dt, k->rank, k->dims, -1, 1);
@@ -314,7 +319,13 @@ static void check_norm(const struct norm_case *k, int threads)
     out[0] = tv(k->dt, NULL, k->rank, k->dims);
     if (add && !k->omit_s)
         out[1] = tv(k->dt, NULL, k->rank, k->dims);
-    assert_ok(run_threads(n, in, n_in, out, add ? 2 : 1, threads));
+    int64_t sd[4]; /* LayerNorm's Mean and InvStdDev: the normalized axes 1 */
+    for (int i = 0; i < k->rank; i++)
+        sd[i] = i < k->axis ? k->dims[i] : 1;
+    enum gf_dtype st = k->dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+    for (size_t i = ks; ln && !k->omit_s && i < n_out; i++) /* omit_s: no statistics */
+        out[i] = tv(st, NULL, k->rank, sd);
+    assert_ok(run_threads(n, in, n_in, out, n_out, threads));
     size_t nel = in[0].nelem;
     double *y = tcalloc(nel * sizeof(double)), *s = tcalloc(nel * sizeof(double));
     if (add) { /* the reference normalizes S as stored: rounded to dt */
@@ -323,11 +334,21 @@ static void check_norm(const struct norm_case *k, int threads)
         round_to(k->dt, s, nel);
     }
     struct gf_tview sv = {.dtype = GF_DOUBLE, .nelem = nel, .data = s};
+    size_t rows = 1; /* rows of the normalization: X's leading dims */
+    for (int i = 0; i < k->axis; i++)
+        rows *= (size_t)k->dims[i];
+    double *stats = tcalloc(2 * nel * sizeof(double) + 16);
     ref_norm(k, add ? &sv : &in[0], k->wrank >= 0 ? &in[wi] : NULL,
-             ln && k->brank >= 0 ? &in[wi + 1] : NULL, y);
+             ln && k->brank >= 0 ? &in[wi + 1] : NULL, y, stats);
     expect_close(&out[0], y, nel, rtol_of(k->dt), atol_of(k->dt));
     if (add && !k->omit_s)
         expect_close(&out[1], s, nel, 0, 0);
+    for (size_t i = 0; ln && !k->omit_s && i < 2; i++) {
+        double *want = tcalloc(rows * sizeof(double) + 8);
+        for (size_t r = 0; r < rows; r++)
+            want[r] = stats[2 * r + i];
+        expect_close(&out[ks + i], want, rows, k->dt == GF_DOUBLE ? 1e-12 : 1e-6, 1e-7);
+    }
 }
 
 static void test_rmsnorm(void **state)
@@ -407,7 +428,7 @@ static void test_layernorm(void **state)
     struct norm_case k4 = {"LayerNorm", GF_FLOAT, 2, 1, -1, -1, {3, 7}, {0}, {0}, 1e-5f, 0, 0,
                            false};
     double *want = tcalloc(21 * sizeof(double));
-    ref_norm(&k4, &x, NULL, NULL, want);
+    ref_norm(&k4, &x, NULL, NULL, want, NULL);
     expect_close(&y, want, 21, 2e-5, 1e-6);
 }
 
@@ -1068,7 +1089,20 @@ static void test_linear_cross_entropy(void **state)
                                  c & 1 ? &ii : NULL, chunks[c]};
             check_lce(&k, 2);
         }
-    /* chunks of 1024 rows: the 4097 logits of a row come in blocks of 1024 */
+    for (size_t t = 1; t < 4; t++) {
+        struct lce_case k = {float_types[t], 2, {9, 8}, 33, 1, 0, true, "sum", &ii, 4};
+        check_lce(&k, 2);
+        struct lce_case k2 = {float_types[t], 3, {2, 5, 8}, 33, 0, 1, false, "none", NULL, 3};
+        check_lce(&k2, 2);
+    }
+}
+
+/* Chunks of 1024 rows and more: the logits of a row come in blocks of
+ * columns, folded one after the other. */
+static void test_lce_blocks(void **state)
+{
+    (void)state;
+    static const int64_t ii = -100;
     struct lce_case k2 = {GF_FLOAT, 2, {1100, 6}, 4097, 0, 0, true, "none", &ii, 1024};
     check_lce(&k2, 2);
     k2.tb = 1, k2.red = "mean";
@@ -1077,15 +1111,10 @@ static void test_linear_cross_entropy(void **state)
     check_lce(&k3, 2);
     struct lce_case k4 = {GF_FLOAT16, 2, {1030, 4}, 1500, 1, 0, true, "mean", NULL, 1024};
     check_lce(&k4, 2);
-    for (size_t t = 1; t < 4; t++) {
-        struct lce_case k = {float_types[t], 2, {9, 8}, 33, 1, 0, true, "sum", &ii, 4};
-        check_lce(&k, 2);
-        struct lce_case k2 = {float_types[t], 3, {2, 5, 8}, 33, 0, 1, false, "none", NULL, 3};
-        check_lce(&k2, 2);
-    }
     /* a block of logits that are all -inf (from Bias) adds nothing */
     struct gf_node *nb = node("LinearCrossEntropy", 4, 1);
     set_str(nb, "reduction", "none");
+    set_int(nb, "chunk_rows", 1024); /* blocks of 1024 columns: the first all -inf */
     struct gf_tview bi[4] = {RND(GF_FLOAT, -1, 1, 1024, 2), RND(GF_FLOAT, -1, 1, 2, 1500),
                              RND(GF_INT64, 1024, 1500, 1024), RND(GF_FLOAT, -1, 1, 1500)};
     for (size_t j = 0; j < 1024; j++)
@@ -1118,7 +1147,7 @@ static void test_linear_cross_entropy(void **state)
     assert_true(elem(&y, 0) == 0);
 }
 
-static void test_ce_errors(void **state)
+static void test_sce_errors(void **state)
 {
     (void)state;
     struct gf_node *n = node("SoftmaxCrossEntropy", 3, 2);
@@ -1155,8 +1184,12 @@ static void test_ce_errors(void **state)
     assert_ok(run(n, in, 3, out, 2));
     in[1] = TV(GF_INT64, DIMS(1, 99, 2), 1, 3);
     assert_invalid(run(n, in, 3, out, 2), "element 1 is 99: outside [0, 5)");
+}
 
-    n = node("LinearCrossEntropy", 4, 1);
+static void test_lce_jsd_errors(void **state)
+{
+    (void)state;
+    struct gf_node *n = node("LinearCrossEntropy", 4, 1);
     struct gf_tview li[4] = {RND(GF_FLOAT, -1, 1, 3, 4), RND(GF_FLOAT, -1, 1, 4, 6),
                              TV(GF_INT64, DIMS(0, 6, 1), 3), NONE};
     struct gf_tview y = tv(GF_FLOAT, NULL, 0, NULL);
@@ -1307,7 +1340,7 @@ static const char *shape_of_out(struct gf_graph *g, size_t o, char *buf)
 /* One graphfuse node over named inputs ("" omitted), with n_out outputs. */
 static struct gf_node *infer_node(const char *op, size_t n_in, struct gf_value **in, size_t n_out)
 {
-    struct gf_value *outs[2];
+    struct gf_value *outs[4];
     for (size_t i = 0; i < n_out; i++)
         outs[i] = gf_graph_new_value(model->graph, NULL, "y");
     struct gf_node *n = gf_graph_add_node(model->graph, op, "graphfuse", "n0", n_in, in, n_out,
@@ -1323,7 +1356,7 @@ static void new_model(void)
     assert_int_equal(gf_model_set_opset(model, "graphfuse", 1), GF_OK);
 }
 
-static void test_shape_inference(void **state)
+static void test_shape_losses(void **state)
 {
     (void)state;
     char buf[64];
@@ -1370,6 +1403,15 @@ static void test_shape_inference(void **state)
             assert_non_null(strstr(gf_last_error(), "differ in K"));
         }
     }
+}
+
+static void test_shape_others(void **state)
+{
+    (void)state;
+    char buf[64];
+    struct gf_graph *g;
+    struct gf_value *in[4];
+    struct gf_node *n;
     /* MatMulEpilogue with transposes and batch broadcasting */
     new_model(), g = model->graph;
     in[0] = sym_input(g, "A", GF_FLOAT, "B,1,64,7"), in[1] = sym_input(g, "W", GF_FLOAT, "3,5,64");
@@ -1387,6 +1429,12 @@ static void test_shape_inference(void **state)
         assert_string_equal(shape_of_out(g, 0, buf), "[B,S,48]");
         assert_int_equal(g->last->outputs[0]->type.dtype, GF_BFLOAT16);
     }
+    new_model(), g = model->graph; /* LayerNorm's Mean and InvStdDev: fp32 for bf16 X */
+    in[0] = sym_input(g, "X", GF_BFLOAT16, "B,S,48");
+    n = infer_node("LayerNorm", 1, in, 3);
+    set_int(n, "axis", -2);
+    assert_string_equal(shape_of_out(g, 2, buf), "[B,1,1]");
+    assert_int_equal(g->last->outputs[2]->type.dtype, GF_FLOAT);
     new_model(), g = model->graph;
     in[0] = sym_input(g, "X", GF_FLOAT, "B,S,48"), in[1] = sym_input(g, "R", GF_FLOAT, "2,S,48");
     infer_node("AddRMSNorm", 2, in, 2);
@@ -1541,9 +1589,12 @@ int main(void)
         cmocka_unit_test_teardown(test_matmul_epilogue_errors, teardown),
         cmocka_unit_test_teardown(test_softmax_cross_entropy, teardown),
         cmocka_unit_test_teardown(test_linear_cross_entropy, teardown),
+        cmocka_unit_test_teardown(test_lce_blocks, teardown),
         cmocka_unit_test_teardown(test_jsd, teardown),
-        cmocka_unit_test_teardown(test_ce_errors, teardown),
-        cmocka_unit_test_teardown(test_shape_inference, teardown),
+        cmocka_unit_test_teardown(test_sce_errors, teardown),
+        cmocka_unit_test_teardown(test_lce_jsd_errors, teardown),
+        cmocka_unit_test_teardown(test_shape_losses, teardown),
+        cmocka_unit_test_teardown(test_shape_others, teardown),
         cmocka_unit_test_teardown(test_equivalence, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

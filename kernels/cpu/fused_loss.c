@@ -299,26 +299,33 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
 
 /* ==== LinearCrossEntropy ================================================================ */
 
-/* Positions in chunks of R rows; each chunk's logits H[rows] @ W' + Bias
- * are made one column block [R, Vc] at a time in the workspace (a GEMM of
- * about R x Vc x K that BLAS runs at full speed, where a chunk of all V
- * columns would make BLAS re-pack the whole W for a few rows) and folded
- * into each row's running max m, sum s = sum exp(z - m) and label logit:
- * loss = -(z_t - m - log s).  H [rows, K] (with shift the rows of
- * [B, S, K] but each batch's last). */
+/* Positions in chunks of R rows, each chunk done by one thread with its own
+ * slice of the workspace.  A chunk's logits H[rows] @ W' + Bias are made one
+ * column block [R, Vc] at a time (a single-threaded GEMM of about R x Vc x K
+ * that BLAS runs at full speed; a chunk of all V columns would make BLAS
+ * re-pack the whole W for a few rows) and folded into each row's running
+ * max m, sum s = sum exp(z - m) and label logit: loss = -(z_t - m - log s).
+ * H is [rows, K] (with shift the rows of [B, S, K] but each batch's last). */
 struct lce {
     enum gf_dtype dt, ct; /* H's dtype; the compute type (GF_FLOAT or GF_DOUBLE) */
     const void *h, *w;    /* as given */
     const void *bias;     /* [V] compute type (workspace), or NULL */
     bool tb;
     size_t k, v, chunk, cols; /* K, V, rows R of a chunk, columns Vc of a block */
-    void *z;              /* [R, Vc] compute type: one block of logits */
-    double *m, *s, *zt;   /* [R] running max, sum, label logit */
-    float *wbuf, *hbuf;   /* halves: fp32 copies of W's block [K, Vc] and H's rows [R, K] */
+    size_t n_pos, slice;  /* positions; bytes of a thread's workspace slice */
+    char *slices;         /* the threads' slices */
     struct labels lab;
     void *loss;           /* [positions] with reduction none */
-    size_t p0, c0, nc;    /* chunk's first position; block's first column and width */
     double part[2 * FU_MAX_THREADS];
+};
+
+/* One thread's chunk: its buffers (its workspace slice) and where it is. */
+struct lce_work {
+    const struct lce *c;
+    double *m, *s, *zt;   /* [R] running max, sum, label logit */
+    void *z;              /* [R, Vc] compute type: one block of logits */
+    float *wbuf, *hbuf;   /* halves: fp32 W block [K, Vc] and H rows [R, K] */
+    size_t p0, p1, c0, nc; /* positions [p0, p1), columns [c0, c0 + nc) */
 };
 
 /* Row of H holding position p. */
@@ -333,53 +340,26 @@ static int64_t lce_label(const struct lce *c, size_t p)
 }
 
 /* Folds block row i (nc logits from column c0) into row i's state. */
-static void lce_fold_row(struct lce *c, size_t i)
+static void lce_fold_row(struct lce_work *w, size_t i)
 {
+    const struct lce *c = w->c;
     double m, s;
     if (c->ct == GF_DOUBLE) {
-        const double *z = (const double *)c->z + i * c->cols;
-        ce_stats_f64(z, c->nc, 1, &m, &s);
+        ce_stats_f64((const double *)w->z + i * c->cols, w->nc, 1, &m, &s);
     } else {
-        const float *z = (const float *)c->z + i * c->cols;
         float mf;
-        ce_stats_f32(z, c->nc, 1, &mf, &s);
+        ce_stats_f32((const float *)w->z + i * c->cols, w->nc, 1, &mf, &s);
         m = mf;
     }
-    int64_t t = lce_label(c, c->p0 + i);
-    if (t >= (int64_t)c->c0 && t < (int64_t)(c->c0 + c->nc))
-        c->zt[i] = fu_get(&(struct gf_tview){.dtype = c->ct, .data = c->z},
-                          i * c->cols + (size_t)t - c->c0);
+    int64_t t = lce_label(c, w->p0 + i);
+    if (t >= (int64_t)w->c0 && t < (int64_t)(w->c0 + w->nc))
+        w->zt[i] = fu_get(&(struct gf_tview){.dtype = c->ct, .data = w->z},
+                          i * c->cols + (size_t)t - w->c0);
     if (m == -INFINITY) /* a block of -inf logits adds nothing */
         return;
-    double mx = c->m[i] > m ? c->m[i] : m;
-    c->s[i] = c->s[i] * exp(c->m[i] - mx) + s * exp(m - mx);
-    c->m[i] = mx;
-}
-
-static void lce_fold(void *vc, size_t b, size_t e)
-{
-    for (size_t i = b; i < e; i++)
-        lce_fold_row(vc, i);
-}
-
-/* Chunk rows [b, e) (positions p0 + b ...): losses and slice sums. */
-static void lce_part(void *vc, size_t part, size_t b, size_t e)
-{
-    struct lce *c = vc;
-    double ls = 0, ws = 0;
-    for (size_t i = b; i < e; i++) {
-        size_t p = c->p0 + i;
-        double l = 0;
-        if (!(c->lab.has_ii && lce_label(c, p) == c->lab.ii)) {
-            l = ce_nll(c->zt[i], c->m[i], c->s[i]);
-            ws += 1;
-        }
-        if (c->loss)
-            fu_put(c->loss, c->dt, p, l);
-        ls += l;
-    }
-    c->part[2 * part] = ls;
-    c->part[2 * part + 1] = ws;
+    double mx = w->m[i] > m ? w->m[i] : m;
+    w->s[i] = w->s[i] * exp(w->m[i] - mx) + s * exp(m - mx);
+    w->m[i] = mx;
 }
 
 static void blas_threads(int n)
@@ -393,105 +373,160 @@ static void blas_threads(int n)
 }
 
 /* Block rows [r0, r1) (+)= H[row0 ...] @ W'[:, c0 : c0 + nc]. */
-static void lce_gemm(const struct lce *c, size_t r0, size_t r1, size_t row0)
+static void lce_gemm(const struct lce_work *w, size_t r0, size_t r1, size_t row0)
 {
-    int m = (int)(r1 - r0), n = (int)c->nc, k = (int)c->k, ldz = (int)c->cols;
+    const struct lce *c = w->c;
+    int m = (int)(r1 - r0), n = (int)w->nc, k = (int)c->k, ldz = (int)c->cols;
     enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
     /* W [K, V]: columns c0.. at W + c0, rows V apart; W [V, K]: rows c0.. */
-    size_t woff = c->tb ? c->c0 * c->k : c->c0;
+    size_t woff = c->tb ? w->c0 * c->k : w->c0;
     int ldw = c->tb ? k : (int)c->v;
     if (c->ct == GF_DOUBLE) {
         cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0,
                     (const double *)c->h + row0 * c->k, k, (const double *)c->w + woff, ldw,
-                    c->bias ? 1.0 : 0.0, (double *)c->z + r0 * c->cols, ldz);
+                    c->bias ? 1.0 : 0.0, (double *)w->z + r0 * c->cols, ldz);
         return;
     }
-    const float *h = (const float *)c->h + row0 * c->k, *w = (const float *)c->w + woff;
-    if (c->hbuf) { /* fp32 copies: W's block is [K, nc] (ld nc), H's rows [R, K] */
-        h = c->hbuf + r0 * c->k;
-        w = c->wbuf;
+    const float *h = (const float *)c->h + row0 * c->k, *wt = (const float *)c->w + woff;
+    if (w->hbuf) { /* fp32 copies: W's block is [K, nc] (ld nc), H's rows [R, K] */
+        h = w->hbuf + r0 * c->k;
+        wt = w->wbuf;
         tb = CblasNoTrans;
         ldw = n;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0f, h, k, w, ldw,
-                c->bias ? 1.0f : 0.0f, (float *)c->z + r0 * c->cols, ldz);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0f, h, k, wt, ldw,
+                c->bias ? 1.0f : 0.0f, (float *)w->z + r0 * c->cols, ldz);
 }
 
 /* fp16 / bf16: the block's W columns as fp32 [K, nc]. */
-static void lce_widen_w(const struct lce *c)
+static void lce_widen_w(const struct lce_work *w)
 {
-    struct gf_tview w = {.dtype = c->dt, .data = (void *)c->w};
+    const struct lce *c = w->c;
+    struct gf_tview src = {.dtype = c->dt, .data = (void *)c->w};
     for (size_t p = 0; p < c->k; p++)
-        for (size_t j = 0; j < c->nc; j++)
-            c->wbuf[p * c->nc + j] = (float)fu_get(&w, c->tb ? (c->c0 + j) * c->k + p
-                                                          : p * c->v + c->c0 + j);
+        for (size_t j = 0; j < w->nc; j++)
+            w->wbuf[p * w->nc + j] = (float)fu_get(&src, c->tb ? (w->c0 + j) * c->k + p
+                                                              : p * c->v + w->c0 + j);
 }
 
 /* fp16 / bf16: the chunk's H rows as fp32 [R, K]. */
-static void lce_widen_h(const struct lce *c, size_t p1)
+static void lce_widen_h(const struct lce_work *w)
 {
-    struct gf_tview h = {.dtype = c->dt, .data = (void *)c->h};
-    for (size_t p = c->p0; p < p1; p++)
+    const struct lce *c = w->c;
+    struct gf_tview src = {.dtype = c->dt, .data = (void *)c->h};
+    for (size_t p = w->p0; p < w->p1; p++)
         for (size_t q = 0; q < c->k; q++)
-            c->hbuf[(p - c->p0) * c->k + q] = (float)fu_get(&h, lce_row(c, p) * c->k + q);
+            w->hbuf[(p - w->p0) * c->k + q] = (float)fu_get(&src, lce_row(c, p) * c->k + q);
 }
 
-/* The block's logits for positions [p0, p1): Bias (or 0 when K = 0), then
- * one GEMM per run of consecutive H rows. */
-static void lce_block(struct lce *c, size_t p1)
+/* The block's logits: Bias (or 0 when K = 0), then one GEMM per run of
+ * consecutive H rows. */
+static void lce_block(struct lce_work *w)
 {
+    const struct lce *c = w->c;
     size_t cs = fu_compute_size(c->dt);
-    for (size_t r = 0; (c->bias || c->k == 0) && r < p1 - c->p0; r++) {
-        char *z = (char *)c->z + r * c->cols * cs;
+    for (size_t r = 0; (c->bias || c->k == 0) && r < w->p1 - w->p0; r++) {
+        char *z = (char *)w->z + r * c->cols * cs;
         if (c->bias)
-            memcpy(z, (const char *)c->bias + c->c0 * cs, c->nc * cs);
+            memcpy(z, (const char *)c->bias + w->c0 * cs, w->nc * cs);
         else
-            memset(z, 0, c->nc * cs);
+            memset(z, 0, w->nc * cs);
     }
     if (c->k == 0)
         return;
-    if (c->wbuf)
-        lce_widen_w(c);
-    for (size_t p = c->p0; p < p1;) {
+    if (w->wbuf)
+        lce_widen_w(w);
+    for (size_t p = w->p0; p < w->p1;) {
         size_t q = p + 1;
-        while (q < p1 && lce_row(c, q) == lce_row(c, p) + (q - p))
+        while (q < w->p1 && lce_row(c, q) == lce_row(c, p) + (q - p))
             q++;
-        lce_gemm(c, p - c->p0, q - c->p0, c->hbuf ? p - c->p0 : lce_row(c, p));
+        lce_gemm(w, p - w->p0, q - w->p0, w->hbuf ? p - w->p0 : lce_row(c, p));
         p = q;
     }
 }
 
-/* Any position of [p0, p1) whose label is not ignored. */
-static bool lce_needed(const struct lce *c, size_t p0, size_t p1)
+/* The chunk [p0, p1): every column block, then the losses, added to sums. */
+static void lce_chunk(struct lce_work *w, double *sums)
 {
-    for (size_t p = p0; p < p1; p++)
-        if (!c->lab.has_ii || lce_label(c, p) != c->lab.ii)
-            return true;
-    return false;
+    const struct lce *c = w->c;
+    size_t n = w->p1 - w->p0;
+    bool needed = !c->lab.has_ii;
+    for (size_t i = 0; i < n; i++) {
+        w->m[i] = -INFINITY, w->s[i] = 0, w->zt[i] = NAN;
+        needed = needed || lce_label(c, w->p0 + i) != c->lab.ii;
+    }
+    if (needed && w->hbuf)
+        lce_widen_h(w);
+    for (w->c0 = 0; needed && w->c0 < c->v; w->c0 += c->cols) {
+        w->nc = c->v - w->c0 < c->cols ? c->v - w->c0 : c->cols;
+        lce_block(w);
+        for (size_t i = 0; i < n; i++)
+            lce_fold_row(w, i);
+    }
+    for (size_t i = 0; i < n; i++) { /* every label ignored: no block was made */
+        double l = 0;
+        if (!(c->lab.has_ii && lce_label(c, w->p0 + i) == c->lab.ii)) {
+            l = ce_nll(w->zt[i], w->m[i], w->s[i]);
+            sums[1] += 1;
+        }
+        if (c->loss)
+            fu_put(c->loss, c->dt, w->p0 + i, l);
+        sums[0] += l;
+    }
 }
 
-/* Rows R and columns Vc: chunk_rows (automatic: up to 1024), and columns
- * so that a block of logits is CHUNK_BYTES. */
-static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c, size_t n_pos)
+/* Thread `part` does chunks [b, e) in its workspace slice:
+ * [m, s, zt: 3 x R doubles][z: R x Vc compute type][halves: wbuf K x Vc, hbuf R x K] */
+static void lce_worker(void *vc, size_t part, size_t b, size_t e)
+{
+    struct lce *c = vc;
+    struct lce_work w = {.c = c};
+    w.m = (double *)(c->slices + part * c->slice);
+    w.s = w.m + c->chunk;
+    w.zt = w.s + c->chunk;
+    w.z = w.zt + c->chunk;
+    if (fu_is_half(c->dt)) {
+        w.wbuf = (float *)w.z + c->chunk * c->cols;
+        w.hbuf = w.wbuf + c->k * c->cols;
+    }
+    double sums[2] = {0, 0};
+    for (size_t ch = b; ch < e; ch++) {
+        w.p0 = ch * c->chunk;
+        w.p1 = w.p0 + c->chunk < c->n_pos ? w.p0 + c->chunk : c->n_pos;
+        lce_chunk(&w, sums);
+    }
+    c->part[2 * part] = sums[0];
+    c->part[2 * part + 1] = sums[1];
+}
+
+/* Rows R (chunk_rows; automatic: up to AUTO_ROWS, and a chunk per thread
+ * at least) and columns Vc (a block of logits about CHUNK_BYTES). */
+static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c)
 {
     int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
     if (chunk < 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "chunk_rows %lld is negative",
                                (long long)chunk);
-    size_t cs = fu_compute_size(a->in[0].dtype);
-    c->chunk = chunk ? (size_t)chunk : AUTO_ROWS;
-    c->chunk = c->chunk < n_pos ? c->chunk : n_pos ? n_pos : 1;
+    size_t cs = fu_compute_size(a->in[0].dtype), nt = (size_t)fu_threads(a);
+    size_t spread = (c->n_pos + nt - 1) / nt;
+    c->chunk = chunk ? (size_t)chunk : spread < AUTO_ROWS ? spread : AUTO_ROWS;
+    c->chunk = c->chunk < c->n_pos ? c->chunk : c->n_pos;
+    c->chunk = c->chunk ? c->chunk : 1;
     c->cols = CHUNK_BYTES / (cs * c->chunk);
     c->cols = c->cols < MIN_COLS ? MIN_COLS : c->cols;
     c->cols = c->cols < c->v ? c->cols : c->v ? c->v : 1;
+    size_t b = 3 * c->chunk * sizeof(double) + c->chunk * c->cols * cs;
+    if (fu_is_half(a->in[0].dtype))
+        b += (c->k * c->cols + c->chunk * c->k) * sizeof(float);
+    c->slice = (b + 63) & ~(size_t)63;
     return GF_OK;
 }
 
 /* Shapes: H [..., K] (shift: [B, S, K]), W [K, V] or [V, K], T H's leading
- * dims, Bias [V].  Gives positions, the loss shape (reduction none) and c's
- * k, v and tiles. */
+ * dims, Bias [V].  Gives the loss shape (reduction none) and c's k, v,
+ * n_pos and tiles. */
 static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, struct lce *c,
-                                 size_t *n_pos, int *lrank, int64_t *ldims)
+                                 int *lrank, int64_t *ldims)
 {
     const struct gf_tview *h = &a->in[0], *w = &a->in[1];
     if (h->rank < 1 || w->rank != 2 || (shift && (h->rank != 3 || h->dims[1] < 1)))
@@ -508,42 +543,33 @@ static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, str
     for (int i = 0; i < h->rank - 1; i++)
         rows *= (size_t)h->dims[i];
     c->lab.s1 = shift ? (size_t)h->dims[1] - 1 : 0;
-    *n_pos = shift ? (size_t)h->dims[0] * c->lab.s1 : rows;
+    c->n_pos = shift ? (size_t)h->dims[0] * c->lab.s1 : rows;
     *lrank = shift ? 1 : h->rank - 1;
     if (shift)
-        ldims[0] = (int64_t)*n_pos;
+        ldims[0] = (int64_t)c->n_pos;
     else
         memcpy(ldims, h->dims, sizeof(int64_t) * (size_t)*lrank);
-    return lce_tiles(a, c, *n_pos);
+    return lce_tiles(a, c);
 }
 
-/* ws = [m, s, zt: 3 x R doubles][z: R x Vc][Bias: V] (compute type)
- *      [halves: W block as fp32: K x Vc][H rows as fp32: R x K] */
-static size_t lce_ws_bytes(const struct lce *c, enum gf_dtype dt)
-{
-    size_t b = (c->chunk * c->cols + c->v) * fu_compute_size(dt) + 3 * c->chunk * sizeof(double);
-    if (fu_is_half(dt))
-        b += (c->k * c->cols + c->chunk * c->k) * sizeof(float);
-    return b;
-}
-
+/* ws = [Bias: V compute type, rounded to 64 bytes][one slice per thread] */
 static size_t lce_workspace(const struct gf_kernel_args *a)
 {
     if (a->n_in < 3 || a->in[1].rank != 2 || !fu_is_float(a->in[0].dtype))
         return 0;
     struct lce c = {.tb = gf_node_attr_int(a->node, "transB", 0) != 0};
-    size_t n_pos;
     int lrank;
     int64_t ldims[GF_MAX_RANK];
     bool shift = gf_node_attr_int(a->node, "shift", 0) == 1;
-    if (lce_shapes(a, shift, &c, &n_pos, &lrank, ldims) != GF_OK)
+    if (lce_shapes(a, shift, &c, &lrank, ldims) != GF_OK)
         return 0;
-    return lce_ws_bytes(&c, a->in[0].dtype);
+    size_t bias = (c.v * fu_compute_size(a->in[0].dtype) + 63) & ~(size_t)63;
+    return bias + (size_t)fu_threads(a) * c.slice;
 }
 
 /* Every check; fills c but for the buffers. */
 static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
-                                enum reduction *red, size_t *n_pos)
+                                enum reduction *red)
 {
     const struct gf_tview *h = &a->in[0];
     bool shift;
@@ -556,7 +582,7 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     if (st == GF_OK)
         st = ce_attrs(a, red, &shift, &c->lab);
     if (st == GF_OK)
-        st = lce_shapes(a, shift, c, n_pos, &lrank, ldims);
+        st = lce_shapes(a, shift, c, &lrank, ldims);
     if (st == GF_OK)
         st = check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
     if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
@@ -569,87 +595,39 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     c->lab.t = &a->in[2];
     c->lab.classes = c->v;
     if (st == GF_OK)
-        st = check_labels(a, &c->lab, *n_pos, 2);
+        st = check_labels(a, &c->lab, c->n_pos, 2);
     return st;
-}
-
-/* Points c at its operands and carves the workspace. */
-static enum gf_status lce_buffers(const struct gf_kernel_args *a, struct lce *c)
-{
-    c->dt = a->in[0].dtype;
-    c->ct = c->dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
-    c->h = a->in[0].data;
-    c->w = a->in[1].data;
-    if (!a->workspace)
-        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits block");
-    size_t cs = fu_compute_size(c->dt);
-    c->m = a->workspace;
-    c->s = c->m + c->chunk;
-    c->zt = c->s + c->chunk;
-    char *ws = (char *)(c->zt + c->chunk);
-    c->z = ws;
-    ws += c->chunk * c->cols * cs;
-    for (size_t j = 0; fu_has(a, 3) && j < c->v; j++)
-        fu_put(ws, c->ct, j, fu_get(&a->in[3], j));
-    c->bias = fu_has(a, 3) ? ws : NULL;
-    ws += c->v * cs;
-    if (fu_is_half(c->dt)) { /* after fp32 data: aligned for floats */
-        c->wbuf = (float *)ws;
-        c->hbuf = c->wbuf + c->k * c->cols;
-    }
-    return GF_OK;
-}
-
-/* Positions [p0, p1): every column block, then the losses; adds the
- * chunk's (loss, weight) sums to sums[2]. */
-static void lce_chunk(struct lce *c, size_t p1, int nt, double *sums)
-{
-    size_t n = p1 - c->p0;
-    for (size_t i = 0; i < n; i++)
-        c->m[i] = -INFINITY, c->s[i] = 0, c->zt[i] = NAN;
-    if (c->hbuf)
-        lce_widen_h(c, p1);
-    for (c->c0 = 0; c->c0 < c->v; c->c0 += c->cols) {
-        c->nc = c->v - c->c0 < c->cols ? c->v - c->c0 : c->cols;
-        lce_block(c, p1);
-        gf_parallel_for(nt, n, fu_grain(c->nc), lce_fold, c);
-    }
-    size_t parts = fu_run_parts(nt, n, 64, lce_part, c);
-    for (size_t i = 0; i < parts; i++)
-        sums[0] += c->part[2 * i], sums[1] += c->part[2 * i + 1];
 }
 
 static enum gf_status lce_run(const struct gf_kernel_args *a)
 {
     struct lce c = {0};
     enum reduction red;
-    size_t n_pos = 0;
-    enum gf_status st = lce_check(a, &c, &red, &n_pos);
+    enum gf_status st = lce_check(a, &c, &red);
     if (st != GF_OK)
         return st;
-    if (n_pos == 0 || c.v == 0) { /* nothing counted (every label was ignored) */
-        for (size_t p = 0; red == RED_NONE && p < n_pos; p++)
-            fu_put(a->out[0].data, a->out[0].dtype, p, 0);
-        if (red != RED_NONE) /* 0, or 0/0 for the mean */
-            fu_put(a->out[0].data, a->out[0].dtype, 0, red == RED_MEAN ? NAN : 0);
-        return GF_OK;
-    }
-    if ((st = lce_buffers(a, &c)) != GF_OK)
-        return st;
+    c.dt = a->in[0].dtype;
+    c.ct = c.dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+    c.h = a->in[0].data;
+    c.w = a->in[1].data;
     c.loss = red == RED_NONE ? a->out[0].data : NULL;
-    int nt = fu_threads(a);
-    double sums[2] = {0, 0};
-    blas_threads(nt);
-    for (c.p0 = 0; c.p0 < n_pos; c.p0 += c.chunk) {
-        size_t p1 = c.p0 + c.chunk < n_pos ? c.p0 + c.chunk : n_pos;
-        if (lce_needed(&c, c.p0, p1)) {
-            lce_chunk(&c, p1, nt, sums);
-            continue;
-        }
-        for (size_t p = c.p0; c.loss && p < p1; p++) /* every label ignored: losses 0 */
+    size_t parts = 0;
+    if (c.n_pos && c.v) {
+        if (!a->workspace)
+            return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits blocks");
+        size_t cs = fu_compute_size(c.dt);
+        for (size_t j = 0; fu_has(a, 3) && j < c.v; j++)
+            fu_put(a->workspace, c.ct, j, fu_get(&a->in[3], j));
+        c.bias = fu_has(a, 3) ? a->workspace : NULL;
+        c.slices = (char *)a->workspace + ((c.v * cs + 63) & ~(size_t)63);
+        blas_threads(1);
+        size_t chunks = (c.n_pos + c.chunk - 1) / c.chunk;
+        parts = fu_run_parts(fu_threads(a), chunks, c.chunk * c.v * (c.k + 1), lce_worker, &c);
+    } else { /* no class, or no position: nothing counted */
+        for (size_t p = 0; c.loss && p < c.n_pos; p++)
             fu_put(c.loss, c.dt, p, 0);
     }
-    finish_loss(a, red, sums, 1);
+    finish_loss(a, red, c.part, parts);
     return GF_OK;
 }
 

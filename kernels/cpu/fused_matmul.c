@@ -9,10 +9,10 @@
  *
  * The GEMM is OpenBLAS (sgemm, dgemm; fp16 / bf16 are widened into the
  * workspace and computed as fp32).  The output is produced tile by tile
- * (about 1 MB of rows): beta Bias is written into the tile, the GEMM
- * accumulates onto it (BLAS beta = 1), and the activation and Res are
- * applied while the tile is still in cache.  Many small batches instead
- * run one per thread with single-threaded BLAS, each doing the same steps.
+ * (about 1 MB of rows, a batch's rows at most, at least one tile per
+ * thread), each by one thread: beta Bias is written into the tile, a
+ * single-threaded GEMM accumulates onto it (BLAS beta = 1), and the
+ * activation and Res are applied while the tile is still in cache.
  */
 #include <cblas.h>
 #include <limits.h>
@@ -146,28 +146,6 @@ static const mme_rows_fn mme_epis[GF_DTYPE_COUNT] = {FU_TYPES(EPI_ENTRY)};
 
 /* ---- the steps of one tile ----------------------------------------------------------- */
 
-/* Rows [row0 + b, row0 + e) through fn, for gf_parallel_for. */
-struct rows_job {
-    const struct mme *c;
-    mme_rows_fn fn;
-    size_t row0;
-};
-
-static void rows_task(void *vj, size_t b, size_t e)
-{
-    const struct rows_job *j = vj;
-    j->fn(j->c, j->row0 + b, j->row0 + e);
-}
-
-static void run_rows(const struct mme *c, mme_rows_fn fn, size_t r0, size_t r1, int nt)
-{
-    struct rows_job j = {c, fn, r0};
-    if (nt <= 1)
-        fn(c, r0, r1);
-    else
-        gf_parallel_for(nt, r1 - r0, fu_grain((size_t)c->n), rows_task, &j);
-}
-
 static void blas_threads(int n)
 {
 #ifdef OPENBLAS_VERSION
@@ -201,50 +179,51 @@ static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, bo
                     (float *)c->yc + oc, n);
 }
 
-/* Rows [i0, i1) of batch bi: fill, GEMM, epilogue, on nt threads. */
-static void mme_tile(const struct mme *c, enum gf_dtype dt, int64_t bi, int64_t i0, int64_t i1,
-                     int nt)
+/* Rows [i0, i1) of batch bi, on the calling thread: beta Bias, the GEMM
+ * onto it, then the epilogue while the tile is still in cache. */
+static void mme_tile(const struct mme *c, enum gf_dtype dt, int64_t bi, int64_t i0, int64_t i1)
 {
     size_t r0 = (size_t)(bi * c->m + i0), r1 = (size_t)(bi * c->m + i1);
     bool fill = c->bias || c->k == 0;
     if (fill)
-        run_rows(c, mme_fills[dt], r0, r1, nt);
+        mme_fills[dt](c, r0, r1);
     if (c->k > 0)
         mme_gemm(c, bi, i0, i1, fill);
     if (c->act != MACT_NONE || c->res || c->narrow)
-        run_rows(c, mme_epis[dt], r0, r1, nt);
+        mme_epis[dt](c, r0, r1);
 }
 
-struct batch_job {
+/* Tiles of `rows` rows, `per_batch` of them in each batch. */
+struct tile_job {
     const struct mme *c;
     enum gf_dtype dt;
+    int64_t rows, per_batch;
 };
 
-static void batch_task(void *vj, size_t b, size_t e)
+static void tile_task(void *vj, size_t b, size_t e)
 {
-    const struct batch_job *j = vj;
-    for (size_t bi = b; bi < e; bi++)
-        mme_tile(j->c, j->dt, (int64_t)bi, 0, j->c->m, 1);
+    const struct tile_job *j = vj;
+    for (size_t t = b; t < e; t++) {
+        int64_t bi = (int64_t)t / j->per_batch, i0 = (int64_t)t % j->per_batch * j->rows;
+        mme_tile(j->c, j->dt, bi, i0, i0 + j->rows < j->c->m ? i0 + j->rows : j->c->m);
+    }
 }
 
-/* Many small products: one batch per thread, single-threaded BLAS; else
- * batches in order, in tiles, every thread in each step. */
+/* The output in tiles of about TILE_ELEMS (and at least one per thread),
+ * each made whole by one thread calling single-threaded BLAS: no hand-over
+ * between BLAS's threads and ours, and each epilogue finds its tile in its
+ * own core's cache. */
 static void mme_compute(const struct mme *c, enum gf_dtype dt, int nt)
 {
-    double work = (double)c->m * (double)c->n * (double)c->k;
-    if (nt > 1 && c->count > 1 && work < 128.0 * 128 * 128) {
-        blas_threads(1);
-        struct batch_job j = {c, dt};
-        size_t grain = work >= 65536 ? 1 : (size_t)(65536 / (work + 1));
-        gf_parallel_for(nt, (size_t)c->count, grain, batch_task, &j);
-        return;
-    }
-    blas_threads(nt);
-    int64_t tile = TILE_ELEMS / c->n;
-    tile = tile < 1 ? 1 : tile;
-    for (int64_t bi = 0; bi < c->count; bi++)
-        for (int64_t i0 = 0; i0 < c->m; i0 += tile)
-            mme_tile(c, dt, bi, i0, i0 + tile < c->m ? i0 + tile : c->m, nt);
+    int64_t rows = TILE_ELEMS / c->n, spread = (c->m * c->count + nt - 1) / nt;
+    rows = rows < spread ? rows : spread;
+    rows = rows < c->m ? rows : c->m;
+    rows = rows < 1 ? 1 : rows;
+    struct tile_job j = {c, dt, rows, (c->m + rows - 1) / rows};
+    double work = (double)rows * (double)c->n * (double)(c->k + 1);
+    size_t grain = work >= 65536 ? 1 : (size_t)(65536 / work);
+    blas_threads(1);
+    gf_parallel_for(nt, (size_t)(j.per_batch * c->count), grain, tile_task, &j);
 }
 
 /* ---- shapes ---------------------------------------------------------------------------- */

@@ -358,9 +358,11 @@ static size_t mm_workspace(const struct gf_kernel_args *a)
 {
     if (!a->n_in || !is_half(a->in[0].dtype))
         return 0;
+    /* the executor asks with data-less views: an input is present when it
+     * has a type (omitted inputs are zeroed views) */
     size_t n = a->out[0].nelem;
     for (size_t i = 0; i < a->n_in; i++)
-        n += a->in[i].data ? a->in[i].nelem : 0;
+        n += a->in[i].dtype != GF_UNDEFINED ? a->in[i].nelem : 0;
     return n * sizeof(float);
 }
 
