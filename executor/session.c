@@ -367,6 +367,9 @@ static bool elementwise_inplace(enum gf_op op)
     case GF_OP_SOFTPLUS: case GF_OP_SOFTSIGN: case GF_OP_HARD_SIGMOID: case GF_OP_HARD_SWISH:
     case GF_OP_ERF: case GF_OP_GELU: case GF_OP_FLOOR: case GF_OP_CEIL: case GF_OP_ROUND:
     case GF_OP_SIGN:
+    /* fused ops that read each element (or each row) before writing it */
+    case GF_OP_SILU: case GF_OP_FUSED_GELU: case GF_OP_SWIGLU: case GF_OP_GEGLU:
+    case GF_OP_RMS_NORM: case GF_OP_LAYER_NORM:
         return true;
     default:
         return false;
