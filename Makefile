@@ -48,7 +48,7 @@ $(BUILD)/obj/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h kernels/cpu/*.h executor/*.h) $(BUILD)/gen/onnx.pb-c.h
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h kernels/cpu/*.h executor/*.h cli/*.h) $(BUILD)/gen/onnx.pb-c.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 

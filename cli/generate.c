@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "gf_exec.h"
 #include "gf_graph.h"
 
@@ -32,19 +33,7 @@ struct gen {
     uint64_t rng;
 };
 
-static int gen_usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "graphfuse: generate: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see graphfuse --help)\n");
-    return 2;
-}
 
-static int gen_fail(enum gf_status st)
-{
-    fprintf(stderr, "graphfuse: %s\n", gf_last_error());
-    return st == GF_ERR_UNSUPPORTED ? 3 : st == GF_ERR_INTERNAL ? 4 : 2;
-}
 
 /* Copies s with \n and \\ unescaped. */
 static bool set_chars(struct gen *g, const char *s)
@@ -80,15 +69,15 @@ static int parse_gen(int argc, char **argv, struct gen *g)
         bool has = i + 1 < argc;
         if (a[0] != '-' || !a[1]) {
             if (g->model)
-                return gen_usage("more than one model given ('%s')", a);
+                return cli_usage("generate", "more than one model given ('%s')", a);
             g->model = a;
         } else if (strcmp(a, "--chars") == 0 && has) {
             if (!set_chars(g, argv[++i]))
-                return gen_usage("--chars needs a separator \\n among its characters%s", "");
+                return cli_usage("generate", "--chars needs a separator \\n among its characters%s", "");
         } else if ((strcmp(a, "-n") == 0 || strcmp(a, "--seed") == 0 ||
                     strcmp(a, "--max-len") == 0 || strcmp(a, "--temperature") == 0) && has) {
             if (!number(argv[++i], strcmp(a, "--temperature") == 0 ? 1e-6 : 0, &v))
-                return gen_usage("bad value for %s", a);
+                return cli_usage("generate", "bad value for %s", a);
             if (strcmp(a, "-n") == 0)
                 g->words = (int64_t)v;
             else if (strcmp(a, "--seed") == 0)
@@ -98,10 +87,10 @@ static int parse_gen(int argc, char **argv, struct gen *g)
             else
                 g->temperature = v;
         } else {
-            return gen_usage(has || a[1] != '-' ? "unknown option '%s'" : "%s needs a value", a);
+            return cli_usage("generate", has || a[1] != '-' ? "unknown option '%s'" : "%s needs a value", a);
         }
     }
-    return g->model ? 0 : gen_usage("no model given%s", "");
+    return g->model ? 0 : cli_usage("generate", "no model given%s", "");
 }
 
 static uint64_t next_random(uint64_t *s)
@@ -218,7 +207,7 @@ int cmd_generate(int argc, char **argv)
             printf("%s\n", word);
     if (st != GF_OK) {
         gf_error_prefix(g.model);
-        rc = gen_fail(st);
+        rc = cli_fail(st);
     }
     gf_session_free(lm.s);
     gf_model_free(lm.arena);

@@ -14,36 +14,13 @@
 #include <math.h>
 #include <sys/stat.h>
 
+#include "cli.h"
 #include "gf_exec.h"
 #include "gf_graph.h"
 #include "gf_passes.h"
 
-enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
 
-static int exit_code(enum gf_status st)
-{
-    switch (st) {
-    case GF_OK: return 0;
-    case GF_ERR_UNSUPPORTED: return EXIT_UNSUPPORTED;
-    case GF_ERR_INTERNAL: return EXIT_INTERNAL;
-    default: return EXIT_INPUT;
-    }
-}
 
-/* Prints the library's message and returns the exit code for `st`. */
-static int fail(enum gf_status st)
-{
-    fprintf(stderr, "graphfuse: %s\n", gf_last_error());
-    return exit_code(st);
-}
-
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "graphfuse: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see graphfuse --help)\n");
-    return EXIT_INPUT;
-}
 
 /* Loads a model and infers its shapes; errors name the file. */
 static enum gf_status load_with_shapes(const char *path, struct gf_model **m)
@@ -161,17 +138,17 @@ static int cmd_info(int argc, char **argv)
     const char *path = NULL;
     for (int i = 0; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1])
-            return usage_error("info: unknown option '%s'", argv[i]);
+            return cli_usage(NULL, "info: unknown option '%s'", argv[i]);
         if (path)
-            return usage_error("info: more than one model given ('%s')", argv[i]);
+            return cli_usage(NULL, "info: more than one model given ('%s')", argv[i]);
         path = argv[i];
     }
     if (!path)
-        return usage_error("info: no model given%s", "");
+        return cli_usage(NULL, "info: no model given%s", "");
     struct gf_model *m;
     enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
-        return fail(st);
+        return cli_fail(st);
     printf("model: %s\n", path);
     printf("producer: %s %s\n", m->producer_name ? m->producer_name : "(none)",
            m->producer_version ? m->producer_version : "");
@@ -214,18 +191,18 @@ static int cmd_dump(int argc, char **argv)
         const char *a = argv[i];
         if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
             if (++i == argc)
-                return usage_error("dump: %s needs a value", a);
+                return cli_usage(NULL, "dump: %s needs a value", a);
             format = argv[i];
         } else if (strncmp(a, "--format=", 9) == 0) {
             format = a + 9;
         } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (++i == argc)
-                return usage_error("dump: %s needs a file name", a);
+                return cli_usage(NULL, "dump: %s needs a file name", a);
             out = argv[i];
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("dump: unknown option '%s'", a);
+            return cli_usage(NULL, "dump: unknown option '%s'", a);
         } else if (path) {
-            return usage_error("dump: more than one model given ('%s')", a);
+            return cli_usage(NULL, "dump: more than one model given ('%s')", a);
         } else {
             path = a;
         }
@@ -238,13 +215,13 @@ static int cmd_dump(int argc, char **argv)
     else if (strcmp(format, "json") == 0)
         fmt = GF_DUMP_JSON;
     else
-        return usage_error("dump: unknown format '%s' (text, dot or json)", format);
+        return cli_usage(NULL, "dump: unknown format '%s' (text, dot or json)", format);
     if (!path)
-        return usage_error("dump: no model given%s", "");
+        return cli_usage(NULL, "dump: no model given%s", "");
     struct gf_model *m;
     enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
-        return fail(st);
+        return cli_fail(st);
     FILE *f = stdout;
     char *tmp = NULL;
     if (out) {
@@ -278,7 +255,7 @@ static int cmd_dump(int argc, char **argv)
         st = gf_error(GF_ERR_IO, "writing to standard output failed");
     }
     gf_model_free(m);
-    return st == GF_OK ? 0 : fail(st);
+    return st == GF_OK ? 0 : cli_fail(st);
 }
 
 /* ---- convert ---------------------------------------------------------------- */
@@ -292,7 +269,7 @@ static int cmd_convert(int argc, char **argv)
         const char *a = argv[i];
         if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
             if (++i == argc)
-                return usage_error("convert: %s needs a file name", a);
+                return cli_usage(NULL, "convert: %s needs a file name", a);
             out = argv[i];
         } else if (strcmp(a, "--external-data") == 0) {
             so.external_data = true;
@@ -300,30 +277,30 @@ static int cmd_convert(int argc, char **argv)
             char *end;
             long long v = strtoll(a + 21, &end, 10);
             if (*end || v <= 0)
-                return usage_error("convert: bad threshold '%s'", a + 21);
+                return cli_usage(NULL, "convert: bad threshold '%s'", a + 21);
             so.external_threshold = (size_t)v;
         } else if (strcmp(a, "--infer-shapes") == 0) {
             infer = true;
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("convert: unknown option '%s'", a);
+            return cli_usage(NULL, "convert: unknown option '%s'", a);
         } else if (path) {
-            return usage_error("convert: more than one model given ('%s')", a);
+            return cli_usage(NULL, "convert: more than one model given ('%s')", a);
         } else {
             path = a;
         }
     }
     if (!path || !out)
-        return usage_error("convert: needs MODEL and -o OUT%s", "");
+        return cli_usage(NULL, "convert: needs MODEL and -o OUT%s", "");
     struct gf_model *m;
     enum gf_status st = gf_model_load(path, NULL, &m);
     if (st != GF_OK)
-        return fail(st);
+        return cli_fail(st);
     if (infer && (st = gf_graph_infer_shapes(m->graph)) != GF_OK)
         gf_error_prefix(path);
     if (st == GF_OK)
         st = gf_model_save(m, out, &so);
     gf_model_free(m);
-    return st == GF_OK ? 0 : fail(st);
+    return st == GF_OK ? 0 : cli_fail(st);
 }
 
 /* ---- optimize --------------------------------------------------------------- */
@@ -357,7 +334,7 @@ static int add_disabled(struct optimize_args *a, const char *list)
     char *copy = strdup(list), *save = NULL;
     if (!copy || a->n_lists == 64) {
         free(copy);
-        return usage_error("optimize: too many --disable options%s", "");
+        return cli_usage(NULL, "optimize: too many --disable options%s", "");
     }
     a->lists[a->n_lists++] = copy;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -402,34 +379,34 @@ static int parse_optimize(int argc, char **argv, struct optimize_args *a)
             a->out = v;
         } else if ((v = opt_value(argc, argv, &i, "--target", &missing))) {
             if (!gf_fuse_target_parse(v, &a->target))
-                return usage_error("optimize: unknown target '%s' (graphfuse, ort or onnx)", v);
+                return cli_usage(NULL, "optimize: unknown target '%s' (graphfuse, ort or onnx)", v);
         } else if ((v = opt_value(argc, argv, &i, "--disable", &missing))) {
             if ((rc = add_disabled(a, v)) != 0)
                 return rc;
         } else if ((v = opt_value(argc, argv, &i, "--report", &missing))) {
             if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
-                return usage_error("optimize: unknown report format '%s' (text or json)", v);
+                return cli_usage(NULL, "optimize: unknown report format '%s' (text or json)", v);
             a->report = v;
         } else if ((v = opt_value(argc, argv, &i, "--explain", &missing))) {
             if (!gf_fuse_pattern_known(v))
-                return usage_error("optimize: unknown pattern '%s' to explain", v);
+                return cli_usage(NULL, "optimize: unknown pattern '%s' to explain", v);
             a->explain = v;
         } else if ((v = opt_value(argc, argv, &i, "--drop-output", &missing))) {
             if (a->n_drops == 64)
-                return usage_error("optimize: too many --drop-output options%s", "");
+                return cli_usage(NULL, "optimize: too many --drop-output options%s", "");
             a->drops[a->n_drops++] = v;
         } else if (missing) {
-            return usage_error("optimize: %s needs a value", argv[i]);
+            return cli_usage(NULL, "optimize: %s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            return usage_error("optimize: unknown option '%s'", argv[i]);
+            return cli_usage(NULL, "optimize: unknown option '%s'", argv[i]);
         } else if (a->path) {
-            return usage_error("optimize: more than one model given ('%s')", argv[i]);
+            return cli_usage(NULL, "optimize: more than one model given ('%s')", argv[i]);
         } else {
             a->path = argv[i];
         }
     }
     if (!a->path || !a->out)
-        return usage_error("optimize: needs MODEL and -o OUT%s", "");
+        return cli_usage(NULL, "optimize: needs MODEL and -o OUT%s", "");
     return 0;
 }
 
@@ -444,19 +421,19 @@ static int cmd_optimize(int argc, char **argv)
     enum gf_status st = GF_OK;
     memset(&rep, 0, sizeof(rep));
     if (rc == 0 && (st = gf_model_load(a.path, NULL, &m)) != GF_OK)
-        rc = fail(st);
+        rc = cli_fail(st);
     for (size_t i = 0; rc == 0 && i < a.n_drops; i++)
         if ((st = gf_pass_drop_output(m->graph, a.drops[i])) != GF_OK) {
             gf_error_prefix(a.path);
-            rc = fail(st);
+            rc = cli_fail(st);
         }
     if (rc == 0 && (st = gf_op_census_take(&input, m->graph)) != GF_OK)
-        rc = fail(st);
+        rc = cli_fail(st);
     struct gf_fuse_opts fo = {a.disabled, a.n_disabled, a.explain, a.target};
     if (rc == 0 && (st = optimize_model(m, a.path, &fo, &rep, &cs)) != GF_OK)
-        rc = fail(st);
+        rc = cli_fail(st);
     if (rc == 0 && (st = gf_model_save(m, a.out, NULL)) != GF_OK)
-        rc = fail(st);
+        rc = cli_fail(st);
     if (rc == 0) {
         /* the table compares the output file with the input file */
         gf_op_census_free(&rep.before);
@@ -468,7 +445,7 @@ static int cmd_optimize(int argc, char **argv)
         rep.cleanup = cs;
         gf_fuse_report_print(&rep, stdout, strcmp(a.report, "json") == 0);
         if (fflush(stdout) != 0)
-            rc = fail(gf_error(GF_ERR_IO, "writing to standard output failed"));
+            rc = cli_fail(gf_error(GF_ERR_IO, "writing to standard output failed"));
     }
     gf_op_census_free(&input);
     gf_fuse_report_free(&rep);
@@ -480,22 +457,6 @@ static int cmd_optimize(int argc, char **argv)
 
 /* ---- run ------------------------------------------------------------------- */
 
-static bool parse_size(const char *s, size_t *out)
-{
-    char *end;
-    double v = strtod(s, &end);
-    double mul = 1;
-    if (*end == 'k' || *end == 'K')
-        mul = 1024, end++;
-    else if (*end == 'm' || *end == 'M')
-        mul = 1024.0 * 1024, end++;
-    else if (*end == 'g' || *end == 'G')
-        mul = 1024.0 * 1024 * 1024, end++;
-    if (*end || v < 0 || end == s)
-        return false;
-    *out = (size_t)(v * mul);
-    return true;
-}
 
 /* Parses the options shared by run and test; returns -1 when `a` is not one,
  * else the number of arguments consumed (1 or 2), or -2 on a bad value. */
@@ -510,7 +471,7 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
         strcmp(a, "--max-memory") != 0)
         return -1;
     if (i + 1 >= argc) {
-        usage_error("%s needs a value", a);
+        cli_usage(NULL, "%s needs a value", a);
         return -2;
     }
     const char *v = argv[i + 1];
@@ -519,11 +480,11 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
     } else if (strcmp(a, "--threads") == 0) {
         o->n_threads = atoi(v);
         if (o->n_threads <= 0) {
-            usage_error("bad thread count '%s'", v);
+            cli_usage(NULL, "bad thread count '%s'", v);
             return -2;
         }
-    } else if (!parse_size(v, &o->max_memory)) {
-        usage_error("bad memory size '%s' (e.g. 512M)", v);
+    } else if (!cli_parse_size(v, &o->max_memory)) {
+        cli_usage(NULL, "bad memory size '%s' (e.g. 512M)", v);
         return -2;
     }
     return 2;
@@ -570,7 +531,7 @@ static int write_outputs(const char *dir, struct gf_tensor **outs, size_t n)
         snprintf(path, sizeof(path), "%s/output_%zu.pb", dir, i);
         enum gf_status st = gf_tensor_save(outs[i], path);
         if (st != GF_OK)
-            return fail(st);
+            return cli_fail(st);
     }
     return 0;
 }
@@ -593,44 +554,44 @@ static int cmd_run(int argc, char **argv)
             fuse = true;
         } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
             if (++i == argc || !strchr(argv[i], '='))
-                return usage_error("run: %s needs NAME=FILE.pb", a);
+                return cli_usage(NULL, "run: %s needs NAME=FILE.pb", a);
             if (n_specs == 64)
-                return usage_error("run: too many inputs%s", "");
+                return cli_usage(NULL, "run: too many inputs%s", "");
             in_specs[n_specs++] = argv[i];
         } else if (strcmp(a, "--random-inputs") == 0) {
             random_inputs = true;
         } else if (strcmp(a, "--output-dir") == 0) {
             if (++i == argc)
-                return usage_error("run: %s needs a folder", a);
+                return cli_usage(NULL, "run: %s needs a folder", a);
             outdir = argv[i];
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("run: unknown option '%s'", a);
+            return cli_usage(NULL, "run: unknown option '%s'", a);
         } else if (path) {
-            return usage_error("run: more than one model given ('%s')", a);
+            return cli_usage(NULL, "run: more than one model given ('%s')", a);
         } else {
             path = a;
         }
     }
     if (!path)
-        return usage_error("run: no model given%s", "");
+        return cli_usage(NULL, "run: no model given%s", "");
     struct gf_model *m;
     enum gf_status st = gf_model_load(path, NULL, &m);
     if (st != GF_OK)
-        return fail(st);
+        return cli_fail(st);
     struct gf_session *s = NULL;
     int rc = 0;
     if (fuse && (st = optimize_model(m, path, NULL, NULL, NULL)) != GF_OK) {
-        rc = fail(st);
+        rc = cli_fail(st);
         goto out;
     }
     if ((st = gf_session_new(m, &o, &s)) != GF_OK) {
-        rc = fail(st);
+        rc = cli_fail(st);
         goto out;
     }
     size_t n_in = gf_session_input_count(s);
     struct gf_tensor *in[256] = {0};
     if (n_in > 256) {
-        rc = usage_error("run: model has too many inputs%s", "");
+        rc = cli_usage(NULL, "run: model has too many inputs%s", "");
         goto out;
     }
     for (int k = 0; k < n_specs; k++) {
@@ -649,7 +610,7 @@ static int cmd_run(int argc, char **argv)
             goto out;
         }
         if ((st = gf_tensor_load(m, eq + 1, &in[i])) != GF_OK) {
-            rc = fail(st);
+            rc = cli_fail(st);
             goto out;
         }
     }
@@ -670,7 +631,7 @@ static int cmd_run(int argc, char **argv)
             dims[d] = v->type.dims[d].value >= 0 ? v->type.dims[d].value : 1;
         enum gf_dtype dt = v->type.dtype == GF_UNDEFINED ? GF_FLOAT : v->type.dtype;
         if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, dims, NULL))) {
-            rc = fail(GF_ERR_NOMEM);
+            rc = cli_fail(GF_ERR_NOMEM);
             goto out;
         }
         fill_random(in[i], &seed);
@@ -679,7 +640,7 @@ static int cmd_run(int argc, char **argv)
     size_t n_out;
     if ((st = gf_session_run(s, n_in, in, &outs, &n_out)) != GF_OK) {
         gf_error_prefix(path);
-        rc = fail(st);
+        rc = cli_fail(st);
         goto out;
     }
     printf("outputs:\n");
@@ -843,28 +804,28 @@ static int cmd_test(int argc, char **argv)
         } else if (strcmp(a, "--rtol") == 0 || strcmp(a, "--atol") == 0) {
             char *end;
             if (++i == argc || (strtod(argv[i], &end), *end) || strtod(argv[i], NULL) < 0)
-                return usage_error("test: %s needs a non-negative number", a);
+                return cli_usage(NULL, "test: %s needs a non-negative number", a);
             *(strcmp(a, "--rtol") == 0 ? &rtol : &atol) = strtod(argv[i], NULL);
         } else if (strcmp(a, "--by-op") == 0) {
             by_op = true;
         } else if (strcmp(a, "--fuse") == 0) {
             fuse = true;
         } else if (a[0] == '-' && a[1]) {
-            return usage_error("test: unknown option '%s'", a);
+            return cli_usage(NULL, "test: unknown option '%s'", a);
         } else if (n_dirs < 4096) {
             dirs[n_dirs++] = a;
         }
     }
     if (!n_dirs)
-        return usage_error("test: no test folder given%s", "");
+        return cli_usage(NULL, "test: no test folder given%s", "");
     for (int i = 0; i < n_dirs; i++) {
         struct stat sb;
         if (stat(dirs[i], &sb) != 0 || !S_ISDIR(sb.st_mode))
-            return fail(gf_error(GF_ERR_IO, "%s: not a folder", dirs[i]));
+            return cli_fail(gf_error(GF_ERR_IO, "%s: not a folder", dirs[i]));
     }
     struct test_totals *tot = calloc(1, sizeof(*tot));
     if (!tot)
-        return fail(gf_error(GF_ERR_NOMEM, "out of memory"));
+        return cli_fail(gf_error(GF_ERR_NOMEM, "out of memory"));
     for (int i = 0; i < n_dirs; i++) {
         int r = run_test_dir(dirs[i], &o, fuse, rtol, atol, tot);
         tot->pass += r > 0;
@@ -957,5 +918,5 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].run(argc - 2, argv + 2);
-    return usage_error("unknown command '%s'", cmd);
+    return cli_usage(NULL, "unknown command '%s'", cmd);
 }

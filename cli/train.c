@@ -15,12 +15,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "gf_exec.h"
 #include "gf_graph.h"
 
 int cmd_train(int argc, char **argv);
-
-enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
 
 struct train_args {
     const char *model, *data, *tokens, *out, *log, *ckpt, *resume;
@@ -30,24 +29,7 @@ struct train_args {
     char ckpt_buf[4096];
 };
 
-static int usage(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "graphfuse: train: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see graphfuse --help)\n");
-    return EXIT_INPUT;
-}
 
-static int fail(enum gf_status st)
-{
-    fprintf(stderr, "graphfuse: %s\n", gf_last_error());
-    switch (st) {
-    case GF_OK: return 0;
-    case GF_ERR_UNSUPPORTED: return EXIT_UNSUPPORTED;
-    case GF_ERR_INTERNAL: return EXIT_INTERNAL;
-    default: return EXIT_INPUT;
-    }
-}
 
 /* ---- option values ------------------------------------------------------------ */
 
@@ -73,21 +55,6 @@ static bool to_int64(const char *s, int64_t lo, int64_t *out)
     return true;
 }
 
-static bool parse_size(const char *s, size_t *out)
-{
-    char *end;
-    double v = strtod(s, &end), mul = 1;
-    if (*end == 'k' || *end == 'K')
-        mul = 1024, end++;
-    else if (*end == 'm' || *end == 'M')
-        mul = 1024.0 * 1024, end++;
-    else if (*end == 'g' || *end == 'G')
-        mul = 1024.0 * 1024 * 1024, end++;
-    if (*end || !(v >= 0) || end == s)
-        return false;
-    *out = (size_t)(v * mul);
-    return true;
-}
 
 static const char *const flags[] = {"--nesterov", "--fuse", "--no-fuse", "--no-tie",
                                     "--profile"};
@@ -180,29 +147,29 @@ static int other_option(const char *a, const char *v, struct train_args *t, bool
     *known = true;
     if (strcmp(a, "--accumulate") == 0) {
         if (!to_int64(v, 1, &n) || n > INT_MAX)
-            return usage("--accumulate needs a whole number >= 1, not '%s'", v);
+            return cli_usage("train", "--accumulate needs a whole number >= 1, not '%s'", v);
         t->to.accumulate = (int)n;
     } else if (strcmp(a, "--seed") == 0) {
         if (!to_int64(v, 0, &n))
-            return usage("bad seed '%s'", v);
+            return cli_usage("train", "bad seed '%s'", v);
         t->tk.seed = (uint64_t)n;
     } else if (strcmp(a, "--threads") == 0) {
         if (!to_int64(v, 1, &n) || n > 1024)
-            return usage("bad thread count '%s'", v);
+            return cli_usage("train", "bad thread count '%s'", v);
         t->to.exec.n_threads = (int)n;
     } else if (strcmp(a, "--max-memory") == 0) {
-        if (!parse_size(v, &t->to.exec.max_memory))
-            return usage("bad memory size '%s' (e.g. 512M)", v);
+        if (!cli_parse_size(v, &t->to.exec.max_memory))
+            return cli_usage("train", "bad memory size '%s' (e.g. 512M)", v);
     } else if (strcmp(a, "--schedule") == 0) {
         if (strcmp(v, "constant") == 0)
             t->to.schedule = GF_LR_CONSTANT;
         else if (strcmp(v, "cosine") == 0)
             t->to.schedule = GF_LR_COSINE;
         else
-            return usage("unknown schedule '%s' (constant or cosine)", v);
+            return cli_usage("train", "unknown schedule '%s' (constant or cosine)", v);
     } else if (strcmp(a, "--token-bytes") == 0) {
         if (!to_int64(v, 2, &n) || (n != 2 && n != 4))
-            return usage("--token-bytes is 2 or 4, not '%s'", v);
+            return cli_usage("train", "--token-bytes is 2 or 4, not '%s'", v);
         t->tk.token_bytes = (int)n;
     } else {
         *known = strcmp(a, "--optimizer") == 0; /* read first, by parse_args */
@@ -220,10 +187,10 @@ static int value_option(const char *a, const char *v, struct train_args *t, bool
     if (string_option(a, v, t))
         return 0;
     if ((r = real_option(a, t)))
-        return to_double(v, r) ? 0 : usage("%s needs a number", a);
+        return to_double(v, r) ? 0 : cli_usage("train", "%s needs a number", a);
     if ((ip = int_option(a, t, &lo))) {
         if (!to_int64(v, lo, &n))
-            return usage("%s needs a whole number", a);
+            return cli_usage("train", "%s needs a whole number", a);
         *ip = n;
         return 0;
     }
@@ -238,9 +205,9 @@ static int pick_optimizer(int argc, char **argv, struct train_args *t)
         if (strcmp(argv[i], "--optimizer") != 0)
             continue;
         if (i + 1 == argc)
-            return usage("%s needs a value", argv[i]);
+            return cli_usage("train", "%s needs a value", argv[i]);
         if (!gf_optim_parse(argv[i + 1], &kind))
-            return usage("unknown optimizer '%s' (sgd or adamw)", argv[i + 1]);
+            return cli_usage("train", "unknown optimizer '%s' (sgd or adamw)", argv[i + 1]);
     }
     gf_trainer_opts_init(&t->to, kind);
     t->to.steps = 100;
@@ -256,14 +223,14 @@ static int parse_args(int argc, char **argv, struct train_args *t)
         bool known;
         if (a[0] != '-' || !a[1]) {
             if (t->model)
-                return usage("more than one model given ('%s')", a);
+                return cli_usage("train", "more than one model given ('%s')", a);
             t->model = a;
         } else if (is_flag(a)) {
             flag_option(a, t);
         } else if (i + 1 == argc) {
-            return usage("%s needs a value", a);
+            return cli_usage("train", "%s needs a value", a);
         } else if ((rc = value_option(a, argv[++i], t, &known)) == 0 && !known) {
-            return usage("unknown option '%s'", a);
+            return cli_usage("train", "unknown option '%s'", a);
         }
     }
     return rc;
@@ -273,15 +240,15 @@ static int parse_args(int argc, char **argv, struct train_args *t)
 static int check_args(struct train_args *t)
 {
     if (!t->model)
-        return usage("no model given%s", "");
+        return cli_usage("train", "no model given%s", "");
     if (!t->data == !t->tokens)
-        return usage("give the training data: --data DIR or --tokens FILE%s", "");
+        return cli_usage("train", "give the training data: --data DIR or --tokens FILE%s", "");
     if (t->tokens && (!t->tk.batch || !t->tk.seq))
-        return usage("--tokens needs --batch B and --seq T%s", "");
+        return cli_usage("train", "--tokens needs --batch B and --seq T%s", "");
     if (!t->tokens && (t->tk.batch || t->tk.seq || t->tk.token_bytes))
-        return usage("--batch, --seq and --token-bytes go with --tokens%s", "");
+        return cli_usage("train", "--batch, --seq and --token-bytes go with --tokens%s", "");
     if (t->ckpt_every && !t->ckpt && !t->out)
-        return usage("--checkpoint-every needs --checkpoint FILE (or -o OUT)%s", "");
+        return cli_usage("train", "--checkpoint-every needs --checkpoint FILE (or -o OUT)%s", "");
     if (t->ckpt_every && !t->ckpt) {
         size_t n = strlen(t->out);
         if (n > 5 && strcmp(t->out + n - 5, ".onnx") == 0)
@@ -290,7 +257,7 @@ static int check_args(struct train_args *t)
         t->ckpt = t->ckpt_buf;
     }
     if (t->to.optim.nesterov && t->to.optim.kind != GF_OPTIM_SGD)
-        return usage("--nesterov goes with --optimizer sgd%s", "");
+        return cli_usage("train", "--nesterov goes with --optimizer sgd%s", "");
     return 0;
 }
 
@@ -362,10 +329,10 @@ static int setup(struct train_args *a, struct run *r)
 {
     enum gf_status st = gf_model_load(a->model, NULL, &r->m);
     if (st != GF_OK)
-        return fail(st);
+        return cli_fail(st);
     if ((st = gf_trainer_new(r->m, &a->to, &r->t)) != GF_OK) {
         gf_error_prefix(a->model);
-        return fail(st);
+        return cli_fail(st);
     }
     if (a->data)
         st = gf_data_open_dir(r->t, a->data, &r->d);
@@ -374,7 +341,7 @@ static int setup(struct train_args *a, struct run *r)
     if (st == GF_OK && a->resume)
         st = gf_trainer_load_checkpoint(r->t, r->d, a->resume);
     if (st != GF_OK)
-        return fail(st);
+        return cli_fail(st);
     int rc = check_writable(a->out, "-o");
     if (rc == 0)
         rc = check_writable(a->log, "--log");
@@ -440,7 +407,7 @@ static int train_loop(struct train_args *a, struct run *r)
         enum gf_status st = gf_trainer_step(r->t, r->d, &s);
         if (st != GF_OK) {
             clear_progress(r);
-            int rc = fail(st);
+            int rc = cli_fail(st);
             return s.diverged ? EXIT_CHECK : rc;
         }
         if (!r->log && a->log && (st = open_log(a->log, r)) != GF_OK) /* after a good step */
@@ -452,7 +419,7 @@ static int train_loop(struct train_args *a, struct run *r)
         if (a->ckpt_every && (s.step + 1) % a->ckpt_every == 0 &&
             (st = gf_trainer_save_checkpoint(r->t, r->d, a->ckpt)) != GF_OK) {
             clear_progress(r);
-            return fail(st);
+            return cli_fail(st);
         }
     }
     clear_progress(r);
@@ -476,7 +443,7 @@ static int finish(struct train_args *a, struct run *r, int rc)
         gf_trainer_print_profile(r->t, stdout);
     enum gf_status st;
     if (rc == 0 && a->out && (st = gf_trainer_save(r->t, a->out)) != GF_OK)
-        rc = fail(st);
+        rc = cli_fail(st);
     else if (rc == 0 && a->out)
         printf("wrote %s\n", a->out);
     return rc;

@@ -1,0 +1,23 @@
+/* cli.h — what the subcommands share: exit codes, messages, option values. */
+#ifndef GF_CLI_H
+#define GF_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gf_graph.h"
+
+/* 0 success, 1 a failed check, 2 bad usage or input, 3 unsupported, 4 bug. */
+enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
+
+/* The exit code for a library status. */
+int cli_exit_code(enum gf_status st);
+/* Prints the library's message (one line) and returns the exit code of st. */
+int cli_fail(enum gf_status st);
+/* Prints "graphfuse: [CMD: ]<fmt with arg> (see graphfuse --help)" and
+ * returns EXIT_INPUT; cmd may be NULL. */
+int cli_usage(const char *cmd, const char *fmt, const char *arg);
+/* "512", "64K", "1.5M", "2G" -> bytes; false when malformed or negative. */
+bool cli_parse_size(const char *s, size_t *out);
+
+#endif /* GF_CLI_H */
