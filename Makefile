@@ -5,16 +5,21 @@ BUILD   ?= build
 SAN     ?=
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
+override CFLAGS += -DGF_OPENCL
 override CFLAGS += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
 override LDFLAGS += $(SAN)
-LIBS    := -lprotobuf-c -lyaml -lopenblas -lm -lpthread
+LIBS    := -lprotobuf-c -lyaml -lopenblas -lOpenCL -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \
-            libcmocka-dev libonnx-testdata graphviz libopenblas-dev wamerican
+            libcmocka-dev libonnx-testdata graphviz libopenblas-dev wamerican \
+            pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo
 ONNX_PROTO := /usr/include/onnx/onnx.proto
 
-LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c executor/*.c)
-LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o
+LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c kernels/opencl/*.c \
+                     executor/*.c)
+LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o \
+           $(BUILD)/obj/gen/cl_sources.o
+CL_SRC  := $(wildcard kernels/opencl/*.cl)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h kernels/gf_kernels.h \
            executor/gf_exec.h
@@ -39,7 +44,9 @@ $(BUILD)/.deps-ok: tools/deps.sh
 	@mkdir -p $(BUILD) && touch $@
 
 # C bindings for ONNX, generated from the schema Debian installs.
-$(BUILD)/gen/onnx.pb-c.c $(BUILD)/gen/onnx.pb-c.h: $(ONNX_PROTO) | $(BUILD)/.deps-ok
+# (GF_SKIP_DEPS=1: a machine without protoc-c uses the files generated
+# elsewhere and carried over in $(BUILD)/gen; see tools/gpu_env.sh.)
+$(BUILD)/gen/onnx.pb-c.c $(BUILD)/gen/onnx.pb-c.h: $(if $(filter 1,$(GF_SKIP_DEPS)),,$(ONNX_PROTO)) | $(BUILD)/.deps-ok
 	@mkdir -p $(BUILD)/gen
 	cp $(ONNX_PROTO) $(BUILD)/gen/onnx.proto
 	cd $(BUILD)/gen && protoc-c --c_out=. onnx.proto
@@ -48,7 +55,17 @@ $(BUILD)/obj/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h kernels/cpu/*.h executor/*.h cli/*.h) $(BUILD)/gen/onnx.pb-c.h
+# OpenCL kernel sources embedded as strings (kernels/opencl/ocl.h: gf_cl_source);
+# rewritten only when a .cl file changes, appears or goes away.
+$(BUILD)/gen/cl_sources.c: FORCE
+	@mkdir -p $(BUILD)/gen
+	@tools/embed_cl.sh $@ $(CL_SRC)
+
+$(BUILD)/obj/gen/cl_sources.o: $(BUILD)/gen/cl_sources.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h kernels/cpu/*.h kernels/opencl/*.h executor/*.h cli/*.h) $(BUILD)/gen/onnx.pb-c.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -74,7 +91,7 @@ Description: ONNX graph fusion, execution and training
 Version: $(GF_VERSION)
 Requires.private: libprotobuf-c yaml-0.1 openblas
 Libs: -L$${libdir} -lgraphfuse
-Libs.private: -lm -lpthread
+Libs.private: -lOpenCL -lm -lpthread
 Cflags: -I$${includedir}/graphfuse
 endef
 export PC_TEXT

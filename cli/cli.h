@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gf_graph.h"
 
@@ -19,5 +20,15 @@ int cli_fail(enum gf_status st);
 int cli_usage(const char *cmd, const char *fmt, const char *arg);
 /* "512", "64K", "1.5M", "2G" -> bytes; false when malformed or negative. */
 bool cli_parse_size(const char *s, size_t *out);
+
+/* A symbolic dimension's size given on the command line (--dim seq=256). */
+struct cli_dim {
+    char name[64];
+    int64_t size;
+};
+/* "NAME=SIZE" with SIZE a whole number >= 1; false when malformed. */
+bool cli_parse_dim(const char *s, struct cli_dim *out);
+/* The size given for symbolic dimension `name`, else `fallback`. */
+int64_t cli_dim_size(const struct cli_dim *dims, int n, const char *name, int64_t fallback);
 
 #endif /* GF_CLI_H */

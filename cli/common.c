@@ -1,6 +1,8 @@
 /* Exit codes, messages and option values shared by the subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -44,4 +46,28 @@ bool cli_parse_size(const char *s, size_t *out)
         return false;
     *out = (size_t)(v * mul);
     return true;
+}
+
+bool cli_parse_dim(const char *s, struct cli_dim *out)
+{
+    const char *eq = strchr(s, '=');
+    if (!eq || eq == s || (size_t)(eq - s) >= sizeof(out->name))
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(eq + 1, &end, 10);
+    if (errno || end == eq + 1 || *end || v < 1)
+        return false;
+    memcpy(out->name, s, (size_t)(eq - s));
+    out->name[eq - s] = 0;
+    out->size = v;
+    return true;
+}
+
+int64_t cli_dim_size(const struct cli_dim *dims, int n, const char *name, int64_t fallback)
+{
+    for (int i = 0; name && i < n; i++)
+        if (strcmp(dims[i].name, name) == 0)
+            return dims[i].size;
+    return fallback;
 }

@@ -467,8 +467,8 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
         o->profile = true;
         return 1;
     }
-    if (strcmp(a, "--backend") != 0 && strcmp(a, "--threads") != 0 &&
-        strcmp(a, "--max-memory") != 0)
+    if (strcmp(a, "--backend") != 0 && strcmp(a, "--device") != 0 &&
+        strcmp(a, "--threads") != 0 && strcmp(a, "--max-memory") != 0)
         return -1;
     if (i + 1 >= argc) {
         cli_usage(NULL, "%s needs a value", a);
@@ -477,6 +477,8 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
     const char *v = argv[i + 1];
     if (strcmp(a, "--backend") == 0) {
         o->backend = v;
+    } else if (strcmp(a, "--device") == 0) {
+        o->device = v;
     } else if (strcmp(a, "--threads") == 0) {
         o->n_threads = atoi(v);
         if (o->n_threads <= 0) {
@@ -542,6 +544,8 @@ static int cmd_run(int argc, char **argv)
     const char *in_specs[64];
     int n_specs = 0;
     bool random_inputs = false, fuse = false;
+    struct cli_dim dims[64];
+    int n_dims = 0;
     struct gf_exec_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -560,6 +564,12 @@ static int cmd_run(int argc, char **argv)
             in_specs[n_specs++] = argv[i];
         } else if (strcmp(a, "--random-inputs") == 0) {
             random_inputs = true;
+        } else if (strcmp(a, "--dim") == 0) {
+            if (++i == argc || n_dims == 64)
+                return cli_usage(NULL, "run: %s needs NAME=SIZE", a);
+            if (!cli_parse_dim(argv[i], &dims[n_dims++]))
+                return cli_usage(NULL, "run: bad --dim '%s' (want NAME=SIZE, e.g. seq=256)",
+                                 argv[i]);
         } else if (strcmp(a, "--output-dir") == 0) {
             if (++i == argc)
                 return cli_usage(NULL, "run: %s needs a folder", a);
@@ -625,12 +635,14 @@ static int cmd_run(int argc, char **argv)
             rc = EXIT_INPUT;
             goto out;
         }
-        int64_t dims[64];
+        int64_t shape[64];
         int rank = v->type.rank < 0 ? 0 : v->type.rank > 64 ? 64 : v->type.rank;
-        for (int d = 0; d < rank; d++) /* symbolic dims: 1 */
-            dims[d] = v->type.dims[d].value >= 0 ? v->type.dims[d].value : 1;
+        for (int d = 0; d < rank; d++) /* symbolic dims: --dim, else 1 */
+            shape[d] = v->type.dims[d].value >= 0 ? v->type.dims[d].value
+                                                  : cli_dim_size(dims, n_dims,
+                                                                 v->type.dims[d].param, 1);
         enum gf_dtype dt = v->type.dtype == GF_UNDEFINED ? GF_FLOAT : v->type.dtype;
-        if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, dims, NULL))) {
+        if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, shape, NULL))) {
             rc = cli_fail(GF_ERR_NOMEM);
             goto out;
         }
@@ -646,6 +658,7 @@ static int cmd_run(int argc, char **argv)
     printf("outputs:\n");
     for (size_t i = 0; i < n_out; i++)
         print_tensor_summary(outs[i]);
+    gf_session_print_fallbacks(s, stderr);
     if (o.profile)
         gf_session_print_profile(s, stdout);
     if (outdir)
@@ -774,6 +787,8 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse
     }
     printf("%s %s: worst error %g%s\n", result > 0 ? "PASS" : result == 0 ? "FAIL" : "UNSUPPORTED",
            name, worst, msg);
+    if (sets > 0)
+        gf_session_print_fallbacks(s, stdout);
     if (o->profile && sets > 0)
         gf_session_print_profile(s, stdout);
     goto out;
@@ -861,7 +876,8 @@ static const char usage[] =
     "                                  after and hits per pattern; --explain tells\n"
     "                                  where PATTERN stopped at each candidate node\n"
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
-    "      [--backend cpu] [--threads N] [--profile] [--max-memory SIZE] [--fuse]\n"
+    "      [--backend cpu|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
+    "      [--max-memory SIZE] [--fuse] [--dim NAME=SIZE (run --random-inputs)]\n"
     "                                  run the graph; outputs summarized and written\n"
     "                                  as output_K.pb into DIR; --fuse optimizes\n"
     "                                  the model in memory first\n"
@@ -875,6 +891,8 @@ static const char usage[] =
     "  train MODEL (--data DIR | --tokens FILE --batch B --seq T) [options]\n"
     "                                  train (SGD / AdamW); see README.md, \"graphfuse train\"\n"
     "  generate MODEL [--chars S] [-n N] [--seed S]   sample words from a character model\n"
+    "  backends                        the backends built in, their devices, and the\n"
+    "                                  one --backend auto picks\n"
     "\n"
     "options:\n"
     "  -h, --help                      this help\n"
@@ -884,6 +902,7 @@ static const char usage[] =
     "            3 unsupported feature, 4 internal error\n";
 
 int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
+int cmd_backends(int argc, char **argv);
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -895,6 +914,7 @@ static const struct {
     {"run", cmd_run},
     {"test", cmd_test},
     {"train", cmd_train}, {"generate", cmd_generate}, /* cli/train.c, cli/generate.c */
+    {"backends", cmd_backends},                        /* cli/backends.c */
 };
 
 int main(int argc, char **argv)

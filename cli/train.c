@@ -105,6 +105,8 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         t->to.trainable = v;
     else if (strcmp(a, "--backend") == 0)
         t->to.exec.backend = v;
+    else if (strcmp(a, "--device") == 0)
+        t->to.exec.device = v;
     else
         return false;
     return true;

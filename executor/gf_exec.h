@@ -27,7 +27,8 @@ extern "C" {
 #endif
 
 struct gf_exec_opts {
-    const char *backend; /* NULL: "cpu" */
+    const char *backend; /* "cpu", "opencl", "auto"; NULL: $GRAPHFUSE_BACKEND, else "auto" */
+    const char *device;  /* device name (a substring of it); NULL: the backend's default */
     int n_threads;       /* 0: every core */
     bool profile;        /* time each op type */
     size_t max_memory;   /* bytes of activations + workspace allowed; 0: no limit */
@@ -64,6 +65,12 @@ struct gf_session_stats {
 void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *st);
 /* Time per op type and memory of the last run (with opts.profile). */
 void gf_session_print_profile(const struct gf_session *s, FILE *f);
+/* On a device backend, the nodes of the plan that run on the CPU because
+ * the backend has no kernel for them: one line per op type with a count,
+ * nothing when there are none.  Returns how many nodes. */
+size_t gf_session_print_fallbacks(const struct gf_session *s, FILE *f);
+/* The backend the session runs on (after "auto" was resolved). */
+const char *gf_session_backend(const struct gf_session *s);
 
 /* Evaluates node n on constant inputs with CPU kernels (a gf_eval_fn: see gf_passes.h). */
 enum gf_status gf_exec_eval_node(struct gf_model *m, const struct gf_node *n,

@@ -7,6 +7,14 @@
  * free list after its last use, and later values take the best-fitting free
  * range (ggml-alloc and llm.c do the same).  An elementwise op whose input
  * dies at that op writes its output over the input (in place).
+ *
+ * Backends: on a device backend (OpenCL) the block lives on the device and
+ * each intermediate is a view of it (a sub-buffer); initializers, folded
+ * constants and graph inputs are uploaded to device buffers of their own,
+ * so a run never goes back to the host between nodes.  Constant folding
+ * always runs on the CPU while planning.  A node the backend has no kernel
+ * for runs on the CPU: its inputs are copied to a host staging area and its
+ * outputs back; gf_session_print_fallbacks lists such nodes.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -30,13 +38,19 @@ struct vinfo {
     size_t nelem, bytes;
     int def, last;   /* step that writes it, last step that reads it */
     size_t offset;   /* V_ACT: into the block */
-    void *data;      /* V_INIT / V_INPUT */
+    void *data;      /* host bytes: V_INIT / V_INPUT / V_CONST */
+    void *dev;       /* backend memory (the CPU: the same as data, or block + offset) */
+    bool dev_owned;  /* dev came from be->alloc (else a view, or host memory) */
+    bool on_device;  /* a device step reads it: uploaded (device backends) */
 };
 
 struct step {
     struct gf_node *node;
-    const struct gf_kernel *k;
+    const struct gf_kernel *k;    /* the backend's kernel (the CPU's when on_cpu) */
+    const struct gf_kernel *cpu;  /* the CPU kernel (folding, fallback) */
+    const int *config;            /* knob values for k; NULL: defaults */
     bool folded; /* outputs computed while planning; not run */
+    bool on_cpu; /* a device backend without a kernel for it: runs on the host */
 };
 
 /* A buffer holding a V_CONST value (a list, freed with the plan). */
@@ -64,6 +78,12 @@ struct gf_session {
     uint8_t *block;
     size_t block_size, ws_size, intermediate_bytes;
     void *ws;
+    /* device backends: host workspace and staging for CPU steps */
+    bool device;
+    size_t host_ws_size, stage_size;
+    void *host_ws, *stage;
+    size_t n_fallback;
+    int peak_step; /* the step whose outputs set the block's size */
     struct cbuf *consts;
     size_t n_folded, const_bytes;
     /* outputs of the last run */
@@ -81,11 +101,10 @@ enum gf_status gf_session_new(struct gf_model *m, const struct gf_exec_opts *o,
                               struct gf_session **out)
 {
     *out = NULL;
-    const char *bname = o && o->backend ? o->backend : "cpu";
-    struct gf_backend *be = gf_backend_get(bname);
-    if (!be)
-        return gf_error(GF_ERR_UNSUPPORTED, "backend '%s' is not available (available: cpu)",
-                        bname);
+    struct gf_backend *be = NULL;
+    enum gf_status bst = gf_backend_open(o ? o->backend : NULL, o ? o->device : NULL, &be);
+    if (bst != GF_OK)
+        return bst;
     const struct gf_graph *g = m->graph;
     for (size_t i = 0; i < g->n_inputs + g->n_outputs; i++) {
         const struct gf_value *v = i < g->n_inputs ? g->inputs[i] : g->outputs[i - g->n_inputs];
@@ -100,6 +119,7 @@ enum gf_status gf_session_new(struct gf_model *m, const struct gf_exec_opts *o,
     s->m = m;
     s->g = m->graph;
     s->be = be;
+    s->device = !be->host_memory;
     if (o)
         s->o = *o;
     if (s->o.n_threads <= 0)
@@ -118,10 +138,22 @@ enum gf_status gf_session_new(struct gf_model *m, const struct gf_exec_opts *o,
 
 static void drop_plan(struct gf_session *s)
 {
+    for (size_t i = 0; s->device && s->v && i < s->g->n_values; i++) {
+        struct vinfo *vi = &s->v[s->g->values[i]->id];
+        if (vi->dev && vi->dev_owned)
+            s->be->ops->release(s->be, vi->dev);
+        else if (vi->dev && vi->kind == V_ACT && s->be->ops->view_release)
+            s->be->ops->view_release(s->be, vi->dev);
+    }
     if (s->block)
         s->be->ops->release(s->be, s->block);
     if (s->ws)
         s->be->ops->release(s->be, s->ws);
+    free(s->host_ws);
+    free(s->stage);
+    s->host_ws = s->stage = NULL;
+    s->host_ws_size = s->stage_size = 0;
+    s->n_fallback = 0;
     while (s->consts) {
         struct cbuf *next = s->consts->next;
         free(s->consts);
@@ -386,9 +418,11 @@ struct freelist {
     size_t end; /* high-water mark of the block */
 };
 
-static size_t round_up(size_t x)
+/* Offsets in the block are multiples of the backend's alignment. */
+static size_t round_up(const struct gf_session *s, size_t x)
 {
-    return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+    size_t a = s->be->align > ALIGN ? s->be->align : ALIGN;
+    return (x + a - 1) / a * a;
 }
 
 static bool fl_put(struct freelist *f, size_t off, size_t size)
@@ -500,7 +534,10 @@ static enum gf_status assign_memory(struct gf_session *s)
                 vi->offset = src->offset;
                 src->last = -1; /* its bytes now belong to the output */
             } else {
-                vi->offset = fl_take(&f, round_up(vi->bytes));
+                size_t before = f.end;
+                vi->offset = fl_take(&f, round_up(s, vi->bytes));
+                if (f.end > before)
+                    s->peak_step = k; /* the block grew here */
             }
         }
         /* release what dies here (outputs that nobody reads die at once) */
@@ -510,7 +547,7 @@ static enum gf_status assign_memory(struct gf_session *s)
                 continue;
             struct vinfo *xi = &s->v[x->id];
             if (xi->kind == V_ACT && xi->last == k) {
-                ok = fl_put(&f, xi->offset, round_up(xi->bytes));
+                ok = fl_put(&f, xi->offset, round_up(s, xi->bytes));
                 xi->last = -1; /* freed once even if read twice */
             }
         }
@@ -529,8 +566,11 @@ static enum gf_status unsupported_op(const struct gf_session *s, const struct gf
                     (long long)gf_model_opset(s->m, n->domain));
 }
 
-static enum gf_status choose_kernels(struct gf_session *s)
+/* The CPU kernel of every step: constant folding runs them while planning,
+ * and on a device backend they run the nodes the backend has no kernel for. */
+static enum gf_status choose_cpu_kernels(struct gf_session *s)
 {
+    struct gf_backend *cpu = gf_backend_get("cpu");
     struct gf_tview in[64];
     for (size_t k = 0; k < s->n_steps; k++) {
         struct gf_node *n = s->steps[k].node;
@@ -542,17 +582,57 @@ static enum gf_status choose_kernels(struct gf_session *s)
                 view_of(&s->v[n->inputs[i]->id], (void *)1, &in[i]);
             else
                 memset(&in[i], 0, sizeof(in[i]));
-        s->steps[k].k = gf_kernel_find(s->be, n, in, n->n_inputs);
+        s->steps[k].cpu = s->steps[k].k = gf_kernel_find(cpu, n, in, n->n_inputs);
         if (!s->steps[k].k) {
             snprintf(lab, sizeof(lab), "%s", n->name && *n->name ? n->name : "unnamed node");
-            return gf_error(GF_ERR_UNSUPPORTED, "%s: no %s kernel for %s (domain '%s', opset "
-                            "%lld) with input type %s", lab, s->be->ops->name, n->op_type,
+            return gf_error(GF_ERR_UNSUPPORTED, "%s: no kernel for %s (domain '%s', opset "
+                            "%lld) with input type %s", lab, n->op_type,
                             n->domain && *n->domain ? n->domain : "ai.onnx",
                             (long long)gf_model_opset(s->m, n->domain),
                             n->n_inputs && n->inputs[0] ? gf_dtype_name(in[0].dtype) : "-");
         }
     }
     return GF_OK;
+}
+
+/* A view of value v as a kernel of the session's backend sees it: device
+ * memory (or a placeholder while planning) plus the host copy if any. */
+static void device_view(const struct gf_session *s, const struct gf_value *v, bool planning,
+                        struct gf_tview *t)
+{
+    if (!v) {
+        memset(t, 0, sizeof(*t));
+        return;
+    }
+    const struct vinfo *vi = &s->v[v->id];
+    view_of(vi, planning ? (vi->bytes ? (void *)1 : NULL) : vi->dev, t);
+    t->host = vi->kind == V_ACT ? NULL : vi->data;
+}
+
+/* On a device backend: the backend's kernel for each step still to run,
+ * or the CPU's (on_cpu) when it has none; marks the values device steps
+ * read or write (they need device memory). */
+static void choose_device_kernels(struct gf_session *s)
+{
+    struct gf_tview in[64];
+    for (size_t k = 0; k < s->n_steps; k++) {
+        struct step *st = &s->steps[k];
+        if (st->folded)
+            continue;
+        struct gf_node *n = st->node;
+        for (size_t i = 0; i < n->n_inputs; i++)
+            device_view(s, n->inputs[i], true, &in[i]);
+        const struct gf_kernel *dk = gf_kernel_find(s->be, n, in, n->n_inputs);
+        st->on_cpu = dk == NULL;
+        st->k = dk ? dk : st->cpu;
+        if (st->on_cpu) {
+            s->n_fallback++;
+            continue;
+        }
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i])
+                s->v[n->inputs[i]->id].on_device = true;
+    }
 }
 
 /* Values whose elements shape inference found become constants. */
@@ -574,6 +654,29 @@ static void adopt_known(struct gf_session *s)
 }
 
 #define FOLD_LIMIT (16u << 20) /* largest node output computed while planning */
+
+/* Host scratch for a CPU kernel run by a session (folding; on the CPU
+ * backend the planned workspace, elsewhere a host buffer grown on demand):
+ * sets a->workspace. */
+static enum gf_status host_workspace(struct gf_session *s, const struct gf_kernel *k,
+                                     struct gf_kernel_args *a)
+{
+    if (!s->device) {
+        a->workspace = s->ws;
+        if (!k->workspace || k->workspace(a) <= s->ws_size)
+            return GF_OK;
+    }
+    size_t need = k->workspace ? k->workspace(a) : 0;
+    if (need > s->host_ws_size) {
+        free(s->host_ws);
+        s->host_ws_size = 0;
+        if (!(s->host_ws = aligned_alloc(ALIGN, (need + ALIGN - 1) / ALIGN * ALIGN)))
+            return gf_error(GF_ERR_NOMEM, "out of memory for %zu bytes of workspace", need);
+        s->host_ws_size = need;
+    }
+    a->workspace = s->host_ws;
+    return GF_OK;
+}
 
 static bool outputs_const(const struct gf_session *s, const struct gf_node *n)
 {
@@ -636,16 +739,70 @@ static enum gf_status fold_constants(struct gf_session *s)
             else
                 memset(&in[i], 0, sizeof(in[i]));
         struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
-                                   .n_out = n->n_outputs, .workspace = s->ws,
-                                   .n_threads = s->o.n_threads, .backend = s->be};
-        enum gf_status st = s->steps[k].k->run(&a);
+                                   .n_out = n->n_outputs, .n_threads = s->o.n_threads,
+                                   .backend = gf_backend_get("cpu")};
+        enum gf_status st = host_workspace(s, s->steps[k].cpu, &a);
+        if (st == GF_OK)
+            st = s->steps[k].cpu->run(&a);
         if (st != GF_OK)
             return st;
         for (size_t o = 0; o < n->n_outputs; o++)
-            if (n->outputs[o])
+            if (n->outputs[o]) {
                 s->v[n->outputs[o]->id].kind = V_CONST;
+                s->v[n->outputs[o]->id].dev = s->v[n->outputs[o]->id].data;
+            }
         s->steps[k].folded = true;
         s->n_folded++;
+    }
+    return GF_OK;
+}
+
+/* Raises the planned workspace to what step k's kernel asks for. */
+static void grow_workspace(struct gf_session *s, size_t k)
+{
+    const struct gf_kernel *kn = s->steps[k].k;
+    if (!kn->workspace)
+        return;
+    struct gf_node *n = s->steps[k].node;
+    struct gf_tview vin[64], vout[64];
+    for (size_t i = 0; i < n->n_inputs; i++)
+        device_view(s, n->inputs[i], true, &vin[i]);
+    for (size_t i = 0; i < n->n_outputs && i < 64; i++)
+        device_view(s, n->outputs[i], true, &vout[i]);
+    struct gf_kernel_args a = {.node = n, .in = vin, .n_in = n->n_inputs, .out = vout,
+                               .n_out = n->n_outputs, .n_threads = s->o.n_threads,
+                               .backend = s->be, .config = s->steps[k].config};
+    size_t w = kn->workspace(&a);
+    if (w > s->ws_size)
+        s->ws_size = w;
+}
+
+/* Where each value lives for the backend's kernels: the CPU reads host
+ * memory where it lies; a device backend gets a view of the block for
+ * each intermediate and an uploaded copy of every other value a device
+ * step reads. */
+static enum gf_status bind_memory(struct gf_session *s)
+{
+    struct gf_backend *be = s->be;
+    for (size_t i = 0; i < s->g->n_values; i++) {
+        struct vinfo *vi = &s->v[s->g->values[i]->id];
+        if (vi->kind == V_ACT && vi->bytes) {
+            vi->dev = s->device ? be->ops->view(be, s->block, vi->offset, vi->bytes)
+                                : s->block + vi->offset;
+            if (!vi->dev)
+                return GF_ERR_NOMEM;
+        } else if (vi->kind == V_INIT || vi->kind == V_CONST || vi->kind == V_INPUT) {
+            vi->dev = vi->data;
+            if (!s->device || !vi->on_device || !vi->bytes)
+                continue;
+            if (!(vi->dev = be->ops->alloc(be, vi->bytes)))
+                return GF_ERR_NOMEM;
+            vi->dev_owned = true;
+            enum gf_status st = vi->kind == V_INPUT ? GF_OK
+                              : be->ops->copy_in(be, vi->dev, vi->data, vi->bytes);
+            if (st != GF_OK)
+                return st;
+        }
     }
     return GF_OK;
 }
@@ -673,7 +830,7 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
     }
     enum gf_status st = infer_concrete(s, in);
     if (st == GF_OK)
-        st = choose_kernels(s);
+        st = choose_cpu_kernels(s);
     if (st != GF_OK)
         return st;
     for (size_t i = 0; i < g->n_values; i++) {
@@ -691,35 +848,24 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         s->v[s->inputs[i]->id].kind = V_INPUT;
         s->v[s->inputs[i]->id].data = in[i]->data;
     }
-    /* workspace: the largest any kernel asks for */
+    /* the CPU backend: one workspace, the largest any kernel asks for */
     s->ws_size = 0;
-    for (size_t k = 0; k < s->n_steps; k++) {
-        const struct gf_kernel *kn = s->steps[k].k;
-        if (!kn->workspace)
-            continue;
-        struct gf_node *n = s->steps[k].node;
-        struct gf_tview vin[64], vout[64];
-        for (size_t i = 0; i < n->n_inputs; i++)
-            if (n->inputs[i])
-                view_of(&s->v[n->inputs[i]->id], NULL, &vin[i]);
-            else
-                memset(&vin[i], 0, sizeof(vin[i]));
-        for (size_t i = 0; i < n->n_outputs && i < 64; i++)
-            if (n->outputs[i])
-                view_of(&s->v[n->outputs[i]->id], NULL, &vout[i]);
-            else
-                memset(&vout[i], 0, sizeof(vout[i]));
-        struct gf_kernel_args a = {.node = n, .in = vin, .n_in = n->n_inputs, .out = vout,
-                                   .n_out = n->n_outputs, .n_threads = s->o.n_threads,
-                                   .backend = s->be};
-        size_t w = kn->workspace(&a);
-        if (w > s->ws_size)
-            s->ws_size = w;
-    }
+    for (size_t k = 0; !s->device && k < s->n_steps; k++)
+        grow_workspace(s, k);
     if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
         return GF_ERR_NOMEM;
     adopt_known(s);
-    if ((st = fold_constants(s)) != GF_OK || (st = assign_memory(s)) != GF_OK)
+    if ((st = fold_constants(s)) != GF_OK)
+        return st;
+    if (s->device) {
+        choose_device_kernels(s);
+        for (size_t k = 0; k < s->n_steps; k++)
+            if (!s->steps[k].folded && !s->steps[k].on_cpu)
+                grow_workspace(s, k);
+        if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
+            return GF_ERR_NOMEM;
+    }
+    if ((st = assign_memory(s)) != GF_OK)
         return st;
     size_t total = s->block_size + s->ws_size;
     if (s->o.max_memory && total > s->o.max_memory)
@@ -727,6 +873,8 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
                         "over the memory limit of %zu bytes", total, s->o.max_memory);
     if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))
         return GF_ERR_NOMEM;
+    if ((st = bind_memory(s)) != GF_OK)
+        return st;
     s->planned = true;
     return GF_OK;
 }
@@ -740,10 +888,33 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static void *value_data(struct gf_session *s, const struct gf_value *v)
+/* Device backends, before each run: graph inputs, and initializers that
+ * are graph inputs (parameters the trainer updates on the host between
+ * runs), are uploaded where device steps read them. */
+static enum gf_status upload_inputs(struct gf_session *s)
+{
+    for (size_t i = 0; s->device && i < s->g->n_values; i++) {
+        const struct gf_value *v = s->g->values[i];
+        struct vinfo *vi = &s->v[v->id];
+        if (!vi->dev_owned || !(vi->kind == V_INPUT || (vi->kind == V_INIT && v->is_input)))
+            continue;
+        enum gf_status st = s->be->ops->copy_in(s->be, vi->dev, vi->data, vi->bytes);
+        if (st != GF_OK)
+            return st;
+    }
+    return GF_OK;
+}
+
+/* Copies value v into host memory at dst. */
+static enum gf_status read_value(struct gf_session *s, const struct gf_value *v, void *dst)
 {
     const struct vinfo *vi = &s->v[v->id];
-    return vi->kind == V_ACT ? s->block + vi->offset : vi->data;
+    if (!vi->bytes)
+        return GF_OK;
+    if (vi->kind == V_ACT)
+        return s->be->ops->copy_out(s->be, dst, vi->dev, vi->bytes);
+    memcpy(dst, vi->data, vi->bytes);
+    return GF_OK;
 }
 
 /* opts.check_finite: a NaN or Inf in a float or double output of node n
@@ -777,44 +948,105 @@ static enum gf_status check_finite(struct gf_session *s, const struct gf_node *n
     return GF_OK;
 }
 
+/* A node of a device plan run by its CPU kernel: intermediates go through
+ * a host staging area (inputs copied out, outputs copied back in). */
+static enum gf_status run_on_host(struct gf_session *s, const struct step *st,
+                                  struct gf_tview *in, struct gf_tview *out)
+{
+    const struct gf_node *n = st->node;
+    size_t need = 0;
+    for (size_t i = 0; i < n->n_inputs + n->n_outputs; i++) {
+        const struct gf_value *x = i < n->n_inputs ? n->inputs[i] : n->outputs[i - n->n_inputs];
+        if (x && (i >= n->n_inputs || s->v[x->id].kind == V_ACT))
+            need += (s->v[x->id].bytes + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    if (need > s->stage_size) {
+        free(s->stage);
+        s->stage_size = 0;
+        if (!(s->stage = aligned_alloc(ALIGN, need)))
+            return gf_error(GF_ERR_NOMEM, "out of memory staging node '%s'", n->name);
+        s->stage_size = need;
+    }
+    unsigned char *p = s->stage;
+    enum gf_status rc = GF_OK;
+    for (size_t i = 0; i < n->n_inputs + n->n_outputs && rc == GF_OK; i++) {
+        bool is_in = i < n->n_inputs;
+        const struct gf_value *x = is_in ? n->inputs[i] : n->outputs[i - n->n_inputs];
+        struct gf_tview *t = is_in ? &in[i] : &out[i - n->n_inputs];
+        if (!x) {
+            memset(t, 0, sizeof(*t));
+            continue;
+        }
+        const struct vinfo *xi = &s->v[x->id];
+        if (is_in && xi->kind != V_ACT) {
+            view_of(xi, xi->data, t);
+        } else {
+            view_of(xi, p, t);
+            p += (xi->bytes + ALIGN - 1) / ALIGN * ALIGN;
+            if (is_in)
+                rc = read_value(s, x, t->data);
+        }
+        t->host = t->data;
+    }
+    struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
+                               .n_out = n->n_outputs, .n_threads = s->o.n_threads,
+                               .backend = gf_backend_get("cpu")};
+    if (rc == GF_OK)
+        rc = host_workspace(s, st->cpu, &a);
+    if (rc == GF_OK)
+        rc = st->cpu->run(&a);
+    for (size_t o = 0; o < n->n_outputs && rc == GF_OK; o++)
+        if (n->outputs[o] && s->v[n->outputs[o]->id].bytes)
+            rc = s->be->ops->copy_in(s->be, s->v[n->outputs[o]->id].dev, out[o].data,
+                                     out[o].nelem ? gf_tview_bytes(&out[o]) : 0);
+    return rc;
+}
+
+static enum gf_status run_step(struct gf_session *s, const struct step *st,
+                               struct gf_tview *in, struct gf_tview *out)
+{
+    const struct gf_node *n = st->node;
+    if (s->device && st->on_cpu)
+        return run_on_host(s, st, in, out);
+    for (size_t i = 0; i < n->n_inputs; i++)
+        device_view(s, n->inputs[i], false, &in[i]);
+    for (size_t i = 0; i < n->n_outputs; i++)
+        device_view(s, n->outputs[i], false, &out[i]);
+    struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
+                               .n_out = n->n_outputs, .workspace = s->ws,
+                               .config = st->config, .n_threads = s->o.n_threads,
+                               .backend = s->be};
+    return st->k->run(&a);
+}
+
 static enum gf_status run_steps(struct gf_session *s)
 {
     struct gf_tview in[64], out[64];
     memset(s->op_ms, 0, sizeof(s->op_ms));
     memset(s->op_calls, 0, sizeof(s->op_calls));
     double t_start = now_ms();
-    for (size_t k = 0; k < s->n_steps; k++) {
+    enum gf_status st = upload_inputs(s);
+    for (size_t k = 0; k < s->n_steps && st == GF_OK; k++) {
         struct gf_node *n = s->steps[k].node;
         if (s->steps[k].folded)
             continue;
         if (n->n_outputs > 64)
             return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many outputs", n->name);
-        for (size_t i = 0; i < n->n_inputs; i++)
-            if (n->inputs[i])
-                view_of(&s->v[n->inputs[i]->id], value_data(s, n->inputs[i]), &in[i]);
-            else
-                memset(&in[i], 0, sizeof(in[i]));
-        for (size_t i = 0; i < n->n_outputs; i++)
-            if (n->outputs[i])
-                view_of(&s->v[n->outputs[i]->id], value_data(s, n->outputs[i]), &out[i]);
-            else
-                memset(&out[i], 0, sizeof(out[i]));
-        struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
-                                   .n_out = n->n_outputs, .workspace = s->ws,
-                                   .n_threads = s->o.n_threads, .backend = s->be};
         double t0 = s->o.profile ? now_ms() : 0;
-        enum gf_status st = s->steps[k].k->run(&a);
+        st = run_step(s, &s->steps[k], in, out);
         if (st == GF_OK && s->o.check_finite)
             st = check_finite(s, n, out);
-        if (st != GF_OK)
-            return st;
-        if (s->o.profile) {
+        if (st == GF_OK && s->o.profile) {
+            if (s->device)
+                st = s->be->ops->sync(s->be);
             s->op_ms[n->op] += now_ms() - t0;
             s->op_calls[n->op]++;
         }
     }
+    if (st == GF_OK)
+        st = s->be->ops->sync(s->be);
     s->total_ms = now_ms() - t_start;
-    return GF_OK;
+    return st;
 }
 
 static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***outputs,
@@ -831,8 +1063,7 @@ static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***
         s->outs[i] = gf_tensor_new(s->outm, v->name, vi->dtype, vi->rank, vi->dims, NULL);
         if (!s->outs[i])
             return GF_ERR_NOMEM;
-        enum gf_status st = s->be->ops->copy_out(s->be, s->outs[i]->data, value_data(s, v),
-                                                 vi->bytes);
+        enum gf_status st = read_value(s, v, s->outs[i]->data);
         if (st != GF_OK)
             return st;
     }
@@ -877,8 +1108,12 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
         s->key_len = key_len;
     } else {
         free(key);
-        for (size_t i = 0; i < s->n_inputs; i++)
-            s->v[s->inputs[i]->id].data = inputs[i]->data;
+        for (size_t i = 0; i < s->n_inputs; i++) {
+            struct vinfo *vi = &s->v[s->inputs[i]->id];
+            vi->data = inputs[i]->data;
+            if (!vi->dev_owned)
+                vi->dev = vi->data;
+        }
     }
     if ((st = run_steps(s)) != GF_OK)
         return st;
@@ -900,9 +1135,39 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
     }
     fprintf(f, "memory: peak activations %zu bytes (planned block), workspace %zu bytes\n",
             s->block_size, s->ws_size);
+    if (s->planned && s->block_size) {
+        const struct gf_node *pk = s->steps[s->peak_step].node;
+        fprintf(f, "        the peak is reached at node '%s' (%s)\n",
+                pk->name && *pk->name ? pk->name : "unnamed", pk->op_type);
+    }
     fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
             s->intermediate_bytes,
             s->intermediate_bytes ? (double)s->block_size / (double)s->intermediate_bytes : 0.0);
+}
+
+size_t gf_session_print_fallbacks(const struct gf_session *s, FILE *f)
+{
+    if (!s->planned || !s->n_fallback)
+        return 0;
+    int count[GF_OP_COUNT] = {0};
+    for (size_t k = 0; k < s->n_steps; k++)
+        if (s->steps[k].on_cpu && !s->steps[k].folded)
+            count[s->steps[k].node->op]++;
+    fprintf(f, "note: %zu node%s ran on the CPU (no %s kernel):", s->n_fallback,
+            s->n_fallback == 1 ? "" : "s", s->be->ops->name);
+    const char *sep = " ";
+    for (int op = 0; op < GF_OP_COUNT; op++)
+        if (count[op]) {
+            fprintf(f, "%s%s x%d", sep, gf_op_get_info(op)->name, count[op]);
+            sep = ", ";
+        }
+    fputc('\n', f);
+    return s->n_fallback;
+}
+
+const char *gf_session_backend(const struct gf_session *s)
+{
+    return s->be->ops->name;
 }
 
 /* ---- comparison ------------------------------------------------------------------------ */

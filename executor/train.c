@@ -556,6 +556,7 @@ int64_t gf_trainer_get_step(const struct gf_trainer *t)
 void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f)
 {
     gf_session_print_profile(t->s, f);
+    gf_session_print_fallbacks(t->s, f);
 }
 
 /* ---- the step ------------------------------------------------------------------- */

@@ -25,15 +25,22 @@ extern "C" {
 
 #define GF_MAX_RANK 8
 
-/* A dense row-major tensor handed to a kernel.  `data` is backend memory
- * (a host pointer for the CPU backend); NULL marks an omitted optional
- * input or output. */
+/* A dense row-major tensor handed to a kernel.  `data` is backend memory:
+ * a host pointer for the CPU backend, a cl_mem (a buffer or a sub-buffer
+ * holding exactly this tensor) for OpenCL.  NULL marks an omitted optional
+ * input or output (and an empty tensor on a device backend).  `host` is a
+ * host copy of the same bytes when the executor has one (constants folded
+ * while planning, initializers, graph inputs), else NULL; on the CPU it
+ * equals `data`.  Device kernels read shape-like inputs (Reshape's shape,
+ * Slice's starts) through it and decline the node in `supports` when it is
+ * NULL. */
 struct gf_tview {
     enum gf_dtype dtype;
     int rank;
     int64_t dims[GF_MAX_RANK];
     size_t nelem;
     void *data;
+    const void *host;
 };
 
 /* Sets rank/dims/nelem of a view. */
@@ -42,6 +49,7 @@ void gf_tview_set_shape(struct gf_tview *t, int rank, const int64_t *dims);
 size_t gf_tview_bytes(const struct gf_tview *t);
 
 struct gf_backend;
+struct gf_device_info;
 
 struct gf_backend_ops {
     const char *name;    /* "cpu", "opencl", "cuda" */
@@ -56,16 +64,52 @@ struct gf_backend_ops {
     enum gf_status (*sync)(struct gf_backend *be);
     /* Human-readable name of the device in use. */
     const char *(*device_name)(const struct gf_backend *be);
+    /* A handle for bytes [off, off + n) of a block from alloc (the CPU:
+     * base + off; OpenCL: a sub-buffer), released with view_release
+     * (NULL: nothing to release).  off is a multiple of be->align. */
+    void *(*view)(struct gf_backend *be, void *base, size_t off, size_t n);
+    void (*view_release)(struct gf_backend *be, void *view);
+    /* Device-to-device copy of n bytes. */
+    enum gf_status (*copy)(struct gf_backend *be, void *dst, const void *src, size_t n);
+    /* Devices this backend can run on, without opening it: fills up to max
+     * entries and returns how many exist (0: none, e.g. no OpenCL platform). */
+    size_t (*list_devices)(struct gf_device_info *out, size_t max);
+    /* Driver/runtime version of the open device (autotune cache key). */
+    const char *(*driver_version)(const struct gf_backend *be);
+};
+
+/* One device as `graphfuse backends` lists it. */
+struct gf_device_info {
+    char platform[128];
+    char name[256];
+    char driver[64];
+    uint64_t memory;      /* bytes of global memory */
+    int compute_units;
+    bool is_gpu;
+    bool is_default;      /* this backend is the default on this device */
 };
 
 struct gf_backend {
     const struct gf_backend_ops *ops;
-    int n_threads;   /* host threads kernels may use (CPU backend) */
+    int n_threads;     /* host threads kernels may use (CPU backend) */
+    size_t align;      /* offsets handed to view() are multiples of this */
+    bool host_memory;  /* data pointers are host memory (the CPU backend) */
     void *priv;
 };
 
-/* The backend named `name`, opened on first use; NULL if unknown. */
+/* The backend named `name` on its default device, opened on first use;
+ * NULL if unknown or unavailable. */
 struct gf_backend *gf_backend_get(const char *name);
+/* Opens a backend for a run.  name: "cpu", "opencl", "cuda", "auto", or
+ * NULL for $GRAPHFUSE_BACKEND (else "auto").  "auto" takes the best
+ * available default (a GPU backend when one has a GPU, else the CPU).
+ * device: chosen by (a substring of) its name, NULL for the default.  A
+ * backend asked for by name that is unavailable (not built, no platform,
+ * no such device) is an error naming what is missing; never a fallback.
+ * Backends stay open until exit. */
+enum gf_status gf_backend_open(const char *name, const char *device, struct gf_backend **out);
+/* Every backend compiled in, available or not (for `graphfuse backends`). */
+const struct gf_backend_ops *const *gf_backend_all(size_t *n);
 
 /* One configuration knob of a tunable kernel (used by the autotuner). */
 struct gf_config_knob {

@@ -94,6 +94,35 @@ static const char *cpu_device_name(const struct gf_backend *be)
     return "host CPU";
 }
 
+static void *cpu_view(struct gf_backend *be, void *base, size_t off, size_t n)
+{
+    (void)be;
+    (void)n;
+    return (unsigned char *)base + off;
+}
+
+static size_t cpu_list_devices(struct gf_device_info *out, size_t max)
+{
+    if (max == 0)
+        return 1;
+    memset(out, 0, sizeof(*out));
+    snprintf(out->platform, sizeof(out->platform), "host");
+    snprintf(out->name, sizeof(out->name), "host CPU");
+    snprintf(out->driver, sizeof(out->driver), "graphfuse %s", GF_VERSION);
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    out->memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    out->compute_units = n > 0 ? (int)n : 1;
+    out->is_default = true;
+    return 1;
+}
+
+static const char *cpu_driver_version(const struct gf_backend *be)
+{
+    (void)be;
+    return "graphfuse " GF_VERSION;
+}
+
 static const struct gf_backend_ops cpu_ops = {
     .name = "cpu",
     .init = cpu_init,
@@ -104,9 +133,14 @@ static const struct gf_backend_ops cpu_ops = {
     .copy_out = cpu_copy,
     .sync = cpu_sync,
     .device_name = cpu_device_name,
+    .view = cpu_view,
+    .view_release = NULL,
+    .copy = cpu_copy,
+    .list_devices = cpu_list_devices,
+    .driver_version = cpu_driver_version,
 };
 
-static struct gf_backend cpu_backend = {.ops = &cpu_ops};
+static struct gf_backend cpu_backend = {.ops = &cpu_ops, .align = 64, .host_memory = true};
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_open(void)
@@ -114,13 +148,73 @@ static void cpu_open(void)
     cpu_init(&cpu_backend, NULL);
 }
 
+#ifdef GF_OPENCL
+/* kernels/opencl/backend.c */
+extern const struct gf_backend_ops gf_opencl_ops;
+enum gf_status gf_opencl_open(const char *device, struct gf_backend **out);
+#endif
+
+static const struct gf_backend_ops *const all_backends[] = {
+    &cpu_ops,
+#ifdef GF_OPENCL
+    &gf_opencl_ops,
+#endif
+};
+
+const struct gf_backend_ops *const *gf_backend_all(size_t *n)
+{
+    *n = sizeof(all_backends) / sizeof(all_backends[0]);
+    return all_backends;
+}
+
 struct gf_backend *gf_backend_get(const char *name)
 {
+    struct gf_backend *be = NULL;
     if (!name || strcmp(name, "cpu") == 0) {
         pthread_once(&cpu_once, cpu_open);
         return &cpu_backend;
     }
-    return NULL;
+    return gf_backend_open(name, NULL, &be) == GF_OK ? be : NULL;
+}
+
+enum gf_status gf_backend_open(const char *name, const char *device, struct gf_backend **out)
+{
+    *out = NULL;
+    if (!name || !*name) {
+        const char *env = getenv("GRAPHFUSE_BACKEND");
+        name = env && *env ? env : "auto";
+    }
+    if (strcmp(name, "auto") == 0) {
+#ifdef GF_OPENCL
+        /* a GPU OpenCL device is the default over the host CPU */
+        struct gf_device_info d[16];
+        size_t nd = gf_opencl_ops.list_devices(d, 16);
+        for (size_t i = 0; i < nd && i < 16; i++)
+            if (d[i].is_default && (!device || strstr(d[i].name, device)))
+                return gf_opencl_open(device ? device : d[i].name, out);
+#endif
+        name = "cpu";
+    }
+    if (strcmp(name, "cpu") == 0) {
+        if (device && !strstr("host CPU", device))
+            return gf_error(GF_ERR_UNSUPPORTED, "backend 'cpu' has no device '%s' (it runs on "
+                            "'host CPU')", device);
+        pthread_once(&cpu_once, cpu_open);
+        *out = &cpu_backend;
+        return GF_OK;
+    }
+    if (strcmp(name, "opencl") == 0) {
+#ifdef GF_OPENCL
+        return gf_opencl_open(device, out);
+#else
+        return gf_error(GF_ERR_UNSUPPORTED, "backend 'opencl' is not available: graphfuse was "
+                        "built without OpenCL (install ocl-icd-opencl-dev and rebuild)");
+#endif
+    }
+    if (strcmp(name, "cuda") == 0)
+        return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda' is not available: this build has "
+                        "no CUDA backend");
+    return gf_error(GF_ERR_INVALID, "unknown backend '%s' (cpu, opencl, cuda or auto)", name);
 }
 
 /* ---- registry -------------------------------------------------------------- */
@@ -148,14 +242,37 @@ static const struct gf_kernel_table *const cpu_tables[] = {
     &gf_cpu_contrib_table,
 };
 
+#ifdef GF_OPENCL
+/* kernels/opencl/tables.c */
+extern const struct gf_kernel_table *const gf_opencl_tables[];
+extern const size_t gf_opencl_n_tables;
+#endif
+
+/* The kernel tables of backend `name` (none for an unknown one). */
+static const struct gf_kernel_table *const *backend_tables(const char *name, size_t *n)
+{
+    if (strcmp(name, "cpu") == 0) {
+        *n = sizeof(cpu_tables) / sizeof(cpu_tables[0]);
+        return cpu_tables;
+    }
+#ifdef GF_OPENCL
+    if (strcmp(name, "opencl") == 0) {
+        *n = gf_opencl_n_tables;
+        return gf_opencl_tables;
+    }
+#endif
+    *n = 0;
+    return NULL;
+}
+
 const struct gf_kernel *gf_kernel_find(const struct gf_backend *be, const struct gf_node *n,
                                        const struct gf_tview *in, size_t n_in)
 {
-    if (strcmp(be->ops->name, "cpu") != 0)
-        return NULL;
-    enum gf_dtype dt = n_in && in[0].data ? in[0].dtype : GF_UNDEFINED;
-    for (size_t t = 0; t < sizeof(cpu_tables) / sizeof(cpu_tables[0]); t++) {
-        const struct gf_kernel_table *tab = cpu_tables[t];
+    size_t n_tab;
+    const struct gf_kernel_table *const *tables = backend_tables(be->ops->name, &n_tab);
+    enum gf_dtype dt = n_in && (in[0].data || in[0].host) ? in[0].dtype : GF_UNDEFINED;
+    for (size_t t = 0; t < n_tab; t++) {
+        const struct gf_kernel_table *tab = tables[t];
         for (size_t i = 0; i < tab->count; i++) {
             const struct gf_kernel *k = &tab->kernels[i];
             if (k->op != n->op || (k->dtype != GF_UNDEFINED && k->dtype != dt))
@@ -171,12 +288,12 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
 {
     static _Thread_local const struct gf_kernel *found[64];
     *n = 0;
-    if (strcmp(backend, "cpu") != 0)
-        return found;
-    for (size_t t = 0; t < sizeof(cpu_tables) / sizeof(cpu_tables[0]); t++)
-        for (size_t i = 0; i < cpu_tables[t]->count && *n < 64; i++)
-            if (cpu_tables[t]->kernels[i].op == op)
-                found[(*n)++] = &cpu_tables[t]->kernels[i];
+    size_t n_tab;
+    const struct gf_kernel_table *const *tables = backend_tables(backend, &n_tab);
+    for (size_t t = 0; t < n_tab; t++)
+        for (size_t i = 0; i < tables[t]->count && *n < 64; i++)
+            if (tables[t]->kernels[i].op == op)
+                found[(*n)++] = &tables[t]->kernels[i];
     return found;
 }
 
