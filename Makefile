@@ -22,12 +22,12 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-
 CL_SRC  := $(wildcard kernels/opencl/*.cl)
 TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h kernels/gf_kernels.h \
-           executor/gf_exec.h
+           executor/gf_exec.h executor/gf_tune.h
 
 
-.PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench \
+.PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench bench-opencl \
         install clean help bad-corpus
-all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc
+all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc $(BUILD)/models/matmul.onnx
 
 help:
 	@echo "make            build library, CLI and graphfuse.pc (installs deps)"
@@ -35,6 +35,7 @@ help:
 	@echo "make test-asan  the same under AddressSanitizer + UBSan (build-asan/)"
 	@echo "make demo       run the bundled model, train it on a word list, sample words"
 	@echo "make bench      load/save speed against bare protobuf-c"
+	@echo "make bench-opencl ARGS=\"--device NAME\"  OpenCL kernel bandwidth (--small: quick)"
 	@echo "make install PREFIX=/usr/local"
 
 # Installs missing Debian packages (prints the apt-get line when not root).
@@ -120,7 +121,9 @@ conformance: all
 conformance-update: all
 	@tests/conformance.sh $(BUILD)/graphfuse --update
 
+# (the OpenCL runtime keeps some allocations until exit: tests/lsan.supp)
 test-asan: deps
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
 	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" CFLAGS="-O1 -g" test
 
 # ---- demo and bench ---------------------------------------------------------
@@ -151,9 +154,26 @@ $(BUILD)/words2tokens: tools/words2tokens.c
 	@mkdir -p $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
 
-BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c))
+# Y = A @ B with symbolic M, K, N (graphfuse tune --dim M=...; tests/run_tune.sh)
+$(BUILD)/models/matmul.onnx: $(BUILD)/gen_matmul
+	@mkdir -p $(dir $@)
+	$(BUILD)/gen_matmul $@
+
+$(BUILD)/gen_matmul: tools/gen_matmul.c $(BUILD)/libgraphfuse.a
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+
+BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/bench_opencl%,$(wildcard tests/bench_*.c)))
 bench: all $(BENCHES)
 	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b $(BUILD)/bench; done
+
+# OpenCL kernel benchmarks: the fused kernels' bandwidth (bench_opencl, with
+# $(ARGS): make bench-opencl ARGS="--device H200"; ARGS="--small" for a quick
+# run, e.g. on PoCL), then MatMul 4096^3 over every config (bench_opencl_matmul).
+bench-opencl: all $(BUILD)/tests/bench_opencl $(BUILD)/tests/bench_opencl_matmul
+	@echo "== $(BUILD)/tests/bench_opencl $(ARGS)"
+	@$(BUILD)/tests/bench_opencl $(ARGS)
+	@echo "== $(BUILD)/tests/bench_opencl_matmul $(BUILD)/bench 4096 all"
+	@$(BUILD)/tests/bench_opencl_matmul $(BUILD)/bench 4096 all
 
 $(BUILD)/tests/bench_%: tests/bench_%.c $(BUILD)/libgraphfuse.a
 	@mkdir -p $(dir $@)

@@ -51,6 +51,11 @@ static enum gf_status optimize_model(struct gf_model *m, const char *path,
     return st;
 }
 
+/* run/test --fuse optimize in memory for graphfuse itself, so the opt-in
+ * patterns (attention) apply too. */
+static const char *const run_opt_in[] = {"attention"};
+static const struct gf_fuse_opts run_fuse_opts = {.enabled = run_opt_in, .n_enabled = 1};
+
 /* ---- info ----------------------------------------------------------------- */
 
 struct op_count {
@@ -429,7 +434,8 @@ static int cmd_optimize(int argc, char **argv)
         }
     if (rc == 0 && (st = gf_op_census_take(&input, m->graph)) != GF_OK)
         rc = cli_fail(st);
-    struct gf_fuse_opts fo = {a.disabled, a.n_disabled, a.explain, a.target};
+    struct gf_fuse_opts fo = {.disabled = a.disabled, .n_disabled = a.n_disabled,
+                              .explain = a.explain, .target = a.target};
     if (rc == 0 && (st = optimize_model(m, a.path, &fo, &rep, &cs)) != GF_OK)
         rc = cli_fail(st);
     if (rc == 0 && (st = gf_model_save(m, a.out, NULL)) != GF_OK)
@@ -463,12 +469,13 @@ static int cmd_optimize(int argc, char **argv)
 static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
 {
     const char *a = argv[i];
-    if (strcmp(a, "--profile") == 0) {
-        o->profile = true;
+    if (strcmp(a, "--profile") == 0 || strcmp(a, "--autotune") == 0) {
+        *(a[2] == 'p' ? &o->profile : &o->autotune) = true;
         return 1;
     }
     if (strcmp(a, "--backend") != 0 && strcmp(a, "--device") != 0 &&
-        strcmp(a, "--threads") != 0 && strcmp(a, "--max-memory") != 0)
+        strcmp(a, "--threads") != 0 && strcmp(a, "--max-memory") != 0 &&
+        strcmp(a, "--tune-cache") != 0)
         return -1;
     if (i + 1 >= argc) {
         cli_usage(NULL, "%s needs a value", a);
@@ -479,6 +486,8 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
         o->backend = v;
     } else if (strcmp(a, "--device") == 0) {
         o->device = v;
+    } else if (strcmp(a, "--tune-cache") == 0) {
+        o->tune_cache = v;
     } else if (strcmp(a, "--threads") == 0) {
         o->n_threads = atoi(v);
         if (o->n_threads <= 0) {
@@ -590,7 +599,7 @@ static int cmd_run(int argc, char **argv)
         return cli_fail(st);
     struct gf_session *s = NULL;
     int rc = 0;
-    if (fuse && (st = optimize_model(m, path, NULL, NULL, NULL)) != GF_OK) {
+    if (fuse && (st = optimize_model(m, path, &run_fuse_opts, NULL, NULL)) != GF_OK) {
         rc = cli_fail(st);
         goto out;
     }
@@ -659,6 +668,7 @@ static int cmd_run(int argc, char **argv)
     for (size_t i = 0; i < n_out; i++)
         print_tensor_summary(outs[i]);
     gf_session_print_fallbacks(s, stderr);
+    gf_session_print_tuning(s, stderr);
     if (o.profile)
         gf_session_print_profile(s, stdout);
     if (outdir)
@@ -745,7 +755,7 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse
     int result = 1;
     double worst = 0;
     int sets = 0;
-    if (fuse && (st = optimize_model(m, NULL, NULL, NULL, NULL)) != GF_OK)
+    if (fuse && (st = optimize_model(m, NULL, &run_fuse_opts, NULL, NULL)) != GF_OK)
         goto error;
     if ((st = gf_session_new(m, o, &s)) != GF_OK)
         goto error;
@@ -878,9 +888,11 @@ static const char usage[] =
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
     "      [--backend cpu|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
     "      [--max-memory SIZE] [--fuse] [--dim NAME=SIZE (run --random-inputs)]\n"
+    "      [--tune-cache FILE] [--autotune]\n"
     "                                  run the graph; outputs summarized and written\n"
     "                                  as output_K.pb into DIR; --fuse optimizes\n"
-    "                                  the model in memory first\n"
+    "                                  the model in memory first; kernels tuned by\n"
+    "                                  `tune` are used, --autotune tunes missing ones\n"
     "  test DIR... [--rtol R] [--atol A] [--by-op] [--fuse] [run options]\n"
     "                                  ONNX backend-test folders (model.onnx +\n"
     "                                  test_data_set_*): PASS / FAIL / UNSUPPORTED\n"
@@ -893,6 +905,10 @@ static const char usage[] =
     "  generate MODEL [--chars S] [-n N] [--seed S]   sample words from a character model\n"
     "  backends                        the backends built in, their devices, and the\n"
     "                                  one --backend auto picks\n"
+    "  tune MODEL [--backend B] [--device NAME] [--dim NAME=SIZE]... [--tune-cache FILE]\n"
+    "      [--tune-budget N] [--repeats N] [--force] [--fuse] [--with-cpu]\n"
+    "                                  time kernels and knob values per node; cache\n"
+    "                                  the fastest correct ones (run uses the cache)\n"
     "\n"
     "options:\n"
     "  -h, --help                      this help\n"
@@ -902,7 +918,7 @@ static const char usage[] =
     "            3 unsupported feature, 4 internal error\n";
 
 int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
-int cmd_backends(int argc, char **argv);
+int cmd_backends(int argc, char **argv), cmd_tune(int argc, char **argv);
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -915,6 +931,7 @@ static const struct {
     {"test", cmd_test},
     {"train", cmd_train}, {"generate", cmd_generate}, /* cli/train.c, cli/generate.c */
     {"backends", cmd_backends},                        /* cli/backends.c */
+    {"tune", cmd_tune},                                /* cli/tune.c */
 };
 
 int main(int argc, char **argv)

@@ -34,6 +34,9 @@ struct gf_exec_opts {
     size_t max_memory;   /* bytes of activations + workspace allowed; 0: no limit */
     bool check_finite;   /* after each node, a NaN or Inf in a float output fails the
                             run naming node, op and output (slow: for diagnosis) */
+    const char *tune_cache; /* autotune cache (gf_tune.h) for nodes with a choice of
+                               kernels or knob values; NULL: the default file; "": none */
+    bool autotune;       /* tune nodes the cache lacks while planning, and save them */
 };
 
 struct gf_session;
@@ -69,6 +72,10 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f);
  * the backend has no kernel for them: one line per op type with a count,
  * nothing when there are none.  Returns how many nodes. */
 size_t gf_session_print_fallbacks(const struct gf_session *s, FILE *f);
+/* Autotuning of the last plan: the cache's warnings, a failure to tune or
+ * save, and how many nodes use tuned kernels; one line each, nothing when
+ * no node had a choice.  Returns the number of lines. */
+size_t gf_session_print_tuning(const struct gf_session *s, FILE *f);
 /* The backend the session runs on (after "auto" was resolved). */
 const char *gf_session_backend(const struct gf_session *s);
 

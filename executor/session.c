@@ -23,6 +23,7 @@
 
 #include "gf_exec.h"
 #include "gf_kernels.h"
+#include "gf_tune.h"
 
 #define ALIGN 64
 
@@ -37,6 +38,8 @@ struct vinfo {
     int64_t dims[GF_MAX_RANK];
     size_t nelem, bytes;
     int def, last;   /* step that writes it, last step that reads it */
+    int end;         /* last, kept (the walk in assign_memory spoils last) */
+    int64_t root;    /* the value whose bytes it shares (in place), else its own id */
     size_t offset;   /* V_ACT: into the block */
     void *data;      /* host bytes: V_INIT / V_INPUT / V_CONST */
     void *dev;       /* backend memory (the CPU: the same as data, or block + offset) */
@@ -51,6 +54,7 @@ struct step {
     const int *config;            /* knob values for k; NULL: defaults */
     bool folded; /* outputs computed while planning; not run */
     bool on_cpu; /* a device backend without a kernel for it: runs on the host */
+    int tuned[GF_TUNE_MAX_KNOBS]; /* knob values the autotuner chose (config points here) */
 };
 
 /* A buffer holding a V_CONST value (a list, freed with the plan). */
@@ -93,6 +97,12 @@ struct gf_session {
     double op_ms[GF_OP_COUNT];
     int op_calls[GF_OP_COUNT];
     double total_ms;
+    /* autotuning (opts.tune_cache, opts.autotune): opened on the first node
+     * with a choice; counts of the last plan */
+    struct gf_tuner *tuner;
+    bool tune_off;
+    size_t n_tuned_now, n_tuned_cached;
+    char tune_note[600];
 };
 
 /* ---- session ------------------------------------------------------------ */
@@ -154,6 +164,7 @@ static void drop_plan(struct gf_session *s)
     s->host_ws = s->stage = NULL;
     s->host_ws_size = s->stage_size = 0;
     s->n_fallback = 0;
+    s->n_tuned_now = s->n_tuned_cached = 0;
     while (s->consts) {
         struct cbuf *next = s->consts->next;
         free(s->consts);
@@ -176,6 +187,7 @@ void gf_session_free(struct gf_session *s)
     if (!s)
         return;
     drop_plan(s);
+    gf_tuner_free(s->tuner);
     gf_model_free(s->outm);
     free(s->inputs);
     free(s);
@@ -389,7 +401,10 @@ static void view_of(const struct vinfo *vi, void *data, struct gf_tview *t)
     t->data = data;
 }
 
-static bool elementwise_inplace(enum gf_op op)
+/* Output o of op may be written over its input i when that input dies at
+ * the node and has the output's shape and dtype: the kernel reads each
+ * element (or each row) of that input before writing the same one. */
+static bool elementwise_inplace(enum gf_op op, size_t o, size_t i)
 {
     switch (op) {
     case GF_OP_ADD: case GF_OP_SUB: case GF_OP_MUL: case GF_OP_DIV:
@@ -399,10 +414,15 @@ static bool elementwise_inplace(enum gf_op op)
     case GF_OP_SOFTPLUS: case GF_OP_SOFTSIGN: case GF_OP_HARD_SIGMOID: case GF_OP_HARD_SWISH:
     case GF_OP_ERF: case GF_OP_GELU: case GF_OP_FLOOR: case GF_OP_CEIL: case GF_OP_ROUND:
     case GF_OP_SIGN:
-    /* fused ops that read each element (or each row) before writing it */
+    /* fused ops */
     case GF_OP_SILU: case GF_OP_FUSED_GELU: case GF_OP_SWIGLU: case GF_OP_GEGLU:
     case GF_OP_RMS_NORM: case GF_OP_LAYER_NORM:
-        return true;
+    /* fused backward ops: dX over dY (or over the forward value read) */
+    case GF_OP_RMS_NORM_GRAD: case GF_OP_LAYER_NORM_GRAD: case GF_OP_MATMUL_EPILOGUE_GRAD:
+    case GF_OP_CROSS_ENTROPY_GRAD:
+        return o == 0;
+    case GF_OP_SOFTMAX_CROSS_ENTROPY: /* the gradient G over the logits */
+        return o == 2 && i == 0;
     default:
         return false;
     }
@@ -487,6 +507,98 @@ static size_t fl_take(struct freelist *f, size_t size)
     return off;
 }
 
+/* A set of values sharing bytes (a value and the outputs written over it
+ * in place) and the steps during which those bytes are in use. */
+struct group {
+    size_t size, off;
+    int first, last;
+    int64_t root;
+};
+
+static int by_size_desc(const void *a, const void *b)
+{
+    const struct group *x = a, *y = b;
+    if (x->size != y->size)
+        return x->size < y->size ? 1 : -1;
+    return x->first - y->first;
+}
+
+/* The second placement: groups in decreasing size, each at the lowest
+ * offset free throughout its lifetime (greedy by size, as TFLite's arena
+ * planner does).  Kept when its block is smaller than the walk's, whose
+ * best-fit free list can fragment.  Also finds the step where the most
+ * bytes are live (s->peak_step).  false when out of memory. */
+static bool place_by_size(struct gf_session *s)
+{
+    struct gf_graph *g = s->g;
+    size_t n = 0;
+    struct group *gr = malloc((g->n_values + 1) * sizeof(*gr));
+    int64_t *slot = malloc((g->n_values + 1) * sizeof(*slot));
+    size_t *live = calloc(s->n_steps + 1, sizeof(*live));
+    if (!gr || !slot || !live) {
+        free(gr), free(slot), free(live);
+        return false;
+    }
+    for (size_t i = 0; i < g->n_values; i++)
+        slot[g->values[i]->id] = -1;
+    for (size_t i = 0; i < g->n_values; i++) {
+        const struct vinfo *vi = &s->v[g->values[i]->id];
+        if (vi->kind != V_ACT || vi->root != g->values[i]->id)
+            continue;
+        slot[vi->root] = (int64_t)n;
+        gr[n++] = (struct group){round_up(s, vi->bytes), 0, vi->def, vi->end, vi->root};
+    }
+    for (size_t i = 0; i < g->n_values; i++) { /* members widen their group */
+        const struct vinfo *vi = &s->v[g->values[i]->id];
+        if (vi->kind != V_ACT || slot[vi->root] < 0)
+            continue;
+        struct group *r = &gr[slot[vi->root]];
+        if (round_up(s, vi->bytes) > r->size)
+            r->size = round_up(s, vi->bytes);
+        if (vi->end > r->last)
+            r->last = vi->end;
+    }
+    qsort(gr, n, sizeof(*gr), by_size_desc);
+    size_t top = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* lowest gap among the placed groups that overlap in time: retry
+         * past every conflict until none is left (offsets only grow) */
+        size_t off = 0;
+        for (bool moved = true; moved;) {
+            moved = false;
+            for (size_t j = 0; j < i; j++)
+                if (gr[j].first <= gr[i].last && gr[i].first <= gr[j].last &&
+                    gr[j].off < off + gr[i].size && off < gr[j].off + gr[j].size) {
+                    off = gr[j].off + gr[j].size;
+                    moved = true;
+                }
+        }
+        gr[i].off = off;
+        if (off + gr[i].size > top)
+            top = off + gr[i].size;
+        for (int k = gr[i].first; k <= gr[i].last && k < (int)s->n_steps; k++)
+            live[k] += gr[i].size;
+    }
+    size_t most = 0;
+    for (size_t k = 0; k < s->n_steps; k++)
+        if (live[k] > most) {
+            most = live[k];
+            s->peak_step = (int)k;
+        }
+    if (top < s->block_size) {
+        for (size_t i = 0; i < n; i++)
+            slot[gr[i].root] = (int64_t)i;
+        for (size_t i = 0; i < g->n_values; i++) {
+            struct vinfo *vi = &s->v[g->values[i]->id];
+            if (vi->kind == V_ACT)
+                vi->offset = gr[slot[vi->root]].off;
+        }
+        s->block_size = top;
+    }
+    free(gr), free(slot), free(live);
+    return true;
+}
+
 /* Lifetimes, in-place reuse and offsets for every intermediate value. */
 static enum gf_status assign_memory(struct gf_session *s)
 {
@@ -505,6 +617,8 @@ static enum gf_status assign_memory(struct gf_session *s)
         }
         if (v->is_output)
             vi->last = end;
+        vi->end = vi->last;
+        vi->root = v->id;
         s->intermediate_bytes += vi->bytes;
     }
     /* dying[k]: values whose last use is step k, freed after it runs */
@@ -520,10 +634,11 @@ static enum gf_status assign_memory(struct gf_session *s)
                 continue;
             struct vinfo *vi = &s->v[v->id];
             struct vinfo *src = NULL;
-            for (size_t i = 0; elementwise_inplace(n->op) && o == 0 && i < n->n_inputs; i++) {
+            for (size_t i = 0; i < n->n_inputs; i++) {
                 struct gf_value *x = n->inputs[i];
                 struct vinfo *xi = x ? &s->v[x->id] : NULL;
-                if (xi && xi->kind == V_ACT && xi->last == k && xi->bytes == vi->bytes &&
+                if (xi && elementwise_inplace(n->op, o, i) && xi->kind == V_ACT &&
+                    xi->last == k && xi->bytes == vi->bytes &&
                     xi->rank == vi->rank && xi->dtype == vi->dtype &&
                     memcmp(xi->dims, vi->dims, (size_t)vi->rank * sizeof(int64_t)) == 0) {
                     src = xi;
@@ -532,12 +647,10 @@ static enum gf_status assign_memory(struct gf_session *s)
             }
             if (src) {
                 vi->offset = src->offset;
+                vi->root = src->root;
                 src->last = -1; /* its bytes now belong to the output */
             } else {
-                size_t before = f.end;
                 vi->offset = fl_take(&f, round_up(s, vi->bytes));
-                if (f.end > before)
-                    s->peak_step = k; /* the block grew here */
             }
         }
         /* release what dies here (outputs that nobody reads die at once) */
@@ -552,9 +665,10 @@ static enum gf_status assign_memory(struct gf_session *s)
             }
         }
     }
-    /* restore last-use markers spoiled above (only needed for stats) */
     s->block_size = f.end;
     free(f.r);
+    if (ok)
+        ok = place_by_size(s);
     return ok ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory planning");
 }
 
@@ -564,6 +678,46 @@ static enum gf_status unsupported_op(const struct gf_session *s, const struct gf
                     "supported", n->name && *n->name ? n->name : "unnamed node", n->op_type,
                     n->domain && *n->domain ? n->domain : "ai.onnx",
                     (long long)gf_model_opset(s->m, n->domain));
+}
+
+/* Autotuning: the kernel and knob values cached for step st (whose
+ * default kernel is dk), or tuned now with opts.autotune; dk when the
+ * node has no choice or nothing is cached.  Tuning problems are noted for
+ * gf_session_print_tuning, never fatal. */
+static const struct gf_kernel *tune_step(struct gf_session *s, struct step *st,
+                                         const struct gf_tview *in, const struct gf_kernel *dk)
+{
+    struct gf_node *n = st->node;
+    struct gf_tview out[64];
+    struct gf_tune_choice c;
+    struct gf_tune_result r;
+    if (s->tune_off || (s->o.tune_cache && !*s->o.tune_cache) || n->n_outputs > 64 ||
+        gf_tune_count_candidates(s->be, n, in, n->n_inputs) < 2)
+        return dk;
+    if (!s->tuner && gf_tuner_open(s->o.tune_cache, &s->tuner) != GF_OK) {
+        s->tune_off = true;
+        return dk;
+    }
+    for (size_t o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o])
+            view_of(&s->v[n->outputs[o]->id], (void *)1, &out[o]);
+        else
+            memset(&out[o], 0, sizeof(out[o]));
+    if (gf_tuner_lookup(s->tuner, s->be, n, in, n->n_inputs, out, n->n_outputs, &c, NULL)) {
+        s->n_tuned_cached++;
+    } else if (!s->o.autotune) {
+        return dk;
+    } else if (gf_tuner_tune(s->tuner, s->be, n, in, n->n_inputs, out, n->n_outputs, NULL,
+                             &r) == GF_OK) {
+        c = r.choice;
+        s->n_tuned_now++;
+    } else {
+        snprintf(s->tune_note, sizeof(s->tune_note), "autotune: %s", gf_last_error());
+        return dk;
+    }
+    memcpy(st->tuned, c.config, sizeof(st->tuned));
+    st->config = c.kernel->n_knobs ? st->tuned : NULL;
+    return c.kernel;
 }
 
 /* The CPU kernel of every step: constant folding runs them while planning,
@@ -583,6 +737,8 @@ static enum gf_status choose_cpu_kernels(struct gf_session *s)
             else
                 memset(&in[i], 0, sizeof(in[i]));
         s->steps[k].cpu = s->steps[k].k = gf_kernel_find(cpu, n, in, n->n_inputs);
+        if (s->steps[k].k && !s->device)
+            s->steps[k].k = tune_step(s, &s->steps[k], in, s->steps[k].k);
         if (!s->steps[k].k) {
             snprintf(lab, sizeof(lab), "%s", n->name && *n->name ? n->name : "unnamed node");
             return gf_error(GF_ERR_UNSUPPORTED, "%s: no kernel for %s (domain '%s', opset "
@@ -623,6 +779,10 @@ static void choose_device_kernels(struct gf_session *s)
         for (size_t i = 0; i < n->n_inputs; i++)
             device_view(s, n->inputs[i], true, &in[i]);
         const struct gf_kernel *dk = gf_kernel_find(s->be, n, in, n->n_inputs);
+        if (dk && (dk = tune_step(s, st, in, dk)) && strcmp(dk->backend, s->be->ops->name)) {
+            st->cpu = dk; /* tuned with CPU kernels competing: the host was faster */
+            dk = NULL;
+        }
         st->on_cpu = dk == NULL;
         st->k = dk ? dk : st->cpu;
         if (st->on_cpu) {
@@ -875,6 +1035,8 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         return GF_ERR_NOMEM;
     if ((st = bind_memory(s)) != GF_OK)
         return st;
+    if (s->n_tuned_now && gf_tuner_save(s->tuner) != GF_OK)
+        snprintf(s->tune_note, sizeof(s->tune_note), "autotune: %s", gf_last_error());
     s->planned = true;
     return GF_OK;
 }
@@ -990,7 +1152,7 @@ static enum gf_status run_on_host(struct gf_session *s, const struct step *st,
     }
     struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
                                .n_out = n->n_outputs, .n_threads = s->o.n_threads,
-                               .backend = gf_backend_get("cpu")};
+                               .backend = gf_backend_get("cpu"), .config = st->config};
     if (rc == GF_OK)
         rc = host_workspace(s, st->cpu, &a);
     if (rc == GF_OK)
@@ -1137,7 +1299,7 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
             s->block_size, s->ws_size);
     if (s->planned && s->block_size) {
         const struct gf_node *pk = s->steps[s->peak_step].node;
-        fprintf(f, "        the peak is reached at node '%s' (%s)\n",
+        fprintf(f, "        the most bytes are live at node '%s' (%s)\n",
                 pk->name && *pk->name ? pk->name : "unnamed", pk->op_type);
     }
     fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
@@ -1163,6 +1325,22 @@ size_t gf_session_print_fallbacks(const struct gf_session *s, FILE *f)
         }
     fputc('\n', f);
     return s->n_fallback;
+}
+
+size_t gf_session_print_tuning(const struct gf_session *s, FILE *f)
+{
+    size_t lines = 0;
+    for (size_t i = 0; s->tuner && i < gf_tuner_warning_count(s->tuner); i++, lines++)
+        fprintf(f, "warning: %s\n", gf_tuner_warning(s->tuner, i));
+    if (s->tune_note[0] && ++lines)
+        fprintf(f, "warning: %s\n", s->tune_note);
+    if (s->n_tuned_now + s->n_tuned_cached && ++lines)
+        fprintf(f, "note: %zu node%s use%s tuned kernels (%zu from %s, %zu tuned now)\n",
+                s->n_tuned_now + s->n_tuned_cached,
+                s->n_tuned_now + s->n_tuned_cached == 1 ? "" : "s",
+                s->n_tuned_now + s->n_tuned_cached == 1 ? "s" : "", s->n_tuned_cached,
+                gf_tuner_path(s->tuner), s->n_tuned_now);
+    return lines;
 }
 
 const char *gf_session_backend(const struct gf_session *s)

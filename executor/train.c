@@ -309,8 +309,11 @@ static enum gf_status fuse(struct gf_trainer *t)
         st = gf_graph_infer_shapes(g);
     if (st == GF_OK)
         st = gf_pass_cleanup(g, &co, NULL);
+    /* attention too: the backward then keeps no [Sq, Sk] probabilities */
+    static const char *const attention[] = {"attention"};
+    struct gf_fuse_opts fo = {.enabled = attention, .n_enabled = 1};
     if (st == GF_OK)
-        st = gf_pass_fuse(t->m, NULL, NULL);
+        st = gf_pass_fuse(t->m, &fo, NULL);
     return st;
 }
 

@@ -2714,7 +2714,8 @@ static enum gf_status fused_shifted(struct ctx *c, const struct gf_value *x,
 }
 
 /* SoftmaxCrossEntropy: shift=0 is SoftmaxCrossEntropyLoss; shift=1 gives
- * Loss [B*(S-1)] (reduction none) or a scalar, LogP [B*(S-1), C]. */
+ * Loss [B*(S-1)] (reduction none) or a scalar, LogP [B*(S-1), C]; the
+ * gradient G (output 2) is like L. */
 static enum gf_status infer_fused_sce(struct ctx *c)
 {
     struct gf_value *x, *t;
@@ -2722,6 +2723,9 @@ static enum gf_status infer_fused_sce(struct ctx *c)
     bool none;
     int64_t shift;
     if (need(c, 0, &x) || need(c, 1, &t) || fused_ce_attrs(c, &none, &shift))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (set_out_like(c, 2, 0, &s))
         return GF_ERR_INVALID;
     if (!shift)
         return infer_loss(c);
@@ -2739,7 +2743,8 @@ static enum gf_status infer_fused_sce(struct ctx *c)
 }
 
 /* LinearCrossEntropy: H [..., K] x W [K, V] (transB: [V, K]); Loss is
- * H's leading dims (shift=1: [B*(S-1)]) with reduction none, else a scalar. */
+ * H's leading dims (shift=1: [B*(S-1)]) with reduction none, else a scalar;
+ * the gradients dH, dW, dBias (outputs 1-3) like H, W, Bias. */
 static enum gf_status infer_fused_lce(struct ctx *c)
 {
     struct gf_value *h, *w, *t;
@@ -2781,6 +2786,12 @@ static enum gf_status infer_fused_lce(struct ctx *c)
     }
     if (!none)
         o.rank = 0;
+    for (size_t i = 1; i < 4; i++) { /* dH, dW, dBias like H, W, Bias */
+        struct shape g;
+        shape_of(in(c, i == 1 ? 0 : i == 2 ? 1 : 3), &g);
+        if (set_out_like(c, i, 0, &g))
+            return GF_ERR_INVALID;
+    }
     return set_out_like(c, 0, 0, &o);
 }
 
@@ -2803,6 +2814,23 @@ static enum gf_status infer_fused_jsd(struct ctx *c)
         return fail(c, y, "Y %s does not have X's shape %s", shape_str(&t, b1, sizeof(b1)),
                     shape_str(&s, b2, sizeof(b2)));
     shape_blank(&o, 0);
+    return set_out_like(c, 0, 0, &o);
+}
+
+/* Attention(Q, K, V, Mask?) -> O like Q with V's last dim. */
+static enum gf_status infer_fused_attn(struct ctx *c)
+{
+    struct gf_value *q, *v;
+    struct shape s, t, o;
+    if (need(c, 0, &q) || need(c, 1, &v) || need(c, 2, &v))
+        return GF_ERR_INVALID;
+    shape_of(q, &s);
+    shape_of(v, &t);
+    if (s.rank >= 0 && s.rank < 2)
+        return fail(c, q, "Q has rank %d, expected at least 2", s.rank);
+    o = s;
+    if (s.rank >= 2)
+        o.d[s.rank - 1] = t.rank >= 1 ? t.d[t.rank - 1] : dim_unknown();
     return set_out_like(c, 0, 0, &o);
 }
 
@@ -2862,7 +2890,8 @@ static enum gf_status infer_rotary(struct ctx *c)
 /* ---- fused backward ops (graphfuse; passes/grad_rules_fused.c) ------------ */
 
 /* RMSNormGrad(dY, X, W?) -> dX like X, dW shaped X.shape[axis:] (the rule
- * sums it down to W's shape when W was broadcast). */
+ * sums it down to W's shape when W was broadcast); LayerNormGrad(dY, X, W?,
+ * Mean?, InvStdDev?) -> dX, dW, dB, the same with dB like dW. */
 static enum gf_status infer_rms_norm_grad(struct ctx *c)
 {
     struct gf_value *dy, *x;
@@ -2882,7 +2911,9 @@ static enum gf_status infer_rms_norm_grad(struct ctx *c)
         for (int i = a; i < s.rank; i++)
             o.d[i - a] = s.d[i];
     }
-    return set_out_like(c, 1, 1, &o);
+    if (set_out_like(c, 1, 1, &o))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 2, 1, &o);
 }
 
 /* SwiGLUGrad GeGLUGrad (dY, G, U) -> dG, dU, both like dY (the rule writes
@@ -2897,6 +2928,65 @@ static enum gf_status infer_glu_grad(struct ctx *c)
     if (set_out_like(c, 0, 0, &s))
         return GF_ERR_INVALID;
     return set_out_like(c, 1, 0, &s);
+}
+
+/* MatMulEpilogueGrad(dY, Z) -> dZ like dY, dBias [N] (dY's last dim). */
+static enum gf_status infer_mme_grad(struct ctx *c)
+{
+    struct gf_value *dy;
+    struct shape s, o;
+    if (need_all(c, 2) || need(c, 0, &dy))
+        return GF_ERR_INVALID;
+    shape_of(dy, &s);
+    if (s.rank == 0)
+        return fail(c, dy, "dY is a scalar");
+    if (set_out_like(c, 0, 0, &s))
+        return GF_ERR_INVALID;
+    shape_unknown(&o);
+    if (s.rank > 0) {
+        shape_blank(&o, 1);
+        o.d[0] = s.d[s.rank - 1];
+    }
+    return set_out_like(c, 1, 0, &o);
+}
+
+/* CrossEntropyGrad(dLoss, G) -> dL like G. */
+static enum gf_status infer_ce_grad(struct ctx *c)
+{
+    struct gf_value *g;
+    struct shape s;
+    if (need_all(c, 2) || need(c, 1, &g))
+        return GF_ERR_INVALID;
+    shape_of(g, &s);
+    return set_out_like(c, 0, 1, &s);
+}
+
+/* JSDGrad(dLoss, X, Y, T?) -> dX, dY like X. */
+static enum gf_status infer_jsd_grad(struct ctx *c)
+{
+    struct gf_value *x;
+    struct shape s;
+    if (need_all(c, 3) || need(c, 1, &x))
+        return GF_ERR_INVALID;
+    shape_of(x, &s);
+    if (set_out_like(c, 0, 1, &s))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 1, 1, &s);
+}
+
+/* AttentionGrad(dO, Q, K, V, Mask?, O) -> dQ, dK, dV like Q, K, V. */
+static enum gf_status infer_attn_grad(struct ctx *c)
+{
+    struct shape s;
+    for (size_t i = 0; i < 3; i++) {
+        struct gf_value *x;
+        if (need(c, 1 + i, &x))
+            return GF_ERR_INVALID;
+        shape_of(x, &s);
+        if (set_out_like(c, i, 1 + i, &s))
+            return GF_ERR_INVALID;
+    }
+    return GF_OK;
 }
 
 /* RoPEGrad(dY, Cos, Sin) -> dX like dY, whose last axis has an even length. */
@@ -2977,6 +3067,7 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     [GF_OP_MATMUL_EPILOGUE] = infer_fused_matmul, [GF_OP_ROPE] = infer_fused_rope,
     [GF_OP_SOFTMAX_CROSS_ENTROPY] = infer_fused_sce,
     [GF_OP_LINEAR_CROSS_ENTROPY] = infer_fused_lce, [GF_OP_JSD] = infer_fused_jsd,
+    [GF_OP_ATTENTION] = infer_fused_attn,
 
     /* ONNX Runtime contrib ops, opset-23 ops (optimize --target ort / onnx) */
     [GF_OP_MS_SKIP_SIMPLIFIED_LAYER_NORM] = infer_skip_norm,
@@ -2990,6 +3081,9 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     /* fused backward ops (graphfuse) */
     [GF_OP_RMS_NORM_GRAD] = infer_rms_norm_grad, [GF_OP_SWIGLU_GRAD] = infer_glu_grad,
     [GF_OP_GEGLU_GRAD] = infer_glu_grad, [GF_OP_ROPE_GRAD] = infer_rope_grad,
+    [GF_OP_LAYER_NORM_GRAD] = infer_rms_norm_grad, [GF_OP_MATMUL_EPILOGUE_GRAD] = infer_mme_grad,
+    [GF_OP_CROSS_ENTROPY_GRAD] = infer_ce_grad, [GF_OP_JSD_GRAD] = infer_jsd_grad,
+    [GF_OP_ATTENTION_GRAD] = infer_attn_grad,
 };
 
 /* Ops whose output values (not just shapes) are tracked. */

@@ -224,6 +224,7 @@ extern const struct gf_kernel_table gf_cpu_fused_norm_table;
 extern const struct gf_kernel_table gf_cpu_fused_act_table;
 extern const struct gf_kernel_table gf_cpu_fused_matmul_table;
 extern const struct gf_kernel_table gf_cpu_fused_loss_table;
+extern const struct gf_kernel_table gf_cpu_fused_attn_table;
 /* ONNX Runtime contrib ops and opset-23 ops (cpu/contrib.c): adapters over
  * the fused kernels, for models written by optimize --target ort / onnx. */
 extern const struct gf_kernel_table gf_cpu_contrib_table;
@@ -238,6 +239,7 @@ static const struct gf_kernel_table *const cpu_tables[] = {
     &gf_cpu_fused_act_table,
     &gf_cpu_fused_matmul_table,
     &gf_cpu_fused_loss_table,
+    &gf_cpu_fused_attn_table,
     &gf_cpu_fused_grad_table,
     &gf_cpu_contrib_table,
 };

@@ -22,8 +22,20 @@ static const struct {
     {gf_patterns_rope, &gf_patterns_rope_count},
     {gf_patterns_matmul, &gf_patterns_matmul_count},
     {gf_patterns_loss, &gf_patterns_loss_count},
+    {gf_patterns_attn, &gf_patterns_attn_count},
 };
 #define N_SETS (sizeof(registry) / sizeof(registry[0]))
+
+/* Patterns applied only when gf_fuse_opts.enabled names them. */
+static const char *const opt_in[] = {"attention"};
+
+bool gf_fuse_pattern_opt_in(const char *name)
+{
+    for (size_t i = 0; name && i < sizeof(opt_in) / sizeof(opt_in[0]); i++)
+        if (strcmp(opt_in[i], name) == 0)
+            return true;
+    return false;
+}
 
 /* Number of pattern tables, all files together. */
 static size_t table_count(void)
@@ -124,6 +136,7 @@ static const struct fused_sig sigs[] = {
     {GF_OP_LINEAR_CROSS_ENTROPY, {"H", "W", "T", "Bias"}, {"Loss"},
      {"transB", "reduction", "ignore_index", "shift", "chunk_rows"}},
     {GF_OP_JSD, {"X", "Y", "T"}, {"Loss"}, {"beta", "ignore_index"}},
+    {GF_OP_ATTENTION, {"Q", "K", "V", "Mask"}, {"O"}, {"scale", "transB"}},
 };
 
 static const struct fused_sig *sig_of(enum gf_op op)
@@ -917,15 +930,23 @@ static enum gf_status check_opts(const struct gf_fuse_opts *o)
                             "lists them)", o->disabled[i] ? o->disabled[i] : "");
     if (o->explain && !gf_fuse_pattern_known(o->explain))
         return gf_error(GF_ERR_ARG, "unknown pattern '%s' to explain", o->explain);
+    for (size_t i = 0; i < o->n_enabled; i++)
+        if (!gf_fuse_pattern_opt_in(o->enabled[i]))
+            return gf_error(GF_ERR_ARG, "'%s' is not an opt-in pattern", o->enabled[i] ?
+                            o->enabled[i] : "");
     return GF_OK;
 }
 
+/* Disabled by the options, or opt-in and not enabled. */
 static bool is_disabled(const struct gf_fuse_opts *o, const char *name)
 {
     for (size_t i = 0; i < o->n_disabled; i++)
         if (strcmp(o->disabled[i], name) == 0)
             return true;
-    return false;
+    bool on = !gf_fuse_pattern_opt_in(name);
+    for (size_t i = 0; !on && i < o->n_enabled; i++)
+        on = strcmp(o->enabled[i], name) == 0;
+    return !on;
 }
 
 /* Hits per pattern name, in priority order. */

@@ -104,6 +104,8 @@ struct gf_fuse_opts {
     size_t n_disabled;
     const char *explain;         /* pattern name whose every attempt is reported, or NULL */
     enum gf_fuse_target target;
+    const char *const *enabled;  /* opt-in patterns to apply too (gf_fuse_pattern_opt_in) */
+    size_t n_enabled;
 };
 
 /* How many nodes of each op type a graph has (main graph). */
@@ -163,6 +165,10 @@ void gf_op_census_free(struct gf_op_census *c);
 size_t gf_fuse_pattern_count(void);
 const char *gf_fuse_pattern_name(size_t i);
 bool gf_fuse_pattern_known(const char *name);
+/* Patterns applied only when gf_fuse_opts.enabled names them: "attention",
+ * for training (its fused op keeps the attention probabilities out of the
+ * memory the backward holds; the trainer enables it). */
+bool gf_fuse_pattern_opt_in(const char *name);
 /* "graphfuse", "ort", "onnx" <-> enum; parse returns false if unknown. */
 const char *gf_fuse_target_name(enum gf_fuse_target t);
 bool gf_fuse_target_parse(const char *s, enum gf_fuse_target *t);

@@ -688,10 +688,12 @@ const struct gf_grad_rule gf_grad_rules[GF_OP_COUNT] = {
     /* fused ops: a backward op of their own (grad_rules_fused.c), else
      * through their function body (replace the entry when one gets a rule) */
     R(RMS_NORM, gf_grad_rms_norm, 0x3), R(ADD_RMS_NORM, gf_grad_rms_norm, 0x7),
-    R(LAYER_NORM, gf_grad_inline, GF_GRAD_ALL), R(ADD_LAYER_NORM, gf_grad_inline, GF_GRAD_ALL),
+    R(LAYER_NORM, gf_grad_fused_layer_norm, 0x7),
+    R(ADD_LAYER_NORM, gf_grad_fused_layer_norm, 0xf),
     R(SWIGLU, gf_grad_glu, 0x3), R(GEGLU, gf_grad_glu, 0x3),
     R(SILU, gf_grad_inline, GF_GRAD_ALL), R(FUSED_GELU, gf_grad_inline, GF_GRAD_ALL),
-    R(MATMUL_EPILOGUE, gf_grad_inline, GF_GRAD_ALL), R(ROPE, gf_grad_rope, 0x7),
-    R(SOFTMAX_CROSS_ENTROPY, gf_grad_inline, GF_GRAD_ALL),
-    R(LINEAR_CROSS_ENTROPY, gf_grad_inline, GF_GRAD_ALL), R(JSD, gf_grad_inline, GF_GRAD_ALL),
+    R(MATMUL_EPILOGUE, gf_grad_matmul_epilogue, 0xf), R(ROPE, gf_grad_rope, 0x7),
+    R(SOFTMAX_CROSS_ENTROPY, gf_grad_fused_sce, 0x1),
+    R(LINEAR_CROSS_ENTROPY, gf_grad_fused_lce, 0xf), R(JSD, gf_grad_fused_jsd, 0x3),
+    R(ATTENTION, gf_grad_fused_attention, 0xf),
 };

@@ -78,6 +78,12 @@ enum gf_status gf_grad_nll_loss(struct gf_grad_args *a);
 enum gf_status gf_grad_rms_norm(struct gf_grad_args *a); /* AddRMSNorm too */
 enum gf_status gf_grad_glu(struct gf_grad_args *a);      /* SwiGLU, GeGLU */
 enum gf_status gf_grad_rope(struct gf_grad_args *a);
+enum gf_status gf_grad_fused_layer_norm(struct gf_grad_args *a); /* AddLayerNorm too */
+enum gf_status gf_grad_matmul_epilogue(struct gf_grad_args *a);
+enum gf_status gf_grad_fused_sce(struct gf_grad_args *a);
+enum gf_status gf_grad_fused_lce(struct gf_grad_args *a);
+enum gf_status gf_grad_fused_jsd(struct gf_grad_args *a);
+enum gf_status gf_grad_fused_attention(struct gf_grad_args *a);
 
 /* ---- the builder (autodiff.c) -------------------------------------------- */
 

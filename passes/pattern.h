@@ -316,5 +316,7 @@ extern const struct gf_pattern gf_patterns_matmul[]; /* patterns_matmul.c */
 extern const size_t gf_patterns_matmul_count;
 extern const struct gf_pattern gf_patterns_loss[]; /* patterns_loss.c */
 extern const size_t gf_patterns_loss_count;
+extern const struct gf_pattern gf_patterns_attn[]; /* patterns_attn.c (opt-in) */
+extern const size_t gf_patterns_attn_count;
 
 #endif

@@ -21,7 +21,9 @@
  * error path calls oclt_run_cl() instead and checks the status.
  *
  * Environment: GRAPHFUSE_TEST_NO_OPENCL=1 makes oclt_backend() return NULL
- * (`make test-asan` sets it: PoCL's compiler is not built for ASan).
+ * (the tests skip); GRAPHFUSE_TEST_DEVICE picks a device by name.  Under
+ * `make test-asan` the tests run, with PoCL's own leaks suppressed
+ * (tests/lsan.supp).
  */
 #ifndef GF_OPENCL_UTIL_H
 #define GF_OPENCL_UTIL_H

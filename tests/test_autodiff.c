@@ -594,7 +594,9 @@ static const struct optest op_tests[] = {
                      "MatMul(Q,KT)->S; k sc 0.5; Mul(S,sc)->T; Softmax(T)->P; MatMul(P,K)->Y"},
 };
 
-/* Fused ops differentiated through their function bodies (gf_grad_inline). */
+/* Fused ops made by the fusion passes, differentiated by their own rules
+ * (grad_rules_fused.c) or, for SiLU, Gelu and LinearCrossEntropy with
+ * reduction none, through their function bodies (gf_grad_inline). */
 static const struct {
     struct optest t;
     const char *fused; /* the op gf_pass_fuse must write */
@@ -621,6 +623,19 @@ static const struct {
                               "Add(T,X)->Y"}, "AddRMSNorm"},
     {{"fused MatMulEpilogue", 18, "p A 2x3x4; p W 4x5; p B 5; MatMul(A,W)->M; Add(M,B)->Y"},
      "MatMulEpilogue"},
+    {{"fused MatMulEpilogue relu", 18, "p A 2x3x4; p W 4x5; p B 5; MatMul(A,W)->M; Add(M,B)->N; "
+                                       "Relu(N)->Y"}, "MatMulEpilogue"},
+    {{"fused SoftmaxCrossEntropy", 18, "p L 4x5; i T 4 0/3/1/4; "
+                                       "SoftmaxCrossEntropyLoss(L,T)->Y [reduction=\"sum\"]"},
+     "SoftmaxCrossEntropy"},
+    {{"fused SoftmaxCrossEntropy none", 18, "p L 4x5x2; i T 4x2 0/3/1/4/2/2/0/1; "
+                                            "SoftmaxCrossEntropyLoss(L,T)->Y [reduction=\"none\"]"},
+     "SoftmaxCrossEntropy"},
+    {{"fused LinearCrossEntropy", 18, "p H 4x3; p W 3x5; i T 4 0/3/1/4; MatMul(H,W)->Z; "
+                                      "SoftmaxCrossEntropyLoss(Z,T)->Y"}, "LinearCrossEntropy"},
+    {{"fused LinearCrossEntropy none", 18, "p H 4x3; p W 3x5; i T 4 0/3/1/4; MatMul(H,W)->Z; "
+                                           "SoftmaxCrossEntropyLoss(Z,T)->Y [reduction=\"none\"]"},
+     "LinearCrossEntropy"},
 };
 
 static void test_fused(void **state)
@@ -815,6 +830,25 @@ static void test_unsupported(void **state)
         }
         gf_model_free(b.m);
     }
+}
+
+/* A fused op's input its rule does not differentiate: the same error,
+ * before anything is built (SoftmaxCrossEntropy's class weights, as the
+ * ONNX op's). */
+static void test_unsupported_fused(void **state)
+{
+    (void)state;
+    struct built b = build("p L 4x5; pp Wc 5; i T 4 0/3/1/4; SoftmaxCrossEntropyLoss(L,T,Wc)->Y",
+                           18, GF_FLOAT, true);
+    assert_true(fuse_built(&b, "SoftmaxCrossEntropy"));
+    size_t nodes = b.m->graph->n_nodes;
+    struct gf_autodiff_opts o = {.n_params = b.n_params, .params = b.params};
+    assert_int_equal(gf_pass_autodiff(b.m, &o, NULL), GF_ERR_UNSUPPORTED);
+    const char *msg = gf_last_error();
+    if (!strstr(msg, "SoftmaxCrossEntropy") || !strstr(msg, "input 2 ('Wc')"))
+        fail_msg("message '%s' does not name the op and input 2 ('Wc')", msg);
+    assert_int_equal(b.m->graph->n_nodes, nodes);
+    gf_model_free(b.m);
 }
 
 /* The loss: the option, else the output "loss", else the only scalar float
@@ -1292,6 +1326,7 @@ int main(void)
         cmocka_unit_test(test_default_params),
         cmocka_unit_test(test_unreachable_param),
         cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_unsupported_fused),
         cmocka_unit_test(test_loss_choice),
         cmocka_unit_test(test_save),
         cmocka_unit_test(test_kernel_threads),

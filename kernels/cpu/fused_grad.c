@@ -1,18 +1,24 @@
 /* CPU kernels of the fused backward ops (domain graphfuse, README "Training",
  * "Fused backward ops"), written by passes/grad_rules_fused.c:
  *
- *   RMSNormGrad  dY, X, W?  -> dX, dW?   (RMSNorm, AddRMSNorm: X is S there)
- *   SwiGLUGrad   dY, G, U   -> dG, dU
- *   GeGLUGrad    dY, G, U   -> dG, dU    (approximate "none" / "tanh")
- *   RoPEGrad     dY, Cos, Sin -> dX
+ *   RMSNormGrad         dY, X, W? -> dX, dW?    (RMSNorm, AddRMSNorm: X is S there)
+ *   SwiGLUGrad          dY, G, U -> dG, dU
+ *   GeGLUGrad           dY, G, U -> dG, dU      (approximate "none" / "tanh")
+ *   RoPEGrad            dY, Cos, Sin -> dX
+ *   LayerNormGrad       dY, X, W?, Mean?, InvStdDev? -> dX, dW?, dB?  (AddLayerNorm too)
+ *   MatMulEpilogueGrad  dY, Z -> dZ, dBias?     (MatMulEpilogue's bias and activation)
+ *   CrossEntropyGrad    dLoss, G -> dL          (G: SoftmaxCrossEntropy's output 2)
+ *   JSDGrad             dLoss, X, Y, T? -> dX, dY
  *
- * float and double (the rules keep fp16 / bf16 on the fallback).  Nothing
- * is stored by the forward: r = 1/rms, sigmoid and gelu are recomputed
- * from the row / element.  Row sums are accumulated in double (FU_LANES
- * lanes, so they vectorize); dW is reduced through one row of double
- * partial sums per slice of rows (the workspace), then summed in slice
- * order, so the result does not depend on the thread count's scheduling
- * and no [rows, n] temporary exists.
+ * float and double (the rules keep fp16 / bf16 on the fallback).  r =
+ * 1/rms, sigmoid and gelu are recomputed from the row / element;
+ * LayerNormGrad reads the forward's Mean and InvStdDev.  Row sums are
+ * accumulated in double (FU_LANES lanes, so they vectorize); dW, dB and
+ * dBias are reduced through one row of double partial sums per slice of
+ * rows (the workspace), then summed in slice order, so the result does not
+ * depend on the thread count's scheduling and no [rows, n] temporary
+ * exists.  The loss gradients of SoftmaxCrossEntropy and LinearCrossEntropy
+ * are computed by their forward kernels (fused_loss.c).
  */
 #include "fused.h"
 
@@ -91,11 +97,16 @@ struct rmsg {
                 k = rr * rr * rr * gx / (double)n;                                      \
             }                                                                           \
             T rt = (T)rr, kt = (T)k;                                                    \
-            for (size_t j = 0; j < n; j++)                                              \
-                dx[j] = rt * (dy[j] * w[j]) - kt * x[j];                                \
+            /* dx may be dy or x (written in place): read element j first */            \
             if (pw)                                                                     \
+                for (size_t j = 0; j < n; j++) {                                        \
+                    T d = dy[j], v = x[j];                                              \
+                    pw[j] += (double)d * ((double)v * rr);                              \
+                    dx[j] = rt * (d * w[j]) - kt * v;                                   \
+                }                                                                       \
+            else                                                                        \
                 for (size_t j = 0; j < n; j++)                                          \
-                    pw[j] += (double)dy[j] * ((double)x[j] * rr);                       \
+                    dx[j] = rt * (dy[j] * w[j]) - kt * x[j];                            \
         }                                                                               \
     }
 
@@ -220,6 +231,210 @@ static enum gf_status rms_grad_run(const struct gf_kernel_args *a)
             s += c.part[p * c.n + j];
         fu_put(a->out[1].data, x->dtype, j, s);
     }
+    return GF_OK;
+}
+
+/* ==== LayerNormGrad ==========================================================
+ * Per row x (n elements) with mu and rstd = 1/sqrt(var + eps) (the
+ * forward's Mean and InvStdDev when given, else recomputed in double):
+ *   xh = (x - mu) rstd,  g = dY W,  a = mean(g),  b = mean(g xh)
+ *   dX = rstd (g - a - xh b)
+ *   dW = sum over rows of dY xh,  dB = sum over rows of dY
+ * xh and the row sums are in double; dW and dB go through one row of
+ * double partials each per slice of rows, as RMSNormGrad's dW. */
+
+struct lng {
+    const void *dy, *x;       /* [rows, n] */
+    void *dx;                 /* [rows, n]; may be dy or x (in place) */
+    const void *w;            /* [n] W (1 without W), workspace */
+    const void *mean, *istd;  /* [rows] compute type, or NULL: recomputed */
+    double *part;             /* [parts, 2n] dW then dB partials, or NULL */
+    size_t rows, n;
+    double eps;
+};
+
+#define DEF_LN_GRAD(DT, sfx, T)                                                         \
+    /* mean and 1/sqrt(var + eps) of one row, in double */                              \
+    FU_HOT static void ln_stats_##sfx(const T *x, size_t n, double eps, double *mu,     \
+                                      double *rs)                                       \
+    {                                                                                   \
+        double a[FU_LANES] = {0}, s = 0, m, v = 0;                                      \
+        size_t j = 0;                                                                   \
+        for (; j + FU_LANES <= n; j += FU_LANES)                                        \
+            for (int k = 0; k < FU_LANES; k++)                                          \
+                a[k] += x[j + k];                                                       \
+        for (; j < n; j++)                                                              \
+            s += x[j];                                                                  \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            s += a[k], a[k] = 0;                                                        \
+        m = s / (double)n;                                                              \
+        for (j = 0; j + FU_LANES <= n; j += FU_LANES)                                   \
+            for (int k = 0; k < FU_LANES; k++)                                          \
+                a[k] += ((double)x[j + k] - m) * ((double)x[j + k] - m);                \
+        for (; j < n; j++)                                                              \
+            v += ((double)x[j] - m) * ((double)x[j] - m);                               \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            v += a[k];                                                                  \
+        *mu = m;                                                                        \
+        *rs = 1 / sqrt(v / (double)n + eps);                                            \
+    }                                                                                   \
+    /* sum(dY W) and sum(dY W xh) of one row */                                         \
+    FU_HOT static void ln_sums_##sfx(const T *x, const T *dy, const T *w, size_t n,     \
+                                     double mu, double rs, double *ga, double *gb)      \
+    {                                                                                   \
+        double a[FU_LANES] = {0}, b[FU_LANES] = {0}, s = 0, t = 0;                      \
+        size_t j = 0;                                                                   \
+        for (; j + FU_LANES <= n; j += FU_LANES)                                        \
+            for (int k = 0; k < FU_LANES; k++) {                                        \
+                double g = (double)(dy[j + k] * w[j + k]);                              \
+                a[k] += g;                                                              \
+                b[k] += g * (((double)x[j + k] - mu) * rs);                             \
+            }                                                                           \
+        for (; j < n; j++) {                                                            \
+            double g = (double)(dy[j] * w[j]);                                          \
+            s += g;                                                                     \
+            t += g * (((double)x[j] - mu) * rs);                                        \
+        }                                                                               \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            s += a[k], t += b[k];                                                       \
+        *ga = s, *gb = t;                                                               \
+    }                                                                                   \
+    FU_HOT static void ln_part_##sfx(void *vc, size_t part, size_t r0, size_t r1)       \
+    {                                                                                   \
+        const struct lng *c = vc;                                                       \
+        size_t n = c->n;                                                                \
+        const T *w = c->w;                                                              \
+        double *pw = c->part ? c->part + part * 2 * n : NULL, *pb = pw ? pw + n : NULL; \
+        if (pw)                                                                         \
+            memset(pw, 0, 2 * n * sizeof(*pw));                                         \
+        for (size_t r = r0; r < r1; r++) {                                              \
+            const T *x = (const T *)c->x + r * n, *dy = (const T *)c->dy + r * n;       \
+            T *dx = (T *)c->dx + r * n;                                                 \
+            double mu, rs, ga, gb;                                                      \
+            if (c->mean) {                                                              \
+                mu = ((const T *)c->mean)[r];                                           \
+                rs = ((const T *)c->istd)[r];                                           \
+            } else {                                                                    \
+                ln_stats_##sfx(x, n, c->eps, &mu, &rs);                                 \
+            }                                                                           \
+            ln_sums_##sfx(x, dy, w, n, mu, rs, &ga, &gb);                               \
+            double ma = ga / (double)n, mb = gb / (double)n;                            \
+            /* dx may be dy or x (written in place): read element j first */            \
+            if (pw)                                                                     \
+                for (size_t j = 0; j < n; j++) {                                        \
+                    T d = dy[j];                                                        \
+                    double xh = ((double)x[j] - mu) * rs;                               \
+                    pw[j] += (double)d * xh;                                            \
+                    pb[j] += (double)d;                                                 \
+                    dx[j] = (T)(rs * ((double)(d * w[j]) - ma - xh * mb));              \
+                }                                                                       \
+            else                                                                        \
+                for (size_t j = 0; j < n; j++) {                                        \
+                    double xh = ((double)x[j] - mu) * rs;                               \
+                    dx[j] = (T)(rs * ((double)(dy[j] * w[j]) - ma - xh * mb));          \
+                }                                                                       \
+        }                                                                               \
+    }
+
+FG_TYPES(DEF_LN_GRAD)
+
+#define LN_ENTRY(DT, sfx, T) [DT] = ln_part_##sfx,
+static const fu_part_fn ln_parts[GF_DTYPE_COUNT] = {FG_TYPES(LN_ENTRY)};
+
+/* Mean and InvStdDev (inputs 3, 4): both or neither; X's dtype (the
+ * compute type of float and double) and X's shape with the normalized
+ * axes set to 1. */
+static enum gf_status ln_stats_check(const struct gf_kernel_args *a, int brank)
+{
+    const struct gf_tview *x = &a->in[1];
+    if (fu_has(a, 3) != fu_has(a, 4))
+        return gf_kernel_error(a, GF_ERR_INVALID, "Mean (input 3) and InvStdDev (input 4) "
+                               "must be given together");
+    int64_t dims[GF_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        dims[i] = i < x->rank - brank ? x->dims[i] : 1;
+    static const char *const names[2] = {"Mean", "InvStdDev"};
+    for (size_t i = 3; i < 5 && fu_has(a, i); i++) {
+        enum gf_status st = fu_check_in(a, i, names[i - 3], x->dtype);
+        if (st != GF_OK)
+            return st;
+        if (!fu_same_shape(&a->in[i], x->rank, dims))
+            return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s must be %s",
+                                   names[i - 3], i, FU_SHAPE(&a->in[i]), FU_DIMS(x->rank, dims));
+    }
+    return GF_OK;
+}
+
+static enum gf_status ln_check(const struct gf_kernel_args *a, struct lng *c, int *brank)
+{
+    const struct gf_tview *x = &a->in[1];
+    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 0, "dY", x->dtype);
+    if (st == GF_OK && !fu_same_shape(&a->in[0], x->rank, x->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dY %s must have X's shape %s",
+                             FU_SHAPE(&a->in[0]), FU_SHAPE(x));
+    if (st == GF_OK)
+        st = rms_block(a, brank, &c->n);
+    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "W", x->dtype)) == GF_OK &&
+        !fu_bcasts_to(&a->in[2], *brank, x->dims + x->rank - *brank))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "W %s does not broadcast to the normalized dims",
+                             FU_SHAPE(&a->in[2]));
+    if (st == GF_OK)
+        st = ln_stats_check(a, *brank);
+    c->eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
+    if (st == GF_OK && (!(c->eps >= 0) || isinf(c->eps)))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", c->eps);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    for (size_t k = 1; k < 3 && st == GF_OK; k++)
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, x->dtype, *brank, x->dims + x->rank - *brank);
+    return st;
+}
+
+/* ws = [W: n, compute type][partials: threads x 2n doubles] */
+static size_t ln_workspace(const struct gf_kernel_args *a)
+{
+    int brank;
+    size_t n;
+    if (a->n_in < 2 || rms_block(a, &brank, &n) != GF_OK)
+        return 0;
+    return n * (fu_compute_size(a->in[1].dtype) + 2 * (size_t)fu_threads(a) * sizeof(double)) +
+           sizeof(double);
+}
+
+static enum gf_status ln_grad_run(const struct gf_kernel_args *a)
+{
+    struct lng c = {0};
+    int brank = 0;
+    enum gf_status st = ln_check(a, &c, &brank);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = &a->in[1];
+    c.rows = c.n ? x->nelem / c.n : 0;
+    bool want_dw = fu_has_out(a, 1), want_db = fu_has_out(a, 2);
+    if (c.n == 0 || (c.rows == 0 && !want_dw && !want_db))
+        return GF_OK;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for W and the partials");
+    size_t wbytes = c.n * fu_compute_size(x->dtype);
+    wbytes = (wbytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+    rms_expand_w(a, brank, c.n, 0, a->workspace);
+    c.dy = a->in[0].data, c.x = x->data, c.dx = a->out[0].data, c.w = a->workspace;
+    c.mean = fu_has(a, 3) ? a->in[3].data : NULL;
+    c.istd = fu_has(a, 4) ? a->in[4].data : NULL;
+    c.part = want_dw || want_db ? (double *)((char *)a->workspace + wbytes) : NULL;
+    size_t parts = 0;
+    if (c.rows)
+        parts = fu_run_parts(fu_threads(a), c.rows, c.n, ln_parts[x->dtype], &c);
+    for (size_t k = 1; k < 3; k++)
+        for (size_t j = 0; fu_has_out(a, k) && j < c.n; j++) {
+            double s = 0;
+            for (size_t p = 0; p < parts; p++)
+                s += c.part[(2 * p + k - 1) * c.n + j];
+            fu_put(a->out[k].data, x->dtype, j, s);
+        }
     return GF_OK;
 }
 
@@ -392,6 +607,364 @@ static enum gf_status rope_grad_run(const struct gf_kernel_args *a)
     return GF_OK;
 }
 
+/* ==== MatMulEpilogueGrad =====================================================
+ * The epilogue of MatMulEpilogue, Y = act(Z) + Res with Z = alpha A'B' +
+ * beta Bias, backwards: dZ = dY act'(Z) and dBias = beta (column sums of
+ * dZ), rows being every axis but the last.  Input 1 is Z (the rule
+ * recomputes it with a MatMulEpilogue without activation), or with
+ * from_output = 1 Y = act(Z) itself (relu, tanh, sigmoid without Res):
+ *   relu: Z > 0 (Y > 0)      tanh: 1 - tanh(Z)^2      sigmoid: s (1 - s)
+ *   silu: s + Z s (1 - s)    gelu, gelu_tanh: as GeGLUGrad's gelu', in double
+ * dBias is reduced through one row of double partials per slice of rows. */
+
+enum eact { EACT_NONE, EACT_RELU, EACT_GELU, EACT_GELU_TANH, EACT_SILU, EACT_TANH, EACT_SIGMOID };
+
+static const char *const eact_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
+                                         "sigmoid"};
+
+struct mmeg {
+    const void *dy, *z; /* [rows, n]; z is Y with from_y */
+    void *dz;           /* [rows, n]; may be dy or z (in place) */
+    double *part;       /* [parts, n] dBias partials, or NULL */
+    size_t rows, n;
+    enum eact act;
+    bool from_y;
+};
+
+#define FU_TANH(x) _Generic((x), float: tanhf, default: tanh)(x)
+
+/* act'(v) of one element, in T; v is Z, or Y with from_y. */
+#define DEF_EPI_D(DT, sfx, T)                                                           \
+    static inline T epi_d_##sfx(enum eact act, bool from_y, T v)                        \
+    {                                                                                   \
+        T s;                                                                            \
+        double ge;                                                                      \
+        switch (act) {                                                                  \
+        case EACT_RELU: return v > 0 ? (T)1 : (T)0;                                     \
+        case EACT_TANH: s = from_y ? v : FU_TANH(v); return 1 - s * s;                  \
+        case EACT_SIGMOID: s = from_y ? v : FU_SIGMOID(v); return s * (1 - s);          \
+        case EACT_SILU: s = FU_SIGMOID(v); return s + v * s * (1 - s);                  \
+        case EACT_GELU: return (T)gelu_d(v, 1, &ge);                                    \
+        case EACT_GELU_TANH: return (T)gelu_d(v, 2, &ge);                               \
+        default: return 1;                                                              \
+        }                                                                               \
+    }                                                                                   \
+    static void mmeg_part_##sfx(void *vc, size_t part, size_t r0, size_t r1)            \
+    {                                                                                   \
+        const struct mmeg *c = vc;                                                      \
+        size_t n = c->n;                                                                \
+        double *pb = c->part ? c->part + part * n : NULL;                               \
+        if (pb)                                                                         \
+            memset(pb, 0, n * sizeof(*pb));                                             \
+        for (size_t r = r0; r < r1; r++) {                                              \
+            const T *dy = (const T *)c->dy + r * n, *z = (const T *)c->z + r * n;       \
+            T *dz = (T *)c->dz + r * n;                                                 \
+            for (size_t j = 0; j < n; j++) {                                            \
+                T d = dy[j] * epi_d_##sfx(c->act, c->from_y, z[j]);                     \
+                if (pb)                                                                 \
+                    pb[j] += (double)d;                                                 \
+                dz[j] = d;                                                              \
+            }                                                                           \
+        }                                                                               \
+    }
+
+FG_TYPES(DEF_EPI_D)
+
+#define MMEG_ENTRY(DT, sfx, T) [DT] = mmeg_part_##sfx,
+static const fu_part_fn mmeg_parts[GF_DTYPE_COUNT] = {FG_TYPES(MMEG_ENTRY)};
+
+static enum gf_status mmeg_attrs(const struct gf_kernel_args *a, struct mmeg *c)
+{
+    const char *act = gf_node_attr_string(a->node, "activation", "");
+    int64_t fy = gf_node_attr_int(a->node, "from_output", 0);
+    size_t k = 0, n_names = sizeof(eact_names) / sizeof(eact_names[0]);
+    while (k < n_names && strcmp(act, eact_names[k]) != 0)
+        k++;
+    if (k == n_names)
+        return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, "
+                               "gelu, gelu_tanh, silu, tanh, sigmoid", act);
+    c->act = (enum eact)k;
+    if (fy != 0 && fy != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "from_output %lld must be 0 or 1",
+                               (long long)fy);
+    c->from_y = fy;
+    if (c->from_y && c->act != EACT_RELU && c->act != EACT_TANH && c->act != EACT_SIGMOID &&
+        c->act != EACT_NONE)
+        return gf_kernel_error(a, GF_ERR_INVALID, "from_output=1 needs activation relu, tanh or "
+                               "sigmoid (%s is not invertible from its output)", act);
+    return GF_OK;
+}
+
+static enum gf_status mmeg_check(const struct gf_kernel_args *a, struct mmeg *c)
+{
+    const struct gf_tview *dy = &a->in[0];
+    enum gf_status st = mmeg_attrs(a, c);
+    if (st == GF_OK)
+        st = fu_check_in(a, 0, "dY", GF_UNDEFINED);
+    if (st == GF_OK && (st = fu_check_in(a, 1, c->from_y ? "Y" : "Z", dy->dtype)) == GF_OK &&
+        !fu_same_shape(&a->in[1], dy->rank, dy->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s",
+                             c->from_y ? "Y" : "Z", FU_SHAPE(&a->in[1]), FU_SHAPE(dy));
+    if (st == GF_OK && dy->rank < 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dY must have rank >= 1 (rows of the last axis)");
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, dy->dtype, dy->rank, dy->dims);
+    if (st == GF_OK && fu_has_out(a, 1))
+        st = fu_check_out(a, 1, dy->dtype, 1, dy->dims + dy->rank - 1);
+    return st;
+}
+
+/* ws = [dBias partials: threads x n doubles] */
+static size_t mmeg_workspace(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 1 || a->in[0].rank < 1 || !fu_has_out(a, 1))
+        return 0;
+    return (size_t)a->in[0].dims[a->in[0].rank - 1] * (size_t)fu_threads(a) * sizeof(double);
+}
+
+static enum gf_status mmeg_run(const struct gf_kernel_args *a)
+{
+    struct mmeg c = {0};
+    enum gf_status st = mmeg_check(a, &c);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *dy = &a->in[0];
+    double beta = gf_node_attr_float(a->node, "beta", 1.0f);
+    c.n = (size_t)dy->dims[dy->rank - 1];
+    c.rows = c.n ? dy->nelem / c.n : 0;
+    if (c.n == 0)
+        return GF_OK;
+    bool want_db = fu_has_out(a, 1);
+    if (want_db && !a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the dBias partials");
+    c.dy = dy->data, c.z = a->in[1].data, c.dz = a->out[0].data;
+    c.part = want_db ? a->workspace : NULL;
+    size_t parts = 0;
+    if (c.rows)
+        parts = fu_run_parts(fu_threads(a), c.rows, c.n, mmeg_parts[dy->dtype], &c);
+    for (size_t j = 0; want_db && j < c.n; j++) {
+        double s = 0;
+        for (size_t p = 0; p < parts; p++)
+            s += c.part[p * c.n + j];
+        fu_put(a->out[1].data, dy->dtype, j, beta * s);
+    }
+    return GF_OK;
+}
+
+/* ==== CrossEntropyGrad =======================================================
+ * dL = G dLoss, G being SoftmaxCrossEntropy's gradient for a unit upstream
+ * gradient (its output 2).  reduction "mean" / "sum": dLoss is a scalar.
+ * "none": each position's row is scaled by its own dLoss: shift=0, G [N, C,
+ * d...] and dLoss [N, d...]; shift=1, G [B, S, C] and dLoss [B*(S-1)], row
+ * (b, s) by dLoss[b*(S-1) + s], the last row of each batch (no position,
+ * zeros in G) copied. */
+
+struct ceg {
+    const void *g, *dl; /* G; dLoss */
+    void *out;          /* like G; may be G (in place) */
+    bool none, shift;
+    size_t c, d, s;     /* classes; positions per class plane (shift=0); S (shift=1) */
+};
+
+#define DEF_CE_SCALE(DT, sfx, T)                                                        \
+    static void ceg_##sfx(void *vc, size_t b, size_t e)                                 \
+    {                                                                                   \
+        const struct ceg *c = vc;                                                       \
+        const T *g = c->g, *dl = c->dl;                                                 \
+        T *o = c->out;                                                                  \
+        if (!c->none) {                                                                 \
+            T k = dl[0];                                                                \
+            for (size_t i = b; i < e; i++)                                              \
+                o[i] = g[i] * k;                                                        \
+        } else if (c->shift) {                                                          \
+            for (size_t i = b; i < e; i++) {                                            \
+                size_t r = i / c->c, bt = r / c->s, st = r % c->s;                      \
+                o[i] = st + 1 == c->s ? g[i] : g[i] * dl[bt * (c->s - 1) + st];         \
+            }                                                                           \
+        } else {                                                                        \
+            for (size_t i = b; i < e; i++)                                              \
+                o[i] = g[i] * dl[i / (c->c * c->d) * c->d + i % c->d];                  \
+        }                                                                               \
+    }
+
+FG_TYPES(DEF_CE_SCALE)
+
+#define CEG_ENTRY(DT, sfx, T) [DT] = ceg_##sfx,
+static const range_fn ceg_fns[GF_DTYPE_COUNT] = {FG_TYPES(CEG_ENTRY)};
+
+/* dLoss's shape for G's: a scalar, or the positions' shape (none). */
+static enum gf_status ceg_check(const struct gf_kernel_args *a, struct ceg *c)
+{
+    const struct gf_tview *g = &a->in[1], *dl = &a->in[0];
+    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
+    int64_t shift = gf_node_attr_int(a->node, "shift", 0);
+    enum gf_status st = fu_check_in(a, 1, "G", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 0, "dLoss", g->dtype);
+    if (st != GF_OK)
+        return st;
+    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
+        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
+                               red);
+    if (shift != 0 && shift != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)shift);
+    c->none = strcmp(red, "none") == 0;
+    c->shift = shift;
+    if (g->rank < 2 || (shift && g->rank != 3))
+        return gf_kernel_error(a, GF_ERR_INVALID, "G %s must be %s", FU_SHAPE(g),
+                               shift ? "[B, S, C]" : "[N, C, d...]");
+    int64_t dims[GF_MAX_RANK];
+    int rank = 0;
+    c->c = (size_t)g->dims[shift ? 2 : 1];
+    c->s = (size_t)g->dims[1];
+    c->d = 1;
+    if (c->none && shift) {
+        dims[rank++] = g->dims[0] * (g->dims[1] - 1);
+    } else if (c->none) {
+        dims[rank++] = g->dims[0];
+        for (int i = 2; i < g->rank; i++)
+            c->d *= (size_t)(dims[rank++] = g->dims[i]);
+    }
+    if (c->none ? !fu_same_shape(dl, rank, dims) : dl->nelem != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be %s", FU_SHAPE(dl),
+                               c->none ? FU_DIMS(rank, dims) : "a scalar");
+    return fu_check_out(a, 0, g->dtype, g->rank, g->dims);
+}
+
+static enum gf_status ceg_run(const struct gf_kernel_args *a)
+{
+    struct ceg c = {0};
+    enum gf_status st = ceg_check(a, &c);
+    if (st != GF_OK || a->in[1].nelem == 0)
+        return st;
+    c.g = a->in[1].data, c.dl = a->in[0].data, c.out = a->out[0].data;
+    gf_parallel_for(fu_threads(a), a->in[1].nelem, FU_GRAIN, ceg_fns[a->in[1].dtype], &c);
+    return GF_OK;
+}
+
+/* ==== JSDGrad ================================================================
+ * The gradient of JSD (X = log Q, Y = log P, rows over the last axis, the
+ * loss the mean over the rows counted) times dLoss: with c = dLoss / rows
+ * counted, on a counted row (ignored rows get zeros)
+ *   beta 0 (KL(P || Q)):  dX = -c P,                dY = c P (Y - X + 1)
+ *   beta 1 (KL(Q || P)):  dX = c Q (X - Y + 1),     dY = -c Q
+ *   else, M = beta P + (1 - beta) Q:
+ *                         dX = c (1 - beta) Q (X - log M),  dY = c beta P (Y - log M)
+ * A zero probability contributes nothing (0 log 0 = 0), as in the forward. */
+
+struct jsdg {
+    const void *x, *y;        /* [rows, n] */
+    void *dx, *dy;            /* [rows, n]; either may be NULL */
+    const struct gf_tview *t; /* [rows] labels, or NULL */
+    int64_t ii;
+    size_t n;
+    double beta, c;
+};
+
+#define DEF_JSD_GRAD(DT, sfx, T)                                                        \
+    FU_HOT static void jsdg_row_##sfx(const struct jsdg *g, const T *x, const T *y,    \
+                                      T *dx, T *dy)                                     \
+    {                                                                                   \
+        T c = (T)g->c, b = (T)g->beta, b1 = (T)(1 - g->beta);                           \
+        for (size_t j = 0; j < g->n; j++) {                                             \
+            T p = FU_EXP(y[j]), q = FU_EXP(x[j]), gx, gy;                               \
+            if (g->beta == 0) {                                                         \
+                gx = -p;                                                                \
+                gy = p > 0 ? p * (y[j] - x[j] + 1) : 0;                                 \
+            } else if (g->beta == 1) {                                                  \
+                gx = q > 0 ? q * (x[j] - y[j] + 1) : 0;                                 \
+                gy = -q;                                                                \
+            } else {                                                                    \
+                T lm = FU_LOG(b * p + b1 * q);                                          \
+                gx = q > 0 ? b1 * q * (x[j] - lm) : 0;                                  \
+                gy = p > 0 ? b * p * (y[j] - lm) : 0;                                   \
+            }                                                                           \
+            if (dx)                                                                     \
+                dx[j] = c * gx;                                                         \
+            if (dy)                                                                     \
+                dy[j] = c * gy;                                                         \
+        }                                                                               \
+    }                                                                                   \
+    static void jsdg_##sfx(void *vg, size_t r0, size_t r1)                              \
+    {                                                                                   \
+        const struct jsdg *g = vg;                                                      \
+        for (size_t r = r0; r < r1; r++) {                                              \
+            size_t o = r * g->n;                                                        \
+            T *dx = g->dx ? (T *)g->dx + o : NULL, *dy = g->dy ? (T *)g->dy + o : NULL; \
+            if (g->t && fu_label(g->t, r) == g->ii) {                                   \
+                for (size_t j = 0; j < g->n; j++) {                                     \
+                    if (dx)                                                             \
+                        dx[j] = 0;                                                      \
+                    if (dy)                                                             \
+                        dy[j] = 0;                                                      \
+                }                                                                       \
+                continue;                                                               \
+            }                                                                           \
+            jsdg_row_##sfx(g, (const T *)g->x + o, (const T *)g->y + o, dx, dy);        \
+        }                                                                               \
+    }
+
+FG_TYPES(DEF_JSD_GRAD)
+
+#define JSDG_ENTRY(DT, sfx, T) [DT] = jsdg_##sfx,
+static const range_fn jsdg_fns[GF_DTYPE_COUNT] = {FG_TYPES(JSDG_ENTRY)};
+
+static enum gf_status jsdg_check(const struct gf_kernel_args *a, struct jsdg *g)
+{
+    const struct gf_tview *x = &a->in[1];
+    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
+    if (st == GF_OK && x->rank < 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
+    if (st == GF_OK && (st = fu_check_in(a, 0, "dLoss", x->dtype)) == GF_OK &&
+        a->in[0].nelem != 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be a scalar",
+                             FU_SHAPE(&a->in[0]));
+    if (st == GF_OK && (st = fu_check_in(a, 2, "Y", x->dtype)) == GF_OK &&
+        !fu_same_shape(&a->in[2], x->rank, x->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s",
+                             FU_SHAPE(&a->in[2]), FU_SHAPE(x));
+    if (st == GF_OK && !(g->beta >= 0 && g->beta <= 1))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", g->beta);
+    if (st == GF_OK && fu_has(a, 3)) {
+        const struct gf_tview *t = &a->in[3];
+        if ((st = fu_check_in(a, 3, "label T", GF_UNDEFINED)) == GF_OK &&
+            ((t->dtype != GF_INT32 && t->dtype != GF_INT64) ||
+             !fu_same_shape(t, x->rank - 1, x->dims)))
+            st = gf_kernel_error(a, GF_ERR_INVALID, "label T (input 3) %s %s must be int32 or "
+                                 "int64 of shape %s", gf_dtype_name(t->dtype), FU_SHAPE(t),
+                                 FU_DIMS(x->rank - 1, x->dims));
+        g->t = t;
+    }
+    for (size_t k = 0; k < 2 && st == GF_OK; k++)
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, x->dtype, x->rank, x->dims);
+    return st;
+}
+
+static enum gf_status jsdg_run(const struct gf_kernel_args *a)
+{
+    struct jsdg g = {.beta = gf_node_attr_float(a->node, "beta", 0.5f),
+                     .ii = gf_node_attr_int(a->node, "ignore_index", -100)};
+    enum gf_status st = jsdg_check(a, &g);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = &a->in[1];
+    g.n = (size_t)x->dims[x->rank - 1];
+    size_t rows = 1;
+    for (int i = 0; i < x->rank - 1; i++)
+        rows *= (size_t)x->dims[i];
+    double counted = 0;
+    for (size_t r = 0; r < rows; r++)
+        counted += !(g.t && fu_label(g.t, r) == g.ii);
+    g.c = fu_get(&a->in[0], 0) / counted;
+    g.x = x->data, g.y = a->in[2].data;
+    g.dx = fu_has_out(a, 0) ? a->out[0].data : NULL;
+    g.dy = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    if (g.n && rows)
+        gf_parallel_for(fu_threads(a), rows, fu_grain(g.n), jsdg_fns[x->dtype], &g);
+    return GF_OK;
+}
+
 /* ==== the table ============================================================== */
 
 #define KERNEL(OP, RUN, WS)                                                             \
@@ -403,6 +976,10 @@ static const struct gf_kernel kernels[] = {
     KERNEL(SWIGLU_GRAD, glu_grad_run, NULL),
     KERNEL(GEGLU_GRAD, glu_grad_run, NULL),
     KERNEL(ROPE_GRAD, rope_grad_run, NULL),
+    KERNEL(LAYER_NORM_GRAD, ln_grad_run, ln_workspace),
+    KERNEL(MATMUL_EPILOGUE_GRAD, mmeg_run, mmeg_workspace),
+    KERNEL(CROSS_ENTROPY_GRAD, ceg_run, NULL),
+    KERNEL(JSD_GRAD, jsdg_run, NULL),
 };
 
 const struct gf_kernel_table gf_cpu_fused_grad_table = {kernels,

@@ -1,8 +1,11 @@
 /* CPU kernels of the fused losses (domain graphfuse, README "Fused ops"):
  *
- *   SoftmaxCrossEntropy  L, T, Wc? -> Loss, LogP?   ONNX SoftmaxCrossEntropyLoss, or with
- *                                                   shift=1 the causal-LM form on L[:, :-1]
- *   LinearCrossEntropy   H, W, T, Bias? -> Loss     the same on H @ W' + Bias, chunk by chunk
+ *   SoftmaxCrossEntropy  L, T, Wc? -> Loss, LogP?, G?   ONNX SoftmaxCrossEntropyLoss, or
+ *                                              with shift=1 the causal-LM form on L[:, :-1];
+ *                                              G = d Loss / d L (training, over L in place)
+ *   LinearCrossEntropy   H, W, T, Bias? -> Loss, dH?, dW?, dBias?   the same on H @ W' +
+ *                                              Bias, chunk by chunk (training: with the
+ *                                              gradients, in the same pass)
  *   JSD                  X, Y, T? -> Loss           generalized Jensen-Shannon, batchmean
  *
  * A "position" is one row of class scores with its label.  Per position the
@@ -68,6 +71,31 @@
     }
 FU_TYPES(DEF_CE_STATS)
 
+/* The gradient of one position's loss for a unit upstream gradient, written
+ * over the row's n logits (g may be x: every element is read before it is
+ * written): g = coef (softmax(x) - onehot(t)); an ignored position (t < 0)
+ * gets zeros. */
+#define DEF_CE_GRAD(DT, sfx, T, C, LD, ST)                                              \
+    FU_HOT static void ce_grad_##sfx(const T *x, size_t n, size_t stride, C m, double s,\
+                                     int64_t t, double coef, T *g)                      \
+    {                                                                                   \
+        if (t < 0) {                                                                    \
+            for (size_t j = 0; j < n; j++)                                              \
+                g[j * stride] = ST((C)0);                                               \
+            return;                                                                     \
+        }                                                                               \
+        C inv = (C)(1 / s), cf = (C)coef;                                               \
+        C pt = FU_EXP((C)LD(x[(size_t)t * stride]) - m) * inv;                          \
+        if (stride == 1)                                                                \
+            for (size_t j = 0; j < n; j++)                                              \
+                g[j] = ST(FU_EXP((C)LD(x[j]) - m) * inv * cf);                          \
+        else                                                                            \
+            for (size_t j = 0; j < n; j++)                                              \
+                g[j * stride] = ST(FU_EXP((C)LD(x[j * stride]) - m) * inv * cf);        \
+        g[(size_t)t * stride] = ST((pt - 1) * cf);                                      \
+    }
+FU_TYPES(DEF_CE_GRAD)
+
 /* -log softmax(x)[t], from the row's max and sum. */
 static double ce_nll(double xt, double m, double s)
 {
@@ -108,6 +136,19 @@ static enum gf_status check_labels(const struct gf_kernel_args *a, const struct 
                                "outside [0, %zu)", slot, i, (long long)v, l->classes);
     }
     return GF_OK;
+}
+
+/* Sum over the used positions of their class weight (1 without weights w):
+ * the divisor of reduction "mean". */
+static double counted_weight(const struct labels *l, size_t n_pos, const struct gf_tview *w)
+{
+    double sum = 0;
+    for (size_t p = 0; p < n_pos; p++) {
+        int64_t t = fu_label(l->t, label_index(l, p));
+        if (!(l->has_ii && t == l->ii))
+            sum += w ? fu_get(w, (size_t)t) : 1.0;
+    }
+    return sum;
 }
 
 enum reduction { RED_NONE, RED_SUM, RED_MEAN };
@@ -175,6 +216,8 @@ static void finish_loss(const struct gf_kernel_args *a, enum reduction red, cons
 struct sce {
     const void *x, *w; /* L; class weights [C] or NULL */
     void *loss, *logp; /* [positions] with reduction none, else NULL; LogP or NULL */
+    void *grad;        /* G like L (may be L itself), or NULL */
+    double gscale;     /* G's factor: 1 / (sum of the counted weights) for "mean", else 1 */
     struct labels lab;
     size_t c, d;
     double part[2 * FU_MAX_THREADS];
@@ -200,9 +243,9 @@ static size_t sce_base(const struct sce *c, size_t p)
             int64_t t = fu_label(c->lab.t, label_index(&c->lab, p));                    \
             bool ign = c->lab.has_ii && t == c->lab.ii;                                 \
             double l = 0, wt = 0;                                                       \
+            C m = 0;                                                                    \
+            double s = 0;                                                               \
             if (!ign || c->logp) {                                                      \
-                C m;                                                                    \
-                double s;                                                               \
                 ce_stats_##sfx(x, c->c, stride, &m, &s);                                \
                 if (c->logp)                                                            \
                     ce_logp_##sfx(x, c->c, stride, m, s,                                \
@@ -213,6 +256,9 @@ static size_t sce_base(const struct sce *c, size_t p)
                     l = ce_nll((double)LD(x[(size_t)t * stride]), (double)m, s) * wt;   \
                 }                                                                       \
             }                                                                           \
+            if (c->grad) /* last: it may overwrite the logits */                        \
+                ce_grad_##sfx(x, c->c, stride, m, s, ign ? -1 : t, wt * c->gscale,      \
+                              (T *)c->grad + sce_base(c, p));                           \
             if (c->loss)                                                                \
                 ((T *)c->loss)[p] = ST(l);                                              \
             ls += l;                                                                    \
@@ -284,6 +330,8 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
         st = shift ? fu_check_out(a, 1, x->dtype, 2, pdims)
                    : fu_check_out(a, 1, x->dtype, x->rank, x->dims);
     c.lab.classes = c.c;
+    if (st == GF_OK && fu_has_out(a, 2))
+        st = fu_check_out(a, 2, x->dtype, x->rank, x->dims);
     if (st == GF_OK)
         st = check_labels(a, &c.lab, n_pos, 1);
     if (st != GF_OK)
@@ -292,7 +340,13 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     c.w = fu_has(a, 2) ? a->in[2].data : NULL;
     c.loss = red == RED_NONE ? a->out[0].data : NULL;
     c.logp = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    c.grad = fu_has_out(a, 2) ? a->out[2].data : NULL;
+    c.gscale = c.grad && red == RED_MEAN ? 1 / counted_weight(&c.lab, n_pos, fu_has(a, 2) ?
+                                                              &a->in[2] : NULL) : 1;
     size_t parts = fu_run_parts(fu_threads(a), n_pos, c.c + 1, sce_parts[x->dtype], &c);
+    size_t row = c.c * gf_dtype_size(x->dtype); /* shift: each batch's last row is no position */
+    for (size_t b = 0; c.grad && shift && b < (size_t)x->dims[0]; b++)
+        memset((char *)c.grad + ((b + 1) * (c.lab.s1 + 1) - 1) * row, 0, row);
     finish_loss(a, red, c.part, parts);
     return GF_OK;
 }
@@ -553,6 +607,9 @@ static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, str
 }
 
 /* ws = [Bias: V compute type, rounded to 64 bytes][one slice per thread] */
+static size_t lceg_workspace(const struct gf_kernel_args *a, const struct lce *c);
+static bool lce_training(const struct gf_kernel_args *a);
+
 static size_t lce_workspace(const struct gf_kernel_args *a)
 {
     if (a->n_in < 3 || a->in[1].rank != 2 || !fu_is_float(a->in[0].dtype))
@@ -563,6 +620,8 @@ static size_t lce_workspace(const struct gf_kernel_args *a)
     bool shift = gf_node_attr_int(a->node, "shift", 0) == 1;
     if (lce_shapes(a, shift, &c, &lrank, ldims) != GF_OK)
         return 0;
+    if (lce_training(a))
+        return lceg_workspace(a, &c);
     size_t bias = (c.v * fu_compute_size(a->in[0].dtype) + 63) & ~(size_t)63;
     return bias + (size_t)fu_threads(a) * c.slice;
 }
@@ -599,6 +658,9 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     return st;
 }
 
+static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c,
+                                   enum reduction red);
+
 static enum gf_status lce_run(const struct gf_kernel_args *a)
 {
     struct lce c = {0};
@@ -610,6 +672,8 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     c.ct = c.dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
     c.h = a->in[0].data;
     c.w = a->in[1].data;
+    if (lce_training(a))
+        return lce_grad_run(a, &c, red);
     c.loss = red == RED_NONE ? a->out[0].data : NULL;
     size_t parts = 0;
     if (c.n_pos && c.v) {
@@ -629,6 +693,209 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     }
     finish_loss(a, red, c.part, parts);
     return GF_OK;
+}
+
+/* ---- LinearCrossEntropy in training: the gradients in the same pass ----------------------
+ * With outputs dH, dW and dBias (the gradients of Loss for a unit upstream
+ * gradient; reduction mean or sum), chunks of R positions run one after the
+ * other, each GEMM on BLAS's threads:
+ *   Hc = the chunk's rows of H                [R, K]
+ *   Z = Hc W' + Bias                          [R, V]  the chunk's logits
+ *   per row: its loss, then Z = c (softmax(Z) - onehot(t))  (c = 1/count for mean)
+ *   dH's rows = Z W'^T                        [R, K]
+ *   dW' += Hc^T Z,  dBias += Z's column sums
+ * so the logits exist one chunk at a time (R x V, about GRAD_BYTES; chunk_rows
+ * sets R) and no second pass over them is needed in the backward. */
+#define GRAD_BYTES (32u << 20)
+
+struct lceg {
+    const struct lce *c;
+    void *hc, *z, *dhc; /* [R, K], [R, V], [R, K] compute type (workspace) */
+    double *rl;         /* [R] each row's loss */
+    double *db;         /* [V] dBias sums, or NULL */
+    size_t p0, n;       /* the chunk: positions [p0, p0 + n) */
+    double scale;
+};
+
+static size_t lceg_rows_of(const struct gf_kernel_args *a, const struct lce *c)
+{
+    int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
+    size_t r = chunk > 0 ? (size_t)chunk : GRAD_BYTES / (fu_compute_size(a->in[0].dtype) *
+                                                           (c->v ? c->v : 1));
+    r = chunk <= 0 && r > AUTO_ROWS ? AUTO_ROWS : r;
+    r = r < c->n_pos ? r : c->n_pos;
+    return r ? r : 1;
+}
+
+#define A64(x) (((x) + 63) & ~(size_t)63)
+
+/* ws = [Bias: V][Hc: R x K][Z: R x V][dHc: R x K] compute type, [row losses: R][dBias: V]
+ * doubles, each part 64-byte aligned */
+static size_t lceg_workspace(const struct gf_kernel_args *a, const struct lce *c)
+{
+    size_t r = lceg_rows_of(a, c), cs = fu_compute_size(a->in[0].dtype);
+    return A64(c->v * cs) + 2 * A64(r * c->k * cs) + A64(r * c->v * cs) +
+           A64(r * sizeof(double)) + A64(c->v * sizeof(double));
+}
+
+static void gemm(enum gf_dtype ct, bool ta, bool tb, size_t m, size_t n, size_t k,
+                 const void *x, size_t ldx, const void *y, size_t ldy, double beta, void *z,
+                 size_t ldz)
+{
+    enum CBLAS_TRANSPOSE a = ta ? CblasTrans : CblasNoTrans, b = tb ? CblasTrans : CblasNoTrans;
+    if (ct == GF_DOUBLE)
+        cblas_dgemm(CblasRowMajor, a, b, (int)m, (int)n, (int)k, 1.0, x, (int)ldx, y,
+                    (int)ldy, beta, z, (int)ldz);
+    else
+        cblas_sgemm(CblasRowMajor, a, b, (int)m, (int)n, (int)k, 1.0f, x, (int)ldx, y,
+                    (int)ldy, (float)beta, z, (int)ldz);
+}
+
+/* Rows [b, e) of the chunk: the loss, then the logits become the gradient. */
+static void lceg_rows(void *vg, size_t b, size_t e)
+{
+    const struct lceg *g = vg;
+    const struct lce *c = g->c;
+    for (size_t i = b; i < e; i++) {
+        int64_t t = lce_label(c, g->p0 + i);
+        bool ign = c->lab.has_ii && t == c->lab.ii;
+        double s;
+        if (c->ct == GF_DOUBLE) {
+            double *z = (double *)g->z + i * c->v, m;
+            ce_stats_f64(z, c->v, 1, &m, &s);
+            g->rl[i] = ign ? 0 : ce_nll(z[t], m, s);
+            ce_grad_f64(z, c->v, 1, m, s, ign ? -1 : t, g->scale, z);
+        } else {
+            float *z = (float *)g->z + i * c->v, m;
+            ce_stats_f32(z, c->v, 1, &m, &s);
+            g->rl[i] = ign ? 0 : ce_nll(z[t], m, s);
+            ce_grad_f32(z, c->v, 1, m, s, ign ? -1 : t, g->scale, z);
+        }
+    }
+}
+
+/* dBias columns [b, e) += the chunk's column sums (rows in order). */
+static void lceg_cols(void *vg, size_t b, size_t e)
+{
+    const struct lceg *g = vg;
+    const struct lce *c = g->c;
+    for (size_t i = 0; i < g->n; i++) {
+        if (c->ct == GF_DOUBLE) {
+            const double *z = (const double *)g->z + i * c->v;
+            for (size_t j = b; j < e; j++)
+                g->db[j] += z[j];
+        } else {
+            const float *z = (const float *)g->z + i * c->v;
+            for (size_t j = b; j < e; j++)
+                g->db[j] += z[j];
+        }
+    }
+}
+
+/* One chunk: Z, the rows, then dH's rows, dW and dBias. */
+static double lceg_chunk(const struct gf_kernel_args *a, struct lceg *g)
+{
+    const struct lce *c = g->c;
+    size_t cs = fu_compute_size(c->dt), k = c->k, v = c->v, n = g->n;
+    for (size_t i = 0; i < n; i++) {
+        memcpy((char *)g->hc + i * k * cs, (const char *)c->h + lce_row(c, g->p0 + i) * k * cs,
+               k * cs);
+        if (c->bias)
+            memcpy((char *)g->z + i * v * cs, c->bias, v * cs);
+        else
+            memset((char *)g->z + i * v * cs, 0, v * cs);
+    }
+    if (k)
+        gemm(c->ct, false, c->tb, n, v, k, g->hc, k, c->w, c->tb ? k : v, 1, g->z, v);
+    gf_parallel_for(fu_threads(a), n, fu_grain(v), lceg_rows, g);
+    double loss = 0;
+    for (size_t i = 0; i < n; i++)
+        loss += g->rl[i];
+    if (k && fu_has_out(a, 1)) { /* dHc = Z W'^T: W [K, V] transposed, or W [V, K] */
+        gemm(c->ct, false, !c->tb, n, k, v, g->z, v, c->w, c->tb ? k : v, 0, g->dhc, k);
+        for (size_t i = 0; i < n; i++)
+            memcpy((char *)a->out[1].data + lce_row(c, g->p0 + i) * k * cs,
+                   (const char *)g->dhc + i * k * cs, k * cs);
+    }
+    if (k && fu_has_out(a, 2)) { /* dW [K, V] += Hc^T Z, or dW [V, K] += Z^T Hc */
+        if (c->tb)
+            gemm(c->ct, true, false, v, k, n, g->z, v, g->hc, k, 1, a->out[2].data, k);
+        else
+            gemm(c->ct, true, false, k, v, n, g->hc, k, g->z, v, 1, a->out[2].data, v);
+    }
+    if (g->db)
+        gf_parallel_for(fu_threads(a), v, FU_GRAIN / (n ? n : 1) + 1, lceg_cols, g);
+    return loss;
+}
+
+/* Outputs dH (like H), dW (like W), dBias (like Bias); float and double;
+ * reduction mean or sum. */
+static enum gf_status lceg_check(const struct gf_kernel_args *a, enum reduction red)
+{
+    if (red == RED_NONE)
+        return gf_kernel_error(a, GF_ERR_INVALID, "the gradient outputs need reduction mean or "
+                               "sum");
+    if (a->in[0].dtype != GF_FLOAT && a->in[0].dtype != GF_DOUBLE)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "the gradient outputs of %s H are not "
+                               "supported (float and double only)",
+                               gf_dtype_name(a->in[0].dtype));
+    if (fu_has_out(a, 3) && !fu_has(a, 3))
+        return gf_kernel_error(a, GF_ERR_INVALID, "dBias (output 3) needs Bias");
+    for (size_t k = 1; k < 4; k++) {
+        const struct gf_tview *like = &a->in[k == 1 ? 0 : k == 2 ? 1 : 3];
+        enum gf_status st = GF_OK;
+        if (fu_has_out(a, k) && (st = fu_check_out(a, k, like->dtype, like->rank, like->dims)))
+            return st;
+    }
+    return GF_OK;
+}
+
+static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c,
+                                   enum reduction red)
+{
+    enum gf_status st = lceg_check(a, red);
+    if (st != GF_OK)
+        return st;
+    size_t cs = fu_compute_size(c->dt), r = lceg_rows_of(a, c), k = c->k, v = c->v;
+    if (!a->workspace && c->n_pos && v)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits chunks");
+    for (size_t i = 2; i < 4; i++)
+        if (fu_has_out(a, i))
+            memset(a->out[i].data, 0, a->out[i].nelem * cs);
+    if (fu_has_out(a, 1)) /* rows that are no position (shift) get no gradient */
+        for (size_t row = 0; row < a->in[0].nelem / (k ? k : 1) && k; row++)
+            if (c->lab.s1 && row % (c->lab.s1 + 1) == c->lab.s1)
+                memset((char *)a->out[1].data + row * k * cs, 0, k * cs);
+    double count = counted_weight(&c->lab, c->n_pos, NULL), loss = 0;
+    char *ws = a->workspace;
+    struct lceg g = {.c = c, .scale = red == RED_MEAN ? 1 / count : 1};
+    if (c->n_pos && v) {
+        for (size_t j = 0; fu_has(a, 3) && j < v; j++)
+            fu_put(ws, c->ct, j, fu_get(&a->in[3], j));
+        c->bias = fu_has(a, 3) ? ws : NULL;
+        g.hc = ws + A64(v * cs);
+        g.z = (char *)g.hc + A64(r * k * cs);
+        g.dhc = (char *)g.z + A64(r * v * cs);
+        g.rl = (double *)((char *)g.dhc + A64(r * k * cs));
+        g.db = fu_has_out(a, 3) ? (double *)((char *)g.rl + A64(r * sizeof(double))) : NULL;
+        if (g.db)
+            memset(g.db, 0, v * sizeof(double));
+        /* large chunks: BLAS's threads inside each GEMM (as the MatMul kernel) */
+        blas_threads((double)r * (double)v * (double)k >= 128.0 * 128 * 128 ? fu_threads(a) : 1);
+        for (g.p0 = 0; g.p0 < c->n_pos; g.p0 += r) {
+            g.n = c->n_pos - g.p0 < r ? c->n_pos - g.p0 : r;
+            loss += lceg_chunk(a, &g);
+        }
+        for (size_t j = 0; g.db && j < v; j++)
+            fu_put(a->out[3].data, c->dt, j, g.db[j]);
+    }
+    fu_put(a->out[0].data, c->dt, 0, red == RED_MEAN ? loss / count : loss);
+    return GF_OK;
+}
+
+static bool lce_training(const struct gf_kernel_args *a)
+{
+    return fu_has_out(a, 1) || fu_has_out(a, 2) || fu_has_out(a, 3);
 }
 
 /* ==== JSD ============================================================================== */

@@ -12,7 +12,10 @@
  *
  * A cache file that is short, damaged or refused by the driver is ignored
  * and rewritten from a fresh build; the file is written to a temporary name
- * and renamed into place, so readers never see half a file.
+ * and renamed into place, so readers never see half a file.  Every program
+ * is built with -cl-std=CL1.2 and, where the device has it, IEEE division
+ * and square root (-cl-fp32-correctly-rounded-divide-sqrt); never with
+ * fast-math options, so kernels compute what the CPU kernels compute.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -370,9 +373,25 @@ static enum gf_status ocl_copy_out(struct gf_backend *be, void *host, const void
     return cl_status(err, "download", n);
 }
 
+/* The buffer a (sub-)buffer lies in and its offset there. */
+static cl_mem mem_root(cl_mem m, size_t *off)
+{
+    cl_mem parent = NULL;
+    *off = 0;
+    clGetMemObjectInfo(m, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, NULL);
+    if (!parent)
+        return m;
+    clGetMemObjectInfo(m, CL_MEM_OFFSET, sizeof(*off), off, NULL);
+    return parent;
+}
+
 static enum gf_status ocl_copy(struct gf_backend *be, void *dst, const void *src, size_t n)
 {
+    size_t doff, soff;
     if (n == 0 || dst == src)
+        return GF_OK;
+    /* two views of the same bytes (an op run in place): nothing to move */
+    if (mem_root((cl_mem)dst, &doff) == mem_root((cl_mem)src, &soff) && doff == soff)
         return GF_OK;
     cl_int err = clEnqueueCopyBuffer(gf_cl_of(be)->queue, (cl_mem)src, (cl_mem)dst, 0, 0, n, 0,
                                      NULL, NULL);
@@ -391,13 +410,8 @@ static void *ocl_view(struct gf_backend *be, void *base, size_t off, size_t n)
 {
     if (n == 0)
         return NULL;
-    cl_mem parent = NULL;
-    size_t parent_off = 0;
-    clGetMemObjectInfo((cl_mem)base, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof(parent), &parent, NULL);
-    if (parent)
-        clGetMemObjectInfo((cl_mem)base, CL_MEM_OFFSET, sizeof(parent_off), &parent_off, NULL);
-    else
-        parent = (cl_mem)base;
+    size_t parent_off;
+    cl_mem parent = mem_root((cl_mem)base, &parent_off);
     cl_buffer_region r = {parent_off + off, n};
     cl_int err;
     cl_mem m = clCreateSubBuffer(parent, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &r,

@@ -1,13 +1,23 @@
 /*
- * OpenCL kernels: the elementwise family (elementwise.cl), fp32.
+ * OpenCL kernels: the elementwise family (elementwise.cl).
  *
- *   unary     Neg Sqrt Reciprocal Exp Log Tanh Abs Erf Sin Cos Floor Ceil
- *             Relu Sigmoid Softplus Gelu, SiLU-free forms only
- *   plumbing  Identity
+ *   unary      Neg Sqrt Reciprocal Exp Log Tanh Abs Erf Sin Cos Floor Ceil
+ *              Relu Sigmoid Softplus Gelu (fp32), Not (bool)
+ *   binary     Add Sub Mul Div Max Min (fp32, int64, int32), Pow (fp32),
+ *              Equal Less LessOrEqual Greater GreaterOrEqual (fp32, int64,
+ *              int32; Equal also bool), And Or Xor (bool); numpy
+ *              broadcasting; Max and Min take any number of inputs
+ *   plumbing   Where (any 1/2/4/8-byte type), Cast CastLike (between fp32,
+ *              fp16, int64, int32, uint8, bool), Identity
+ *   backward   ReluGrad SigmoidGrad TanhGrad GeluGrad (fp32)
  *
- * Flat kernels take VEC elements per step with a grid-stride loop; the
- * knobs are the work-group size and VEC.  Semantics and messages follow
- * kernels/cpu/elementwise.c.
+ * Operands that have the output's shape or one element run "flat" kernels:
+ * VEC elements per step (a knob, with the work-group size) in a
+ * grid-stride loop.  Other broadcasts run the "_nd" kernels over the
+ * merged output axes (gf_cl_nd_init).  Semantics and messages follow
+ * kernels/cpu/elementwise.c and the activation gradients of cpu/grad.c;
+ * integer division by zero is checked on the host, so integer Div needs
+ * its divisor's host copy.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -23,27 +33,32 @@ static const struct gf_config_knob ew_knobs[] = {
     {"vec", 4, vec_values},
 };
 
-/* Work-group size and VEC of a config (defaults for NULL), the work-group
- * size clamped to the device. */
-static void ew_config(const struct gf_kernel_args *a, size_t *wg, int *vec)
+/* ---- launching ------------------------------------------------------------ */
+
+/* The kernel `name` built for this config's VEC, and the work-group size
+ * (clamped to the device); NULL with gf_error set. */
+static cl_kernel ew_kernel(const struct gf_kernel_args *a, const char *name, size_t *wg,
+                           int *vec)
 {
     *wg = (size_t)(a->config ? a->config[0] : wg_values[0]);
     *vec = a->config ? a->config[1] : vec_values[0];
     size_t max = gf_cl_of(a->backend)->max_wg;
     if (max && *wg > max)
         *wg = max;
+    char opts[32];
+    snprintf(opts, sizeof(opts), "-DVEC=%d", *vec);
+    return gf_cl_kernel(a->backend, EW_FILE, name, opts);
 }
 
-/* A grid-stride launch over `items` work-items: enough groups to fill the
- * device several times over, no more than needed. */
-static size_t ew_global(const struct gf_kernel_args *a, size_t items, size_t wg)
+/* Runs k (arguments set) over `n` elements taken `per` at a time. */
+static enum gf_status ew_launch(const struct gf_kernel_args *a, cl_kernel k, size_t n,
+                                size_t per, size_t wg)
 {
-    size_t cap = (size_t)gf_cl_of(a->backend)->compute_units * 8 * wg;
-    if (cap < wg)
-        cap = wg;
-    size_t g = (items + wg - 1) / wg * wg;
-    return g < cap ? g : cap;
+    size_t global = gf_cl_grid(a, (n + per - 1) / per, wg);
+    return gf_cl_run(a, k, 1, &global, &wg);
 }
+
+/* ---- checks (as kernels/cpu/elementwise.c) --------------------------------------- */
 
 /* Output 0 present; *empty when it has no elements. */
 static enum gf_status ew_check_out(const struct gf_kernel_args *a, bool *empty)
@@ -53,6 +68,16 @@ static enum gf_status ew_check_out(const struct gf_kernel_args *a, bool *empty)
         return GF_OK;
     if (a->n_out < 1 || !a->out[0].data)
         return gf_kernel_error(a, GF_ERR_INVALID, "output 0 is missing");
+    if (a->out[0].nelem > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "output 0 has %zu elements; the OpenCL "
+                               "kernels take fewer than 2^31", a->out[0].nelem);
+    return GF_OK;
+}
+
+static enum gf_status ew_check_in(const struct gf_kernel_args *a, size_t k)
+{
+    if (k >= a->n_in || (!a->in[k].data && a->in[k].nelem))
+        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu is missing", k);
     return GF_OK;
 }
 
@@ -74,27 +99,87 @@ static enum gf_status ew_check_count(const struct gf_kernel_args *a, const struc
                            x->nelem, y->nelem);
 }
 
-/* ---- unary ------------------------------------------------------------- */
+static void ew_shape_str(const struct gf_tview *t, char *buf, size_t len)
+{
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < t->rank && k < len; d++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+    if (k < len)
+        snprintf(buf + k, len - k, "]");
+}
+
+/* Input k broadcasts to out's shape (numpy rules); its strides into st. */
+static enum gf_status ew_bcast(const struct gf_kernel_args *a, int k, const struct gf_tview *t,
+                               const struct gf_tview *out, int64_t *st)
+{
+    bool ok = t->rank <= out->rank;
+    for (int d = 0; ok && d < t->rank; d++) {
+        int64_t od = out->dims[out->rank - t->rank + d];
+        ok = t->dims[d] == od || t->dims[d] == 1;
+    }
+    if (!ok) {
+        char s1[128], s2[128];
+        ew_shape_str(t, s1, sizeof(s1));
+        ew_shape_str(out, s2, sizeof(s2));
+        return gf_kernel_error(a, GF_ERR_INVALID, "input %d of shape %s does not broadcast to "
+                               "the output shape %s", k, s1, s2);
+    }
+    gf_bcast_strides(t, out, st);
+    return GF_OK;
+}
+
+/* Element-size suffix of the type-generic kernels ("1", "2", "4", "8"). */
+static const char *size_sfx(enum gf_dtype t)
+{
+    switch (t == GF_STRING || t == GF_INT4 || t == GF_UINT4 ? 0 : gf_dtype_size(t)) {
+    case 1: return "1";
+    case 2: return "2";
+    case 4: return "4";
+    case 8: return "8";
+    default: return NULL;
+    }
+}
+
+/* Sets the ND arguments (rank, dims, 3 stride vectors) from index `at`. */
+static bool nd_args(cl_kernel k, cl_uint at, const struct gf_cl_nd *nd)
+{
+    cl_int err = clSetKernelArg(k, at, sizeof(cl_int), &nd->rank);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(k, at + 1, sizeof(cl_int8), &nd->dims);
+    for (cl_uint i = 0; i < 3 && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(k, at + 2 + i, sizeof(cl_int8), &nd->st[i]);
+    if (err != CL_SUCCESS)
+        gf_error(GF_ERR_INTERNAL, "OpenCL: setting the shape arguments failed: %s",
+                 gf_cl_strerror(err));
+    return err == CL_SUCCESS;
+}
+
+/* ---- unary ------------------------------------------------------------------ */
 
 static const struct {
     enum gf_op op;
     const char *kernel;
 } un_ops[] = {
-    {GF_OP_NEG, "un_neg"},       {GF_OP_SQRT, "un_sqrt"},   {GF_OP_RECIPROCAL, "un_recip"},
-    {GF_OP_EXP, "un_exp"},       {GF_OP_LOG, "un_log"},     {GF_OP_TANH, "un_tanh"},
-    {GF_OP_ABS, "un_abs"},       {GF_OP_ERF, "un_erf"},     {GF_OP_SIN, "un_sin"},
-    {GF_OP_COS, "un_cos"},       {GF_OP_FLOOR, "un_floor"}, {GF_OP_CEIL, "un_ceil"},
-    {GF_OP_RELU, "un_relu"},     {GF_OP_SIGMOID, "un_sigmoid"},
-    {GF_OP_SOFTPLUS, "un_softplus"}, {GF_OP_GELU, "un_gelu"},
+    {GF_OP_NEG, "un_neg"},         {GF_OP_SQRT, "un_sqrt"},     {GF_OP_RECIPROCAL, "un_recip"},
+    {GF_OP_EXP, "un_exp"},         {GF_OP_LOG, "un_log"},       {GF_OP_TANH, "un_tanh"},
+    {GF_OP_ABS, "un_abs"},         {GF_OP_ERF, "un_erf"},       {GF_OP_SIN, "un_sin"},
+    {GF_OP_COS, "un_cos"},         {GF_OP_FLOOR, "un_floor"},   {GF_OP_CEIL, "un_ceil"},
+    {GF_OP_RELU, "un_relu"},       {GF_OP_SIGMOID, "un_sigmoid"},
+    {GF_OP_SOFTPLUS, "un_softplus"}, {GF_OP_NOT, "un_not"},
+    {GF_OP_RELU_GRAD, "grad_relu"}, {GF_OP_SIGMOID_GRAD, "grad_sigmoid"},
+    {GF_OP_TANH_GRAD, "grad_tanh"},
 };
 
-/* The kernel name for a unary node, NULL if none (or a bad attribute). */
+/* The kernel of a unary or gradient node; Gelu's by its attribute (NULL
+ * for a bad one: run() says so). */
 static const char *un_kernel(const struct gf_node *n)
 {
-    if (n->op == GF_OP_GELU) {
+    if (n->op == GF_OP_GELU || n->op == GF_OP_GELU_GRAD) {
         const char *s = gf_node_attr_string(n, "approximate", "none");
-        return strcmp(s, "tanh") == 0 ? "un_gelu_tanh" : strcmp(s, "none") == 0 ? "un_gelu"
-                                                                                 : NULL;
+        bool grad = n->op == GF_OP_GELU_GRAD;
+        if (strcmp(s, "tanh") == 0)
+            return grad ? "grad_gelu_tanh" : "un_gelu_tanh";
+        return strcmp(s, "none") == 0 ? (grad ? "grad_gelu" : "un_gelu") : NULL;
     }
     for (size_t i = 0; i < sizeof(un_ops) / sizeof(un_ops[0]); i++)
         if (un_ops[i].op == n->op)
@@ -104,49 +189,371 @@ static const char *un_kernel(const struct gf_node *n)
 
 static bool un_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    return n_in == 1 && in[0].dtype == GF_FLOAT && in[0].nelem <= INT_MAX && un_kernel(n);
+    enum gf_dtype want = n->op == GF_OP_NOT ? GF_BOOL : GF_FLOAT;
+    return n_in == 1 && in[0].dtype == want && in[0].nelem <= INT_MAX;
 }
 
+/* Unary ops, and the gradients (dY, v) -> dX: same shapes, one type. */
 static enum gf_status un_run(const struct gf_kernel_args *a)
 {
-    bool empty;
+    bool empty, grad = a->n_in == 2;
     enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty)
+    if (st != GF_OK || empty || (st = ew_check_in(a, 0)) || (grad && (st = ew_check_in(a, 1))))
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    if ((st = ew_check_dtype(a, "output 0", y->dtype, GF_FLOAT)) ||
+    if ((st = ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
         (st = ew_check_count(a, x, y)))
         return st;
+    if (grad && ((st = ew_check_dtype(a, "input 1", a->in[1].dtype, x->dtype))))
+        return st;
+    if (grad && a->in[1].nelem != x->nelem)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input 1 has %zu elements, the gradient %zu",
+                               a->in[1].nelem, x->nelem);
     const char *name = un_kernel(a->node);
     if (!name)
         return gf_kernel_error(a, GF_ERR_INVALID, "approximate='%s' is neither 'none' nor "
                                "'tanh'", gf_node_attr_string(a->node, "approximate", ""));
     size_t wg;
     int vec;
-    ew_config(a, &wg, &vec);
-    char opts[32];
-    snprintf(opts, sizeof(opts), "-DVEC=%d", vec);
-    cl_kernel k = gf_cl_kernel(a->backend, EW_FILE, name, opts);
+    cl_kernel k = ew_kernel(a, name, &wg, &vec);
     cl_int n = (cl_int)x->nelem;
-    if (!k || !gf_cl_args(k, 3, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data,
-                          sizeof(n), &n))
+    bool ok = k && (grad ? gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem),
+                                      &a->in[1].data, sizeof(cl_mem), &y->data, sizeof(n), &n)
+                         : gf_cl_args(k, 3, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data,
+                                      sizeof(n), &n));
+    if (!ok)
         return gf_cl_fail(a, name);
-    size_t global = ew_global(a, (x->nelem + (size_t)vec - 1) / (size_t)vec, wg);
-    return gf_cl_run(a, k, 1, &global, &wg);
+    return ew_launch(a, k, x->nelem, a->node->op == GF_OP_NOT ? 1 : (size_t)vec, wg);
 }
 
-/* ---- registration -------------------------------------------------------- */
+static bool grad_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 2 && in[0].dtype == GF_FLOAT && in[0].nelem <= INT_MAX;
+}
+
+/* ---- binary ----------------------------------------------------------------- */
+
+enum { T_F32 = 1, T_INT = 2, T_BOOL = 4 };
+
+static const struct bin_op {
+    enum gf_op op;
+    const char *stem;  /* binf_<stem>, bnd_<stem>_<type> */
+    unsigned types;    /* T_F32 | T_INT | T_BOOL */
+    bool flat;         /* has an fp32 flat kernel */
+    bool bool_out;
+} bin_ops[] = {
+    {GF_OP_ADD, "add", T_F32 | T_INT, true, false},
+    {GF_OP_SUB, "sub", T_F32 | T_INT, true, false},
+    {GF_OP_MUL, "mul", T_F32 | T_INT, true, false},
+    {GF_OP_DIV, "div", T_F32 | T_INT, true, false},
+    {GF_OP_POW, "pow", T_F32, true, false},
+    {GF_OP_MAX, "max", T_F32 | T_INT, true, false},
+    {GF_OP_MIN, "min", T_F32 | T_INT, true, false},
+    {GF_OP_EQUAL, "eq", T_F32 | T_INT | T_BOOL, false, true},
+    {GF_OP_LESS, "lt", T_F32 | T_INT, false, true},
+    {GF_OP_LESS_OR_EQUAL, "le", T_F32 | T_INT, false, true},
+    {GF_OP_GREATER, "gt", T_F32 | T_INT, false, true},
+    {GF_OP_GREATER_OR_EQUAL, "ge", T_F32 | T_INT, false, true},
+    {GF_OP_AND, "and", T_BOOL, false, true},
+    {GF_OP_OR, "or", T_BOOL, false, true},
+    {GF_OP_XOR, "xor", T_BOOL, false, true},
+};
+
+static const struct bin_op *bin_find(enum gf_op op)
+{
+    for (size_t i = 0; i < sizeof(bin_ops) / sizeof(bin_ops[0]); i++)
+        if (bin_ops[i].op == op)
+            return &bin_ops[i];
+    return NULL;
+}
+
+/* Type suffix of the ND kernels, NULL when op lacks the type. */
+static const char *bin_sfx(const struct bin_op *op, enum gf_dtype t)
+{
+    if (t == GF_FLOAT && (op->types & T_F32))
+        return "f32";
+    if (t == GF_INT64 && (op->types & T_INT))
+        return "i64";
+    if (t == GF_INT32 && (op->types & T_INT))
+        return "i32";
+    if (t == GF_BOOL && (op->types & T_BOOL))
+        return "b8";
+    return NULL;
+}
+
+static bool is_int(enum gf_dtype t)
+{
+    return t == GF_INT64 || t == GF_INT32;
+}
+
+static bool bin_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    const struct bin_op *op = bin_find(n->op);
+    bool variadic = n->op == GF_OP_MAX || n->op == GF_OP_MIN;
+    if (!op || n_in < 1 || (!variadic && n_in != 2) || !bin_sfx(op, in[0].dtype) ||
+        gf_node_attr_int(n, "broadcast", 0)) /* the opset < 7 form */
+        return false;
+    /* mixed types (Pow's float ^ int64) go to the CPU, which has them */
+    for (size_t k = 0; k < n_in; k++)
+        if (in[k].nelem > INT_MAX || in[k].dtype != in[0].dtype)
+            return false;
+    /* integer division by zero is checked on the host */
+    return !(n->op == GF_OP_DIV && is_int(in[0].dtype) && !in[1].host);
+}
+
+/* Integer Div: no zero divisor (read from the host copy). */
+static enum gf_status bin_check_divisor(const struct gf_kernel_args *a, const struct gf_tview *b)
+{
+    if (a->node->op != GF_OP_DIV || !is_int(b->dtype))
+        return GF_OK;
+    if (!b->host)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "integer Div needs the divisor on the "
+                               "host");
+    for (size_t i = 0; i < b->nelem; i++) {
+        int64_t v = b->dtype == GF_INT64 ? ((const int64_t *)b->host)[i]
+                                         : ((const int32_t *)b->host)[i];
+        if (v == 0)
+            return gf_kernel_error(a, GF_ERR_INVALID, "input 1 (divisor) element %zu is 0: "
+                                   "integer division by zero", i);
+    }
+    return GF_OK;
+}
+
+/* out = op(x, b), both broadcast to out (x may be out itself). */
+static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct bin_op *op,
+                               const struct gf_tview *x, int kx, const struct gf_tview *b,
+                               int kb)
+{
+    const struct gf_tview *out = &a->out[0];
+    int64_t st[3][GF_MAX_RANK] = {{0}};
+    enum gf_status s;
+    if ((s = ew_bcast(a, kx, x, out, st[0])) || (s = ew_bcast(a, kb, b, out, st[1])))
+        return s;
+    cl_int n = (cl_int)out->nelem;
+    size_t wg;
+    int vec;
+    char name[32];
+    bool flat = op->flat && x->dtype == GF_FLOAT && (x->nelem == out->nelem || x->nelem == 1) &&
+                (b->nelem == out->nelem || b->nelem == 1);
+    if (flat) {
+        snprintf(name, sizeof(name), "binf_%s", op->stem);
+        cl_int sa = x->nelem == out->nelem, sb = b->nelem == out->nelem;
+        cl_kernel k = ew_kernel(a, name, &wg, &vec);
+        if (!k || !gf_cl_args(k, 6, sizeof(cl_mem), &x->data, sizeof(cl_mem), &b->data,
+                              sizeof(cl_mem), &out->data, sizeof(n), &n, sizeof(sa), &sa,
+                              sizeof(sb), &sb))
+            return gf_cl_fail(a, name);
+        return ew_launch(a, k, out->nelem, (size_t)vec, wg);
+    }
+    struct gf_cl_nd nd;
+    if (!gf_cl_nd_init(&nd, out->rank, out->dims, 3, st))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
+                               "kernels");
+    snprintf(name, sizeof(name), "bnd_%s_%s", op->stem, bin_sfx(op, x->dtype));
+    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    if (!k || !gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem), &b->data,
+                          sizeof(cl_mem), &out->data, sizeof(n), &n) || !nd_args(k, 4, &nd))
+        return gf_cl_fail(a, name);
+    return ew_launch(a, k, out->nelem, 1, wg);
+}
+
+static enum gf_status bin_run(const struct gf_kernel_args *a)
+{
+    const struct bin_op *op = bin_find(a->node->op);
+    bool empty;
+    enum gf_status st = ew_check_out(a, &empty);
+    if (st != GF_OK || empty)
+        return st;
+    if (a->n_in == 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
+    for (size_t k = 0; k < a->n_in; k++) {
+        if ((st = ew_check_in(a, k)))
+            return st;
+        if (a->in[k].dtype != a->in[0].dtype)
+            return gf_kernel_error(a, GF_ERR_INVALID, "inputs 0 and %zu differ in type (%s, "
+                                   "%s)", k, gf_dtype_name(a->in[0].dtype),
+                                   gf_dtype_name(a->in[k].dtype));
+    }
+    enum gf_dtype dt = a->in[0].dtype;
+    if (!bin_sfx(op, dt))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no OpenCL kernel for type %s",
+                               gf_dtype_name(dt));
+    if ((st = ew_check_dtype(a, "output 0", a->out[0].dtype, op->bool_out ? GF_BOOL : dt)))
+        return st;
+    if (a->n_in == 1) { /* Max / Min of one input */
+        if ((st = ew_check_count(a, &a->in[0], &a->out[0])))
+            return st;
+        return a->backend->ops->copy(a->backend, a->out[0].data, a->in[0].data,
+                                     gf_tview_bytes(&a->out[0]));
+    }
+    if ((st = bin_check_divisor(a, &a->in[1])) ||
+        (st = bin_pair(a, op, &a->in[0], 0, &a->in[1], 1)))
+        return st;
+    /* Max / Min of more: folded into the output */
+    for (size_t k = 2; k < a->n_in; k++)
+        if ((st = bin_pair(a, op, &a->out[0], 0, &a->in[k], (int)k)))
+            return st;
+    return GF_OK;
+}
+
+/* ---- Where ------------------------------------------------------------------- */
+
+static bool where_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 3 && in[0].dtype == GF_BOOL && size_sfx(in[1].dtype) &&
+           in[0].nelem <= INT_MAX && in[1].nelem <= INT_MAX && in[2].nelem <= INT_MAX;
+}
+
+static enum gf_status where_run(const struct gf_kernel_args *a)
+{
+    bool empty;
+    enum gf_status st = ew_check_out(a, &empty);
+    if (st != GF_OK || empty)
+        return st;
+    for (size_t k = 0; k < 3; k++)
+        if ((st = ew_check_in(a, k)))
+            return st;
+    enum gf_dtype dt = a->in[1].dtype;
+    if ((st = ew_check_dtype(a, "input 0 (condition)", a->in[0].dtype, GF_BOOL)) ||
+        (st = ew_check_dtype(a, "input 2", a->in[2].dtype, dt)) ||
+        (st = ew_check_dtype(a, "output 0", a->out[0].dtype, dt)))
+        return st;
+    const char *sfx = size_sfx(dt);
+    if (!sfx)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no OpenCL kernel for type %s",
+                               gf_dtype_name(dt));
+    const struct gf_tview *out = &a->out[0];
+    int64_t st3[3][GF_MAX_RANK];
+    for (int k = 0; k < 3; k++)
+        if ((st = ew_bcast(a, k, &a->in[k], out, st3[k])))
+            return st;
+    struct gf_cl_nd nd;
+    if (!gf_cl_nd_init(&nd, out->rank, out->dims, 3, st3))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
+                               "kernels");
+    char name[16];
+    snprintf(name, sizeof(name), "where_%s", sfx);
+    size_t wg;
+    int vec;
+    cl_int n = (cl_int)out->nelem;
+    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    if (!k || !gf_cl_args(k, 5, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &a->in[1].data,
+                          sizeof(cl_mem), &a->in[2].data, sizeof(cl_mem), &out->data,
+                          sizeof(n), &n) || !nd_args(k, 5, &nd))
+        return gf_cl_fail(a, name);
+    return ew_launch(a, k, out->nelem, 1, wg);
+}
+
+/* ---- Cast, CastLike, Identity ------------------------------------------------------- */
+
+static const char *cast_sfx(enum gf_dtype t)
+{
+    switch (t) {
+    case GF_FLOAT: return "f32";
+    case GF_FLOAT16: return "f16";
+    case GF_INT64: return "i64";
+    case GF_INT32: return "i32";
+    case GF_UINT8: return "u8";
+    case GF_BOOL: return "b8";
+    default: return NULL;
+    }
+}
+
+/* The cast's target: attribute `to` (Cast) or input 1's type (CastLike). */
+static enum gf_dtype cast_target(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n->op == GF_OP_CAST_LIKE)
+        return n_in >= 2 ? in[1].dtype : GF_UNDEFINED;
+    return (enum gf_dtype)gf_node_attr_int(n, "to", GF_UNDEFINED);
+}
+
+static bool cast_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    enum gf_dtype to = cast_target(n, in, n_in);
+    return n_in >= 1 && in[0].nelem <= INT_MAX &&
+           (in[0].dtype == to ? size_sfx(to) != NULL : cast_sfx(in[0].dtype) && cast_sfx(to));
+}
+
+static enum gf_status copy_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
+    enum gf_status st = ew_check_dtype(a, "output 0", y->dtype, x->dtype);
+    if (st || (st = ew_check_count(a, x, y)))
+        return st;
+    return a->backend->ops->copy(a->backend, y->data, x->data, gf_tview_bytes(y));
+}
+
+static enum gf_status cast_run(const struct gf_kernel_args *a)
+{
+    bool empty;
+    enum gf_status st = ew_check_out(a, &empty);
+    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+        return st;
+    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
+    const struct gf_attr *to = gf_node_attr(a->node, "to");
+    if (a->node->op == GF_OP_CAST && to && to->type == GF_ATTR_INT &&
+        (st = ew_check_dtype(a, "output 0", y->dtype, (enum gf_dtype)to->i)))
+        return st;
+    if (x->dtype == y->dtype)
+        return copy_run(a);
+    if (!cast_sfx(x->dtype) || !cast_sfx(y->dtype))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no OpenCL cast from %s to %s",
+                               gf_dtype_name(x->dtype), gf_dtype_name(y->dtype));
+    if ((st = ew_check_count(a, x, y)))
+        return st;
+    char name[32];
+    snprintf(name, sizeof(name), "cast_%s_%s", cast_sfx(x->dtype), cast_sfx(y->dtype));
+    size_t wg;
+    int vec;
+    cl_int n = (cl_int)x->nelem;
+    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    if (!k || !gf_cl_args(k, 3, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data, sizeof(n),
+                          &n))
+        return gf_cl_fail(a, name);
+    return ew_launch(a, k, x->nelem, 1, wg);
+}
+
+static bool identity_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 1 && size_sfx(in[0].dtype);
+}
+
+static enum gf_status identity_run(const struct gf_kernel_args *a)
+{
+    bool empty;
+    enum gf_status st = ew_check_out(a, &empty);
+    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+        return st;
+    return copy_run(a);
+}
+
+/* ---- registration ----------------------------------------------------------------- */
 
 #define EW_KERNEL(OP, DT, name, sup, fn)                                                     \
     {.op = GF_OP_##OP, .backend = "opencl", .dtype = DT, .impl = name, .supports = sup,      \
      .run = fn, .n_knobs = 2, .knobs = ew_knobs}
 #define EW_UNARY(OP) EW_KERNEL(OP, GF_FLOAT, "cl_unary", un_supports, un_run)
+#define EW_GRAD(OP) EW_KERNEL(OP, GF_FLOAT, "cl_act_grad", grad_supports, un_run)
+#define EW_BINARY(OP) EW_KERNEL(OP, GF_UNDEFINED, "cl_binary", bin_supports, bin_run)
 
 static const struct gf_kernel kernels[] = {
-    EW_UNARY(NEG),   EW_UNARY(SQRT),    EW_UNARY(RECIPROCAL), EW_UNARY(EXP),
-    EW_UNARY(LOG),   EW_UNARY(TANH),    EW_UNARY(ABS),        EW_UNARY(ERF),
-    EW_UNARY(SIN),   EW_UNARY(COS),     EW_UNARY(FLOOR),      EW_UNARY(CEIL),
-    EW_UNARY(RELU),  EW_UNARY(SIGMOID), EW_UNARY(SOFTPLUS),   EW_UNARY(GELU),
+    EW_UNARY(NEG), EW_UNARY(SQRT), EW_UNARY(RECIPROCAL), EW_UNARY(EXP), EW_UNARY(LOG),
+    EW_UNARY(TANH), EW_UNARY(ABS), EW_UNARY(ERF), EW_UNARY(SIN), EW_UNARY(COS),
+    EW_UNARY(FLOOR), EW_UNARY(CEIL), EW_UNARY(RELU), EW_UNARY(SIGMOID), EW_UNARY(SOFTPLUS),
+    EW_UNARY(GELU),
+    EW_KERNEL(NOT, GF_BOOL, "cl_unary", un_supports, un_run),
+    EW_BINARY(ADD), EW_BINARY(SUB), EW_BINARY(MUL), EW_BINARY(DIV), EW_BINARY(POW),
+    EW_BINARY(MAX), EW_BINARY(MIN), EW_BINARY(EQUAL), EW_BINARY(LESS),
+    EW_BINARY(LESS_OR_EQUAL), EW_BINARY(GREATER), EW_BINARY(GREATER_OR_EQUAL),
+    EW_BINARY(AND), EW_BINARY(OR), EW_BINARY(XOR),
+    EW_KERNEL(WHERE, GF_UNDEFINED, "cl_where", where_supports, where_run),
+    EW_KERNEL(CAST, GF_UNDEFINED, "cl_cast", cast_supports, cast_run),
+    EW_KERNEL(CAST_LIKE, GF_UNDEFINED, "cl_cast", cast_supports, cast_run),
+    EW_KERNEL(IDENTITY, GF_UNDEFINED, "cl_copy", identity_supports, identity_run),
+    EW_GRAD(RELU_GRAD), EW_GRAD(SIGMOID_GRAD), EW_GRAD(TANH_GRAD), EW_GRAD(GELU_GRAD),
 };
 
 const struct gf_kernel_table gf_opencl_elementwise_table = {kernels,

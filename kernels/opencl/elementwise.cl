@@ -82,6 +82,8 @@
 DEF_SIGMOID(float)
 #if VEC > 1
 DEF_SIGMOID(VF)
+#else
+#define sigmoid_VF sigmoid_float
 #endif
 
 /* y[i] = f(x[i]), n elements; one VEC-wide step per work-item per turn. */
@@ -261,11 +263,13 @@ DEF_WHERE(8, ulong)
 #define WR_I_f32(p, i, v) ((p)[i] = convert_float(v))
 #define WR_F_f16(p, i, v) vstore_half_rte(v, i, p)
 #define WR_I_f16(p, i, v) vstore_half_rte(convert_float(v), i, p)
-#define WR_F_i64(p, i, v) ((p)[i] = convert_long_sat_rtz(v))
+/* NaN is tested explicitly: NVIDIA's convert_long_sat_rtz(NaN) gives
+ * LONG_MIN where the OpenCL spec says 0 */
+#define WR_F_i64(p, i, v) ((p)[i] = isnan(v) ? 0 : convert_long_sat_rtz(v))
 #define WR_I_i64(p, i, v) ((p)[i] = (v))
-#define WR_F_i32(p, i, v) ((p)[i] = convert_int_sat_rtz(v))
+#define WR_F_i32(p, i, v) ((p)[i] = isnan(v) ? 0 : convert_int_sat_rtz(v))
 #define WR_I_i32(p, i, v) ((p)[i] = (int)(v))
-#define WR_F_u8(p, i, v) ((p)[i] = convert_uchar_sat_rtz(v))
+#define WR_F_u8(p, i, v) ((p)[i] = isnan(v) ? 0 : convert_uchar_sat_rtz(v))
 #define WR_I_u8(p, i, v) ((p)[i] = (uchar)(v))
 #define WR_F_b8(p, i, v) ((p)[i] = (v) != 0.0f)
 #define WR_I_b8(p, i, v) ((p)[i] = (v) != 0)
@@ -311,6 +315,8 @@ DEF_CASTS_FROM(b8)
 DEF_GELU_TANH_GRAD(float)
 #if VEC > 1
 DEF_GELU_TANH_GRAD(VF)
+#else
+#define gelu_tanh_grad_VF gelu_tanh_grad_float
 #endif
 
 #define DEF_GRAD(name, F)                                                          \

@@ -1,0 +1,416 @@
+/*
+ * graphfuse tune MODEL: tunes every node that has a choice (a kernel with
+ * knobs, or several kernels) on a backend, at the input sizes given with
+ * --dim, caches the winners (executor/gf_tune.h) and prints a table of
+ * what it chose and the speedup over the default kernel and config.
+ *
+ * Shapes come from shape inference with the graph inputs bound to their
+ * concrete sizes, as a session plans them, so that `run --autotune` and
+ * `run` with the cache find the same keys.  Nodes a session folds while
+ * planning (inputs all constant) are not tuned.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "gf_exec.h"
+#include "gf_passes.h"
+#include "gf_tune.h"
+
+#define MAXIO 64
+
+struct tune_args {
+    const char *path, *backend, *device, *cache;
+    struct cli_dim dims[64];
+    int n_dims;
+    struct gf_tune_opts opts;
+    bool force, fuse;
+};
+
+/* Integer values shape inference found, per value id. */
+struct known {
+    int64_t *v;
+    int32_t *v32; /* the same narrowed, for int32 values */
+    size_t n;
+};
+
+struct row {
+    const struct gf_node *n;
+    char shapes[256], choice[256], note[300];
+    struct gf_tune_result r;
+    double gflop;  /* per run, for MatMul / Gemm / MatMulEpilogue; 0 otherwise */
+    bool failed;
+};
+
+static int parse(int argc, char **argv, struct tune_args *a)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *s = argv[i];
+        bool value = strcmp(s, "--backend") == 0 || strcmp(s, "--device") == 0 ||
+                     strcmp(s, "--tune-cache") == 0 || strcmp(s, "--dim") == 0 ||
+                     strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0;
+        if (value && i + 1 == argc)
+            return cli_usage("tune", "%s needs a value", s);
+        const char *v = value ? argv[++i] : NULL;
+        if (strcmp(s, "--backend") == 0) {
+            a->backend = v;
+        } else if (strcmp(s, "--device") == 0) {
+            a->device = v;
+        } else if (strcmp(s, "--tune-cache") == 0) {
+            a->cache = v;
+        } else if (strcmp(s, "--dim") == 0) {
+            if (a->n_dims == 64 || !cli_parse_dim(v, &a->dims[a->n_dims++]))
+                return cli_usage("tune", "bad --dim '%s' (want NAME=SIZE, e.g. seq=256)", v);
+        } else if (strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > 100000)
+                return cli_usage("tune", "bad count '%s'", v);
+            *(s[2] == 't' ? &a->opts.budget : &a->opts.repeats) = (int)n;
+        } else if (strcmp(s, "--force") == 0) {
+            a->force = true;
+        } else if (strcmp(s, "--fuse") == 0) {
+            a->fuse = true;
+        } else if (strcmp(s, "--with-cpu") == 0) {
+            a->opts.with_cpu = true;
+        } else if (s[0] == '-' && s[1]) {
+            return cli_usage("tune", "unknown option '%s'", s);
+        } else if (a->path) {
+            return cli_usage("tune", "more than one model given ('%s')", s);
+        } else {
+            a->path = s;
+        }
+    }
+    return a->path ? 0 : cli_usage("tune", "no model given%s", "");
+}
+
+/* ---- shapes ------------------------------------------------------------------------ */
+
+static void record_known(void *ctx, const struct gf_value *v, size_t n, const int64_t *vals)
+{
+    struct known *k = &((struct known *)ctx)[v->id];
+    free(k->v);
+    free(k->v32);
+    k->v32 = NULL;
+    k->n = 0;
+    if (!(k->v = malloc((n ? n : 1) * sizeof(*k->v))))
+        return;
+    memcpy(k->v, vals, n * sizeof(*vals));
+    k->n = n;
+}
+
+/* Graph inputs get their concrete sizes (--dim for symbolic ones), then
+ * shape inference runs over the graph. */
+static enum gf_status bind_inputs(struct gf_model *m, const struct tune_args *a,
+                                  struct known *kn)
+{
+    struct gf_graph *g = m->graph;
+    for (size_t i = 0; i < g->n_inputs; i++) {
+        struct gf_value *v = g->inputs[i];
+        struct gf_dim dims[GF_MAX_RANK];
+        if (v->init)
+            continue;
+        if (v->type.kind != GF_TYPE_TENSOR || v->type.rank < 0 || v->type.rank > GF_MAX_RANK)
+            return gf_error(GF_ERR_UNSUPPORTED, "input '%s' has no tensor shape to tune for",
+                            v->name);
+        for (int d = 0; d < v->type.rank; d++) {
+            const struct gf_dim *x = &v->type.dims[d];
+            int64_t size = x->value >= 0 ? x->value : cli_dim_size(a->dims, a->n_dims, x->param, -1);
+            if (size < 0)
+                return gf_error(GF_ERR_ARG, "input '%s': give the size of %s%s%s with --dim "
+                                "%s=SIZE", v->name, x->param ? "dimension '" : "axis ",
+                                x->param ? x->param : "", x->param ? "'" : "",
+                                x->param ? x->param : "NAME");
+            dims[d] = (struct gf_dim){size, NULL, NULL};
+        }
+        gf_value_set_tensor_type(v, v->type.dtype, v->type.rank, dims);
+    }
+    return gf_graph_infer_shapes_values(g, record_known, kn);
+}
+
+static bool view_of(const struct gf_value *v, struct known *kn, struct gf_tview *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (!v)
+        return true;
+    int64_t n = gf_type_numel(&v->type);
+    if (v->type.kind != GF_TYPE_TENSOR || n < 0 || v->type.dtype == GF_UNDEFINED ||
+        v->type.rank > GF_MAX_RANK)
+        return false;
+    t->dtype = v->type.dtype;
+    int64_t dims[GF_MAX_RANK];
+    for (int d = 0; d < v->type.rank; d++)
+        dims[d] = v->type.dims[d].value;
+    gf_tview_set_shape(t, v->type.rank, dims);
+    struct known *k = &kn[v->id];
+    if (v->init && v->init->data) {
+        t->host = v->init->data;
+    } else if (k->v && k->n == t->nelem && t->dtype == GF_INT64) {
+        t->host = k->v;
+    } else if (k->v && k->n == t->nelem && t->dtype == GF_INT32) {
+        if (!k->v32 && (k->v32 = malloc((k->n ? k->n : 1) * sizeof(int32_t))))
+            for (size_t i = 0; i < k->n; i++)
+                k->v32[i] = (int32_t)k->v[i];
+        t->host = k->v32;
+    }
+    return true;
+}
+
+/* Views of n's inputs and outputs; false when a shape is unknown. */
+static bool node_views(const struct gf_node *n, struct known *kn, struct gf_tview *in,
+                       struct gf_tview *out)
+{
+    if (n->n_inputs > MAXIO || n->n_outputs > MAXIO)
+        return false;
+    bool ok = true;
+    for (size_t i = 0; i < n->n_inputs; i++)
+        ok &= view_of(n->inputs[i], kn, &in[i]);
+    for (size_t i = 0; i < n->n_outputs; i++)
+        ok &= view_of(n->outputs[i], kn, &out[i]);
+    return ok;
+}
+
+/* Nodes a session computes while planning: every input constant. */
+static bool folded(const struct gf_node *n, const struct gf_tview *in)
+{
+    for (size_t i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i] && !(in[i].host && !n->inputs[i]->is_input))
+            return false;
+    return true;
+}
+
+/* ---- reporting ------------------------------------------------------------------------ */
+
+/* Floating-point work of one run of a product (2 M N K per batch), else 0. */
+static double gflop(const struct gf_node *n, const struct gf_tview *in, const struct gf_tview *out)
+{
+    const struct gf_tview *A = &in[0];
+    if ((n->op != GF_OP_MATMUL && n->op != GF_OP_GEMM && n->op != GF_OP_MATMUL_EPILOGUE) ||
+        A->rank < 1 || !out[0].dtype)
+        return 0;
+    bool ta = gf_node_attr_int(n, "transA", 0) != 0;
+    int64_t k = A->rank == 1 ? A->dims[0]
+              : ta ? A->dims[A->rank - 2] : A->dims[A->rank - 1];
+    return 2.0 * (double)out[0].nelem * (double)k * 1e-9;
+}
+
+static const char *node_name(const struct gf_node *n)
+{
+    return n->name && *n->name ? n->name : "(unnamed)";
+}
+
+struct progress {
+    bool tty;
+    size_t node, n_nodes;
+    const struct gf_node *n;
+};
+
+static void on_progress(void *ctx, size_t done, size_t total)
+{
+    const struct progress *p = ctx;
+    char bar[31];
+    size_t fill = total ? done * 30 / total : 30;
+    for (size_t i = 0; i < 30; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[30] = 0;
+    printf("\r[%s] node %zu/%zu %.30s (%s): config %zu/%zu\033[K", bar, p->node, p->n_nodes,
+           node_name(p->n), p->n->op_type, done, total);
+    fflush(stdout);
+}
+
+static void describe(struct row *w, struct gf_backend *be)
+{
+    const struct gf_kernel *k = w->r.choice.kernel;
+    char cfg[200];
+    gf_tune_format_config(k, w->r.choice.config, cfg, sizeof(cfg));
+    snprintf(w->choice, sizeof(w->choice), "%s%s%s %s", strcmp(k->backend, be->ops->name) ? k->backend : "",
+             strcmp(k->backend, be->ops->name) ? "/" : "", k->impl, cfg);
+}
+
+static void print_line(const struct row *w, size_t i, size_t total)
+{
+    if (w->failed) {
+        printf("tune %zu/%zu %s (%s %s): %s\n", i, total, node_name(w->n), w->n->op_type,
+               w->shapes, w->note);
+        return;
+    }
+    printf("tune %zu/%zu %s (%s %s): %s", i, total, node_name(w->n), w->n->op_type, w->shapes,
+           w->choice);
+    if (w->r.cached)
+        printf(", cached\n");
+    else
+        printf(", %zu of %zu configs tried, %zu wrong, %zu failed; %.4g ms (default %.4g ms)\n",
+               w->r.n_tried, w->r.n_space, w->r.n_rejected, w->r.n_failed, w->r.best_ms,
+               w->r.default_ms);
+}
+
+static int width_of(const struct row *rows, size_t n, const char *head, int which)
+{
+    size_t w = strlen(head);
+    for (size_t i = 0; i < n; i++) {
+        const char *s = which == 0 ? node_name(rows[i].n) : which == 1 ? rows[i].n->op_type
+                      : which == 2 ? rows[i].shapes : rows[i].failed ? rows[i].note
+                                                                     : rows[i].choice;
+        w = strlen(s) > w ? strlen(s) : w;
+    }
+    return (int)(w > 60 ? 60 : w);
+}
+
+static void print_table(const struct row *rows, size_t n)
+{
+    int wn = width_of(rows, n, "node", 0), wo = width_of(rows, n, "op", 1);
+    int ws = width_of(rows, n, "shapes", 2), wc = width_of(rows, n, "chosen", 3);
+    bool flops = false;
+    for (size_t i = 0; i < n; i++)
+        flops |= rows[i].gflop > 0;
+    printf("\n%-*s  %-*s  %-*s  %-*s  %10s  %10s  %7s", wn, "node", wo, "op", ws, "shapes", wc,
+           "chosen", "default ms", "tuned ms", "speedup");
+    printf(flops ? "  %11s  %11s\n" : "\n", "GFLOP/s def", "GFLOP/s tun");
+    for (size_t i = 0; i < n; i++) {
+        const struct row *w = &rows[i];
+        printf("%-*.*s  %-*s  %-*.*s  ", wn, wn, node_name(w->n), wo, w->n->op_type, ws, ws,
+               w->shapes);
+        if (w->failed) {
+            printf("%s\n", w->note);
+            continue;
+        }
+        double d = w->r.default_ms, b = w->r.best_ms;
+        printf("%-*.*s  %10.4f  %10.4f  %6.2fx", wc, wc, w->choice, d, b, b > 0 ? d / b : 0);
+        if (flops && w->gflop > 0 && d > 0 && b > 0)
+            printf("  %11.1f  %11.1f", w->gflop / d * 1e3, w->gflop / b * 1e3);
+        printf("%s\n", w->r.cached ? "  (cached)" : "");
+    }
+}
+
+/* ---- tuning ------------------------------------------------------------------------------ */
+
+static void print_warnings(const struct gf_tuner *t, size_t *shown)
+{
+    for (; *shown < gf_tuner_warning_count(t); (*shown)++)
+        fprintf(stderr, "graphfuse: warning: %s\n", gf_tuner_warning(t, *shown));
+}
+
+/* Tunes (or finds in the cache) node n into row w. */
+static void tune_node(struct gf_tuner *t, struct gf_backend *be, const struct tune_args *a,
+                      const struct gf_tview *in, const struct gf_tview *out, struct progress *p,
+                      struct row *w)
+{
+    const struct gf_node *n = w->n;
+    struct gf_tune_opts o = a->opts;
+    struct gf_tune_choice c;
+    if (!a->force &&
+        gf_tuner_lookup(t, be, n, in, n->n_inputs, out, n->n_outputs, &c, &w->r)) {
+        describe(w, be);
+        return;
+    }
+    if (p->tty) {
+        o.progress = on_progress;
+        o.progress_ctx = p;
+    }
+    enum gf_status st = gf_tuner_tune(t, be, n, in, n->n_inputs, out, n->n_outputs, &o, &w->r);
+    if (p->tty)
+        printf("\r\033[K");
+    if (st != GF_OK) {
+        w->failed = true;
+        snprintf(w->note, sizeof(w->note), "not tuned: %s", gf_last_error());
+        return;
+    }
+    describe(w, be);
+}
+
+static int tune_model(struct gf_model *m, struct gf_backend *be, struct gf_tuner *t,
+                      const struct tune_args *a, struct known *kn, size_t *shown)
+{
+    struct gf_tview in[MAXIO], out[MAXIO];
+    size_t total = 0, k = 0, failed = 0;
+    bool cross = a->opts.with_cpu && strcmp(be->ops->name, "cpu") != 0;
+    for (int pass = 0; pass < 2; pass++) {
+        struct row *rows = pass ? calloc(total + 1, sizeof(*rows)) : NULL;
+        if (pass && !rows)
+            return cli_fail(gf_error(GF_ERR_NOMEM, "out of memory"));
+        struct progress p = {.tty = isatty(STDOUT_FILENO), .n_nodes = total};
+        for (const struct gf_node *n = m->graph->first; n; n = n->next) {
+            if (!node_views(n, kn, in, out) || folded(n, in))
+                continue;
+            size_t cands = gf_tune_count_candidates(be, n, in, n->n_inputs);
+            if (cands == 0 || (cands == 1 && !cross))
+                continue; /* nothing to choose (or no kernel: the CPU runs it) */
+            if (!pass) {
+                total++;
+                continue;
+            }
+            struct row *w = &rows[k++];
+            w->n = p.n = n;
+            p.node = k;
+            gf_tune_format_shapes(in, n->n_inputs, NULL, 0, w->shapes, sizeof(w->shapes));
+            w->gflop = gflop(n, in, out);
+            tune_node(t, be, a, in, out, &p, w);
+            failed += w->failed;
+            print_warnings(t, shown);
+            if (!p.tty)
+                print_line(w, k, total);
+        }
+        if (pass) {
+            if (total)
+                print_table(rows, total);
+            free(rows);
+        } else if (total) {
+            printf("tuning %zu node%s of %s on %s (%s)\n", total, total == 1 ? "" : "s", a->path,
+                   be->ops->name, be->ops->device_name(be));
+        } else {
+            printf("nothing to tune in %s on %s (%s): no node has a kernel with knobs or a "
+                   "choice of kernels\n", a->path, be->ops->name, be->ops->device_name(be));
+        }
+    }
+    enum gf_status st = gf_tuner_save(t);
+    print_warnings(t, shown);
+    if (st != GF_OK)
+        fprintf(stderr, "graphfuse: warning: %s\n", gf_last_error());
+    else if (gf_tuner_recorded(t))
+        printf("cache: %s (%zu entr%s written)\n", gf_tuner_path(t), gf_tuner_recorded(t),
+               gf_tuner_recorded(t) == 1 ? "y" : "ies");
+    return failed ? EXIT_CHECK : 0;
+}
+
+int cmd_tune(int argc, char **argv)
+{
+    struct tune_args a = {0};
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc;
+    struct gf_backend *be;
+    struct gf_model *m = NULL;
+    struct gf_tuner *t = NULL;
+    struct known *kn = NULL;
+    enum gf_status st = gf_backend_open(a.backend, a.device, &be);
+    if (st == GF_OK)
+        st = gf_model_load(a.path, NULL, &m);
+    if (st == GF_OK && a.fuse &&
+        (st = gf_graph_infer_shapes(m->graph)) == GF_OK &&
+        (st = gf_pass_cleanup(m->graph, &(struct gf_cleanup_opts){.eval = gf_exec_eval_node},
+                              NULL)) == GF_OK)
+        st = gf_pass_fuse(m, NULL, NULL);
+    if (st == GF_OK && !(kn = calloc(m->graph->n_values + 1, sizeof(*kn))))
+        st = gf_error(GF_ERR_NOMEM, "out of memory");
+    if (st == GF_OK && (st = bind_inputs(m, &a, kn)) != GF_OK)
+        gf_error_prefix(a.path);
+    if (st == GF_OK)
+        st = gf_tuner_open(a.cache, &t);
+    if (st == GF_OK) {
+        size_t shown = 0;
+        print_warnings(t, &shown);
+        rc = tune_model(m, be, t, &a, kn, &shown);
+    } else {
+        rc = cli_fail(st);
+    }
+    for (size_t i = 0; kn && i < m->graph->n_values; i++) {
+        free(kn[i].v);
+        free(kn[i].v32);
+    }
+    free(kn);
+    gf_tuner_free(t);
+    gf_model_free(m);
+    return rc;
+}

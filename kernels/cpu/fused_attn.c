@@ -1,0 +1,371 @@
+/* CPU kernels of fused attention (domain graphfuse, README "Fused ops" and
+ * "Training"):
+ *
+ *   Attention      Q, K, V, Mask? -> O     O = softmax(scale Q K' + Mask) V, the softmax
+ *                                          over the last axis, K' = K^T with transB = 1
+ *   AttentionGrad  dO, Q, K, V, Mask?, O -> dQ?, dK?, dV?
+ *
+ * Q [b..., Sq, D], K [b..., Sk, D] (transB = 1) or [b..., D, Sk], V [b...,
+ * Sk, Dv], O [b..., Sq, Dv]; the batch dims b... of Q, K, V are the same,
+ * Mask broadcasts to the scores [b..., Sq, Sk].  float and double.
+ *
+ * Neither kernel holds more than a block of rows of scores: the forward
+ * makes the scores of RB query rows at a time (one GEMM, the mask, the
+ * softmax in place, one GEMM into O), so the [Sq, Sk] probabilities of
+ * every head never exist; the backward recomputes each block's
+ * probabilities the same way, bit for bit, instead of keeping them from
+ * the forward (FlashAttention's recomputation, on the CPU), then
+ *   dV += P^T dO,   dP = dO V^T,   dS = P (dP - rowsum(dO O)),
+ *   dQ = scale dS K'^T,   dK' += scale Q^T dS.
+ * Work is split over the (batch, head) items, each thread with its own
+ * workspace slice and single-threaded BLAS; dK and dV of an item are summed
+ * by the one thread that owns it, so results do not depend on timing.
+ */
+#include <cblas.h>
+#include <limits.h>
+
+#include "fused.h"
+
+#define ROW_BLOCK_ELEMS (64 * 1024) /* scores of a block of rows: RB x Sk */
+#define MIN_ROWS 16
+#define A64_BYTES(x) (((x) + 63) & ~(size_t)63)
+
+struct attn {
+    enum gf_dtype dt;
+    bool tb;
+    double scale;
+    size_t items, sq, sk, d, dv; /* (batch, head) items, Sq, Sk, D, Dv */
+    size_t rb;                   /* query rows of a block */
+    const void *q, *k, *v, *mask, *o, *dout;
+    void *out, *dq, *dk, *dv_;
+    int brank;                        /* rank of the batch dims */
+    int64_t bdims[GF_MAX_RANK];
+    int64_t mst[GF_MAX_RANK + 2];     /* Mask's strides over [b..., Sq, Sk] */
+    char *ws;                         /* the threads' slices */
+    size_t slice;                     /* bytes of one */
+};
+
+static void blas_threads(int n)
+{
+#ifdef OPENBLAS_VERSION
+    if (openblas_get_num_threads() != n)
+        openblas_set_num_threads(n);
+#else
+    (void)n;
+#endif
+}
+
+/* z = alpha op(x) op(y) + beta z, row-major, in the compute type. */
+static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, size_t k,
+                 double alpha, const void *x, size_t ldx, const void *y, size_t ldy,
+                 double beta, void *z, size_t ldz)
+{
+    enum CBLAS_TRANSPOSE a = tx ? CblasTrans : CblasNoTrans, b = ty ? CblasTrans : CblasNoTrans;
+    if (c->dt == GF_DOUBLE)
+        cblas_dgemm(CblasRowMajor, a, b, (int)m, (int)n, (int)k, alpha, x, (int)ldx, y,
+                    (int)ldy, beta, z, (int)ldz);
+    else
+        cblas_sgemm(CblasRowMajor, a, b, (int)m, (int)n, (int)k, (float)alpha, x, (int)ldx, y,
+                    (int)ldy, (float)beta, z, (int)ldz);
+}
+
+/* ---- typed row loops ------------------------------------------------------------------
+ * Rows [0, n) of a block of scores s [n, Sk] starting at query row i0 of
+ * item it: the mask added; the softmax in place; and dS = P (dP - rowsum(dO
+ * O)) over dP. */
+#define DEF_ATTN_ROWS(DT, sfx, T)                                                       \
+    static void mask_rows_##sfx(const struct attn *c, size_t it, size_t i0, size_t n,  \
+                                T *s)                                                   \
+    {                                                                                   \
+        if (!c->mask)                                                                   \
+            return;                                                                     \
+        const T *mk = (const T *)c->mask + fu_offset(c->brank, c->bdims, c->mst, it);   \
+        size_t rs = (size_t)c->mst[c->brank], cs = (size_t)c->mst[c->brank + 1];        \
+        for (size_t i = 0; i < n; i++) {                                                \
+            const T *mr = mk + (i0 + i) * rs;                                           \
+            T *sr = s + i * c->sk;                                                      \
+            if (cs == 1)                                                                \
+                for (size_t j = 0; j < c->sk; j++)                                      \
+                    sr[j] += mr[j];                                                     \
+            else                                                                        \
+                for (size_t j = 0; j < c->sk; j++)                                      \
+                    sr[j] += mr[j * cs];                                                \
+        }                                                                               \
+    }                                                                                   \
+    FU_HOT static void softmax_rows_##sfx(const struct attn *c, size_t n, T *s)         \
+    {                                                                                   \
+        for (size_t i = 0; i < n; i++) {                                                \
+            T *sr = s + i * c->sk, m = -INFINITY;                                       \
+            for (size_t j = 0; j < c->sk; j++)                                          \
+                m = sr[j] > m ? sr[j] : m;                                              \
+            double acc[FU_LANES] = {0}, l = 0;                                          \
+            size_t j = 0;                                                               \
+            for (; j < c->sk; j++)                                                      \
+                sr[j] = FU_EXP(sr[j] - m);                                              \
+            for (j = 0; j + FU_LANES <= c->sk; j += FU_LANES)                           \
+                for (int k = 0; k < FU_LANES; k++)                                      \
+                    acc[k] += sr[j + k];                                                \
+            for (; j < c->sk; j++)                                                      \
+                l += sr[j];                                                             \
+            for (int k = 0; k < FU_LANES; k++)                                          \
+                l += acc[k];                                                            \
+            T lt = (T)l;                                                                \
+            for (j = 0; j < c->sk; j++)                                                 \
+                sr[j] = sr[j] / lt;                                                     \
+        }                                                                               \
+    }                                                                                   \
+    FU_HOT static void ds_rows_##sfx(const struct attn *c, size_t n, const T *p, T *dp, \
+                                     const T *dout, const T *o)                         \
+    {                                                                                   \
+        for (size_t i = 0; i < n; i++) {                                                \
+            const T *dor = dout + i * c->dv, *orr = o + i * c->dv, *pr = p + i * c->sk; \
+            T *dr = dp + i * c->sk;                                                     \
+            double di = 0;                                                              \
+            for (size_t j = 0; j < c->dv; j++)                                          \
+                di += (double)dor[j] * (double)orr[j];                                  \
+            T dt = (T)di;                                                               \
+            for (size_t j = 0; j < c->sk; j++)                                          \
+                dr[j] = pr[j] * (dr[j] - dt);                                           \
+        }                                                                               \
+    }
+
+DEF_ATTN_ROWS(GF_FLOAT, f32, float)
+DEF_ATTN_ROWS(GF_DOUBLE, f64, double)
+
+/* The block's probabilities s [n, Sk] = softmax(scale q K' + Mask) (rows
+ * i0.. of item it), computed the same way in both kernels. */
+static void probs(const struct attn *c, size_t it, size_t i0, size_t n, void *s)
+{
+    size_t es = gf_dtype_size(c->dt);
+    const char *q = (const char *)c->q + (it * c->sq + i0) * c->d * es;
+    const char *k = (const char *)c->k + it * c->sk * c->d * es;
+    gemm(c, false, c->tb, n, c->sk, c->d, c->scale, q, c->d, k, c->tb ? c->d : c->sk, 0, s,
+         c->sk);
+    if (c->dt == GF_DOUBLE) {
+        mask_rows_f64(c, it, i0, n, s);
+        softmax_rows_f64(c, n, s);
+    } else {
+        mask_rows_f32(c, it, i0, n, s);
+        softmax_rows_f32(c, n, s);
+    }
+}
+
+/* ---- forward -------------------------------------------------------------------------- */
+
+/* Blocks [b, e) of part `part` (blocks numbered item by item). */
+static void fwd_part(void *vc, size_t part, size_t b, size_t e)
+{
+    const struct attn *c = vc;
+    size_t es = gf_dtype_size(c->dt), per = (c->sq + c->rb - 1) / c->rb;
+    void *s = c->ws + part * c->slice;
+    for (size_t blk = b; blk < e; blk++) {
+        size_t it = blk / per, i0 = blk % per * c->rb;
+        size_t n = c->sq - i0 < c->rb ? c->sq - i0 : c->rb;
+        probs(c, it, i0, n, s);
+        gemm(c, false, false, n, c->dv, c->sk, 1, s, c->sk,
+             (const char *)c->v + it * c->sk * c->dv * es, c->dv, 0,
+             (char *)c->out + (it * c->sq + i0) * c->dv * es, c->dv);
+    }
+}
+
+/* ---- backward ------------------------------------------------------------------------- */
+
+/* One item: every block of query rows; dK and dV summed over them. */
+static void bwd_item(const struct attn *c, size_t it, char *ws)
+{
+    size_t es = gf_dtype_size(c->dt);
+    void *p = ws, *dp = ws + A64_BYTES(c->rb * c->sk * es);
+    const char *v = (const char *)c->v + it * c->sk * c->dv * es;
+    const char *k = (const char *)c->k + it * c->sk * c->d * es;
+    char *dk = c->dk ? (char *)c->dk + it * c->sk * c->d * es : NULL;
+    char *dv = c->dv_ ? (char *)c->dv_ + it * c->sk * c->dv * es : NULL;
+    if (dk)
+        memset(dk, 0, c->sk * c->d * es);
+    if (dv)
+        memset(dv, 0, c->sk * c->dv * es);
+    for (size_t i0 = 0; i0 < c->sq; i0 += c->rb) {
+        size_t n = c->sq - i0 < c->rb ? c->sq - i0 : c->rb, row = it * c->sq + i0;
+        const char *dout = (const char *)c->dout + row * c->dv * es;
+        const char *o = (const char *)c->o + row * c->dv * es;
+        const char *q = (const char *)c->q + row * c->d * es;
+        probs(c, it, i0, n, p);
+        if (dv) /* dV [Sk, Dv] += P^T dO */
+            gemm(c, true, false, c->sk, c->dv, n, 1, p, c->sk, dout, c->dv, 1, dv, c->dv);
+        if (!c->dq && !dk)
+            continue;
+        /* dP [n, Sk] = dO V^T, then dS = P (dP - rowsum(dO O)) over it */
+        gemm(c, false, true, n, c->sk, c->dv, 1, dout, c->dv, v, c->dv, 0, dp, c->sk);
+        if (c->dt == GF_DOUBLE)
+            ds_rows_f64(c, n, p, dp, (const double *)dout, (const double *)o);
+        else
+            ds_rows_f32(c, n, p, dp, (const float *)dout, (const float *)o);
+        if (c->dq) /* dQ [n, D] = scale dS K'^T: K [Sk, D] as is, or [D, Sk] transposed */
+            gemm(c, false, !c->tb, n, c->d, c->sk, c->scale, dp, c->sk, k, c->tb ? c->d : c->sk,
+                 0, (char *)c->dq + row * c->d * es, c->d);
+        if (dk && c->tb) /* dK [Sk, D] += scale dS^T Q */
+            gemm(c, true, false, c->sk, c->d, n, c->scale, dp, c->sk, q, c->d, 1, dk, c->d);
+        else if (dk) /* dK [D, Sk] += scale Q^T dS */
+            gemm(c, true, false, c->d, c->sk, n, c->scale, q, c->d, dp, c->sk, 1, dk, c->sk);
+    }
+}
+
+static void bwd_part(void *vc, size_t part, size_t b, size_t e)
+{
+    const struct attn *c = vc;
+    for (size_t it = b; it < e; it++)
+        bwd_item(c, it, c->ws + part * c->slice);
+}
+
+/* ---- checks ------------------------------------------------------------------------------ */
+
+/* Q, K, V, Mask? at inputs qi.. (the forward's 0.., the backward's 1..):
+ * shapes, dtypes, attributes; fills c but for the data. */
+static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, struct attn *c)
+{
+    static const char *const names[3] = {"Q", "K", "V"};
+    const struct gf_tview *q = &a->in[qi], *k = &a->in[qi + 1], *v = &a->in[qi + 2];
+    int64_t tb = gf_node_attr_int(a->node, "transB", 0);
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; i < 3 && st == GF_OK; i++)
+        st = fu_check_in(a, qi + i, names[i], i ? q->dtype : GF_UNDEFINED);
+    if (st != GF_OK)
+        return st;
+    if (q->dtype != GF_FLOAT && q->dtype != GF_DOUBLE)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Q is %s: float and double only",
+                               gf_dtype_name(q->dtype));
+    if (tb != 0 && tb != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "transB %lld must be 0 or 1", (long long)tb);
+    int r = q->rank;
+    bool ok = r >= 2 && k->rank == r && v->rank == r;
+    for (int i = 0; ok && i < r - 2; i++)
+        ok = k->dims[i] == q->dims[i] && v->dims[i] == q->dims[i];
+    c->dt = q->dtype, c->tb = tb, c->brank = r - 2;
+    c->scale = gf_node_attr_float(a->node, "scale", 1.0f);
+    if (ok) {
+        c->sq = (size_t)q->dims[r - 2], c->d = (size_t)q->dims[r - 1];
+        c->sk = (size_t)k->dims[tb ? r - 2 : r - 1];
+        c->dv = (size_t)v->dims[r - 1];
+        ok = (size_t)k->dims[tb ? r - 1 : r - 2] == c->d && (size_t)v->dims[r - 2] == c->sk;
+    }
+    if (!ok)
+        return gf_kernel_error(a, GF_ERR_INVALID, "Q %s, K %s (transB=%lld), V %s do not fit "
+                               "[b..., Sq, D], %s, [b..., Sk, Dv]", FU_SHAPE(q), FU_SHAPE(k),
+                               (long long)tb, FU_SHAPE(v), tb ? "[b..., Sk, D]" : "[b..., D, Sk]");
+    if (c->sq > INT_MAX || c->sk > INT_MAX || c->d > INT_MAX || c->dv > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "a matrix dim exceeds BLAS's int");
+    c->items = 1;
+    for (int i = 0; i < r - 2; i++)
+        c->items *= (size_t)(c->bdims[i] = q->dims[i]);
+    int64_t sdims[GF_MAX_RANK];
+    memcpy(sdims, q->dims, sizeof(int64_t) * (size_t)r);
+    sdims[r - 1] = (int64_t)c->sk;
+    if (fu_has(a, qi + 3)) {
+        const struct gf_tview *m = &a->in[qi + 3];
+        if ((st = fu_check_in(a, qi + 3, "Mask", q->dtype)) != GF_OK)
+            return st;
+        if (!fu_bcasts_to(m, r, sdims))
+            return gf_kernel_error(a, GF_ERR_INVALID, "Mask %s does not broadcast to the scores "
+                                   "%s", FU_SHAPE(m), FU_DIMS(r, sdims));
+        fu_strides(m, r, sdims, c->mst);
+    }
+    size_t rb = ROW_BLOCK_ELEMS / (c->sk ? c->sk : 1);
+    rb = rb < MIN_ROWS ? MIN_ROWS : rb;
+    c->rb = rb < c->sq ? rb : c->sq ? c->sq : 1;
+    return GF_OK;
+}
+
+/* O's shape: [b..., Sq, Dv]. */
+static void o_dims(const struct gf_kernel_args *a, size_t qi, const struct attn *c,
+                   int64_t *dims)
+{
+    const struct gf_tview *q = &a->in[qi];
+    memcpy(dims, q->dims, sizeof(int64_t) * (size_t)q->rank);
+    dims[q->rank - 1] = (int64_t)c->dv;
+}
+
+static size_t attn_workspace(const struct gf_kernel_args *a)
+{
+    struct attn c = {0};
+    bool bwd = a->node->op == GF_OP_ATTENTION_GRAD;
+    if (a->n_in < (bwd ? 6u : 3u) || attn_check(a, bwd ? 1 : 0, &c) != GF_OK)
+        return 0;
+    size_t blk = A64_BYTES(c.rb * c.sk * gf_dtype_size(c.dt));
+    return (size_t)fu_threads(a) * (bwd ? 2 * blk : blk);
+}
+
+/* ---- the kernels -------------------------------------------------------------------------- */
+
+static enum gf_status attn_run(const struct gf_kernel_args *a)
+{
+    struct attn c = {0};
+    int64_t od[GF_MAX_RANK];
+    enum gf_status st = attn_check(a, 0, &c);
+    if (st == GF_OK)
+        o_dims(a, 0, &c, od), st = fu_check_out(a, 0, c.dt, a->in[0].rank, od);
+    if (st != GF_OK || a->out[0].nelem == 0)
+        return st;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the blocks of scores");
+    c.q = a->in[0].data, c.k = a->in[1].data, c.v = a->in[2].data;
+    c.mask = fu_has(a, 3) ? a->in[3].data : NULL;
+    c.out = a->out[0].data;
+    c.ws = a->workspace;
+    c.slice = A64_BYTES(c.rb * c.sk * gf_dtype_size(c.dt));
+    blas_threads(1);
+    size_t blocks = c.items * ((c.sq + c.rb - 1) / c.rb);
+    fu_run_parts(fu_threads(a), blocks, c.rb * c.sk * (c.d + c.dv + 1), fwd_part, &c);
+    return GF_OK;
+}
+
+static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
+{
+    struct attn c = {0};
+    int64_t od[GF_MAX_RANK];
+    enum gf_status st = attn_check(a, 1, &c);
+    int r = a->in[1].rank;
+    if (st == GF_OK)
+        o_dims(a, 1, &c, od);
+    if (st == GF_OK && (st = fu_check_in(a, 0, "dO", c.dt)) == GF_OK &&
+        !fu_same_shape(&a->in[0], r, od))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dO %s must be %s", FU_SHAPE(&a->in[0]),
+                             FU_DIMS(r, od));
+    if (st == GF_OK && (st = fu_check_in(a, 5, "O", c.dt)) == GF_OK &&
+        !fu_same_shape(&a->in[5], r, od))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "O %s must be %s", FU_SHAPE(&a->in[5]),
+                             FU_DIMS(r, od));
+    for (size_t k = 0; k < 3 && st == GF_OK; k++)
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, c.dt, r, a->in[1 + k].dims);
+    if (st != GF_OK || c.items == 0)
+        return st;
+    if (!a->workspace && c.sq && c.sk)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the blocks of scores");
+    c.dout = a->in[0].data, c.q = a->in[1].data, c.k = a->in[2].data, c.v = a->in[3].data;
+    c.mask = fu_has(a, 4) ? a->in[4].data : NULL;
+    c.o = a->in[5].data;
+    c.dq = fu_has_out(a, 0) ? a->out[0].data : NULL;
+    c.dk = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    c.dv_ = fu_has_out(a, 2) ? a->out[2].data : NULL;
+    c.ws = a->workspace;
+    c.slice = 2 * A64_BYTES(c.rb * c.sk * gf_dtype_size(c.dt));
+    blas_threads(1);
+    fu_run_parts(fu_threads(a), c.items, c.sq * c.sk * (2 * c.d + 3 * c.dv + 2), bwd_part, &c);
+    return GF_OK;
+}
+
+static bool attn_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    size_t qi = n->op == GF_OP_ATTENTION_GRAD ? 1 : 0;
+    return n_in > qi && (in[qi].dtype == GF_FLOAT || in[qi].dtype == GF_DOUBLE) &&
+           in[qi].rank <= GF_MAX_RANK;
+}
+
+static const struct gf_kernel kernels[] = {
+    {.op = GF_OP_ATTENTION, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "row-blocks",
+     .supports = attn_supports, .workspace = attn_workspace, .run = attn_run},
+    {.op = GF_OP_ATTENTION_GRAD, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "row-blocks",
+     .supports = attn_supports, .workspace = attn_workspace, .run = attn_grad_run},
+};
+
+const struct gf_kernel_table gf_cpu_fused_attn_table = {kernels,
+                                                        sizeof(kernels) / sizeof(kernels[0])};

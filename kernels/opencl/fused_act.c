@@ -1,0 +1,428 @@
+/* OpenCL kernels of the fused activations and their gradients (domain
+ * graphfuse, README "Fused ops" and "Fused backward ops"; device code in
+ * fused_act.cl), fp32:
+ *
+ *   SwiGLU GeGLU   G, U -> Y        same shapes: float4 grid-stride; broadcast G / U:
+ *   SiLU Gelu      X -> Y           an element-strided kernel over merged axes
+ *   SwiGLUGrad GeGLUGrad  dY, G, U -> dG?, dU?
+ *   RoPE           X, Cos, Sin -> Y      RoPEGrad  dY, Cos, Sin -> dX
+ *   MatMulEpilogueGrad  dY, Z -> dZ, dBias?   rows walked down columns; dBias
+ *                  through per-group partial rows (colsum of fused_norm.cl)
+ *
+ * Every element is read once and written once; exp / erfc are OpenCL's
+ * (fp32, within a few ulp).
+ */
+#include "fused.h"
+
+#define ACT_FILE "fused_act.cl"
+
+enum act { ACT_SILU, ACT_GELU, ACT_GELU_TANH };
+
+/* knobs: work-group size, vector width (1: scalar), work-groups per compute
+ * unit of the grid-stride loops */
+enum { K_WG, K_VEC, K_GPC };
+static const int wg_values[] = {0, 64, 256, 1024};
+static const int vec_values[] = {0, 1};
+static const int gpc_values[] = {0, 1, 8, 64};
+static const struct gf_config_knob knobs[] = {
+    {"wg", 4, wg_values},
+    {"vec", 2, vec_values},
+    {"groups_per_cu", 4, gpc_values},
+};
+#define WG_AUTO 256
+#define GPC_AUTO 8 /* 8 x 256 work-items: one resident wave on an SM of 2048 threads */
+
+/* A grid-stride launch over n items: its work-group size and group cap. */
+static enum gf_status grid_launch(const struct gf_kernel_args *a, cl_kernel k, size_t n)
+{
+    size_t wg = fcl_wg(a, k, fcl_knob(a, K_WG) > 0 ? (size_t)fcl_knob(a, K_WG) : WG_AUTO);
+    size_t gpc = fcl_knob(a, K_GPC) > 0 ? (size_t)fcl_knob(a, K_GPC) : GPC_AUTO;
+    size_t cu = gf_cl_of(a->backend)->compute_units;
+    return fcl_launch_n(a, k, n, wg, (cu ? cu : 1) * gpc);
+}
+
+static int vec_of(const struct gf_kernel_args *a, bool possible)
+{
+    return possible && fcl_knob(a, K_VEC) != 1 ? 4 : 1;
+}
+
+/* ---- SwiGLU GeGLU SiLU Gelu ---------------------------------------------------- */
+
+static enum gf_status act_of(const struct gf_kernel_args *a, cl_uint *act)
+{
+    enum gf_op op = a->node->op;
+    if (op == GF_OP_SWIGLU || op == GF_OP_SILU || op == GF_OP_SWIGLU_GRAD) {
+        *act = ACT_SILU;
+        return GF_OK;
+    }
+    const char *ap = gf_node_attr_string(a->node, "approximate", "none");
+    if (strcmp(ap, "none") != 0 && strcmp(ap, "tanh") != 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "approximate '%s' is not none or tanh", ap);
+    *act = strcmp(ap, "tanh") == 0 ? ACT_GELU_TANH : ACT_GELU;
+    return GF_OK;
+}
+
+/* Y's shape: G and U broadcast (ONNX multidirectional rules). */
+static enum gf_status glu_shape(const struct gf_kernel_args *a, int *rank, int64_t *dims)
+{
+    const struct gf_tview *g = &a->in[0], *u = &a->in[1];
+    *rank = g->rank > u->rank ? g->rank : u->rank;
+    for (int i = 0; i < *rank; i++) {
+        int ig = i - (*rank - g->rank), iu = i - (*rank - u->rank);
+        int64_t dg = ig >= 0 ? g->dims[ig] : 1, du = iu >= 0 ? u->dims[iu] : 1;
+        if (dg != du && dg != 1 && du != 1)
+            return gf_kernel_error(a, GF_ERR_INVALID, "G %s and U %s do not broadcast",
+                                   FU_SHAPE(g), FU_SHAPE(u));
+        dims[i] = dg == 1 ? du : dg;
+    }
+    return GF_OK;
+}
+
+/* bcast_t of fused_act.cl */
+struct bcast_arg {
+    cl_uint rank, dims[8], sg[8], su[8];
+};
+
+/* Drops size-1 axes and merges an axis into the one before it when both
+ * operands are contiguous across the pair (as the CPU kernel does). */
+static void bcast_merge(struct bcast_arg *b, int rank, const int64_t *dims, const int64_t *sg,
+                        const int64_t *su)
+{
+    int r = 0;
+    for (int i = 0; i < rank; i++) {
+        if (dims[i] == 1)
+            continue;
+        if (r > 0 && b->sg[r - 1] == sg[i] * dims[i] && b->su[r - 1] == su[i] * dims[i]) {
+            b->dims[r - 1] *= (cl_uint)dims[i];
+            b->sg[r - 1] = (cl_uint)sg[i];
+            b->su[r - 1] = (cl_uint)su[i];
+            continue;
+        }
+        b->dims[r] = (cl_uint)dims[i];
+        b->sg[r] = (cl_uint)sg[i];
+        b->su[r] = (cl_uint)su[i];
+        r++;
+    }
+    b->rank = (cl_uint)r;
+}
+
+static enum gf_status glu_dense(const struct gf_kernel_args *a, cl_uint act, cl_uint gated)
+{
+    size_t n = a->out[0].nelem;
+    int vec = vec_of(a, true);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu", vec, 0);
+    if (!k)
+        return gf_cl_fail(a, "building glu");
+    cl_mem g = fcl_mem(&a->in[0]), u = gated ? fcl_mem(&a->in[1]) : NULL;
+    cl_mem y = fcl_mem(&a->out[0]);
+    cl_ulong nv = n / (size_t)vec, nn = n;
+    if (!gf_cl_args(k, 7, ARG(g), ARG(u), ARG(y), ARG(nv), ARG(nn), ARG(act), ARG(gated)))
+        return gf_cl_fail(a, "glu arguments");
+    return grid_launch(a, k, nv ? nv : 1);
+}
+
+static enum gf_status glu_bcast(const struct gf_kernel_args *a, cl_uint act, int rank,
+                                const int64_t *dims)
+{
+    int64_t sg[GF_MAX_RANK], su[GF_MAX_RANK];
+    fu_strides(&a->in[0], rank, dims, sg);
+    fu_strides(&a->in[1], rank, dims, su);
+    struct bcast_arg b = {0};
+    bcast_merge(&b, rank, dims, sg, su);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu_bcast", 1, 0);
+    if (!k)
+        return gf_cl_fail(a, "building glu_bcast");
+    cl_mem g = fcl_mem(&a->in[0]), u = fcl_mem(&a->in[1]), y = fcl_mem(&a->out[0]);
+    cl_uint n = (cl_uint)a->out[0].nelem, gated = 1;
+    if (!gf_cl_args(k, 7, ARG(g), ARG(u), ARG(y), ARG(n), ARG(act), ARG(gated), ARG(b)))
+        return gf_cl_fail(a, "glu_bcast arguments");
+    return grid_launch(a, k, n);
+}
+
+static enum gf_status glu_run(const struct gf_kernel_args *a)
+{
+    enum gf_op op = a->node->op;
+    cl_uint gated = op == GF_OP_SWIGLU || op == GF_OP_GEGLU, act = ACT_SILU;
+    const struct gf_tview *g = &a->in[0];
+    int rank = g->rank;
+    int64_t dims[GF_MAX_RANK];
+    memcpy(dims, g->dims, sizeof(dims));
+    enum gf_status st = fu_check_in(a, 0, gated ? "G" : "X", GF_UNDEFINED);
+    if (st == GF_OK && gated && (st = fu_check_in(a, 1, "U", g->dtype)) == GF_OK)
+        st = glu_shape(a, &rank, dims);
+    if (st == GF_OK)
+        st = act_of(a, &act);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, g->dtype, rank, dims);
+    if (st != GF_OK || a->out[0].nelem == 0)
+        return st;
+    bool dense = !gated || (fu_same_shape(g, rank, dims) &&
+                            fu_same_shape(&a->in[1], rank, dims));
+    return dense ? glu_dense(a, act, gated) : glu_bcast(a, act, rank, dims);
+}
+
+/* ---- SwiGLUGrad GeGLUGrad -------------------------------------------------------- */
+
+#define W_DG 1u
+#define W_DU 2u
+
+static enum gf_status glu_grad_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *dy = &a->in[0];
+    static const char *const names[3] = {"dY", "G", "U"};
+    cl_uint act = ACT_SILU, want = 0;
+    enum gf_status st = act_of(a, &act);
+    for (size_t i = 0; i < 3 && st == GF_OK; i++)
+        if ((st = fu_check_in(a, i, names[i], dy->dtype)) == GF_OK &&
+            !fu_same_shape(&a->in[i], dy->rank, dy->dims))
+            st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s", names[i],
+                                 FU_SHAPE(&a->in[i]), FU_SHAPE(dy));
+    for (size_t k = 0; k < 2 && st == GF_OK; k++)
+        if (fu_has_out(a, k) && (st = fu_check_out(a, k, dy->dtype, dy->rank, dy->dims)) == GF_OK)
+            want |= k ? W_DU : W_DG;
+    if (st != GF_OK || dy->nelem == 0 || !want)
+        return st;
+    int vec = vec_of(a, true);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu_grad", vec, 0);
+    if (!k)
+        return gf_cl_fail(a, "building glu_grad");
+    cl_mem d = fcl_mem(dy), g = fcl_mem(&a->in[1]), u = fcl_mem(&a->in[2]);
+    cl_mem dg = want & W_DG ? fcl_mem(&a->out[0]) : NULL;
+    cl_mem du = want & W_DU ? fcl_mem(&a->out[1]) : NULL;
+    cl_ulong nv = dy->nelem / (size_t)vec, nn = dy->nelem;
+    if (!gf_cl_args(k, 9, ARG(d), ARG(g), ARG(u), ARG(dg), ARG(du), ARG(nv), ARG(nn), ARG(act),
+                    ARG(want)))
+        return gf_cl_fail(a, "glu_grad arguments");
+    return grid_launch(a, k, nv ? nv : 1);
+}
+
+/* ---- RoPE RoPEGrad ------------------------------------------------------------------ */
+
+/* rope_t of fused_act.cl */
+struct rope_arg {
+    cl_uint rank, dims[8], sc[8], ss[8], lc, ls;
+};
+
+/* Cos or Sin (input i): X's dtype, broadcastable to X's shape. */
+static enum gf_status rope_table(const struct gf_kernel_args *a, size_t i, const char *name,
+                                 const char *xname)
+{
+    const struct gf_tview *x = &a->in[0];
+    enum gf_status st = fu_check_in(a, i, name, x->dtype);
+    if (st == GF_OK && !fu_bcasts_to(&a->in[i], x->rank, x->dims))
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s does not broadcast to %s %s",
+                               name, i, FU_SHAPE(&a->in[i]), xname, FU_SHAPE(x));
+    return st;
+}
+
+/* The leading axes of X (merged where Cos and Sin allow) with the strides
+ * of Cos and Sin over them; the inner strides. */
+static void rope_layout(const struct gf_kernel_args *a, struct rope_arg *p)
+{
+    const struct gf_tview *x = &a->in[0];
+    int64_t sc[GF_MAX_RANK], ss[GF_MAX_RANK];
+    fu_strides(&a->in[1], x->rank, x->dims, sc);
+    fu_strides(&a->in[2], x->rank, x->dims, ss);
+    struct bcast_arg b = {0};
+    bcast_merge(&b, x->rank - 1, x->dims, sc, ss);
+    p->rank = b.rank;
+    memcpy(p->dims, b.dims, sizeof(p->dims));
+    memcpy(p->sc, b.sg, sizeof(p->sc));
+    memcpy(p->ss, b.su, sizeof(p->ss));
+    p->lc = (cl_uint)sc[x->rank - 1];
+    p->ls = (cl_uint)ss[x->rank - 1];
+}
+
+static enum gf_status rope_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    bool grad = a->node->op == GF_OP_ROPE_GRAD;
+    const char *xname = grad ? "dY" : "X";
+    enum gf_status st = fu_check_in(a, 0, xname, GF_UNDEFINED);
+    if (st == GF_OK && (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s needs a last axis of even length", xname,
+                             FU_SHAPE(x));
+    if (st == GF_OK)
+        st = rope_table(a, 1, "Cos", xname);
+    if (st == GF_OK)
+        st = rope_table(a, 2, "Sin", xname);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    if (st != GF_OK || x->nelem == 0)
+        return st;
+    struct rope_arg p = {0};
+    rope_layout(a, &p);
+    size_t h = (size_t)x->dims[x->rank - 1] / 2;
+    int vec = vec_of(a, h % 4 == 0 && p.lc == 1 && p.ls == 1);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "rope", vec, 0);
+    if (!k)
+        return gf_cl_fail(a, "building rope");
+    cl_mem xm = fcl_mem(x), cs = fcl_mem(&a->in[1]), sn = fcl_mem(&a->in[2]);
+    cl_mem y = fcl_mem(&a->out[0]);
+    cl_uint rows = (cl_uint)(x->nelem / (2 * h)), hv = (cl_uint)(h / (size_t)vec), dir = grad;
+    if (!gf_cl_args(k, 8, ARG(xm), ARG(cs), ARG(sn), ARG(y), ARG(rows), ARG(hv), ARG(dir),
+                    ARG(p)))
+        return gf_cl_fail(a, "rope arguments");
+    return grid_launch(a, k, (size_t)rows * hv);
+}
+
+/* ---- MatMulEpilogueGrad ---------------------------------------------------------- */
+
+static const char *const epi_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
+                                        "sigmoid"};
+enum { E_NONE, E_RELU, E_GELU, E_GELU_TANH, E_SILU, E_TANH, E_SIGMOID };
+
+/* activation, from_output: the checks of the CPU kernel. */
+static enum gf_status epi_attrs(const struct gf_kernel_args *a, cl_uint *act, cl_uint *from_y)
+{
+    const char *name = gf_node_attr_string(a->node, "activation", "");
+    int64_t fy = gf_node_attr_int(a->node, "from_output", 0);
+    size_t k = 0, n_names = sizeof(epi_names) / sizeof(epi_names[0]);
+    while (k < n_names && strcmp(name, epi_names[k]) != 0)
+        k++;
+    if (k == n_names)
+        return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, "
+                               "gelu, gelu_tanh, silu, tanh, sigmoid", name);
+    if (fy != 0 && fy != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "from_output %lld must be 0 or 1",
+                               (long long)fy);
+    if (fy && k != E_RELU && k != E_TANH && k != E_SIGMOID && k != E_NONE)
+        return gf_kernel_error(a, GF_ERR_INVALID, "from_output=1 needs activation relu, tanh or "
+                               "sigmoid (%s is not invertible from its output)", name);
+    *act = (cl_uint)k;
+    *from_y = (cl_uint)fy;
+    return GF_OK;
+}
+
+static enum gf_status epi_check(const struct gf_kernel_args *a, cl_uint *act, cl_uint *from_y)
+{
+    const struct gf_tview *dy = &a->in[0];
+    enum gf_status st = epi_attrs(a, act, from_y);
+    if (st == GF_OK)
+        st = fu_check_in(a, 0, "dY", GF_UNDEFINED);
+    if (st == GF_OK && (st = fu_check_in(a, 1, *from_y ? "Y" : "Z", dy->dtype)) == GF_OK &&
+        !fu_same_shape(&a->in[1], dy->rank, dy->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s",
+                             *from_y ? "Y" : "Z", FU_SHAPE(&a->in[1]), FU_SHAPE(dy));
+    if (st == GF_OK && dy->rank < 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dY must have rank >= 1 (rows of the last axis)");
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, dy->dtype, dy->rank, dy->dims);
+    if (st == GF_OK && fu_has_out(a, 1))
+        st = fu_check_out(a, 1, dy->dtype, 1, dy->dims + dy->rank - 1);
+    return st;
+}
+
+/* The grid: columns (vectors) x row groups of rpg rows, about
+ * CU x wg x groups_per_cu work-items. */
+struct epi_plan {
+    int vec;
+    size_t n, rows, m, groups, rpg, wg;
+};
+
+static void epi_plan(const struct gf_kernel_args *a, struct epi_plan *p)
+{
+    const struct gf_tview *dy = &a->in[0];
+    p->n = (size_t)dy->dims[dy->rank - 1];
+    p->rows = p->n ? dy->nelem / p->n : 0;
+    p->vec = vec_of(a, p->n % 4 == 0);
+    p->m = p->n / (size_t)p->vec;
+    p->wg = fcl_knob(a, K_WG) > 0 ? (size_t)fcl_knob(a, K_WG) : WG_AUTO;
+    size_t gpc = fcl_knob(a, K_GPC) > 0 ? (size_t)fcl_knob(a, K_GPC) : GPC_AUTO;
+    size_t cu = gf_cl_of(a->backend)->compute_units, target = (cu ? cu : 1) * p->wg * gpc;
+    size_t groups = p->m ? (target + p->m - 1) / p->m : 1;
+    groups = groups < p->rows ? groups : p->rows ? p->rows : 1;
+    p->rpg = p->rows ? (p->rows + groups - 1) / groups : 1;
+    p->groups = p->rows ? (p->rows + p->rpg - 1) / p->rpg : 1;
+}
+
+/* ws = [dBias partials: groups x n floats] */
+static size_t epi_workspace(const struct gf_kernel_args *a)
+{
+    cl_uint act, fy;
+    if (epi_check(a, &act, &fy) != GF_OK || !fu_has_out(a, 1))
+        return 0;
+    struct epi_plan p;
+    epi_plan(a, &p);
+    return fcl_align(p.groups * p.n * sizeof(float));
+}
+
+/* dBias = beta times the column sums of the groups' partial rows. */
+static enum gf_status epi_dbias(const struct gf_kernel_args *a, const struct epi_plan *p)
+{
+    cl_kernel k = fcl_kernel(a, "fused_norm.cl", "colsum", 1, 0);
+    if (!k)
+        return gf_cl_fail(a, "building colsum");
+    size_t lim = fcl_wg(a, k, 1024), lx = lim < 32 ? lim : 32, ly = lim / lx;
+    cl_mem part = (cl_mem)a->workspace, out = fcl_mem(&a->out[1]);
+    cl_uint po = 0, pc = (cl_uint)(p->rows ? p->groups : 0), nn = (cl_uint)p->n;
+    float beta = gf_node_attr_float(a->node, "beta", 1.0f);
+    if (!gf_cl_args(k, 6, ARG(part), ARG(out), ARG(po), ARG(pc), ARG(nn), ARG(beta)))
+        return gf_cl_fail(a, "colsum arguments");
+    size_t global[2] = {(p->n + lx - 1) / lx * lx, ly}, local[2] = {lx, ly};
+    return gf_cl_run(a, k, 2, global, local);
+}
+
+static enum gf_status epi_run(const struct gf_kernel_args *a)
+{
+    cl_uint act, fy;
+    enum gf_status st = epi_check(a, &act, &fy);
+    struct epi_plan p;
+    if (st != GF_OK)
+        return st;
+    epi_plan(a, &p);
+    cl_uint want_db = fu_has_out(a, 1);
+    if (p.n == 0)
+        return GF_OK;
+    if (want_db && !a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the dBias partials");
+    if (p.rows) {
+        cl_kernel k = fcl_kernel(a, ACT_FILE, "epi_grad", p.vec, 0);
+        if (!k)
+            return gf_cl_fail(a, "building epi_grad");
+        cl_mem dy = fcl_mem(&a->in[0]), z = fcl_mem(&a->in[1]), dz = fcl_mem(&a->out[0]);
+        cl_mem part = want_db ? (cl_mem)a->workspace : NULL;
+        cl_uint po = 0, rows = (cl_uint)p.rows, m = (cl_uint)p.m, rpg = (cl_uint)p.rpg;
+        if (!gf_cl_args(k, 11, ARG(dy), ARG(z), ARG(dz), ARG(part), ARG(po), ARG(rows), ARG(m),
+                        ARG(rpg), ARG(act), ARG(fy), ARG(want_db)))
+            return gf_cl_fail(a, "epi_grad arguments");
+        size_t wg = fcl_wg(a, k, p.wg);
+        size_t global[2] = {(p.m + wg - 1) / wg * wg, p.groups}, local[2] = {wg, 1};
+        if ((st = gf_cl_run(a, k, 2, global, local)) != GF_OK)
+            return st;
+    }
+    return want_db ? epi_dbias(a, &p) : GF_OK;
+}
+
+/* ---- the table ------------------------------------------------------------------- */
+
+/* fp32, and sizes that 32-bit offsets reach (Cos / Sin, broadcast U). */
+static bool act_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    for (size_t i = 0; i < n_in; i++)
+        if (!fcl_fits_u32(in[i].nelem) || in[i].rank > GF_MAX_RANK)
+            return false;
+    return fcl_all_f32(in, n_in, 0);
+}
+
+#define KERNEL(OP, IMPL, RUN)                                                             \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_FLOAT, .impl = IMPL,              \
+     .supports = act_supports, .run = RUN, .n_knobs = 3, .knobs = knobs}
+
+static const struct gf_kernel kernels[] = {
+    KERNEL(SWIGLU, "cl-elementwise", glu_run),
+    KERNEL(GEGLU, "cl-elementwise", glu_run),
+    KERNEL(SILU, "cl-elementwise", glu_run),
+    KERNEL(FUSED_GELU, "cl-elementwise", glu_run),
+    KERNEL(SWIGLU_GRAD, "cl-elementwise", glu_grad_run),
+    KERNEL(GEGLU_GRAD, "cl-elementwise", glu_grad_run),
+    KERNEL(ROPE, "cl-rows", rope_run),
+    KERNEL(ROPE_GRAD, "cl-rows", rope_run),
+    {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "opencl", .dtype = GF_FLOAT,
+     .impl = "cl-columns", .supports = act_supports, .workspace = epi_workspace, .run = epi_run,
+     .n_knobs = 3, .knobs = knobs},
+};
+
+const struct gf_kernel_table gf_opencl_fused_act_table = {
+    kernels, sizeof(kernels) / sizeof(kernels[0])};

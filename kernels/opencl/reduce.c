@@ -1,0 +1,1042 @@
+/* OpenCL kernels (fp32) of the reduce family, forward and backward:
+ *
+ *   ReduceSum ReduceMean ReduceMax SumToShape      any set of axes
+ *   Sum                                            variadic, broadcasting
+ *   Softmax LogSoftmax SoftmaxGrad LogSoftmaxGrad  along one axis
+ *   LayerNormalization LayerNormalizationGrad      rows of the trailing block
+ *   SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss and their Grad ops
+ *
+ * They mirror the CPU kernels (kernels/cpu/reduce.c, grad.c): the same
+ * checks and messages, the same definitions, fp32 arithmetic on the device
+ * (the CPU sums in double).  Rows are reduced by one work-group each
+ * (reduce.cl); every sum has a fixed order, including the losses' means
+ * (per-position values in the workspace, then one work-group adds them)
+ * and LayerNormalizationGrad's dScale / dBias (partial column sums per
+ * block of rows in the workspace, then added in order).
+ *
+ * Labels are checked on the host when the executor has a host copy;
+ * otherwise the kernels flag a bad one in the workspace and the host reads
+ * the flag back after the launch (one small blocking read).
+ *
+ * Config space of the row kernels: wg (threads per row: a power of two,
+ * capped at the device's and the kernel's limit and at the row length
+ * rounded up to a power of two, 32 at least) and vec (floats per load,
+ * used when rows are contiguous and their length a multiple of it).
+ */
+#include <limits.h>
+#include <stdio.h>
+
+#include "../cpu/fused.h"
+#include "ocl.h"
+
+#define FILE_CL "reduce.cl"
+#define LOSS_WS_HEAD 4 /* floats before the per-position losses: flag, wsum, padding */
+#define LN_PARTS 64    /* blocks of rows of LayerNormalizationGrad's column sums */
+
+/* ---- the config space ------------------------------------------------------------- */
+
+static const int wg_vals[] = {256, 64, 128, 512, 1024};
+static const int vec_vals[] = {4, 1, 2};
+
+static const struct gf_config_knob row_knobs[] = {
+    {"wg", 5, wg_vals},
+    {"vec", 3, vec_vals},
+};
+
+/* Knob i of the config (its default without one); -1 when not in the list. */
+static int knob(const struct gf_kernel_args *a, size_t i)
+{
+    int v = a->config ? a->config[i] : row_knobs[i].values[0];
+    for (int j = 0; j < row_knobs[i].n_values; j++)
+        if (row_knobs[i].values[j] == v)
+            return v;
+    return -1;
+}
+
+static size_t pow2_ceil(size_t n)
+{
+    size_t p = 1;
+    while (p < n)
+        p *= 2;
+    return p;
+}
+
+/* Kernel `name` of reduce.cl built for rows of n elements: *wg threads per
+ * row (see the top of the file), VEC = vec when usable.  cols: the kernel
+ * is reduce_cols, whose group is 32 outputs x (wg / 32) slices. */
+static cl_kernel row_kernel(const struct gf_kernel_args *a, const char *name, size_t n,
+                            int vec, size_t *wg)
+{
+    struct gf_cl *cl = gf_cl_of(a->backend);
+    int want = knob(a, 0);
+    if (want < 0 || (vec > 1 && knob(a, 1) < 0)) {
+        gf_kernel_error(a, GF_ERR_INVALID, "config is outside the kernel's space");
+        return NULL;
+    }
+    size_t cap = pow2_ceil(n / (size_t)vec);
+    *wg = (size_t)want;
+    while (*wg > 32 && (*wg > cap || *wg > cl->max_wg))
+        *wg /= 2;
+    for (;; *wg /= 2) {
+        char opts[64];
+        snprintf(opts, sizeof(opts), "-DWG=%zu -DVEC=%d", *wg, vec);
+        cl_kernel k = gf_cl_kernel(a->backend, FILE_CL, name, opts);
+        if (!k) {
+            gf_cl_fail(a, name);
+            return NULL;
+        }
+        size_t max = 0;
+        if (*wg == 1 || clGetKernelWorkGroupInfo(k, cl->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                                 sizeof(max), &max, NULL) != CL_SUCCESS ||
+            *wg <= max)
+            return k;
+    }
+}
+
+/* The vec knob where rows are contiguous (stride 1) and n a multiple of it. */
+static int row_vec(const struct gf_kernel_args *a, size_t n, size_t stride)
+{
+    int v = knob(a, 1);
+    return v > 1 && stride == 1 && n % (size_t)v == 0 ? v : 1;
+}
+
+static enum gf_status launch_rows(const struct gf_kernel_args *a, cl_kernel k, size_t rows,
+                                  size_t wg)
+{
+    size_t global = rows * wg;
+    return gf_cl_run(a, k, 1, &global, &wg);
+}
+
+/* A kernel of reduce.cl that is not a row kernel (one build for them all). */
+static cl_kernel plain_kernel(const struct gf_kernel_args *a, const char *name)
+{
+    cl_kernel k = gf_cl_kernel(a->backend, FILE_CL, name, "-DWG=256 -DVEC=1");
+    if (!k)
+        gf_cl_fail(a, name);
+    return k;
+}
+
+/* Up to 2^20 threads walking n elements. */
+static enum gf_status launch_flat(const struct gf_kernel_args *a, cl_kernel k, size_t n)
+{
+    size_t local = 256, global = (n + local - 1) / local * local;
+    global = global < ((size_t)1 << 20) ? global : (size_t)1 << 20;
+    return gf_cl_run(a, k, 1, &global, &local);
+}
+
+/* ---- shared checks ---------------------------------------------------------------- */
+
+/* Every tensor indexable with int on the device. */
+static enum gf_status check_sizes(const struct gf_kernel_args *a)
+{
+    for (size_t i = 0; i < a->n_in + a->n_out; i++) {
+        const struct gf_tview *t = i < a->n_in ? &a->in[i] : &a->out[i - a->n_in];
+        if (t->nelem > INT_MAX)
+            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "%s %zu has %zu elements; the OpenCL "
+                                   "kernels take fewer than 2^31", i < a->n_in ? "input" :
+                                   "output", i < a->n_in ? i : i - a->n_in, t->nelem);
+    }
+    return GF_OK;
+}
+
+static enum gf_status check_out(const struct gf_kernel_args *a, size_t i, size_t nelem)
+{
+    if (i >= a->n_out || (!a->out[i].data && nelem))
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", i);
+    const struct gf_tview *o = &a->out[i];
+    if (o->dtype != GF_FLOAT)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected float", i,
+                               gf_dtype_name(o->dtype));
+    if (o->nelem != nelem)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has %zu elements, expected %zu", i,
+                               o->nelem, nelem);
+    return GF_OK;
+}
+
+static bool is_index_type(enum gf_dtype t)
+{
+    return t == GF_INT32 || t == GF_INT64;
+}
+
+/* Element i of a host int32 / int64 tensor. */
+static int64_t host_idx(const struct gf_tview *t, size_t i)
+{
+    return t->dtype == GF_INT32 ? ((const int32_t *)t->host)[i] : ((const int64_t *)t->host)[i];
+}
+
+static bool norm_axis(int64_t axis, int rank, int *out)
+{
+    if (axis < -rank || axis >= rank)
+        return false;
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return true;
+}
+
+static enum gf_status get_axis(const struct gf_kernel_args *a, int rank, int64_t dflt, int *ax)
+{
+    int64_t axis = gf_node_attr_int(a->node, "axis", dflt);
+    if (!norm_axis(axis, rank, ax))
+        return gf_kernel_error(a, GF_ERR_INVALID, "axis %lld is out of range [%d, %d] for rank "
+                               "%d", (long long)axis, -rank, rank - 1, rank);
+    return GF_OK;
+}
+
+static size_t prod(const int64_t *d, int from, int to)
+{
+    size_t p = 1;
+    for (int i = from; i < to; i++)
+        p *= (size_t)d[i];
+    return p;
+}
+
+/* Input i is absent, empty, or holds a host copy (shape-like inputs). */
+static bool host_or_empty(const struct gf_tview *in, size_t n_in, size_t i)
+{
+    return i >= n_in || in[i].dtype == GF_UNDEFINED || in[i].nelem == 0 || in[i].host;
+}
+
+/* The int64 shape input i (with a host copy) is the output's shape. */
+static enum gf_status check_shape_input(const struct gf_kernel_args *a, size_t i)
+{
+    const struct gf_tview *s = &a->in[i], *o = &a->out[0];
+    if (!is_index_type(s->dtype) || s->rank != 1 || s->nelem != (size_t)o->rank ||
+        (s->nelem && !s->host))
+        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu must be a 1-D int64 shape of %d "
+                               "elements", i, o->rank);
+    for (int d = 0; d < o->rank; d++)
+        if (host_idx(s, (size_t)d) != o->dims[d])
+            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu gives dim %d as %lld, the "
+                                   "output has %lld", i, d, (long long)host_idx(s, (size_t)d),
+                                   (long long)o->dims[d]);
+    return GF_OK;
+}
+
+/* ==== Reduce{Sum,Mean,Max}, SumToShape ============================================== */
+
+/* Must match red_geom in reduce.cl. */
+struct red_geom {
+    cl_int kdim[GF_MAX_RANK], kstr[GF_MAX_RANK], rdim[GF_MAX_RANK], rstr[GF_MAX_RANK];
+    cl_int nk, nr, nout, nred;
+};
+
+/* x seen as kept x reduced dims: runs of adjacent dims of one kind merged,
+ * size-1 dims dropped (reduce.c of the CPU does the same). */
+static void red_plan(const struct gf_tview *x, const bool *reduce, struct red_geom *g)
+{
+    memset(g, 0, sizeof(*g));
+    g->nout = g->nred = 1;
+    int64_t stride = 1;
+    int last = -1;
+    cl_int kd[GF_MAX_RANK], ks[GF_MAX_RANK], rd[GF_MAX_RANK], rs[GF_MAX_RANK];
+    for (int i = x->rank - 1; i >= 0; i--) {
+        int64_t d = x->dims[i];
+        if (d == 1)
+            continue;
+        int r = reduce[i];
+        cl_int *dims = r ? rd : kd, *strs = r ? rs : ks, *cnt = r ? &g->nr : &g->nk;
+        if (last == r) {
+            dims[*cnt - 1] *= (cl_int)d;
+        } else {
+            dims[*cnt] = (cl_int)d;
+            strs[(*cnt)++] = (cl_int)stride;
+        }
+        last = r;
+        stride *= d;
+        *(r ? &g->nred : &g->nout) *= (cl_int)d;
+    }
+    for (int i = 0; i < g->nk; i++) /* outermost first */
+        g->kdim[i] = kd[g->nk - 1 - i], g->kstr[i] = ks[g->nk - 1 - i];
+    for (int i = 0; i < g->nr; i++)
+        g->rdim[i] = rd[g->nr - 1 - i], g->rstr[i] = rs[g->nr - 1 - i];
+}
+
+/* op: 0 sum, 1 mean, 2 max (reduce.cl).  Outputs that are neighbours in
+ * the input (innermost dim kept), or short reductions, go 32 outputs to a
+ * group; long inner reductions one output to a group. */
+static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf_tview *x,
+                                 const bool *reduce, int op)
+{
+    struct red_geom g;
+    red_plan(x, reduce, &g);
+    enum gf_status st = check_out(a, 0, (size_t)g.nout);
+    if (st != GF_OK || g.nout == 0)
+        return st;
+    bool cols = (g.nk > 0 && g.kstr[g.nk - 1] == 1) || g.nred < 32;
+    size_t wg;
+    cl_kernel k = row_kernel(a, cols ? "reduce_cols" : "reduce_rows",
+                             cols ? 32 * (size_t)g.nred : (size_t)g.nred, 1, &wg);
+    cl_int cop = op;
+    if (!k)
+        return GF_ERR_INTERNAL;
+    if (!gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem), &a->out[0].data,
+                    sizeof(g), &g, sizeof(cl_int), &cop))
+        return gf_cl_fail(a, "setting a reduction's arguments");
+    if (!cols)
+        return launch_rows(a, k, (size_t)g.nout, wg);
+    size_t rc = wg < 32 ? wg : 32, local[2] = {rc, wg / rc};
+    size_t global[2] = {((size_t)g.nout + rc - 1) / rc * rc, wg / rc};
+    return gf_cl_run(a, k, 2, global, local);
+}
+
+/* Reduced axes from input 1 (host copy) or the attribute, as the CPU. */
+static enum gf_status red_axes(const struct gf_kernel_args *a, bool *red)
+{
+    int rank = a->in[0].rank;
+    const struct gf_tview *ax =
+        a->n_in > 1 && a->in[1].dtype != GF_UNDEFINED && a->in[1].nelem ? &a->in[1] : NULL;
+    size_t n = 0;
+    const int64_t *attr = NULL;
+    if (ax && (!is_index_type(ax->dtype) || !ax->host))
+        return gf_kernel_error(a, GF_ERR_INVALID, "axes (input 1) must be int32 or int64 known "
+                               "on the host, not %s", gf_dtype_name(ax->dtype));
+    if (ax)
+        n = ax->nelem;
+    else
+        attr = gf_node_attr_ints(a->node, "axes", &n);
+    bool all = n == 0 && gf_node_attr_int(a->node, "noop_with_empty_axes", 0) == 0;
+    for (int i = 0; i < rank; i++)
+        red[i] = all;
+    for (size_t k = 0; k < n; k++) {
+        int64_t v = ax ? host_idx(ax, k) : attr[k];
+        int i;
+        if (!norm_axis(v, rank, &i))
+            return gf_kernel_error(a, GF_ERR_INVALID, "axes[%zu] = %lld is out of range [%d, "
+                                   "%d] for rank %d", k, (long long)v, -rank, rank - 1, rank);
+        if (red[i])
+            return gf_kernel_error(a, GF_ERR_INVALID, "axes[%zu] = %lld repeats axis %d", k,
+                                   (long long)v, i);
+        red[i] = true;
+    }
+    return GF_OK;
+}
+
+static enum gf_status red_run(const struct gf_kernel_args *a)
+{
+    bool red[GF_MAX_RANK];
+    enum gf_status st = fu_check_in(a, 0, "data", GF_FLOAT);
+    if (st == GF_OK)
+        st = check_sizes(a);
+    if (st == GF_OK)
+        st = red_axes(a, red);
+    if (st != GF_OK)
+        return st;
+    int op = a->node->op == GF_OP_REDUCE_MEAN ? 1 : a->node->op == GF_OP_REDUCE_MAX ? 2 : 0;
+    return red_launch(a, &a->in[0], red, op);
+}
+
+static bool red_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
+           host_or_empty(in, n_in, 1);
+}
+
+/* SumToShape(X, shape): X summed over its leading axes and those where the
+ * target is 1. */
+static enum gf_status s2s_run(const struct gf_kernel_args *a)
+{
+    enum gf_status st = fu_check_in(a, 0, "X", GF_FLOAT);
+    if (st == GF_OK && a->n_in < 2)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing");
+    if (st == GF_OK)
+        st = check_shape_input(a, 1);
+    if (st == GF_OK)
+        st = check_sizes(a);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
+    int lead = x->rank - y->rank;
+    bool red[GF_MAX_RANK], fits = lead >= 0;
+    for (int i = 0; fits && i < x->rank; i++) {
+        int64_t td = i >= lead ? y->dims[i - lead] : 1;
+        fits = td == x->dims[i] || td == 1;
+        red[i] = i < lead || td != x->dims[i];
+    }
+    if (!fits)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 of rank %d cannot be summed to the "
+                               "rank-%d target shape", x->rank, y->rank);
+    return red_launch(a, x, red, 0);
+}
+
+static bool s2s_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 2 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
+           host_or_empty(in, n_in, 1);
+}
+
+/* ==== Sum ============================================================================= */
+
+#define SUM_PER_LAUNCH 4
+
+/* Must match sum_geom in reduce.cl. */
+struct sum_geom {
+    cl_int dims[GF_MAX_RANK], st[SUM_PER_LAUNCH][GF_MAX_RANK];
+    cl_int flat[SUM_PER_LAUNCH];
+    cl_int rank, n_in, nelem;
+};
+
+/* Adds the inputs in order, four per launch: y = in0 + in1 + in2 + in3,
+ * then y = y + in4 + ..., each float sum rounded as the CPU's pairwise
+ * folds round it. */
+static enum gf_status sum_run(const struct gf_kernel_args *a)
+{
+    enum gf_status st = check_sizes(a);
+    const struct gf_tview *y = &a->out[0];
+    if (st == GF_OK && a->n_in == 0)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
+    if (st == GF_OK)
+        st = check_out(a, 0, y->nelem);
+    for (size_t i = 0; st == GF_OK && i < a->n_in; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "input %zu", i);
+        st = fu_check_in(a, i, name, GF_FLOAT);
+        if (st == GF_OK && !fu_bcasts_to(&a->in[i], y->rank, y->dims))
+            st = gf_kernel_error(a, GF_ERR_INVALID, "input %zu %s does not broadcast to the "
+                                 "output %s", i, FU_SHAPE(&a->in[i]), FU_SHAPE(y));
+    }
+    if (st != GF_OK || y->nelem == 0)
+        return st;
+    if (a->n_in == 1)
+        return a->backend->ops->copy(a->backend, y->data, a->in[0].data, gf_tview_bytes(y));
+    cl_kernel k = plain_kernel(a, "sum_n");
+    if (!k)
+        return GF_ERR_INTERNAL;
+    for (size_t done = 0; done < a->n_in;) {
+        struct sum_geom g = {.rank = y->rank, .nelem = (cl_int)y->nelem};
+        cl_mem src[SUM_PER_LAUNCH] = {0};
+        int n = 0;
+        if (done) { /* the sum so far */
+            src[n] = y->data;
+            g.flat[n++] = 1;
+        }
+        for (; n < SUM_PER_LAUNCH && done < a->n_in; n++, done++) {
+            const struct gf_tview *t = &a->in[done];
+            int64_t st64[GF_MAX_RANK];
+            fu_strides(t, y->rank, y->dims, st64);
+            for (int d = 0; d < y->rank; d++)
+                g.st[n][d] = (cl_int)st64[d];
+            g.flat[n] = t->nelem == y->nelem;
+            src[n] = t->data;
+        }
+        g.n_in = n;
+        for (int d = 0; d < y->rank; d++)
+            g.dims[d] = (cl_int)y->dims[d];
+        if (!gf_cl_args(k, 6, sizeof(cl_mem), &y->data, sizeof(cl_mem), &src[0], sizeof(cl_mem),
+                        &src[1], sizeof(cl_mem), &src[2], sizeof(cl_mem), &src[3], sizeof(g), &g))
+            return gf_cl_fail(a, "setting Sum's arguments");
+        if ((st = launch_flat(a, k, y->nelem)) != GF_OK)
+            return st;
+    }
+    return GF_OK;
+}
+
+static bool sum_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
+            return false;
+    return n_in >= 1;
+}
+
+/* ==== Softmax LogSoftmax SoftmaxGrad LogSoftmaxGrad ================================== */
+
+/* Rows along the axis of x: *n elements, *inner apart; *rows of them. */
+static void axis_rows(const struct gf_tview *x, int ax, bool coerce, size_t *n, size_t *inner,
+                      size_t *rows)
+{
+    *n = (size_t)x->dims[ax];
+    *inner = prod(x->dims, ax + 1, x->rank);
+    if (coerce) { /* before opset 13: [prod(dims[:axis]), prod(dims[axis:])] */
+        *n *= *inner;
+        *inner = 1;
+    }
+    *rows = *n ? x->nelem / *n : 0;
+}
+
+/* A row kernel whose arguments are n_bufs buffers, then n, inner, logsm. */
+static enum gf_status rows_launch(const struct gf_kernel_args *a, const char *name,
+                                  const cl_mem *bufs, int n_bufs, size_t n, size_t inner,
+                                  size_t rows, bool logsm)
+{
+    size_t wg;
+    cl_kernel k = row_kernel(a, name, n, row_vec(a, n, inner), &wg);
+    if (!k)
+        return GF_ERR_INTERNAL;
+    cl_int v[3] = {(cl_int)n, (cl_int)inner, logsm};
+    bool ok = true;
+    for (int i = 0; ok && i < n_bufs + 3; i++)
+        ok = i < n_bufs ? clSetKernelArg(k, (cl_uint)i, sizeof(cl_mem), &bufs[i]) == CL_SUCCESS
+                        : clSetKernelArg(k, (cl_uint)i, sizeof(cl_int), &v[i - n_bufs]) ==
+                              CL_SUCCESS;
+    if (!ok)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "setting the arguments of %s failed", name);
+    return launch_rows(a, k, rows, wg);
+}
+
+static int64_t onnx_opset(const struct gf_kernel_args *a)
+{
+    int64_t v = a->node->graph ? gf_model_opset(a->node->graph->model, "") : 0;
+    return v > 0 ? v : 23;
+}
+
+static enum gf_status smx_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    bool old = onnx_opset(a) < 13;
+    int ax;
+    enum gf_status st = fu_check_in(a, 0, "input", GF_FLOAT);
+    if (st == GF_OK)
+        st = check_sizes(a);
+    if (st == GF_OK)
+        st = get_axis(a, x->rank, old ? 1 : -1, &ax);
+    if (st == GF_OK)
+        st = check_out(a, 0, x->nelem);
+    if (st != GF_OK || x->nelem == 0)
+        return st;
+    size_t n, inner, rows;
+    axis_rows(x, ax, old, &n, &inner, &rows);
+    cl_mem bufs[2] = {x->data, a->out[0].data};
+    return rows_launch(a, "softmax_rows", bufs, 2, n, inner, rows,
+                       a->node->op == GF_OP_LOG_SOFTMAX);
+}
+
+static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *g = &a->in[0], *y = &a->in[1];
+    int ax = 0;
+    enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing")
+                                    : fu_check_in(a, 0, "dY", GF_FLOAT);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "Y", GF_FLOAT);
+    if (st == GF_OK)
+        st = check_sizes(a);
+    if (st == GF_OK)
+        st = get_axis(a, g->rank, -1, &ax);
+    if (st == GF_OK && !fu_same_shape(y, g->rank, g->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
+    if (st == GF_OK)
+        st = check_out(a, 0, g->nelem);
+    if (st != GF_OK || g->nelem == 0)
+        return st;
+    size_t n, inner, rows;
+    axis_rows(g, ax, false, &n, &inner, &rows);
+    cl_mem bufs[3] = {g->data, y->data, a->out[0].data};
+    return rows_launch(a, "softmax_grad_rows", bufs, 3, n, inner, rows,
+                       a->node->op == GF_OP_LOG_SOFTMAX_GRAD);
+}
+
+static bool float_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK;
+}
+
+/* ==== LayerNormalization, LayerNormalizationGrad ====================================== */
+
+/* Must match ln_geom in reduce.cl. */
+struct ln_geom {
+    cl_int dims[GF_MAX_RANK], sw[GF_MAX_RANK], sb[GF_MAX_RANK];
+    cl_int rank, wfull, bfull;
+};
+
+/* Strides of Scale or B (t, named `name`) over the normalized block
+ * x.shape[ax:]; it must be float and broadcast to the block. */
+static enum gf_status ln_param(const struct gf_kernel_args *a, const struct gf_tview *t,
+                               const char *name, const struct gf_tview *x, int ax,
+                               struct ln_geom *g, cl_int *st, cl_int *full)
+{
+    int br = x->rank - ax;
+    if (t->dtype != GF_FLOAT)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, X is float", name,
+                               gf_dtype_name(t->dtype));
+    if (!fu_bcasts_to(t, br, x->dims + ax))
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s of rank %d does not broadcast to the %d "
+                               "normalized dims of X", name, t->rank, br);
+    int64_t s[GF_MAX_RANK];
+    fu_strides(t, br, x->dims + ax, s);
+    g->rank = br;
+    for (int i = 0; i < br; i++) {
+        g->dims[i] = (cl_int)x->dims[ax + i];
+        st[i] = (cl_int)s[i];
+    }
+    *full = t->nelem == prod(x->dims, ax, x->rank);
+    return GF_OK;
+}
+
+/* Optional output i of `rows` floats: its buffer, or NULL when omitted. */
+static enum gf_status ln_stat_out(const struct gf_kernel_args *a, size_t i, size_t rows,
+                                  cl_mem *m)
+{
+    *m = NULL;
+    if (i >= a->n_out || !a->out[i].data)
+        return GF_OK;
+    *m = a->out[i].data;
+    return check_out(a, i, rows);
+}
+
+static enum gf_status ln_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct ln_geom g = {0};
+    int ax = 0;
+    cl_mem mean = NULL, inv = NULL, b = NULL;
+    enum gf_status st = fu_check_in(a, 0, "X", GF_FLOAT);
+    if (st == GF_OK)
+        st = check_sizes(a);
+    if (st == GF_OK)
+        st = get_axis(a, x->rank, -1, &ax);
+    if (st == GF_OK && (a->n_in < 2 || !fu_has(a, 1)))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Scale (input 1) is missing");
+    if (st == GF_OK)
+        st = ln_param(a, &a->in[1], "Scale (input 1)", x, ax, &g, g.sw, &g.wfull);
+    if (st == GF_OK && a->n_in > 2 && fu_has(a, 2)) {
+        b = a->in[2].data;
+        st = ln_param(a, &a->in[2], "B (input 2)", x, ax, &g, g.sb, &g.bfull);
+    }
+    size_t n = prod(x->dims, ax, x->rank), rows = prod(x->dims, 0, ax);
+    if (st == GF_OK)
+        st = check_out(a, 0, x->nelem);
+    if (st == GF_OK)
+        st = ln_stat_out(a, 1, rows, &mean);
+    if (st == GF_OK)
+        st = ln_stat_out(a, 2, rows, &inv);
+    if (st != GF_OK || rows == 0)
+        return st;
+    size_t wg;
+    cl_kernel k = row_kernel(a, "layernorm_rows", n, row_vec(a, n, 1), &wg);
+    if (!k)
+        return GF_ERR_INTERNAL;
+    cl_int cn = (cl_int)n, has_b = b != NULL;
+    cl_float eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
+    if (!gf_cl_args(k, 10, sizeof(cl_mem), &x->data, sizeof(cl_mem), &a->in[1].data,
+                    sizeof(cl_mem), &b, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &mean,
+                    sizeof(cl_mem), &inv, sizeof(cl_int), &cn, sizeof(cl_float), &eps,
+                    sizeof(g), &g, sizeof(cl_int), &has_b))
+        return gf_cl_fail(a, "setting LayerNormalization's arguments");
+    return launch_rows(a, k, rows, wg);
+}
+
+/* Mean and InvStdDev float outputs only (stash_type 1). */
+static bool ln_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    return float_supports(n, in, n_in) && gf_node_attr_int(n, "stash_type", 1) == 1;
+}
+
+/* LayerNormalizationGrad: rows of X [rows, n] over the block X.shape[axis:]. */
+static void lng_block(const struct gf_kernel_args *a, size_t *rows, size_t *n, int *ax)
+{
+    const struct gf_tview *x = &a->in[1];
+    int64_t axis = gf_node_attr_int(a->node, "axis", -1);
+    *ax = (int)(axis < 0 ? axis + x->rank : axis);
+    if (*ax < 0 || *ax >= x->rank)
+        *ax = x->rank > 0 ? x->rank - 1 : 0;
+    *n = prod(x->dims, *ax, x->rank);
+    *rows = prod(x->dims, 0, *ax);
+}
+
+static size_t lng_parts(size_t rows)
+{
+    return rows < LN_PARTS ? (rows ? rows : 1) : LN_PARTS;
+}
+
+/* ws = [mean, rstd per row][parts x {dScale, dBias} x n partial sums] */
+static size_t lng_workspace(const struct gf_kernel_args *a)
+{
+    size_t rows, n;
+    int ax;
+    if (a->n_in < 2)
+        return 0;
+    lng_block(a, &rows, &n, &ax);
+    return (2 * rows + 2 * lng_parts(rows) * n) * sizeof(float);
+}
+
+/* The forward's Mean / InvStdDev (inputs 3, 4): both or neither, one float
+ * per row. */
+static enum gf_status lng_stats(const struct gf_kernel_args *a, size_t rows, cl_mem *mean,
+                                cl_mem *rstd)
+{
+    *mean = *rstd = NULL;
+    if (a->n_in < 5 || !fu_has(a, 3) || !fu_has(a, 4))
+        return GF_OK;
+    const struct gf_tview *m = &a->in[3], *r = &a->in[4];
+    if (m->dtype != GF_FLOAT || r->dtype != GF_FLOAT || m->nelem != rows || r->nelem != rows)
+        return gf_kernel_error(a, GF_ERR_INVALID, "Mean and InvStdDev must be float with one "
+                               "element per row (%zu)", rows);
+    *mean = m->data;
+    *rstd = r->data;
+    return GF_OK;
+}
+
+static enum gf_status lng_cols(const struct gf_kernel_args *a, cl_mem ws, size_t rows, size_t n)
+{
+    const struct gf_tview *g = &a->in[0], *x = &a->in[1];
+    cl_mem ds = a->n_out > 1 ? a->out[1].data : NULL, db = a->n_out > 2 ? a->out[2].data : NULL;
+    cl_int cr = (cl_int)rows, cn = (cl_int)n, cp = (cl_int)lng_parts(rows);
+    cl_kernel kc = plain_kernel(a, "layernorm_grad_cols");
+    cl_kernel ks = plain_kernel(a, "layernorm_grad_sum");
+    if (!kc || !ks)
+        return GF_ERR_INTERNAL;
+    if (!gf_cl_args(kc, 6, sizeof(cl_mem), &g->data, sizeof(cl_mem), &x->data, sizeof(cl_mem),
+                    &ws, sizeof(cl_int), &cr, sizeof(cl_int), &cn, sizeof(cl_int), &cp) ||
+        !gf_cl_args(ks, 6, sizeof(cl_mem), &ws, sizeof(cl_mem), &ds, sizeof(cl_mem), &db,
+                    sizeof(cl_int), &cr, sizeof(cl_int), &cn, sizeof(cl_int), &cp))
+        return gf_cl_fail(a, "setting LayerNormalizationGrad's arguments");
+    size_t local[2] = {64, 1}, global[2] = {n, (size_t)cp};
+    enum gf_status st = gf_cl_run(a, kc, 2, global, local);
+    return st == GF_OK ? gf_cl_run(a, ks, 1, global, local) : st;
+}
+
+static enum gf_status lng_run(const struct gf_kernel_args *a)
+{
+    size_t rows = 0, n = 0;
+    int ax = 0;
+    struct ln_geom geo = {0};
+    cl_mem mean, rstd, ws = a->workspace;
+    enum gf_status st = a->n_in < 3 ? gf_kernel_error(a, GF_ERR_INVALID, "needs dY, X and "
+                                                      "Scale") : check_sizes(a);
+    for (size_t i = 0; st == GF_OK && i < 3; i++)
+        st = fu_check_in(a, i, i == 0 ? "dY" : i == 1 ? "X" : "Scale", GF_FLOAT);
+    const struct gf_tview *g = &a->in[0], *x = &a->in[1];
+    if (st == GF_OK) {
+        lng_block(a, &rows, &n, &ax);
+        st = get_axis(a, x->rank, -1, &ax);
+    }
+    if (st == GF_OK && g->nelem != x->nelem)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, X %zu", g->nelem,
+                             x->nelem);
+    if (st == GF_OK)
+        st = check_out(a, 0, x->nelem);
+    for (size_t k = 1; st == GF_OK && k < a->n_out && k < 3; k++)
+        if (a->out[k].data)
+            st = check_out(a, k, n);
+    if (st == GF_OK)
+        st = ln_param(a, &a->in[2], "Scale (input 2)", x, ax, &geo, geo.sw, &geo.wfull);
+    if (st == GF_OK)
+        st = lng_stats(a, rows, &mean, &rstd);
+    if (st == GF_OK && !ws)
+        st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
+    if (st != GF_OK)
+        return st;
+    if (rows && n) {
+        size_t wg;
+        cl_kernel k = row_kernel(a, "layernorm_grad_rows", n, row_vec(a, n, 1), &wg);
+        cl_int cn = (cl_int)n;
+        cl_float eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
+        if (!k)
+            return GF_ERR_INTERNAL;
+        if (!gf_cl_args(k, 10, sizeof(cl_mem), &g->data, sizeof(cl_mem), &x->data,
+                        sizeof(cl_mem), &a->in[2].data, sizeof(cl_mem), &mean, sizeof(cl_mem),
+                        &rstd, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &ws,
+                        sizeof(cl_int), &cn, sizeof(cl_float), &eps, sizeof(geo), &geo))
+            return gf_cl_fail(a, "setting LayerNormalizationGrad's arguments");
+        if ((st = launch_rows(a, k, rows, wg)) != GF_OK)
+            return st;
+    }
+    bool want = (a->n_out > 1 && a->out[1].data) || (a->n_out > 2 && a->out[2].data);
+    return want && n ? lng_cols(a, ws, rows, n) : GF_OK;
+}
+
+static bool lng_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    for (size_t i = 0; i < n_in && i < 5; i++)
+        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != GF_FLOAT)
+            return false;
+    return n_in >= 3 && in[0].dtype == GF_FLOAT && in[1].rank <= GF_MAX_RANK;
+}
+
+/* ==== the losses and their gradients ================================================= */
+
+/* Must match loss_geom in reduce.cl. */
+struct loss_geom {
+    cl_long ii;
+    cl_int c, d, npos;
+    cl_int lab64, has_ii, has_w;
+    cl_int reduction; /* 0 none, 1 sum, 2 mean */
+};
+
+static enum gf_status loss_reduction(const struct gf_kernel_args *a, cl_int *r)
+{
+    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
+    *r = strcmp(red, "none") == 0 ? 0 : strcmp(red, "sum") == 0 ? 1 : 2;
+    if (*r == 2 && strcmp(red, "mean") != 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
+                               red);
+    return GF_OK;
+}
+
+/* Scores of shape sd[sr] ([N, C, d...]), labels t (int32/int64 [N, d...]),
+ * weights w ([C] float, or NULL) into g. */
+static enum gf_status loss_geom_of(const struct gf_kernel_args *a, const int64_t *sd, int sr,
+                                   const struct gf_tview *t, const struct gf_tview *w,
+                                   struct loss_geom *g)
+{
+    if (sr < 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "scores must be [N, C, d1...], got rank %d",
+                               sr);
+    if (!is_index_type(t->dtype) || t->rank != sr - 1 || (t->nelem && !t->data))
+        return gf_kernel_error(a, GF_ERR_INVALID, "labels must be int32/int64 of rank %d",
+                               sr - 1);
+    for (int i = 0; i < t->rank; i++)
+        if (t->dims[i] != sd[i ? i + 1 : 0])
+            return gf_kernel_error(a, GF_ERR_INVALID, "labels dim %d is %lld, scores need %lld",
+                                   i, (long long)t->dims[i], (long long)sd[i ? i + 1 : 0]);
+    if (w && (w->dtype != GF_FLOAT || w->rank != 1 || w->dims[0] != sd[1]))
+        return gf_kernel_error(a, GF_ERR_INVALID, "weights must be [%lld] of float",
+                               (long long)sd[1]);
+    *g = (struct loss_geom){.c = (cl_int)sd[1], .npos = (cl_int)t->nelem,
+                            .lab64 = t->dtype == GF_INT64, .has_w = w != NULL,
+                            .has_ii = gf_node_attr(a->node, "ignore_index") != NULL,
+                            .ii = gf_node_attr_int(a->node, "ignore_index", 0)};
+    g->d = (cl_int)(sd[0] ? t->nelem / (size_t)sd[0] : 1);
+    return loss_reduction(a, &g->reduction);
+}
+
+/* Labels with a host copy: each a class in [0, C) or ignore_index. */
+static enum gf_status labels_host_check(const struct gf_kernel_args *a,
+                                        const struct gf_tview *t, const struct loss_geom *g)
+{
+    for (size_t i = 0; t->host && i < t->nelem; i++) {
+        int64_t v = host_idx(t, i);
+        if ((g->has_ii && v == g->ii) || (v >= 0 && v < g->c))
+            continue;
+        return gf_kernel_error(a, GF_ERR_INVALID, "labels element %zu is %lld: outside [0, %d)%s",
+                               i, (long long)v, g->c, g->has_ii ? " and not ignore_index" : "");
+    }
+    return GF_OK;
+}
+
+/* Clears the flag of ws before kernels that may set it. */
+static enum gf_status flag_clear(const struct gf_kernel_args *a, cl_mem ws)
+{
+    cl_int zero = 0;
+    cl_int err = clEnqueueFillBuffer(gf_cl_of(a->backend)->queue, ws, &zero, sizeof(zero), 0,
+                                     sizeof(zero), 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "clearing the label flag: %s",
+                               gf_cl_strerror(err));
+    return GF_OK;
+}
+
+/* Labels without a host copy: reads back the flag the kernels set. */
+static enum gf_status flag_check(const struct gf_kernel_args *a, const struct gf_tview *t,
+                                 cl_mem ws, const struct loss_geom *g)
+{
+    if (t->host || !t->nelem)
+        return GF_OK;
+    cl_int flag = 0;
+    cl_int err = clEnqueueReadBuffer(gf_cl_of(a->backend)->queue, ws, CL_TRUE, 0, sizeof(flag),
+                                     &flag, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "reading the label flag: %s",
+                               gf_cl_strerror(err));
+    if (flag)
+        return gf_kernel_error(a, GF_ERR_INVALID, "a label is outside [0, %d)%s", g->c,
+                               g->has_ii ? " and not ignore_index" : "");
+    return GF_OK;
+}
+
+/* ws = [flag, wsum, -, -][losses of the positions][their weights] */
+static size_t loss_workspace(const struct gf_kernel_args *a)
+{
+    size_t n = a->n_in > 1 ? a->in[a->node->op == GF_OP_NLL_LOSS_GRAD ||
+                                     a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD
+                                 ? 2 : 1].nelem
+                           : 0;
+    return (LOSS_WS_HEAD + 2 * n) * sizeof(float);
+}
+
+static enum gf_status loss_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct loss_geom g;
+    cl_mem ws = a->workspace, logp = NULL;
+    const struct gf_tview *w = a->n_in > 2 && fu_has(a, 2) ? &a->in[2] : NULL;
+    bool sce = a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS;
+    enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "labels are missing")
+                                    : fu_check_in(a, 0, "scores", GF_FLOAT);
+    if (st == GF_OK)
+        st = check_sizes(a);
+    if (st == GF_OK)
+        st = loss_geom_of(a, x->dims, x->rank, &a->in[1], w, &g);
+    if (st == GF_OK)
+        st = labels_host_check(a, &a->in[1], &g);
+    if (st == GF_OK)
+        st = check_out(a, 0, g.reduction == 0 ? (size_t)g.npos : 1);
+    if (st == GF_OK && sce && a->n_out > 1 && a->out[1].data) {
+        logp = a->out[1].data;
+        st = check_out(a, 1, x->nelem);
+    }
+    if (st == GF_OK && !ws)
+        st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
+    if (st == GF_OK)
+        st = flag_clear(a, ws);
+    if (st != GF_OK)
+        return st;
+    size_t wg;
+    cl_mem wm = w ? w->data : NULL;
+    cl_kernel k = sce ? row_kernel(a, "sce_rows", (size_t)g.c,
+                                   row_vec(a, (size_t)g.c, (size_t)g.d), &wg)
+                      : plain_kernel(a, "nll_rows");
+    if (!k)
+        return GF_ERR_INTERNAL;
+    bool ok = gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem), &a->in[1].data,
+                         sizeof(cl_mem), &wm, sizeof(cl_mem), &a->out[0].data);
+    if (sce)
+        ok = ok && clSetKernelArg(k, 4, sizeof(cl_mem), &logp) == CL_SUCCESS;
+    ok = ok && clSetKernelArg(k, sce ? 5 : 4, sizeof(cl_mem), &ws) == CL_SUCCESS &&
+         clSetKernelArg(k, sce ? 6 : 5, sizeof(g), &g) == CL_SUCCESS;
+    if (!ok)
+        return gf_cl_fail(a, "setting the loss's arguments");
+    st = sce ? launch_rows(a, k, (size_t)g.npos, wg) : launch_flat(a, k, (size_t)g.npos);
+    if (st != GF_OK)
+        return st;
+    if (g.reduction != 0) {
+        cl_kernel kt = row_kernel(a, "loss_total", (size_t)g.npos, 1, &wg);
+        cl_int mean = g.reduction == 2;
+        if (!kt)
+            return GF_ERR_INTERNAL;
+        if (!gf_cl_args(kt, 4, sizeof(cl_mem), &ws, sizeof(cl_mem), &a->out[0].data,
+                        sizeof(cl_int), &g.npos, sizeof(cl_int), &mean))
+            return gf_cl_fail(a, "setting the loss's arguments");
+        if ((st = launch_rows(a, kt, 1, wg)) != GF_OK)
+            return st;
+    }
+    return flag_check(a, &a->in[1], ws, &g);
+}
+
+/* SoftmaxCrossEntropyLossGrad(dL, scores, labels, W?) and NLLLossGrad(dL,
+ * shape, labels, W?); for "mean" the weight sum goes first into ws[1]. */
+static enum gf_status lossg_setup(const struct gf_kernel_args *a, const int64_t *sd, int sr,
+                                  struct loss_geom *g)
+{
+    const struct gf_tview *dl = &a->in[0], *t = &a->in[2];
+    const struct gf_tview *w = a->n_in > 3 && fu_has(a, 3) ? &a->in[3] : NULL;
+    enum gf_status st = loss_geom_of(a, sd, sr, t, w, g);
+    if (st == GF_OK && dl->nelem != (g->reduction == 0 ? t->nelem : 1))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dLoss (input 0) has %zu elements, expected "
+                             "%zu", dl->nelem, g->reduction == 0 ? t->nelem : (size_t)1);
+    if (st == GF_OK)
+        st = labels_host_check(a, t, g);
+    if (st == GF_OK && !a->workspace)
+        st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
+    if (st == GF_OK)
+        st = flag_clear(a, a->workspace);
+    if (st != GF_OK || g->reduction != 2)
+        return st;
+    size_t wg;
+    cl_kernel k = row_kernel(a, "loss_wsum", (size_t)g->npos, 1, &wg);
+    cl_mem ws = a->workspace, wm = w ? w->data : NULL;
+    if (!k)
+        return GF_ERR_INTERNAL;
+    if (!gf_cl_args(k, 4, sizeof(cl_mem), &t->data, sizeof(cl_mem), &wm, sizeof(cl_mem), &ws,
+                    sizeof(*g), g))
+        return gf_cl_fail(a, "setting the loss gradient's arguments");
+    return launch_rows(a, k, 1, wg);
+}
+
+static enum gf_status lossg_check(const struct gf_kernel_args *a)
+{
+    enum gf_status st = a->n_in < 3 ? gf_kernel_error(a, GF_ERR_INVALID, "needs dLoss, "
+                                                      "scores or shape, and labels")
+                                    : fu_check_in(a, 0, "dLoss", GF_FLOAT);
+    return st == GF_OK ? check_sizes(a) : st;
+}
+
+static enum gf_status sceg_run(const struct gf_kernel_args *a)
+{
+    struct loss_geom g;
+    enum gf_status st = lossg_check(a);
+    const struct gf_tview *x = &a->in[1];
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "scores", GF_FLOAT);
+    if (st == GF_OK)
+        st = check_out(a, 0, x->nelem);
+    if (st == GF_OK)
+        st = lossg_setup(a, x->dims, x->rank, &g);
+    if (st != GF_OK)
+        return st;
+    size_t wg;
+    cl_kernel k = row_kernel(a, "sce_grad_rows", (size_t)g.c,
+                             row_vec(a, (size_t)g.c, (size_t)g.d), &wg);
+    cl_mem ws = a->workspace, wm = a->n_in > 3 && fu_has(a, 3) ? a->in[3].data : NULL;
+    if (!k)
+        return GF_ERR_INTERNAL;
+    if (!gf_cl_args(k, 7, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &x->data,
+                    sizeof(cl_mem), &a->in[2].data, sizeof(cl_mem), &wm, sizeof(cl_mem), &ws,
+                    sizeof(cl_mem), &a->out[0].data, sizeof(g), &g))
+        return gf_cl_fail(a, "setting the loss gradient's arguments");
+    if ((st = launch_rows(a, k, (size_t)g.npos, wg)) != GF_OK)
+        return st;
+    return flag_check(a, &a->in[2], ws, &g);
+}
+
+static enum gf_status nllg_run(const struct gf_kernel_args *a)
+{
+    struct loss_geom g;
+    const struct gf_tview *o = &a->out[0];
+    enum gf_status st = lossg_check(a);
+    if (st == GF_OK)
+        st = check_shape_input(a, 1);
+    if (st == GF_OK)
+        st = check_out(a, 0, o->nelem);
+    if (st == GF_OK)
+        st = lossg_setup(a, o->dims, o->rank, &g);
+    if (st != GF_OK || o->nelem == 0)
+        return st;
+    cl_kernel k = plain_kernel(a, "nll_grad");
+    cl_mem ws = a->workspace, wm = a->n_in > 3 && fu_has(a, 3) ? a->in[3].data : NULL;
+    if (!k)
+        return GF_ERR_INTERNAL;
+    if (!gf_cl_args(k, 6, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &a->in[2].data,
+                    sizeof(cl_mem), &wm, sizeof(cl_mem), &ws, sizeof(cl_mem), &o->data,
+                    sizeof(g), &g))
+        return gf_cl_fail(a, "setting NLLLossGrad's arguments");
+    size_t local = 256, global = o->nelem;
+    if ((st = gf_cl_run(a, k, 1, &global, &local)) != GF_OK)
+        return st;
+    return flag_check(a, &a->in[2], ws, &g);
+}
+
+/* fp32 scores / dLoss and weights; int labels; shapes with host copies. */
+static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    bool grad = n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD || n->op == GF_OP_NLL_LOSS_GRAD;
+    size_t wi = grad ? 3 : 2;
+    if (n_in < wi || in[0].dtype != GF_FLOAT || (wi < n_in && in[wi].dtype != GF_UNDEFINED &&
+                                                 in[wi].dtype != GF_FLOAT))
+        return false;
+    if (n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD && in[1].dtype != GF_FLOAT)
+        return false;
+    return n->op != GF_OP_NLL_LOSS_GRAD || host_or_empty(in, n_in, 1);
+}
+
+/* ==== the table ====================================================================== */
+
+#define KERNEL(OP, IMPL, SUPPORTS, WS, RUN, NK)                                          \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = IMPL,           \
+     .supports = SUPPORTS, .workspace = WS, .run = RUN, .n_knobs = NK, .knobs = row_knobs}
+
+static const struct gf_kernel kernels[] = {
+    KERNEL(REDUCE_SUM, "reduce", red_supports, NULL, red_run, 1),
+    KERNEL(REDUCE_MEAN, "reduce", red_supports, NULL, red_run, 1),
+    KERNEL(REDUCE_MAX, "reduce", red_supports, NULL, red_run, 1),
+    KERNEL(SUM_TO_SHAPE, "reduce", s2s_supports, NULL, s2s_run, 1),
+    {.op = GF_OP_SUM, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "variadic",
+     .supports = sum_supports, .run = sum_run},
+    KERNEL(SOFTMAX, "rows", float_supports, NULL, smx_run, 2),
+    KERNEL(LOG_SOFTMAX, "rows", float_supports, NULL, smx_run, 2),
+    KERNEL(SOFTMAX_GRAD, "rows", float_supports, NULL, smx_grad_run, 2),
+    KERNEL(LOG_SOFTMAX_GRAD, "rows", float_supports, NULL, smx_grad_run, 2),
+    KERNEL(LAYER_NORMALIZATION, "rows", ln_supports, NULL, ln_run, 2),
+    KERNEL(LAYER_NORMALIZATION_GRAD, "rows", lng_supports, lng_workspace, lng_run, 2),
+    KERNEL(SOFTMAX_CROSS_ENTROPY_LOSS, "rows", loss_supports, loss_workspace, loss_run, 2),
+    KERNEL(NEGATIVE_LOG_LIKELIHOOD_LOSS, "rows", loss_supports, loss_workspace, loss_run, 2),
+    KERNEL(SOFTMAX_CROSS_ENTROPY_LOSS_GRAD, "rows", loss_supports, loss_workspace, sceg_run, 2),
+    KERNEL(NLL_LOSS_GRAD, "rows", loss_supports, loss_workspace, nllg_run, 2),
+};
+
+const struct gf_kernel_table gf_opencl_reduce_table = {kernels,
+                                                       sizeof(kernels) / sizeof(kernels[0])};

@@ -1,0 +1,116 @@
+#!/bin/sh
+# `graphfuse tune`: usage errors, the CPU (nothing to tune), and on OpenCL
+# (skipped without a platform) a tuned MatMul with GFLOP/s, the cache reused
+# and --force, a damaged cache (warning, replaced, .bak kept), an
+# unwritable cache path (warning, exit 0), and two processes tuning into
+# one cache file at once (both entries kept).
+# Usage: tests/run_tune.sh build/graphfuse
+set -u
+gf=${1:?usage: run_tune.sh path/to/graphfuse}
+model=$(dirname "$gf")/models/matmul.onnx
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+export GRAPHFUSE_CACHE_DIR="$tmp/cl" GRAPHFUSE_TUNE_CACHE="$tmp/default.yaml"
+fails=0
+n=0
+
+fail() {
+    echo "FAIL $1"; sed 's/^/  | /' "$tmp/out" "$tmp/err" | head -12
+    fails=$((fails + 1))
+}
+expect() { # expect CODE DESCRIPTION -- COMMAND...
+    code=$1 desc=$2
+    shift 3
+    n=$((n + 1))
+    "$@" >"$tmp/out" 2>"$tmp/err"
+    got=$?
+    [ "$got" = "$code" ] || fail "$desc: exit $got, expected $code"
+}
+contains() { # contains FILE TEXT DESCRIPTION
+    n=$((n + 1))
+    grep -qF -- "$2" "$1" || fail "$3: '$2' not in $(basename "$1")"
+}
+lacks() { # lacks FILE TEXT DESCRIPTION
+    n=$((n + 1))
+    ! grep -qF -- "$2" "$1" || fail "$3: '$2' in $(basename "$1")"
+}
+
+[ -f "$model" ] || { echo "run_tune: $model missing (make builds it)"; exit 1; }
+small="--dim M=48 --dim K=40 --dim N=56"
+
+# usage and input errors: one line, exit 2
+expect 2 "no model" -- "$gf" tune
+expect 2 "unknown option" -- "$gf" tune "$model" --bogus
+expect 2 "bad budget" -- "$gf" tune "$model" --tune-budget 0
+expect 2 "bad --dim" -- "$gf" tune "$model" --dim M
+expect 2 "missing dim" -- "$gf" tune "$model" --backend cpu --dim M=4 --dim K=4
+contains "$tmp/err" "give the size of dimension 'N' with --dim N=SIZE" "missing dim"
+n=$((n + 1)); [ "$(wc -l <"$tmp/err")" = 1 ] || fail "missing dim: not one line"
+expect 2 "no such model" -- "$gf" tune "$tmp/none.onnx" $small
+
+# the CPU has one MatMul kernel without knobs: nothing to tune, no cache written
+expect 0 "cpu" -- "$gf" tune "$model" --backend cpu $small
+contains "$tmp/out" "nothing to tune" "cpu"
+n=$((n + 1)); [ ! -e "$tmp/default.yaml" ] || fail "cpu: a cache was written"
+
+if ! "$gf" backends | grep -q '^opencl: available'; then
+    echo "run_tune: $n checks, $fails failed (SKIP: no OpenCL platform for the rest)"
+    [ "$fails" = 0 ]
+    exit
+fi
+
+# tune a MatMul: a choice, GFLOP/s of default and tuned, one entry written
+c="$tmp/c.yaml"
+tune() { "$gf" tune "$model" --backend opencl --tune-budget 5 --repeats 3 "$@"; }
+expect 0 "opencl tune" -- tune $small --tune-cache "$c"
+contains "$tmp/out" "tune 1/1 matmul (MatMul 48x40,40x56): tiled" "opencl tune"
+contains "$tmp/out" "GFLOP/s def" "opencl tune"
+contains "$tmp/out" "5 of 144 configs tried" "opencl tune"
+contains "$tmp/out" "cache: $c (1 entry written)" "opencl tune"
+contains "$c" "shapes: 48x40,40x56->48x56" "cache file"
+contains "$c" "config: {tile: " "cache file"
+# the default cache path ($GRAPHFUSE_TUNE_CACHE here)
+expect 0 "default cache" -- tune $small
+contains "$tmp/default.yaml" "impl: tiled" "default cache"
+
+# cached: reused without timing; --force times again
+expect 0 "cached" -- tune $small --tune-cache "$c"
+contains "$tmp/out" ", cached" "cached"
+lacks "$tmp/out" "cache: " "cached (nothing written)"
+expect 0 "--force" -- tune $small --tune-cache "$c" --force
+lacks "$tmp/out" ", cached" "--force"
+
+# a damaged cache: one warning naming file and line, replaced, .bak kept
+printf 'format: 1\nentries:\n- device: [unclosed\n' >"$tmp/bad.yaml"
+expect 0 "damaged cache" -- tune $small --tune-cache "$tmp/bad.yaml"
+contains "$tmp/err" "warning: $tmp/bad.yaml:" "damaged cache"
+n=$((n + 1)); [ "$(grep -c warning "$tmp/err")" = 1 ] || fail "damaged cache: not one warning"
+contains "$tmp/bad.yaml.bak" "[unclosed" "damaged cache .bak"
+expect 0 "replaced cache" -- tune $small --tune-cache "$tmp/bad.yaml"
+lacks "$tmp/err" "warning" "replaced cache"
+contains "$tmp/out" ", cached" "replaced cache"
+
+# an unwritable cache path: a warning, the table still printed, exit 0
+touch "$tmp/file"
+expect 0 "unwritable cache" -- tune $small --tune-cache "$tmp/file/autotune.yaml"
+contains "$tmp/err" "warning: $tmp/file/autotune.yaml" "unwritable cache"
+contains "$tmp/out" "GFLOP/s def" "unwritable cache"
+
+# two processes tuning different shapes into one file at once: both kept
+s="$tmp/shared.yaml"
+tune --dim M=33 --dim K=40 --dim N=56 --tune-cache "$s" >"$tmp/p1" 2>&1 &
+p1=$!
+tune --dim M=65 --dim K=40 --dim N=56 --tune-cache "$s" >"$tmp/p2" 2>&1 &
+p2=$!
+wait $p1; r1=$?
+wait $p2; r2=$?
+n=$((n + 1))
+[ "$r1$r2" = 00 ] || { cat "$tmp/p1" "$tmp/p2"; fail "concurrent: exit $r1 $r2"; }
+contains "$s" "shapes: 33x40,40x56->33x56" "concurrent"
+contains "$s" "shapes: 65x40,40x56->65x56" "concurrent"
+expect 0 "concurrent reread" -- tune --dim M=65 --dim K=40 --dim N=56 --tune-cache "$s"
+contains "$tmp/out" ", cached" "concurrent reread"
+lacks "$tmp/err" "warning" "concurrent reread"
+
+echo "run_tune: $n checks, $fails failed"
+[ "$fails" = 0 ]

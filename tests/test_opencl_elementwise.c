@@ -1,0 +1,413 @@
+/* OpenCL elementwise kernels against the CPU kernels: every unary op, the
+ * binary ops with broadcasting (same shape, scalars, numpy broadcasts, odd
+ * sizes around the vector width), integer and bool types, variadic Max /
+ * Min, Where, every Cast pair, Identity, the activation gradients, every
+ * knob config of one kernel per form, and the error paths. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "opencl/ocl.h"
+#include "opencl_util.h"
+
+static struct gf_model *model;
+
+static struct gf_node *mk(const char *op, const char *domain, size_t n_in, size_t n_out)
+{
+    if (!model) {
+        model = gf_model_new(8, "t");
+        assert_non_null(model);
+        gf_model_set_opset(model, "", 18);
+        gf_model_set_opset(model, "graphfuse", 1);
+    }
+    struct gf_node *n = gf_graph_add_node(model->graph, op, domain, op, n_in, NULL, n_out, NULL);
+    assert_non_null(n);
+    return n;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    gf_model_free(model);
+    return 0;
+}
+
+static void need_opencl(void)
+{
+    if (!oclt_backend())
+        skip();
+}
+
+/* Shapes with sizes around the vector width and the work-group size. */
+static const int64_t flat_sizes[] = {1, 3, 7, 8, 33, 129, 1000, 4099};
+
+/* ---- unary --------------------------------------------------------------- */
+
+static void check_unary(const char *op, float lo, float hi, const char *approx)
+{
+    struct gf_node *n = mk(op, "", 1, 1);
+    if (approx)
+        gf_node_set_attr_string(n, "approximate", approx);
+    for (size_t s = 0; s < sizeof(flat_sizes) / sizeof(flat_sizes[0]); s++) {
+        int64_t len = flat_sizes[s];
+        float *x = malloc((size_t)len * sizeof(float));
+        oclt_fill(x, (size_t)len, lo, hi, (unsigned)s);
+        struct gf_tview in = oclt_view(GF_FLOAT, x, DIMS(len));
+        struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(len));
+        oclt_compare(n, &in, 1, 0, &out, 1, 2e-6, 1e-6);
+        free(x);
+    }
+}
+
+static void test_unary(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *all[] = {"Neg", "Exp", "Tanh", "Abs", "Erf", "Sin", "Cos", "Floor", "Ceil",
+                         "Relu", "Sigmoid", "Softplus", "Gelu"};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        check_unary(all[i], -6, 6, NULL);
+    check_unary("Gelu", -6, 6, "tanh");
+    check_unary("Sqrt", 0, 50, NULL);
+    check_unary("Log", 1e-3f, 50, NULL);
+    check_unary("Reciprocal", 0.1f, 9, NULL);
+    check_unary("Sigmoid", -90, 90, NULL); /* saturated tails */
+    check_unary("Exp", -80, 80, NULL);
+}
+
+static void test_unary_configs_and_not(void **state)
+{
+    (void)state;
+    need_opencl();
+    float x[1003];
+    oclt_fill(x, 1003, -3, 3, 9);
+    struct gf_tview in = oclt_view(GF_FLOAT, x, DIMS(17, 59));
+    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(17, 59));
+    assert_int_equal(oclt_compare_all_configs(mk("Sigmoid", "", 1, 1), &in, 1, 0, &out, 1,
+                                              2e-6, 1e-6), 20);
+    uint8_t b[11] = {0, 1, 1, 0, 0, 0, 1, 1, 0, 1, 0};
+    struct gf_tview bin = oclt_view(GF_BOOL, b, DIMS(11));
+    struct gf_tview bout = oclt_view(GF_BOOL, NULL, DIMS(11));
+    oclt_compare(mk("Not", "", 1, 1), &bin, 1, 0, &bout, 1, 0, 0);
+}
+
+static void test_unary_errors(void **state)
+{
+    (void)state;
+    need_opencl();
+    float x[4] = {1, 2, 3, 4};
+    void *res[1];
+    struct gf_node *n = mk("Gelu", "", 1, 1);
+    gf_node_set_attr_string(n, "approximate", "fast");
+    struct gf_tview in = oclt_view(GF_FLOAT, x, DIMS(4));
+    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(4));
+    assert_int_equal(oclt_run_cl(n, &in, 1, 0, &out, 1, NULL, res), GF_ERR_INVALID);
+    assert_non_null(strstr(gf_last_error(), "approximate='fast'"));
+    free(res[0]);
+    struct gf_tview small = oclt_view(GF_FLOAT, NULL, DIMS(3));
+    assert_int_equal(oclt_run_cl(mk("Exp", "", 1, 1), &in, 1, 0, &small, 1, NULL, res),
+                     GF_ERR_INVALID);
+    assert_non_null(strstr(gf_last_error(), "4 elements, output 0 has 3"));
+    free(res[0]);
+}
+
+/* ---- binary ----------------------------------------------------------------- */
+
+struct bshape {
+    int ra, rb, ro;
+    int64_t a[4], b[4], o[4];
+};
+
+/* same shapes, scalars either side, numpy broadcasts, odd sizes */
+static const struct bshape bshapes[] = {
+    {1, 1, 1, {1003}, {1003}, {1003}},
+    {2, 0, 2, {7, 33}, {0}, {7, 33}},
+    {0, 2, 2, {0}, {5, 129}, {5, 129}},
+    {1, 1, 1, {1}, {9}, {9}},
+    {3, 2, 3, {3, 1, 5}, {4, 5}, {3, 4, 5}},
+    {2, 1, 2, {6, 33}, {33}, {6, 33}},
+    {2, 2, 2, {6, 1}, {1, 7}, {6, 7}},
+    {4, 3, 4, {2, 3, 1, 7}, {3, 5, 1}, {2, 3, 5, 7}},
+    {2, 2, 2, {1, 1}, {1, 1}, {1, 1}},
+};
+
+static size_t count(int r, const int64_t *d)
+{
+    size_t n = 1;
+    for (int i = 0; i < r; i++)
+        n *= (size_t)d[i];
+    return n;
+}
+
+/* Values of type t: floats in [lo, hi), integers in [lo, hi], bools. */
+static void *values(enum gf_dtype t, size_t n, float lo, float hi, unsigned seed)
+{
+    float *f = malloc(n * sizeof(float) + 8);
+    oclt_fill(f, n, lo, hi, seed);
+    if (t == GF_FLOAT)
+        return f;
+    void *p = malloc(n * 8 + 8);
+    for (size_t i = 0; i < n; i++) {
+        int64_t v = (int64_t)floorf(f[i]);
+        if (t == GF_INT64)
+            ((int64_t *)p)[i] = v;
+        else if (t == GF_INT32)
+            ((int32_t *)p)[i] = (int32_t)v;
+        else
+            ((uint8_t *)p)[i] = (uint8_t)(v & 1);
+    }
+    free(f);
+    return p;
+}
+
+static void check_binary(const char *op, enum gf_dtype t, enum gf_dtype out_t, float lo,
+                         float hi, float blo, float bhi, unsigned host_mask)
+{
+    struct gf_node *n = mk(op, "", 2, 1);
+    for (size_t s = 0; s < sizeof(bshapes) / sizeof(bshapes[0]); s++) {
+        const struct bshape *b = &bshapes[s];
+        void *xa = values(t, count(b->ra, b->a), lo, hi, (unsigned)s);
+        void *xb = values(t, count(b->rb, b->b), blo, bhi, (unsigned)s + 100);
+        struct gf_tview in[2] = {oclt_view(t, xa, b->ra, b->a), oclt_view(t, xb, b->rb, b->b)};
+        struct gf_tview out = oclt_view(out_t, NULL, b->ro, b->o);
+        oclt_compare(n, in, 2, host_mask, &out, 1, 1e-6, 1e-6);
+        free(xa);
+        free(xb);
+    }
+}
+
+static void test_binary_float(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *arith[] = {"Add", "Sub", "Mul", "Max", "Min"};
+    for (size_t i = 0; i < 5; i++)
+        check_binary(arith[i], GF_FLOAT, GF_FLOAT, -5, 5, -5, 5, 0);
+    check_binary("Div", GF_FLOAT, GF_FLOAT, -5, 5, 0.5f, 4, 0);
+    check_binary("Pow", GF_FLOAT, GF_FLOAT, 0.1f, 3, -2, 2, 0);
+    check_binary("Pow", GF_FLOAT, GF_FLOAT, -3, 3, 2, 2.0f, 0); /* exponent exactly 2 */
+    const char *cmp[] = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
+    for (size_t i = 0; i < 5; i++)
+        check_binary(cmp[i], GF_FLOAT, GF_BOOL, -2, 2, -2, 2, 0);
+}
+
+static void test_binary_int_bool(void **state)
+{
+    (void)state;
+    need_opencl();
+    enum gf_dtype types[] = {GF_INT64, GF_INT32};
+    const char *ops[] = {"Add", "Sub", "Mul", "Max", "Min"};
+    const char *cmp[] = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
+    for (int t = 0; t < 2; t++) {
+        for (size_t i = 0; i < 5; i++) {
+            check_binary(ops[i], types[t], types[t], -50, 50, -50, 50, 0);
+            check_binary(cmp[i], types[t], GF_BOOL, -3, 3, -3, 3, 0);
+        }
+        check_binary("Div", types[t], types[t], -50, 50, 1, 9, 0x2);
+        check_binary("Div", types[t], types[t], -50, 50, -9, -1, 0x2);
+    }
+    const char *logic[] = {"Equal", "And", "Or", "Xor"};
+    for (size_t i = 0; i < 4; i++)
+        check_binary(logic[i], GF_BOOL, GF_BOOL, 0, 4, 0, 4, 0);
+}
+
+static void test_binary_configs(void **state)
+{
+    (void)state;
+    need_opencl();
+    float a[7 * 33], b[33];
+    oclt_fill(a, 7 * 33, -1, 1, 1);
+    oclt_fill(b, 33, -1, 1, 2);
+    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(7, 33));
+    struct gf_tview flat[2] = {oclt_view(GF_FLOAT, a, DIMS(7, 33)),
+                               oclt_view(GF_FLOAT, a, DIMS(7, 33))};
+    struct gf_tview bc[2] = {oclt_view(GF_FLOAT, a, DIMS(7, 33)), oclt_view(GF_FLOAT, b, DIMS(33))};
+    assert_int_equal(oclt_compare_all_configs(mk("Mul", "", 2, 1), flat, 2, 0, &out, 1, 1e-6,
+                                              1e-7), 20);
+    assert_int_equal(oclt_compare_all_configs(mk("Add", "", 2, 1), bc, 2, 0, &out, 1, 1e-6,
+                                              1e-7), 20);
+}
+
+static void test_variadic(void **state)
+{
+    (void)state;
+    need_opencl();
+    float a[5 * 7], b[7], c[5];
+    oclt_fill(a, 35, -3, 3, 1);
+    oclt_fill(b, 7, -3, 3, 2);
+    oclt_fill(c, 5, -3, 3, 3);
+    struct gf_tview in[3] = {oclt_view(GF_FLOAT, a, DIMS(5, 7)), oclt_view(GF_FLOAT, b, DIMS(7)),
+                             oclt_view(GF_FLOAT, c, DIMS(5, 1))};
+    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(5, 7));
+    oclt_compare(mk("Max", "", 3, 1), in, 3, 0, &out, 1, 0, 0);
+    oclt_compare(mk("Min", "", 3, 1), in, 3, 0, &out, 1, 0, 0);
+    oclt_compare(mk("Max", "", 1, 1), in, 1, 0, &out, 1, 0, 0);
+}
+
+static void test_binary_errors(void **state)
+{
+    (void)state;
+    need_opencl();
+    void *res[1];
+    /* integer division by zero is an error naming the element */
+    int64_t x[4] = {1, 2, 3, 4}, z[4] = {1, 2, 0, 4};
+    struct gf_tview in[2] = {oclt_view(GF_INT64, x, DIMS(4)), oclt_view(GF_INT64, z, DIMS(4))};
+    struct gf_tview out = oclt_view(GF_INT64, NULL, DIMS(4));
+    struct gf_node *div = mk("Div", "", 2, 1);
+    assert_int_equal(oclt_run_cl(div, in, 2, 0x2, &out, 1, NULL, res), GF_ERR_INVALID);
+    assert_non_null(strstr(gf_last_error(), "element 2 is 0"));
+    free(res[0]);
+    /* without the divisor on the host the kernel declines the node */
+    struct gf_tview dev[2] = {in[0], in[1]};
+    dev[1].host = NULL;
+    assert_false(gf_kernel_find(oclt_backend(), div, dev, 2));
+    /* shapes that do not broadcast */
+    float f[6] = {0};
+    struct gf_tview bad[2] = {oclt_view(GF_FLOAT, f, DIMS(2, 3)), oclt_view(GF_FLOAT, f, DIMS(2))};
+    struct gf_tview fo = oclt_view(GF_FLOAT, NULL, DIMS(2, 3));
+    assert_int_equal(oclt_run_cl(mk("Add", "", 2, 1), bad, 2, 0, &fo, 1, NULL, res),
+                     GF_ERR_INVALID);
+    assert_non_null(strstr(gf_last_error(), "input 1 of shape [2] does not broadcast"));
+    free(res[0]);
+    /* mixed types (Pow's float ^ int64 among them) are left to the CPU */
+    struct gf_tview mixed[2] = {oclt_view(GF_FLOAT, f, DIMS(2, 3)),
+                                oclt_view(GF_INT64, x, DIMS(3))};
+    assert_false(gf_kernel_find(oclt_backend(), mk("Pow", "", 2, 1), mixed, 2));
+    assert_false(gf_kernel_find(oclt_backend(), mk("Mul", "", 2, 1), mixed, 2));
+}
+
+/* ---- Where, Cast, Identity ---------------------------------------------------------- */
+
+static void test_where(void **state)
+{
+    (void)state;
+    need_opencl();
+    enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_BOOL, GF_FLOAT16};
+    for (int t = 0; t < 4; t++) {
+        size_t es = gf_dtype_size(types[t]);
+        uint8_t c[4 * 7];
+        unsigned char x[7 * 8], y[4 * 8];
+        for (size_t i = 0; i < sizeof(c); i++)
+            c[i] = (uint8_t)((i * 7 + 3) % 3 == 0);
+        for (size_t i = 0; i < sizeof(x); i++)
+            x[i] = (unsigned char)(types[t] == GF_BOOL ? i & 1 : i * 13 + 1);
+        for (size_t i = 0; i < sizeof(y); i++)
+            y[i] = (unsigned char)(types[t] == GF_BOOL ? (i / es) % 2 : i * 5 + 2);
+        struct gf_tview in[3] = {oclt_view(GF_BOOL, c, DIMS(4, 7)),
+                                 oclt_view(types[t], x, DIMS(7)),
+                                 oclt_view(types[t], y, DIMS(4, 1))};
+        struct gf_tview out = oclt_view(types[t], NULL, DIMS(4, 7));
+        oclt_compare(mk("Where", "", 3, 1), in, 3, 0, &out, 1, 0, 0);
+    }
+}
+
+static void fill_typed(enum gf_dtype t, void *p, const float *f, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        switch (t) {
+        case GF_FLOAT: ((float *)p)[i] = f[i]; break;
+        case GF_FLOAT16: ((uint16_t *)p)[i] = gf_float_to_half(f[i]); break;
+        case GF_INT64: ((int64_t *)p)[i] = (int64_t)f[i]; break;
+        case GF_INT32: ((int32_t *)p)[i] = (int32_t)f[i]; break;
+        case GF_UINT8: ((uint8_t *)p)[i] = (uint8_t)(f[i] < 0 ? -f[i] : f[i]); break;
+        default: ((uint8_t *)p)[i] = f[i] != 0; break;
+        }
+    }
+}
+
+static void test_cast(void **state)
+{
+    (void)state;
+    need_opencl();
+    enum gf_dtype types[] = {GF_FLOAT, GF_FLOAT16, GF_INT64, GF_INT32, GF_UINT8, GF_BOOL};
+    /* fractions, negatives, zero, values past uint8 and int32 (saturation),
+     * a NaN (0 as an integer) */
+    float f[13] = {0.5f, -1.75f, 0, 3, 255.9f, 300, -300, 1e10f, -1e10f, 65504, 2.5f, 1e-3f,
+                   NAN};
+    for (int s = 0; s < 6; s++) {
+        unsigned char src[13 * 8];
+        fill_typed(types[s], src, f, types[s] == GF_FLOAT || types[s] == GF_FLOAT16 ? 13 : 12);
+        size_t n = types[s] == GF_FLOAT || types[s] == GF_FLOAT16 ? 13 : 12;
+        for (int d = 0; d < 6; d++) {
+            struct gf_node *node = mk("Cast", "", 1, 1);
+            gf_node_set_attr_int(node, "to", types[d]);
+            struct gf_tview in = oclt_view(types[s], src, DIMS((int64_t)n));
+            struct gf_tview out = oclt_view(types[d], NULL, DIMS((int64_t)n));
+            oclt_compare(node, &in, 1, 0, &out, 1, 0, 0);
+        }
+    }
+    /* CastLike: the target is input 1's type */
+    float x[3] = {1.5f, -2, 7};
+    int32_t like[1] = {0};
+    struct gf_tview in[2] = {oclt_view(GF_FLOAT, x, DIMS(3)), oclt_view(GF_INT32, like, DIMS(1))};
+    struct gf_tview out = oclt_view(GF_INT32, NULL, DIMS(3));
+    oclt_compare(mk("CastLike", "", 2, 1), in, 2, 0, &out, 1, 0, 0);
+}
+
+static void test_identity(void **state)
+{
+    (void)state;
+    need_opencl();
+    int64_t x[9] = {1, -2, 3, 4, 5, 6, 7, 8, 9};
+    struct gf_tview in = oclt_view(GF_INT64, x, DIMS(3, 3));
+    struct gf_tview out = oclt_view(GF_INT64, NULL, DIMS(3, 3));
+    oclt_compare(mk("Identity", "", 1, 1), &in, 1, 0, &out, 1, 0, 0);
+}
+
+/* ---- activation gradients ------------------------------------------------------------ */
+
+static void test_act_grads(void **state)
+{
+    (void)state;
+    need_opencl();
+    struct {
+        const char *op, *approx;
+        float lo, hi;
+    } ops[] = {{"ReluGrad", NULL, -2, 2}, {"SigmoidGrad", NULL, 0, 1}, {"TanhGrad", NULL, -1, 1},
+               {"GeluGrad", NULL, -5, 5}, {"GeluGrad", "tanh", -5, 5}};
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        struct gf_node *n = mk(ops[i].op, "graphfuse", 2, 1);
+        if (ops[i].approx)
+            gf_node_set_attr_string(n, "approximate", ops[i].approx);
+        for (size_t s = 0; s < sizeof(flat_sizes) / sizeof(flat_sizes[0]); s++) {
+            int64_t len = flat_sizes[s];
+            float *g = malloc((size_t)len * 4), *v = malloc((size_t)len * 4);
+            oclt_fill(g, (size_t)len, -1, 1, (unsigned)s);
+            oclt_fill(v, (size_t)len, ops[i].lo, ops[i].hi, (unsigned)s + 7);
+            struct gf_tview in[2] = {oclt_view(GF_FLOAT, g, DIMS(len)),
+                                     oclt_view(GF_FLOAT, v, DIMS(len))};
+            struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(len));
+            oclt_compare(n, in, 2, 0, &out, 1, 1e-5, 1e-6);
+            free(g);
+            free(v);
+        }
+    }
+    float g[300], v[300];
+    oclt_fill(g, 300, -1, 1, 1);
+    oclt_fill(v, 300, -4, 4, 2);
+    struct gf_tview in[2] = {oclt_view(GF_FLOAT, g, DIMS(300)), oclt_view(GF_FLOAT, v, DIMS(300))};
+    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(300));
+    assert_int_equal(oclt_compare_all_configs(mk("GeluGrad", "graphfuse", 2, 1), in, 2, 0, &out,
+                                              1, 1e-5, 1e-6), 20);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unary),
+        cmocka_unit_test(test_unary_configs_and_not),
+        cmocka_unit_test(test_unary_errors),
+        cmocka_unit_test(test_binary_float),
+        cmocka_unit_test(test_binary_int_bool),
+        cmocka_unit_test(test_binary_configs),
+        cmocka_unit_test(test_variadic),
+        cmocka_unit_test(test_binary_errors),
+        cmocka_unit_test(test_where),
+        cmocka_unit_test(test_cast),
+        cmocka_unit_test(test_identity),
+        cmocka_unit_test(test_act_grads),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown);
+}

@@ -1,0 +1,997 @@
+/* The fused-op OpenCL kernels (kernels/opencl/fused_*.c) against the CPU
+ * kernels of the same nodes on the same inputs (tests/opencl_util.h):
+ * norms, GLUs, RoPE, the losses, and the fused backward ops, on row
+ * lengths 1, 3, 8, 33, 1000, 4096, 4097 and several row counts, every
+ * attribute form, every knob value (the whole config space on some
+ * shapes), labels checked on the host and on the device, and the error
+ * paths.  Skips without an OpenCL platform.
+ * Tolerances: 1e-5 relative plus 1e-6 absolute; sums over rows (dW, the
+ * reduced losses) get an absolute term that grows with the rows summed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "opencl_util.h"
+
+#define RTOL 1e-5
+#define ATOL 1e-6
+
+/* ---- fixtures ------------------------------------------------------------------ */
+
+static struct gf_model *model;
+static void *bufs[64];
+static size_t n_bufs;
+
+static void need_opencl(void)
+{
+    if (!oclt_backend())
+        skip();
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < n_bufs; i++)
+        free(bufs[i]);
+    n_bufs = 0;
+    gf_model_free(model);
+    model = NULL;
+    return 0;
+}
+
+/* Freed at teardown (or by release_bufs between cases). */
+static void *keep(void *p)
+{
+    assert_non_null(p);
+    assert_true(n_bufs < 64);
+    return bufs[n_bufs++] = p;
+}
+
+static void release_bufs(void)
+{
+    teardown(NULL);
+}
+
+/* A fresh model holding one graphfuse node `op`. */
+static struct gf_node *node(const char *op, size_t n_in, size_t n_out)
+{
+    gf_model_free(model);
+    model = gf_model_new(8, "t");
+    assert_non_null(model);
+    assert_int_equal(gf_model_set_opset(model, "graphfuse", 1), GF_OK);
+    struct gf_value *ins[8], *outs[8];
+    for (size_t i = 0; i < n_in; i++)
+        ins[i] = gf_graph_new_value(model->graph, NULL, "in");
+    for (size_t i = 0; i < n_out; i++)
+        outs[i] = gf_graph_new_value(model->graph, NULL, "out");
+    struct gf_node *n = gf_graph_add_node(model->graph, op, "graphfuse", "n0", n_in, ins, n_out,
+                                          outs);
+    assert_non_null(n);
+    assert_int_not_equal(n->op, GF_OP_UNKNOWN);
+    return n;
+}
+
+static void set_int(struct gf_node *n, const char *name, int64_t v)
+{
+    assert_int_equal(gf_node_set_attr_int(n, name, v), GF_OK);
+}
+
+static void set_float(struct gf_node *n, const char *name, float v)
+{
+    assert_int_equal(gf_node_set_attr_float(n, name, v), GF_OK);
+}
+
+static void set_str(struct gf_node *n, const char *name, const char *v)
+{
+    assert_int_equal(gf_node_set_attr_string(n, name, v), GF_OK);
+}
+
+static unsigned seed = 1;
+
+/* Random fp32 values in [lo, hi) of a shape. */
+static struct gf_tview frand(float lo, float hi, int rank, const int64_t *dims)
+{
+    struct gf_tview t = oclt_view(GF_FLOAT, NULL, rank, dims);
+    float *p = keep(malloc(t.nelem * sizeof(float) + 4));
+    oclt_fill(p, t.nelem, lo, hi, seed++);
+    t.data = p;
+    t.host = p;
+    return t;
+}
+
+/* Random fp32 values of magnitude [lo, hi) and either sign. */
+static struct gf_tview frand_pm(float lo, float hi, int rank, const int64_t *dims)
+{
+    struct gf_tview t = frand(lo, hi, rank, dims);
+    float *p = t.data;
+    for (size_t i = 0; i < t.nelem; i += 2)
+        p[i] = -p[i];
+    return t;
+}
+
+/* An output of a shape (data allocated by the helpers). */
+static struct gf_tview fout(int rank, const int64_t *dims)
+{
+    return oclt_view(GF_FLOAT, NULL, rank, dims);
+}
+
+/* Labels in [0, classes) of a shape, every `ign_every`-th one `ii`. */
+static struct gf_tview labels(enum gf_dtype dt, size_t classes, int ign_every, int64_t ii,
+                              int rank, const int64_t *dims)
+{
+    struct gf_tview t = oclt_view(dt, NULL, rank, dims);
+    void *p = keep(malloc(t.nelem * 8 + 8));
+    unsigned s = seed++ * 7919u;
+    for (size_t i = 0; i < t.nelem; i++) {
+        s = s * 1664525u + 1013904223u;
+        int64_t v = classes ? (int64_t)((s >> 8) % classes) : 0;
+        if (ign_every && (int)(i % (size_t)ign_every) == ign_every - 1)
+            v = ii;
+        if (dt == GF_INT32)
+            ((int32_t *)p)[i] = (int32_t)v;
+        else
+            ((int64_t *)p)[i] = v;
+    }
+    t.data = p;
+    t.host = p;
+    return t;
+}
+
+#define NONE ((struct gf_tview){0})
+#define ALL_HOST 0xffu
+
+/* The OpenCL kernel (config NULL: automatic) with output `ok` written over
+ * input `ik` (the same cl_mem, as the executor's in-place plan gives it)
+ * against the CPU kernel on separate buffers; every output compared. */
+static void compare_inplace_cfg(const struct gf_node *nd, const struct gf_tview *in,
+                                size_t n_in, unsigned host, const struct gf_tview *out,
+                                size_t n_out, size_t ok, size_t ik, const int *config,
+                                double rtol, double atol)
+{
+    struct gf_backend *be = oclt_backend(), *cpu = gf_backend_get("cpu");
+    struct gf_tview cout[OCLT_MAX], din[OCLT_MAX], dout[OCLT_MAX];
+    for (size_t i = 0; i < n_out; i++) {
+        cout[i] = out[i];
+        cout[i].data = keep(calloc(1, gf_tview_bytes(&out[i]) + 8));
+        cout[i].host = cout[i].data;
+    }
+    assert_int_equal(oclt_run_on(cpu, nd, in, n_in, cout, n_out, NULL), GF_OK);
+    for (size_t i = 0; i < n_in; i++)
+        din[i] = oclt_upload(be, &in[i], (host >> i) & 1);
+    for (size_t i = 0; i < n_out; i++) {
+        struct gf_tview h = out[i];
+        h.data = NULL;
+        dout[i] = i == ok ? din[ik] : oclt_upload(be, &h, false);
+        dout[i].dtype = out[i].dtype;
+        dout[i].host = NULL;
+    }
+    if (oclt_run_on(be, nd, din, n_in, dout, n_out, config) != GF_OK)
+        fail_msg("OpenCL %s in place failed: %s", nd->op_type, gf_last_error());
+    for (size_t i = 0; i < n_out; i++) {
+        void *got = keep(calloc(1, gf_tview_bytes(&out[i]) + 8));
+        oclt_download(be, &dout[i], got);
+        oclt_check(nd, i, &out[i], cout[i].data, got, rtol, atol);
+        if (i != ok)
+            oclt_free(be, &dout[i]);
+    }
+    for (size_t i = 0; i < n_in; i++)
+        oclt_free(be, &din[i]);
+}
+
+static void compare_inplace(const struct gf_node *nd, const struct gf_tview *in, size_t n_in,
+                            unsigned host, const struct gf_tview *out, size_t n_out, size_t ok,
+                            size_t ik, double rtol, double atol)
+{
+    compare_inplace_cfg(nd, in, n_in, host, out, n_out, ok, ik, NULL, rtol, atol);
+}
+
+/* ---- norms ----------------------------------------------------------------------------- */
+
+static const int64_t row_lens[] = {1, 3, 8, 33, 1000, 4096, 4097};
+static const int64_t row_counts[] = {1, 7, 64};
+
+/* RMSNorm / AddRMSNorm on X [rows, n] with W [n] (or none), every form. */
+static void rms_case(const char *op, int64_t rows, int64_t n, bool w, bool sum_out, int outside,
+                     float offset, bool all_configs)
+{
+    bool add = strcmp(op, "AddRMSNorm") == 0;
+    struct gf_node *nd = node(op, add ? 3 : 2, add ? 2 : 1);
+    set_float(nd, "epsilon", 1e-5f);
+    set_int(nd, "eps_outside", outside);
+    if (offset != 0)
+        set_float(nd, "weight_offset", offset);
+    struct gf_tview in[3], out[2];
+    size_t ni = 0;
+    in[ni++] = frand(-2, 2, DIMS(rows, n));
+    if (add)
+        in[ni++] = frand(-1, 1, DIMS(rows, n));
+    in[ni++] = w ? frand(0.5f, 1.5f, DIMS(n)) : NONE;
+    out[0] = fout(DIMS(rows, n));
+    out[1] = sum_out ? fout(DIMS(rows, n)) : NONE;
+    size_t no = add ? 2 : 1;
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL) == 32);
+    else
+        oclt_compare(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL);
+    release_bufs();
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+        for (size_t j = 0; j < sizeof(row_counts) / sizeof(row_counts[0]); j++)
+            rms_case("RMSNorm", row_counts[j], row_lens[i], true, false, 0, 0, false);
+    rms_case("RMSNorm", 5, 33, false, false, 0, 0, false);
+    rms_case("RMSNorm", 5, 1000, true, false, 1, 0, false);     /* eps outside */
+    rms_case("RMSNorm", 5, 1000, true, false, 0, 1.0f, false);  /* Gemma (1 + w) */
+    rms_case("RMSNorm", 7, 33, true, false, 1, 1.0f, true);     /* every config */
+    rms_case("RMSNorm", 9, 4096, true, false, 0, 0, true);
+    for (int64_t n = 33; n <= 4096; n += 4063) { /* Y over X */
+        struct gf_node *nd = node("RMSNorm", 2, 1);
+        struct gf_tview in[2] = {frand(-2, 2, DIMS(5, n)), frand(0.5f, 1.5f, DIMS(n))};
+        struct gf_tview out[1] = {fout(DIMS(5, n))};
+        compare_inplace(nd, in, 2, ALL_HOST, out, 1, 0, 0, RTOL, ATOL);
+        release_bufs();
+    }
+}
+
+static void test_add_rmsnorm(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++) {
+        rms_case("AddRMSNorm", 7, row_lens[i], true, true, 0, 0, false);
+        rms_case("AddRMSNorm", 7, row_lens[i], true, false, 0, 0, false); /* no S */
+    }
+    rms_case("AddRMSNorm", 3, 1000, true, true, 1, 1.0f, false);
+    rms_case("AddRMSNorm", 5, 8, true, true, 0, 0, true);
+    rms_case("AddRMSNorm", 5, 1000, false, false, 0, 0, true);
+}
+
+/* LayerNorm / AddLayerNorm with optional W, B and statistics outputs. */
+static void ln_case(const char *op, int64_t rows, int64_t n, bool w, bool b, bool stats,
+                    bool all_configs)
+{
+    bool add = strcmp(op, "AddLayerNorm") == 0;
+    struct gf_node *nd = node(op, add ? 4 : 3, add ? 4 : 3);
+    set_float(nd, "epsilon", 1e-5f);
+    struct gf_tview in[4], out[4];
+    size_t ni = 0, no = 0;
+    in[ni++] = frand(-2, 3, DIMS(rows, n));
+    if (add)
+        in[ni++] = frand(-1, 1, DIMS(rows, n));
+    in[ni++] = w ? frand(0.5f, 1.5f, DIMS(n)) : NONE;
+    in[ni++] = b ? frand(-1, 1, DIMS(n)) : NONE;
+    out[no++] = fout(DIMS(rows, n));
+    if (add)
+        out[no++] = fout(DIMS(rows, n));
+    out[no++] = stats ? fout(DIMS(rows, 1)) : NONE;
+    out[no++] = stats ? fout(DIMS(rows, 1)) : NONE;
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL) == 32);
+    else
+        oclt_compare(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL);
+    release_bufs();
+}
+
+static void test_layernorm(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++) {
+        ln_case("LayerNorm", 7, row_lens[i], true, true, true, false);
+        ln_case("AddLayerNorm", 7, row_lens[i], true, true, true, false);
+    }
+    ln_case("LayerNorm", 64, 33, true, false, false, false);
+    ln_case("LayerNorm", 1, 1000, false, false, true, false);
+    ln_case("AddLayerNorm", 64, 1000, false, true, false, false);
+    ln_case("LayerNorm", 7, 33, true, true, true, true);
+    ln_case("AddLayerNorm", 5, 4096, true, true, true, true);
+    static const int reread[3] = {64, 16, 0};
+    for (int c = 0; c < 2; c++) { /* Y over X */
+        struct gf_node *nd = node("LayerNorm", 3, 1);
+        struct gf_tview in[3] = {frand(-2, 3, DIMS(7, 1000)), frand(0.5f, 1.5f, DIMS(1000)),
+                                 frand(-1, 1, DIMS(1000))};
+        struct gf_tview out[1] = {fout(DIMS(7, 1000))};
+        compare_inplace_cfg(nd, in, 3, ALL_HOST, out, 1, 0, 0, c ? reread : NULL, RTOL, ATOL);
+        release_bufs();
+    }
+}
+
+/* axis -2: the normalized block [4, n], W [n] broadcast over it and B [4, 1]
+ * (expanded into the workspace). */
+static void test_norm_axis_broadcast(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *ops[] = {"RMSNorm", "LayerNorm"};
+    for (int o = 0; o < 2; o++)
+        for (int64_t n = 1; n <= 33; n += 32) {
+            bool ln = o == 1;
+            struct gf_node *nd = node(ops[o], ln ? 3 : 2, 1);
+            set_int(nd, "axis", -2);
+            struct gf_tview in[3] = {frand(-2, 2, DIMS(3, 4, n)), frand(0.5f, 1.5f, DIMS(n)),
+                                     ln ? frand(-1, 1, DIMS(4, 1)) : NONE};
+            struct gf_tview out[1] = {fout(DIMS(3, 4, n))};
+            oclt_compare_all_configs(nd, in, ln ? 3 : 2, ALL_HOST, out, 1, RTOL, ATOL);
+            release_bufs();
+        }
+}
+
+/* RMSNormGrad: dX with a tight tolerance (dW not asked), then dX and dW.
+ * |X| >= 0.5, so that r g - k x (which cancels: for n = 1 it is
+ * r g eps / (x^2 + eps)) stays within a few ulp of terms of order 1. */
+static void rms_grad_case(int64_t rows, int64_t n, bool w, int outside, float offset,
+                          bool all_configs)
+{
+    struct gf_node *nd = node("RMSNormGrad", 3, 2);
+    set_float(nd, "epsilon", 1e-5f);
+    set_int(nd, "eps_outside", outside);
+    if (offset != 0)
+        set_float(nd, "weight_offset", offset);
+    struct gf_tview in[3] = {frand(-1, 1, DIMS(rows, n)), frand_pm(0.5f, 2, DIMS(rows, n)),
+                             w ? frand(0.5f, 1.5f, DIMS(n)) : NONE};
+    struct gf_tview out[2] = {fout(DIMS(rows, n)), NONE};
+    oclt_compare(nd, in, 3, ALL_HOST, out, 1, RTOL, 2 * ATOL);
+    out[1] = fout(DIMS(n));
+    double atol = 4e-6 * (double)rows;
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, atol) == 128);
+    else
+        oclt_compare(nd, in, 3, ALL_HOST, out, 2, RTOL, atol);
+    release_bufs();
+}
+
+static void test_rmsnorm_grad(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+        for (size_t j = 0; j < sizeof(row_counts) / sizeof(row_counts[0]); j++)
+            rms_grad_case(row_counts[j], row_lens[i], true, 0, 0, false);
+    rms_grad_case(300, 64, true, 0, 0, false); /* many rows per slot */
+    rms_grad_case(7, 33, false, 0, 0, false);
+    rms_grad_case(7, 1000, true, 1, 0, false);
+    rms_grad_case(7, 1000, true, 0, 1.0f, false);
+    rms_grad_case(9, 33, true, 1, 1.0f, true);
+    rms_grad_case(5, 4096, true, 0, 0, true);
+    /* dX over dY and over X, automatic and with rows re-read (4 work-items a row) */
+    static const int reread[4] = {64, 16, 0, 1};
+    for (size_t ik = 0; ik < 2; ik++)
+        for (int c = 0; c < 2; c++) {
+            struct gf_node *nd = node("RMSNormGrad", 3, 2);
+            struct gf_tview in[3] = {frand(-1, 1, DIMS(9, 1000)), frand_pm(0.5f, 2, DIMS(9, 1000)),
+                                     frand(0.5f, 1.5f, DIMS(1000))};
+            struct gf_tview out[2] = {fout(DIMS(9, 1000)), fout(DIMS(1000))};
+            compare_inplace_cfg(nd, in, 3, ALL_HOST, out, 2, 0, ik, c ? reread : NULL, RTOL,
+                                4e-5);
+            release_bufs();
+        }
+}
+
+/* No rows: dW is a sum over nothing. */
+static void test_rmsnorm_grad_empty(void **state)
+{
+    (void)state;
+    need_opencl();
+    struct gf_node *nd = node("RMSNormGrad", 3, 2);
+    struct gf_tview in[3] = {frand(-1, 1, DIMS(0, 5)), frand(-1, 1, DIMS(0, 5)),
+                             frand(0.5f, 1.5f, DIMS(5))};
+    struct gf_tview out[2] = {fout(DIMS(0, 5)), fout(DIMS(5))};
+    oclt_compare(nd, in, 3, ALL_HOST, out, 2, 0, 0);
+}
+
+/* ---- activations ------------------------------------------------------------------------ */
+
+static void act_case(const char *op, const char *approx, int64_t rows, int64_t n, bool bcast,
+                     bool all_configs)
+{
+    bool gated = strcmp(op, "SwiGLU") == 0 || strcmp(op, "GeGLU") == 0;
+    struct gf_node *nd = node(op, gated ? 2 : 1, 1);
+    if (approx)
+        set_str(nd, "approximate", approx);
+    struct gf_tview in[2] = {frand(-6, 6, DIMS(rows, n)),
+                             bcast ? frand(-2, 2, DIMS(n)) : frand(-2, 2, DIMS(rows, n))};
+    struct gf_tview out[1] = {fout(DIMS(rows, n))};
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, gated ? 2 : 1, ALL_HOST, out, 1, RTOL,
+                                             ATOL) == 32);
+    else
+        oclt_compare(nd, in, gated ? 2 : 1, ALL_HOST, out, 1, RTOL, ATOL);
+    release_bufs();
+}
+
+static void test_activations(void **state)
+{
+    (void)state;
+    need_opencl();
+    static const struct {
+        const char *op, *approx;
+    } forms[] = {{"SwiGLU", NULL}, {"GeGLU", "none"}, {"GeGLU", "tanh"},
+                 {"SiLU", NULL},   {"Gelu", NULL},    {"Gelu", "tanh"}};
+    for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
+        for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+            act_case(forms[f].op, forms[f].approx, 3, row_lens[i], false, false);
+        act_case(forms[f].op, forms[f].approx, 7, 33, false, true);
+        act_case(forms[f].op, forms[f].approx, 2, 4097, false, true);
+    }
+    /* U broadcast over G's rows, and G over U's */
+    act_case("SwiGLU", NULL, 7, 33, true, true);
+    act_case("GeGLU", "tanh", 5, 1000, true, false);
+    struct gf_node *nd = node("SwiGLU", 2, 1);
+    struct gf_tview in[2] = {frand(-4, 4, DIMS(3, 1, 5)), frand(-2, 2, DIMS(4, 1))};
+    struct gf_tview out[1] = {fout(DIMS(3, 4, 5))};
+    oclt_compare(nd, in, 2, ALL_HOST, out, 1, RTOL, ATOL);
+}
+
+static void glu_grad_case(const char *op, const char *approx, int64_t rows, int64_t n,
+                          int want, bool all_configs)
+{
+    struct gf_node *nd = node(op, 3, 2);
+    if (approx)
+        set_str(nd, "approximate", approx);
+    struct gf_tview in[3] = {frand(-1, 1, DIMS(rows, n)), frand(-6, 6, DIMS(rows, n)),
+                             frand(-2, 2, DIMS(rows, n))};
+    struct gf_tview out[2] = {want & 1 ? fout(DIMS(rows, n)) : NONE,
+                              want & 2 ? fout(DIMS(rows, n)) : NONE};
+    /* gelu' has a root near -0.75: an absolute term for the cancellation there */
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL) == 32);
+    else
+        oclt_compare(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL);
+    release_bufs();
+}
+
+static void test_glu_grads(void **state)
+{
+    (void)state;
+    need_opencl();
+    static const struct {
+        const char *op, *approx;
+    } forms[] = {{"SwiGLUGrad", NULL}, {"GeGLUGrad", "none"}, {"GeGLUGrad", "tanh"}};
+    for (size_t f = 0; f < 3; f++) {
+        for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+            glu_grad_case(forms[f].op, forms[f].approx, 3, row_lens[i], 3, false);
+        glu_grad_case(forms[f].op, forms[f].approx, 7, 33, 1, false);
+        glu_grad_case(forms[f].op, forms[f].approx, 7, 33, 2, false);
+        glu_grad_case(forms[f].op, forms[f].approx, 5, 1001, 3, true);
+    }
+}
+
+/* RoPE / RoPEGrad on X [b, h, s, d] with Cos / Sin of the given shape. */
+static void rope_case(const char *op, const int64_t *xd, int crank, const int64_t *cd,
+                      bool all_configs)
+{
+    struct gf_node *nd = node(op, 3, 1);
+    struct gf_tview in[3] = {frand(-2, 2, 4, xd), frand(-1, 1, crank, cd),
+                             frand(-1, 1, crank, cd)};
+    struct gf_tview out[1] = {fout(4, xd)};
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, 3, ALL_HOST, out, 1, RTOL, ATOL) == 32);
+    else
+        oclt_compare(nd, in, 3, ALL_HOST, out, 1, RTOL, ATOL);
+    release_bufs();
+}
+
+static void test_rope(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *ops[] = {"RoPE", "RoPEGrad"};
+    for (int o = 0; o < 2; o++) {
+        rope_case(ops[o], (int64_t[]){2, 3, 5, 16}, 2, (int64_t[]){5, 16}, true);
+        rope_case(ops[o], (int64_t[]){2, 3, 5, 6}, 4, (int64_t[]){1, 1, 5, 6}, true);
+        rope_case(ops[o], (int64_t[]){2, 3, 7, 8}, 4, (int64_t[]){2, 1, 7, 8}, false);
+        rope_case(ops[o], (int64_t[]){1, 2, 3, 2}, 1, (int64_t[]){2}, false);
+        rope_case(ops[o], (int64_t[]){2, 2, 3, 8}, 4, (int64_t[]){2, 2, 3, 1}, false);
+        rope_case(ops[o], (int64_t[]){1, 4, 33, 128}, 2, (int64_t[]){33, 128}, false);
+    }
+}
+
+/* ---- losses ------------------------------------------------------------------------------ */
+
+/* The absolute term of a loss summed over n positions. */
+static double loss_atol(size_t n)
+{
+    return 1e-6 * (double)(n + 1);
+}
+
+/* SoftmaxCrossEntropy on L [N, C] (or [B, S, C] with shift, [N, C, d]). */
+struct ce_form {
+    const char *red;
+    bool ii, wc, logp, shift, dlast;
+    enum gf_dtype lt;
+    bool grad;
+};
+
+static void ce_case(const struct ce_form *f, int64_t a0, int64_t c, int64_t a2, unsigned host,
+                    bool all_configs)
+{
+    struct gf_node *nd = node("SoftmaxCrossEntropy", 3, 3);
+    set_str(nd, "reduction", f->red);
+    if (f->ii)
+        set_int(nd, "ignore_index", -1);
+    if (f->shift)
+        set_int(nd, "shift", 1);
+    struct gf_tview in[3], out[3];
+    size_t n_pos;
+    if (f->shift) {
+        in[0] = frand(-8, 8, DIMS(a0, a2, c));
+        in[1] = labels(f->lt, (size_t)c, f->ii ? 3 : 0, -1, DIMS(a0, a2));
+        n_pos = (size_t)(a0 * (a2 - 1));
+        out[1] = f->logp ? fout(DIMS((int64_t)n_pos, c)) : NONE;
+    } else if (f->dlast) {
+        in[0] = frand(-8, 8, DIMS(a0, c, a2));
+        in[1] = labels(f->lt, (size_t)c, f->ii ? 3 : 0, -1, DIMS(a0, a2));
+        n_pos = (size_t)(a0 * a2);
+        out[1] = f->logp ? fout(DIMS(a0, c, a2)) : NONE;
+    } else {
+        in[0] = frand(-8, 8, DIMS(a0, c));
+        in[1] = labels(f->lt, (size_t)c, f->ii ? 3 : 0, -1, DIMS(a0));
+        n_pos = (size_t)a0;
+        out[1] = f->logp ? fout(DIMS(a0, c)) : NONE;
+    }
+    in[2] = f->wc ? frand(0.5f, 2, DIMS(c)) : NONE;
+    out[2] = f->grad ? fout(in[0].rank, in[0].dims) : NONE;
+    bool none = strcmp(f->red, "none") == 0;
+    if (none && f->shift)
+        out[0] = fout(DIMS((int64_t)n_pos));
+    else if (none && f->dlast)
+        out[0] = fout(DIMS(a0, a2));
+    else if (none)
+        out[0] = fout(DIMS(a0));
+    else
+        out[0] = fout(0, NULL);
+    /* the per-position loss is a difference of logits near each other */
+    double atol = none ? 1e-5 : loss_atol(n_pos) * 8;
+    if (all_configs)
+        oclt_compare_all_configs(nd, in, 3, host, out, 3, RTOL, atol);
+    else
+        oclt_compare(nd, in, 3, host, out, 3, RTOL, atol);
+    if (f->grad && !all_configs) /* G over L, as the executor writes it */
+        compare_inplace(nd, in, 3, host, out, 3, 2, 0, RTOL, atol);
+    release_bufs();
+}
+
+static void test_cross_entropy(void **state)
+{
+    (void)state;
+    need_opencl();
+    static const struct ce_form forms[] = {
+        {"mean", false, false, false, false, false, GF_INT64, false},
+        {"mean", true, false, true, false, false, GF_INT64, true},
+        {"sum", true, true, false, false, false, GF_INT32, true},
+        {"none", false, true, true, false, false, GF_INT64, false},
+        {"mean", true, true, false, false, false, GF_INT64, true},
+        {"none", true, false, false, false, false, GF_INT64, true},
+    };
+    for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++)
+        for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+            ce_case(&forms[f], 7, row_lens[i], 0, ALL_HOST, false);
+    ce_case(&forms[1], 33, 1000, 0, ALL_HOST, true);
+    ce_case(&forms[3], 5, 12, 0, ALL_HOST, true);
+    /* shift (Hugging Face causal LM), [N, C, d], labels only on the device */
+    static const struct ce_form more[] = {
+        {"mean", true, false, true, true, false, GF_INT64, true},
+        {"none", false, false, true, true, false, GF_INT32, true},
+        {"sum", true, true, true, false, true, GF_INT64, true},
+        {"none", false, false, true, false, true, GF_INT32, false},
+        {"mean", true, true, false, false, true, GF_INT32, true},
+    };
+    for (size_t f = 0; f < sizeof(more) / sizeof(more[0]); f++) {
+        ce_case(&more[f], 2, 33, 5, ALL_HOST, false);
+        ce_case(&more[f], 3, 1000, 4, 1u, false); /* labels without a host copy */
+        ce_case(&more[f], 2, 8, 1, ALL_HOST, false);
+    }
+    ce_case(&more[0], 3, 40, 5, 1u, true);
+}
+
+/* LinearCrossEntropy: H [N, K] (or [B, S, K] with shift) @ W, transB, Bias,
+ * small chunks and blocks so that both loops run several times. */
+static void lce_case(int64_t a0, int64_t s, int64_t k, int64_t v, bool tb, bool bias,
+                     bool shift, const char *red, int chunk, unsigned host, bool all_configs)
+{
+    struct gf_node *nd = node("LinearCrossEntropy", 4, 1);
+    set_str(nd, "reduction", red);
+    set_int(nd, "ignore_index", -100);
+    if (tb)
+        set_int(nd, "transB", 1);
+    if (shift)
+        set_int(nd, "shift", 1);
+    if (chunk)
+        set_int(nd, "chunk_rows", chunk);
+    struct gf_tview in[4];
+    size_t n_pos;
+    if (shift) {
+        in[0] = frand(-1, 1, DIMS(a0, s, k));
+        in[2] = labels(GF_INT64, (size_t)v, 4, -100, DIMS(a0, s));
+        n_pos = (size_t)(a0 * (s - 1));
+    } else {
+        in[0] = frand(-1, 1, DIMS(a0, k));
+        in[2] = labels(GF_INT32, (size_t)v, 4, -100, DIMS(a0));
+        n_pos = (size_t)a0;
+    }
+    in[1] = tb ? frand(-1, 1, DIMS(v, k)) : frand(-1, 1, DIMS(k, v));
+    in[3] = bias ? frand(-1, 1, DIMS(v)) : NONE;
+    bool none = strcmp(red, "none") == 0;
+    struct gf_tview out[1] = {none ? fout(DIMS((int64_t)n_pos)) : fout(0, NULL)};
+    /* logits are dot products of K terms: fp32 against BLAS's order */
+    double atol = 2e-6 * (double)k * (none ? 1 : (double)n_pos);
+    if (all_configs)
+        oclt_compare_all_configs(nd, in, bias ? 4 : 3, host, out, 1, RTOL * 10, atol);
+    else
+        oclt_compare(nd, in, bias ? 4 : 3, host, out, 1, RTOL * 10, atol);
+    release_bufs();
+}
+
+static void test_linear_cross_entropy(void **state)
+{
+    (void)state;
+    need_opencl();
+    lce_case(7, 0, 33, 1000, false, false, false, "mean", 0, ALL_HOST, false);
+    lce_case(7, 0, 33, 1000, true, true, false, "none", 3, ALL_HOST, false);
+    lce_case(2, 9, 16, 300, false, true, true, "sum", 4, ALL_HOST, true);
+    lce_case(2, 9, 16, 300, true, false, true, "none", 0, 1u, false);
+    lce_case(70, 0, 65, 129, false, true, false, "mean", 64, 1u, false);
+    lce_case(1, 0, 1, 1, false, false, false, "sum", 0, ALL_HOST, false);
+    lce_case(5, 0, 0, 7, false, true, false, "none", 0, ALL_HOST, false); /* K = 0 */
+}
+
+/* LinearCrossEntropy with its training outputs dH, dW, dBias (bits of want). */
+static void lce_train_case(int64_t a0, int64_t s, int64_t k, int64_t v, bool tb, bool shift,
+                           const char *red, int chunk, int want, unsigned host, bool all_configs)
+{
+    struct gf_node *nd = node("LinearCrossEntropy", 4, 4);
+    set_str(nd, "reduction", red);
+    set_int(nd, "ignore_index", -100);
+    if (tb)
+        set_int(nd, "transB", 1);
+    if (shift)
+        set_int(nd, "shift", 1);
+    if (chunk)
+        set_int(nd, "chunk_rows", chunk);
+    struct gf_tview in[4];
+    size_t n_pos;
+    if (shift) {
+        in[0] = frand(-1, 1, DIMS(a0, s, k));
+        in[2] = labels(GF_INT64, (size_t)v, 4, -100, DIMS(a0, s));
+        n_pos = (size_t)(a0 * (s - 1));
+    } else {
+        in[0] = frand(-1, 1, DIMS(a0, k));
+        in[2] = labels(GF_INT32, (size_t)v, 4, -100, DIMS(a0));
+        n_pos = (size_t)a0;
+    }
+    in[1] = tb ? frand(-1, 1, DIMS(v, k)) : frand(-1, 1, DIMS(k, v));
+    in[3] = frand(-1, 1, DIMS(v));
+    struct gf_tview out[4] = {fout(0, NULL), want & 1 ? fout(in[0].rank, in[0].dims) : NONE,
+                              want & 2 ? fout(in[1].rank, in[1].dims) : NONE,
+                              want & 4 ? fout(DIMS(v)) : NONE};
+    /* sums of K products (logits, dH) and of positions (dW, dBias, the loss) */
+    double atol = 2e-6 * (double)(k + n_pos);
+    if (all_configs)
+        oclt_compare_all_configs(nd, in, 4, host, out, 4, RTOL * 10, atol);
+    else
+        oclt_compare(nd, in, 4, host, out, 4, RTOL * 10, atol);
+    release_bufs();
+}
+
+static void test_linear_cross_entropy_train(void **state)
+{
+    (void)state;
+    need_opencl();
+    lce_train_case(7, 0, 33, 100, false, false, "mean", 0, 7, ALL_HOST, false);
+    lce_train_case(7, 0, 33, 100, true, false, "sum", 3, 7, ALL_HOST, false);
+    lce_train_case(2, 9, 16, 300, false, true, "mean", 4, 7, 1u, false);
+    lce_train_case(2, 9, 16, 300, true, true, "sum", 0, 3, ALL_HOST, false);
+    lce_train_case(70, 0, 65, 129, false, false, "mean", 64, 1, 1u, false);
+    lce_train_case(70, 0, 65, 129, true, false, "mean", 0, 6, ALL_HOST, false);
+    lce_train_case(3, 5, 8, 40, false, true, "mean", 2, 7, ALL_HOST, true);
+}
+
+static void jsd_case(int64_t rows, int64_t n, float beta, bool labels_in, bool all_configs)
+{
+    struct gf_node *nd = node("JSD", 3, 1);
+    set_float(nd, "beta", beta);
+    /* log-probabilities: log of a normalized random row */
+    struct gf_tview in[3] = {frand(0.01f, 1, DIMS(rows, n)), frand(0.01f, 1, DIMS(rows, n)),
+                             labels_in ? labels(GF_INT64, 5, 3, -100, DIMS(rows)) : NONE};
+    for (int k = 0; k < 2; k++) {
+        float *p = in[k].data;
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0;
+            for (int64_t j = 0; j < n; j++)
+                s += p[r * n + j];
+            for (int64_t j = 0; j < n; j++)
+                p[r * n + j] = (float)log(p[r * n + j] / s);
+        }
+    }
+    struct gf_tview out[1] = {fout(0, NULL)};
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, labels_in ? 3 : 2, ALL_HOST, out, 1, RTOL,
+                                             loss_atol((size_t)(rows * n))) == 16);
+    else
+        oclt_compare(nd, in, labels_in ? 3 : 2, ALL_HOST, out, 1, RTOL,
+                     loss_atol((size_t)(rows * n)));
+    release_bufs();
+}
+
+static void test_jsd(void **state)
+{
+    (void)state;
+    need_opencl();
+    const float betas[] = {0, 1, 0.5f, 0.1f};
+    for (int b = 0; b < 4; b++)
+        for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+            jsd_case(5, row_lens[i], betas[b], b % 2 == 0, false);
+    jsd_case(33, 100, 0.5f, true, true);
+}
+
+/* LayerNormGrad, statistics recomputed or given (random: the kernel uses
+ * what it is given), outputs in every combination. */
+static void ln_grad_case(int64_t rows, int64_t n, bool w, bool stats, int want,
+                         bool all_configs)
+{
+    struct gf_node *nd = node("LayerNormGrad", 5, 3);
+    set_float(nd, "epsilon", 1e-5f);
+    struct gf_tview in[5] = {frand(-1, 1, DIMS(rows, n)), frand(-2, 3, DIMS(rows, n)),
+                             w ? frand(0.5f, 1.5f, DIMS(n)) : NONE,
+                             stats ? frand(-0.5f, 0.5f, DIMS(rows, 1)) : NONE,
+                             stats ? frand(0.5f, 2, DIMS(rows, 1)) : NONE};
+    struct gf_tview out[3] = {fout(DIMS(rows, n)), want & 1 ? fout(DIMS(n)) : NONE,
+                              want & 2 ? fout(DIMS(n)) : NONE};
+    /* dX cancels like RMSNormGrad's; dW, dB are sums over the rows */
+    double atol = 4e-6 * (double)(rows + 1);
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, 5, ALL_HOST, out, 3, RTOL, atol) == 128);
+    else
+        oclt_compare(nd, in, 5, ALL_HOST, out, 3, RTOL, atol);
+    release_bufs();
+}
+
+static void test_layernorm_grad(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+        if (row_lens[i] > 1) /* n = 1: var 0, dX pure cancellation */
+            for (size_t j = 0; j < sizeof(row_counts) / sizeof(row_counts[0]); j++)
+                ln_grad_case(row_counts[j], row_lens[i], true, j == 1, 3, false);
+    ln_grad_case(300, 64, true, false, 3, false);
+    ln_grad_case(7, 33, false, true, 1, false);
+    ln_grad_case(7, 1000, true, false, 2, false);
+    ln_grad_case(7, 1000, true, true, 0, false);
+    ln_grad_case(9, 33, true, false, 3, true);
+    ln_grad_case(5, 4096, true, true, 3, true);
+    static const int reread[4] = {64, 16, 0, 1};
+    for (size_t ik = 0; ik < 2; ik++)
+        for (int c = 0; c < 2; c++) {
+            struct gf_node *nd = node("LayerNormGrad", 3, 3);
+            struct gf_tview in[3] = {frand(-1, 1, DIMS(9, 1000)), frand(-2, 3, DIMS(9, 1000)),
+                                     frand(0.5f, 1.5f, DIMS(1000))};
+            struct gf_tview out[3] = {fout(DIMS(9, 1000)), fout(DIMS(1000)), fout(DIMS(1000))};
+            compare_inplace_cfg(nd, in, 3, ALL_HOST, out, 3, 0, ik, c ? reread : NULL, RTOL,
+                                4e-5);
+            release_bufs();
+        }
+}
+
+/* CrossEntropyGrad: G [N, C] / [N, C, d] / [B, S, C] times dLoss. */
+static void ce_grad_case(const char *red, bool shift, int rank, const int64_t *gd, bool all)
+{
+    struct gf_node *nd = node("CrossEntropyGrad", 2, 1);
+    set_str(nd, "reduction", red);
+    if (shift)
+        set_int(nd, "shift", 1);
+    int64_t ld[GF_MAX_RANK];
+    int lr = 0;
+    if (strcmp(red, "none") != 0) {
+        lr = 0;
+    } else if (shift) {
+        ld[lr++] = gd[0] * (gd[1] - 1);
+    } else {
+        ld[lr++] = gd[0];
+        for (int i = 2; i < rank; i++)
+            ld[lr++] = gd[i];
+    }
+    struct gf_tview in[2] = {frand(-2, 2, lr, ld), frand(-1, 1, rank, gd)};
+    struct gf_tview out[1] = {fout(rank, gd)};
+    if (all)
+        assert_true(oclt_compare_all_configs(nd, in, 2, ALL_HOST, out, 1, RTOL, ATOL) == 32);
+    else
+        oclt_compare(nd, in, 2, ALL_HOST, out, 1, RTOL, ATOL);
+    compare_inplace(nd, in, 2, ALL_HOST, out, 1, 0, 1, RTOL, ATOL);
+    release_bufs();
+}
+
+static void test_cross_entropy_grad(void **state)
+{
+    (void)state;
+    need_opencl();
+    ce_grad_case("mean", false, 2, (int64_t[]){7, 33}, true);
+    ce_grad_case("sum", true, 3, (int64_t[]){2, 5, 1001}, false);
+    ce_grad_case("none", false, 2, (int64_t[]){7, 1000}, false);
+    ce_grad_case("none", false, 4, (int64_t[]){3, 5, 2, 7}, true);
+    ce_grad_case("none", true, 3, (int64_t[]){3, 6, 33}, true);
+}
+
+static void jsd_grad_case(int64_t rows, int64_t n, float beta, bool labels_in, int want,
+                          bool all_configs)
+{
+    struct gf_node *nd = node("JSDGrad", 4, 2);
+    set_float(nd, "beta", beta);
+    struct gf_tview in[4] = {frand(0.5f, 2, DIMS(1)), frand(-6, 0, DIMS(rows, n)),
+                             frand(-6, 0, DIMS(rows, n)),
+                             labels_in ? labels(GF_INT32, 5, 3, -100, DIMS(rows)) : NONE};
+    struct gf_tview out[2] = {want & 1 ? fout(DIMS(rows, n)) : NONE,
+                              want & 2 ? fout(DIMS(rows, n)) : NONE};
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, 4, ALL_HOST, out, 2, RTOL, ATOL) == 32);
+    else
+        oclt_compare(nd, in, 4, ALL_HOST, out, 2, RTOL, ATOL);
+    release_bufs();
+}
+
+static void test_jsd_grad(void **state)
+{
+    (void)state;
+    need_opencl();
+    const float betas[] = {0, 1, 0.5f, 0.3f};
+    for (int b = 0; b < 4; b++)
+        for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
+            jsd_grad_case(5, row_lens[i], betas[b], b % 2 == 1, 3, false);
+    jsd_grad_case(7, 33, 0.5f, true, 1, false);
+    jsd_grad_case(7, 33, 0.5f, false, 2, false);
+    jsd_grad_case(33, 100, 0.7f, true, 3, true);
+}
+
+/* MatMulEpilogueGrad: dZ = dY act'(Z), dBias = beta * column sums. */
+static void epi_grad_case(const char *act, int from_y, int64_t rows, int64_t n, bool db,
+                          bool all_configs)
+{
+    struct gf_node *nd = node("MatMulEpilogueGrad", 2, 2);
+    set_str(nd, "activation", act);
+    set_int(nd, "from_output", from_y);
+    set_float(nd, "beta", 0.5f);
+    /* from Y: a value act can produce (tanh, sigmoid: (0, 1) is inside both) */
+    struct gf_tview in[2] = {frand(-1, 1, DIMS(2, rows, n)),
+                             from_y ? frand(0.05f, 0.95f, DIMS(2, rows, n))
+                                    : frand(-5, 5, DIMS(2, rows, n))};
+    struct gf_tview out[2] = {fout(DIMS(2, rows, n)), db ? fout(DIMS(n)) : NONE};
+    double atol = 4e-6 * (double)(2 * rows);
+    if (all_configs)
+        assert_true(oclt_compare_all_configs(nd, in, 2, ALL_HOST, out, 2, RTOL, atol) == 32);
+    else
+        oclt_compare(nd, in, 2, ALL_HOST, out, 2, RTOL, atol);
+    release_bufs();
+}
+
+static void test_matmul_epilogue_grad(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *acts[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh", "sigmoid"};
+    for (int i = 0; i < 7; i++) {
+        epi_grad_case(acts[i], 0, 7, 33, true, false);
+        epi_grad_case(acts[i], 0, 300, 64, true, false);
+        epi_grad_case(acts[i], 0, 3, 1000, false, false);
+    }
+    epi_grad_case("relu", 1, 7, 33, true, false);
+    epi_grad_case("tanh", 1, 5, 12, true, false);
+    epi_grad_case("sigmoid", 1, 5, 4097, true, false);
+    epi_grad_case("", 1, 1, 1, true, false);
+    epi_grad_case("gelu", 0, 9, 33, true, true);
+    epi_grad_case("silu", 0, 5, 4096, true, true);
+    for (size_t ik = 0; ik < 2; ik++) { /* dZ over dY, over Z */
+        struct gf_node *nd = node("MatMulEpilogueGrad", 2, 2);
+        set_str(nd, "activation", "gelu_tanh");
+        struct gf_tview in[2] = {frand(-1, 1, DIMS(40, 33)), frand(-5, 5, DIMS(40, 33))};
+        struct gf_tview out[2] = {fout(DIMS(40, 33)), fout(DIMS(33))};
+        compare_inplace(nd, in, 2, ALL_HOST, out, 2, 0, ik, RTOL, 2e-4);
+        release_bufs();
+    }
+    struct gf_node *nd = node("MatMulEpilogueGrad", 2, 2); /* no rows: dBias 0 */
+    struct gf_tview in[2] = {frand(-1, 1, DIMS(0, 5)), frand(-1, 1, DIMS(0, 5))};
+    struct gf_tview out[2] = {fout(DIMS(0, 5)), fout(DIMS(5))};
+    oclt_compare(nd, in, 2, ALL_HOST, out, 2, 0, 0);
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+/* Bad input is GF_ERR_INVALID naming the node, never a crash. */
+static void expect_invalid(struct gf_node *nd, struct gf_tview *in, size_t n_in, unsigned host,
+                           struct gf_tview *out, size_t n_out, const char *needle)
+{
+    void *res[OCLT_MAX];
+    enum gf_status st = oclt_run_cl(nd, in, n_in, host, out, n_out, NULL, res);
+    for (size_t i = 0; i < n_out; i++)
+        free(res[i]);
+    assert_int_equal(st, GF_ERR_INVALID);
+    const char *msg = gf_last_error();
+    if (!strstr(msg, "n0") || !strstr(msg, needle))
+        fail_msg("message '%s' lacks the node or '%s'", msg, needle);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    need_opencl();
+    /* a label out of range: found on the host, and on the device */
+    for (unsigned host = 0; host < 2; host++) {
+        struct gf_node *nd = node("SoftmaxCrossEntropy", 2, 1);
+        struct gf_tview in[2] = {frand(-1, 1, DIMS(6, 5)), labels(GF_INT64, 5, 0, 0, DIMS(6))};
+        ((int64_t *)in[1].data)[4] = 9;
+        struct gf_tview out[1] = {fout(0, NULL)};
+        expect_invalid(nd, in, 2, host ? ALL_HOST : 1u, out, 1, "element 4 is 9");
+        release_bufs();
+    }
+    struct gf_node *nd = node("LinearCrossEntropy", 3, 1);
+    struct gf_tview li[3] = {frand(-1, 1, DIMS(4, 3)), frand(-1, 1, DIMS(3, 6)),
+                             labels(GF_INT32, 6, 0, 0, DIMS(4))};
+    ((int32_t *)li[2].data)[2] = -3;
+    struct gf_tview lo[1] = {fout(0, NULL)};
+    expect_invalid(nd, li, 3, 1u, lo, 1, "element 2 is -3");
+    release_bufs();
+    nd = node("RMSNorm", 2, 1);
+    set_float(nd, "epsilon", -1);
+    struct gf_tview ri[2] = {frand(-1, 1, DIMS(2, 3)), frand(-1, 1, DIMS(3))};
+    struct gf_tview ro[1] = {fout(DIMS(2, 3))};
+    expect_invalid(nd, ri, 2, ALL_HOST, ro, 1, "epsilon");
+    release_bufs();
+    nd = node("SwiGLU", 2, 1);
+    struct gf_tview si[2] = {frand(-1, 1, DIMS(2, 3)), frand(-1, 1, DIMS(2, 4))};
+    struct gf_tview so[1] = {fout(DIMS(2, 3))};
+    expect_invalid(nd, si, 2, ALL_HOST, so, 1, "do not broadcast");
+    release_bufs();
+    nd = node("GeGLUGrad", 3, 2);
+    set_str(nd, "approximate", "fast");
+    struct gf_tview gi[3] = {frand(-1, 1, DIMS(4)), frand(-1, 1, DIMS(4)), frand(-1, 1, DIMS(4))};
+    struct gf_tview go[2] = {fout(DIMS(4)), fout(DIMS(4))};
+    expect_invalid(nd, gi, 3, ALL_HOST, go, 2, "approximate");
+    release_bufs();
+    nd = node("RoPE", 3, 1);
+    struct gf_tview pi[3] = {frand(-1, 1, DIMS(2, 5)), frand(-1, 1, DIMS(5)),
+                             frand(-1, 1, DIMS(5))};
+    struct gf_tview po[1] = {fout(DIMS(2, 5))};
+    expect_invalid(nd, pi, 3, ALL_HOST, po, 1, "even length");
+}
+
+/* fp64 inputs are left to the CPU: the registry finds no OpenCL kernel. */
+static void test_declines_double(void **state)
+{
+    (void)state;
+    need_opencl();
+    struct gf_node *nd = node("SiLU", 1, 1);
+    double x[4] = {0};
+    struct gf_tview in[1] = {oclt_view(GF_DOUBLE, x, DIMS(4))};
+    assert_null(gf_kernel_find(oclt_backend(), nd, in, 1));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_rmsnorm, teardown),
+        cmocka_unit_test_teardown(test_add_rmsnorm, teardown),
+        cmocka_unit_test_teardown(test_layernorm, teardown),
+        cmocka_unit_test_teardown(test_norm_axis_broadcast, teardown),
+        cmocka_unit_test_teardown(test_rmsnorm_grad, teardown),
+        cmocka_unit_test_teardown(test_rmsnorm_grad_empty, teardown),
+        cmocka_unit_test_teardown(test_activations, teardown),
+        cmocka_unit_test_teardown(test_glu_grads, teardown),
+        cmocka_unit_test_teardown(test_rope, teardown),
+        cmocka_unit_test_teardown(test_cross_entropy, teardown),
+        cmocka_unit_test_teardown(test_linear_cross_entropy, teardown),
+        cmocka_unit_test_teardown(test_linear_cross_entropy_train, teardown),
+        cmocka_unit_test_teardown(test_jsd, teardown),
+        cmocka_unit_test_teardown(test_layernorm_grad, teardown),
+        cmocka_unit_test_teardown(test_cross_entropy_grad, teardown),
+        cmocka_unit_test_teardown(test_jsd_grad, teardown),
+        cmocka_unit_test_teardown(test_matmul_epilogue_grad, teardown),
+        cmocka_unit_test_teardown(test_errors, teardown),
+        cmocka_unit_test_teardown(test_declines_double, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
