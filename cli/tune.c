@@ -86,7 +86,7 @@ static int parse(int argc, char **argv, struct tune_args *a)
     return a->path ? 0 : cli_usage("tune", "no model given%s", "");
 }
 
-/* ---- shapes ------------------------------------------------------------------------ */
+/* ---- shapes ---------------------------------------------------------------------------------- */
 
 static void record_known(void *ctx, const struct gf_value *v, size_t n, const int64_t *vals)
 {
@@ -117,7 +117,8 @@ static enum gf_status bind_inputs(struct gf_model *m, const struct tune_args *a,
                             v->name);
         for (int d = 0; d < v->type.rank; d++) {
             const struct gf_dim *x = &v->type.dims[d];
-            int64_t size = x->value >= 0 ? x->value : cli_dim_size(a->dims, a->n_dims, x->param, -1);
+            int64_t size = x->value >= 0 ? x->value
+                                         : cli_dim_size(a->dims, a->n_dims, x->param, -1);
             if (size < 0)
                 return gf_error(GF_ERR_ARG, "input '%s': give the size of %s%s%s with --dim "
                                 "%s=SIZE", v->name, x->param ? "dimension '" : "axis ",
@@ -181,7 +182,7 @@ static bool folded(const struct gf_node *n, const struct gf_tview *in)
     return true;
 }
 
-/* ---- reporting ------------------------------------------------------------------------ */
+/* ---- reporting ------------------------------------------------------------------------------- */
 
 /* Floating-point work of one run of a product (2 M N K per batch), else 0. */
 static double gflop(const struct gf_node *n, const struct gf_tview *in, const struct gf_tview *out)
@@ -223,10 +224,11 @@ static void on_progress(void *ctx, size_t done, size_t total)
 static void describe(struct row *w, struct gf_backend *be)
 {
     const struct gf_kernel *k = w->r.choice.kernel;
+    bool other = strcmp(k->backend, be->ops->name) != 0; /* a CPU kernel won */
     char cfg[200];
     gf_tune_format_config(k, w->r.choice.config, cfg, sizeof(cfg));
-    snprintf(w->choice, sizeof(w->choice), "%s%s%s %s", strcmp(k->backend, be->ops->name) ? k->backend : "",
-             strcmp(k->backend, be->ops->name) ? "/" : "", k->impl, cfg);
+    snprintf(w->choice, sizeof(w->choice), "%s%s%s %s", other ? k->backend : "", other ? "/" : "",
+             k->impl, cfg);
 }
 
 static void print_line(const struct row *w, size_t i, size_t total)
@@ -284,7 +286,7 @@ static void print_table(const struct row *rows, size_t n)
     }
 }
 
-/* ---- tuning ------------------------------------------------------------------------------ */
+/* ---- tuning ---------------------------------------------------------------------------------- */
 
 static void print_warnings(const struct gf_tuner *t, size_t *shown)
 {

@@ -5,9 +5,10 @@
  *
  * One tuning job (gf_tune_node) owns, on the tuned backend, a buffer per
  * input (the caller's host values when it has them, else random values
- * made once on the host), per output and a workspace; with CPU kernels competing on a device backend, a second set
- * on the CPU, filled from the device's inputs on each run so that the
- * copies count in the CPU kernels' time.
+ * made once on the host), per output and a workspace; with CPU kernels
+ * competing on a device backend, a second set on the CPU, filled from the
+ * device's inputs on each run so that the copies count in the CPU
+ * kernels' time.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -25,9 +26,9 @@
 #define DEFAULT_SAMPLE_MS 1.0
 #define MAX_REPS 10000   /* kernel runs per timing sample */
 #define CUTOFF 4.0       /* a candidate this many times slower than the best is not timed further */
-#define MIN_GAIN 0.99    /* a candidate replaces the default only when this much faster */
+#define MIN_GAIN 0.97    /* a candidate replaces the default only when 3% faster: not noise */
 
-/* ---- configuration spaces ------------------------------------------------------------ */
+/* ---- configuration spaces -------------------------------------------------------------------- */
 
 size_t gf_tune_space_size(const struct gf_kernel *k)
 {
@@ -58,7 +59,7 @@ char *gf_tune_format_config(const struct gf_kernel *k, const int *config, char *
     return buf;
 }
 
-/* ---- keys ------------------------------------------------------------------------------- */
+/* ---- keys ------------------------------------------------------------------------------------ */
 
 /* A bounded string that hashes everything appended (FNV-1a): when too
  * long, it ends in "#<hash of the whole>". */
@@ -208,7 +209,7 @@ static void make_key(struct gf_backend *be, const struct gf_node *n, const struc
     sb_end(&b);
 }
 
-/* ---- which kernels compete ------------------------------------------------------------ */
+/* ---- which kernels compete ------------------------------------------------------------------- */
 
 /* Views the registry and `supports` see: present inputs get a non-NULL data. */
 static void match_views(const struct gf_tview *in, size_t n_in, struct gf_tview *v)
@@ -242,7 +243,7 @@ size_t gf_tune_count_candidates(const struct gf_backend *be, const struct gf_nod
     return total;
 }
 
-/* ---- a tuning job: buffers ---------------------------------------------------------------- */
+/* ---- a tuning job: buffers ------------------------------------------------------------------- */
 
 /* Buffers of one backend. */
 struct side {
@@ -413,7 +414,7 @@ static enum gf_status job_init(struct job *j, struct gf_backend *be, const struc
     return st;
 }
 
-/* ---- running a candidate ---------------------------------------------------------------------- */
+/* ---- running a candidate --------------------------------------------------------------------- */
 
 static bool on_cpu_side(const struct job *j, const struct gf_kernel *k)
 {
@@ -478,7 +479,7 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* ---- checking ----------------------------------------------------------------------------------- */
+/* ---- checking -------------------------------------------------------------------------------- */
 
 /* Allowed max |got - ref| / max |ref| per element type. */
 static double tolerance(enum gf_dtype dt)
@@ -642,7 +643,7 @@ static size_t pick(const struct gf_kernel *const *ks, size_t nk, const struct gf
     return n;
 }
 
-/* ---- the tuning core ----------------------------------------------------------------------------- */
+/* ---- the tuning core ------------------------------------------------------------------------- */
 
 static enum gf_status reference(struct job *j, const struct gf_kernel *ref)
 {
@@ -734,7 +735,7 @@ enum gf_status gf_tune_node(struct gf_backend *be, const struct gf_node *n,
     return st;
 }
 
-/* ---- the tuner: lookup, tune, record ------------------------------------------------------------- */
+/* ---- the tuner: lookup, tune, record --------------------------------------------------------- */
 
 /* Kernels competing for n on be (the registry's list is per thread: copied). */
 static size_t competitors(struct gf_backend *be, const struct gf_node *n,

@@ -28,20 +28,21 @@
  * has NaN; integers exactly); a wrong or failing candidate is rejected and
  * counted.  The others are timed: warm-up runs, then the median of
  * `repeats` samples, each sample running the kernel enough times to last
- * `sample_ms`, synchronized before the clock stops.  Large spaces are
- * sampled: every kernel's default configuration plus random others up to
- * `budget`.
+ * `sample_ms`, synchronized before the clock stops; the default stays
+ * unless a candidate is at least 3% faster.  Large spaces are sampled:
+ * every kernel's default configuration plus random others up to `budget`.
  *
  * The cache (YAML, human readable) holds one entry per key: device name,
  * driver version, graphfuse version, backend, op and domain, input dtypes,
  * input and output shapes (outputs tell apart what shape-like inputs such
- * as Reshape's decide) and the node's attributes.  Entries of other devices and versions are kept when
- * saving (a file may be shared) but not used; those of another graphfuse
- * version are reported once as stale.  A damaged file (YAML error, wrong
- * types), a file that is not a graphfuse cache, a directory or an
- * unreadable path is reported as one warning naming the file (and line)
- * and treated as empty; it is replaced only when new entries are saved,
- * and then kept as FILE.bak.  Saving takes an flock() on FILE.lock,
+ * as Reshape's decide) and the node's attributes.  Entries of other
+ * devices and versions are kept when saving (a file may be shared) but
+ * not used; those of another graphfuse version are reported once as
+ * stale.  A damaged file (YAML error, wrong types) or one that is not a
+ * graphfuse cache is reported as one warning naming the file and line and
+ * treated as empty; it is replaced only when new entries are saved, and
+ * then kept as FILE.bak.  A directory or an unreadable path is reported
+ * and not used.  Saving takes an flock() on FILE.lock (left in place),
  * re-reads the file, merges (this tuner's entries replace those with the
  * same key), writes FILE.tmp.<pid>, fsyncs and renames: two processes
  * tuning at once both keep their entries.

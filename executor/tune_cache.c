@@ -43,7 +43,7 @@
 #define FORMAT 1
 #define MAX_FILE (64u << 20)
 
-/* ---- lists and warnings -------------------------------------------------------- */
+/* ---- lists and warnings ---------------------------------------------------------------------- */
 
 static enum gf_status list_add(struct tc_list *l, const struct tune_entry *e)
 {
@@ -114,7 +114,7 @@ enum gf_status tc_put(struct gf_tuner *t, const struct tune_entry *e)
     return st;
 }
 
-/* ---- reading ----------------------------------------------------------------------- */
+/* ---- reading --------------------------------------------------------------------------------- */
 
 struct reader {
     const char *path;
@@ -345,7 +345,7 @@ static int read_file(const char *path, struct tc_list *out, char *why, size_t wh
     return rc;
 }
 
-/* ---- the tuner object ----------------------------------------------------------------- */
+/* ---- the tuner object ------------------------------------------------------------------------ */
 
 static void default_path(char *buf, size_t len)
 {
@@ -424,7 +424,7 @@ size_t gf_tuner_recorded(const struct gf_tuner *t)
     return t->mine.n;
 }
 
-/* ---- writing ---------------------------------------------------------------------------- */
+/* ---- writing --------------------------------------------------------------------------------- */
 
 static bool emit(yaml_emitter_t *em, yaml_event_t *ev, int ok)
 {

@@ -80,6 +80,19 @@ lacks "$tmp/out" "cache: " "cached (nothing written)"
 expect 0 "--force" -- tune $small --tune-cache "$c" --force
 lacks "$tmp/out" ", cached" "--force"
 
+# run uses the cache (given, or the default), --autotune tunes what it lacks
+run() { "$gf" run "$model" --random-inputs --backend opencl "$@"; }
+other="--dim M=8 --dim K=40 --dim N=56"
+expect 0 "run with the cache" -- run $small --tune-cache "$c"
+contains "$tmp/err" "1 node uses tuned kernels (1 from $c, 0 tuned now)" "run with the cache"
+expect 0 "run, default cache" -- run $small
+contains "$tmp/err" "(1 from $tmp/default.yaml" "run, default cache"
+expect 0 "run without an entry" -- run $other --tune-cache "$c"
+lacks "$tmp/err" "tuned kernels" "run without an entry"
+expect 0 "run --autotune" -- run $other --tune-cache "$c" --autotune
+contains "$tmp/err" "(0 from $c, 1 tuned now)" "run --autotune"
+contains "$c" "shapes: 8x40,40x56->8x56" "run --autotune"
+
 # a damaged cache: one warning naming file and line, replaced, .bak kept
 printf 'format: 1\nentries:\n- device: [unclosed\n' >"$tmp/bad.yaml"
 expect 0 "damaged cache" -- tune $small --tune-cache "$tmp/bad.yaml"

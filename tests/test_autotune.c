@@ -26,7 +26,7 @@
 
 static char dir[256];
 
-/* ---- fake kernels of Add (float a + b, same shapes) ----------------------------------- */
+/* ---- fake kernels of Add (float a + b, same shapes) ------------------------------------------ */
 
 static void spin_ms(double ms)
 {
@@ -93,7 +93,7 @@ static enum gf_status big_run(const struct gf_kernel_args *a)
 static const struct gf_kernel k_big = {.op = GF_OP_ADD, .backend = "cpu", .impl = "big",
                                        .run = big_run, .n_knobs = 3, .knobs = big_knobs};
 
-/* ---- one Add node and its views ------------------------------------------------------- */
+/* ---- one Add node and its views -------------------------------------------------------------- */
 
 struct fixture {
     struct gf_model *m;
@@ -134,7 +134,7 @@ static bool has_warning(const struct gf_tuner *t, const char *text)
 
 static const struct gf_tune_opts quick = {.repeats = 3, .warmup = 1, .sample_ms = 0.5};
 
-/* ---- configuration spaces ------------------------------------------------------------- */
+/* ---- configuration spaces -------------------------------------------------------------------- */
 
 static void test_space(void **state)
 {
@@ -162,7 +162,7 @@ static void test_space(void **state)
     assert_string_equal(gf_tune_format_config(&k_plain, NULL, buf, sizeof(buf)), "default");
 }
 
-/* ---- the tuning core --------------------------------------------------------------------- */
+/* ---- the tuning core ------------------------------------------------------------------------- */
 
 static void test_choose_fastest_correct(void **state)
 {
@@ -259,7 +259,7 @@ static void test_registry_matmul(void **state)
     gf_model_free(f.m);
 }
 
-/* ---- the cache ------------------------------------------------------------------------------ */
+/* ---- the cache ------------------------------------------------------------------------------- */
 
 static const char *other_device(const struct gf_backend *be)
 {
@@ -301,7 +301,8 @@ static struct gf_tune_result tune_into(const char *path, struct fixture *f)
     assert_int_equal(gf_tuner_open(path, &t), GF_OK);
     assert_int_equal(gf_tune_node(gf_backend_get("cpu"), f->n, f->in, 2, f->out, 1, ks, 2,
                                   &k_plain, &quick, &r), GF_OK);
-    assert_int_equal(gf_tuner_record(t, gf_backend_get("cpu"), f->n, f->in, 2, f->out, 1, &r), GF_OK);
+    assert_int_equal(gf_tuner_record(t, gf_backend_get("cpu"), f->n, f->in, 2, f->out, 1, &r),
+                     GF_OK);
     assert_int_equal(gf_tuner_save(t), GF_OK);
     gf_tuner_free(t);
     return r;
@@ -410,7 +411,8 @@ static void damaged(const char *name, const char *text, size_t len, const char *
     if (gf_tuner_warning_count(t) != 1 || !has_warning(t, path) || !has_warning(t, why))
         fail_msg("%s: expected one warning with '%s', got %zu: %s", name, why,
                  gf_tuner_warning_count(t), gf_tuner_warning(t, 0));
-    assert_false(gf_tuner_lookup_in(t, gf_backend_get("cpu"), f.n, f.in, 2, f.out, 1, ks, 2, &c, NULL));
+    assert_false(gf_tuner_lookup_in(t, gf_backend_get("cpu"), f.n, f.in, 2, f.out, 1, ks, 2, &c,
+                                    NULL));
     assert_int_equal(gf_tuner_save(t), GF_OK); /* nothing recorded: the file stays */
     assert_int_equal(access(bak, F_OK), -1);
     gf_tuner_free(t);
@@ -490,7 +492,7 @@ static void test_bad_paths(void **state)
     gf_model_free(f.m);
 }
 
-/* ---- two processes saving into one file ------------------------------------------------------- */
+/* ---- two processes saving into one file ------------------------------------------------------ */
 
 #define PER_PROC 12
 
@@ -537,7 +539,8 @@ static void test_concurrent_writers(void **state)
             struct fixture f;
             struct gf_tune_choice c;
             make_node(&f, 100 * w + i, 1);
-            if (!gf_tuner_lookup_in(t, gf_backend_get("cpu"), f.n, f.in, 2, f.out, 1, ks, 2, &c, NULL))
+            if (!gf_tuner_lookup_in(t, gf_backend_get("cpu"), f.n, f.in, 2, f.out, 1, ks, 2, &c,
+                                    NULL))
                 fail_msg("entry %d of writer %d is lost", i, w);
             gf_model_free(f.m);
         }

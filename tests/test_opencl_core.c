@@ -99,9 +99,8 @@ static void test_memory(void **state)
     assert_memory_equal(dst, src, 3 * al);
     /* an empty view is NULL, with nothing to release */
     assert_null(be->ops->view(be, block, 0, 0));
-    void *views[] = {v, vv, v2, w, tail};
-    for (size_t i = 0; i < 5; i++)
-        be->ops->view_release(be, views[i]);
+    /* views live as long as their block (no view_release: see backend.c) */
+    assert_null(be->ops->view_release);
     be->ops->release(be, block);
     free(src);
     free(dst);

@@ -286,6 +286,5 @@ int main(void)
         cmocka_unit_test_teardown(test_errors, teardown),
         cmocka_unit_test_teardown(test_supports, teardown),
     };
-    if (getenv("T")) cmocka_set_test_filter(getenv("T")); /*DEVTMP*/
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

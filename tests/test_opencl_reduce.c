@@ -641,6 +641,5 @@ int main(void)
         cmocka_unit_test_teardown(test_loss_deterministic, teardown),
         cmocka_unit_test_teardown(test_loss_bad_label, teardown),
     };
-    if (getenv("T")) cmocka_set_test_filter(getenv("T")); /*DEVTMP*/
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -446,7 +446,11 @@ const struct gf_backend_ops gf_opencl_ops = {
     .sync = ocl_sync,
     .device_name = ocl_device_name,
     .view = ocl_view,
-    .view_release = ocl_release,
+    /* Views are not released one by one: NVIDIA's OpenCL (driver 580)
+     * segfaults inside clReleaseMemObject on a sub-buffer of a training
+     * plan.  A sub-buffer is freed with its parent at exit, so a replaced
+     * plan's block stays allocated until then (README, "Backends"). */
+    .view_release = NULL,
     .copy = ocl_copy,
     .list_devices = ocl_list_devices,
     .driver_version = ocl_driver_version,

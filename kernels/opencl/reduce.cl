@@ -146,6 +146,8 @@ inline int red_koff(const red_geom *g, int o)
 
 inline int red_roff(const red_geom *g, int r)
 {
+    if (g->nr == 1) /* the usual case: no division */
+        return r * g->rstr[0];
     int off = 0;
     for (int i = g->nr - 1; i >= 0; i--) {
         off += r % g->rdim[i] * g->rstr[i];
