@@ -48,4 +48,15 @@ extern const struct gf_kernel_table gf_cpu_matmul_table;      /* cpu/matmul.c */
 extern const struct gf_kernel_table gf_cpu_grad_table;        /* cpu/grad.c (backward ops) */
 extern const struct gf_kernel_table gf_cpu_fused_grad_table;  /* cpu/fused_grad.c */
 
+/* Shape logic of the layout ops, shared with other backends (cpu/layout.c). */
+/* axis in [-rank, rank) made non-negative; an error naming `what` otherwise. */
+enum gf_status gf_norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
+                            int rank, int *out);
+/* Reshape's target dims from `shape` (0 copies, one -1 inferred). */
+enum gf_status gf_reshape_dims(const struct gf_kernel_args *a, const int64_t *shape, size_t n,
+                               int64_t *dims);
+/* Squeeze / Unsqueeze axes normalized against rank, no repeats, marked in hit. */
+enum gf_status gf_axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
+                            int rank, bool hit[GF_MAX_RANK]);
+
 #endif

@@ -151,7 +151,7 @@ static enum gf_status check_dtype(const struct gf_kernel_args *a, const char *wh
 }
 
 /* Normalizes axis (in [-rank, rank-1]) into *out. */
-static enum gf_status norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
+enum gf_status gf_norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
                                 int rank, int *out)
 {
     *out = 0;
@@ -694,7 +694,7 @@ static enum gf_status finish_copy(const struct gf_kernel_args *a, int rank, cons
 
 /* Reshape's target shape: 0 copies the input dimension (unless allowzero),
  * one -1 is inferred. */
-static enum gf_status reshape_dims(const struct gf_kernel_args *a, const int64_t *shape,
+enum gf_status gf_reshape_dims(const struct gf_kernel_args *a, const int64_t *shape,
                                    size_t n, int64_t *dims)
 {
     const struct gf_tview *x = &a->in[0];
@@ -744,7 +744,7 @@ static enum gf_status run_reshape(const struct gf_kernel_args *a)
     if (n > GF_MAX_RANK)
         return gf_kernel_error(a, GF_ERR_INVALID, "shape has %zu entries; rank %d at most", n,
                                GF_MAX_RANK);
-    if ((st = reshape_dims(a, shape, n, dims)))
+    if ((st = gf_reshape_dims(a, shape, n, dims)))
         return st;
     return finish_copy(a, (int)n, dims);
 }
@@ -766,13 +766,13 @@ static enum gf_status run_flatten(const struct gf_kernel_args *a)
 
 /* Squeeze / Unsqueeze axes (input 1 from opset 13, attribute before),
  * normalized against `rank` with no repeats, marked in `hit`. */
-static enum gf_status axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
+enum gf_status gf_axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
                                 int rank, bool hit[GF_MAX_RANK])
 {
     memset(hit, 0, GF_MAX_RANK * sizeof(bool));
     for (size_t i = 0; i < n; i++) {
         int ax;
-        enum gf_status st = norm_axis(a, "axis", axes[i], rank, &ax);
+        enum gf_status st = gf_norm_axis(a, "axis", axes[i], rank, &ax);
         if (st)
             return st;
         if (hit[ax])
@@ -790,7 +790,7 @@ static enum gf_status run_squeeze(const struct gf_kernel_args *a)
     bool given, hit[GF_MAX_RANK];
     enum gf_status st = require_inputs(a, 1);
     if (st || (st = int_list(a, 1, "axes", "axes", axes, &n, &given)) ||
-        (st = axes_mask(a, axes, n, x->rank, hit)))
+        (st = gf_axes_mask(a, axes, n, x->rank, hit)))
         return st;
     int r = 0;
     for (int k = 0; k < x->rank; k++) {
@@ -817,7 +817,7 @@ static enum gf_status run_unsqueeze(const struct gf_kernel_args *a)
     int r = x->rank + (int)n; /* output rank */
     if (r > GF_MAX_RANK)
         return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", r, GF_MAX_RANK);
-    if ((st = axes_mask(a, axes, n, r, hit)))
+    if ((st = gf_axes_mask(a, axes, n, r, hit)))
         return st;
     for (int k = 0, j = 0; k < r; k++)
         dims[k] = hit[k] ? 1 : x->dims[j++];
@@ -905,7 +905,7 @@ static enum gf_status run_slice(const struct gf_kernel_args *a)
     }
     for (size_t i = 0; i < ns; i++) {
         int ax;
-        if ((st = norm_axis(a, "axis", has_axes ? axes[i] : (int64_t)i, r, &ax)))
+        if ((st = gf_norm_axis(a, "axis", has_axes ? axes[i] : (int64_t)i, r, &ax)))
             return st;
         if (done[ax])
             return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is sliced twice", ax);
@@ -1047,7 +1047,7 @@ static enum gf_status pad_amounts(const struct gf_kernel_args *a, int64_t *pb, i
     memset(pe, 0, (size_t)r * sizeof(*pe));
     for (size_t i = 0; i < na; i++) {
         int ax;
-        if ((st = norm_axis(a, "axis", axes[i], r, &ax)))
+        if ((st = gf_norm_axis(a, "axis", axes[i], r, &ax)))
             return st;
         if (seen[ax])
             return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
@@ -1125,7 +1125,7 @@ static enum gf_status run_concat(const struct gf_kernel_args *a)
     if (!gf_node_attr(a->node, "axis") && node_opset(a->node) >= 4)
         return gf_kernel_error(a, GF_ERR_INVALID, "attribute 'axis' is missing");
     int r = x0->rank, ax;
-    if ((st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 1), r, &ax)))
+    if ((st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 1), r, &ax)))
         return st;
     int64_t dims[GF_MAX_RANK];
     memcpy(dims, x0->dims, sizeof(dims));
@@ -1199,7 +1199,7 @@ static enum gf_status run_split(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     enum gf_status st = require_inputs(a, 1);
     int ax;
-    if (st || (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+    if (st || (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
         return st;
     if (a->n_out == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "no outputs");
@@ -1300,7 +1300,7 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
     enum gf_status st = require_inputs(a, 2);
     int ax;
-    if (st || (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+    if (st || (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
         return st;
     int r = x->rank, q = ind->rank;
     if (r - 1 + q > GF_MAX_RANK)
@@ -1334,7 +1334,7 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
 static enum gf_status check_elements(const struct gf_kernel_args *a, int *ax)
 {
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
-    enum gf_status st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, ax);
+    enum gf_status st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, ax);
     if (st)
         return st;
     if (ind->rank != x->rank)
@@ -1726,7 +1726,7 @@ static enum gf_status run_one_hot(const struct gf_kernel_args *a)
     int R = ind->rank + 1, ax;
     if (R > GF_MAX_RANK)
         return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", R, GF_MAX_RANK);
-    if ((st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", -1), R, &ax)))
+    if ((st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", -1), R, &ax)))
         return st;
     /* out: [outer, D, inner], indices: [outer, inner] */
     int64_t dims[GF_MAX_RANK];

@@ -134,17 +134,6 @@ static enum gf_status check_dtype(const struct gf_kernel_args *a, const char *wh
                            gf_dtype_name(want));
 }
 
-static enum gf_status norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
-                                int rank, int *out)
-{
-    *out = 0;
-    if (axis < -rank || axis >= rank)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s %" PRId64 " is out of range [%d, %d]", what,
-                               axis, -rank, rank - 1);
-    *out = (int)(axis < 0 ? axis + rank : axis);
-    return GF_OK;
-}
-
 /* An int list from input `slot`'s host copy when given, else from
  * attribute `attr` (NULL: none).  *given: either was there. */
 static enum gf_status int_list(const struct gf_kernel_args *a, size_t slot, const char *attr,
@@ -264,45 +253,6 @@ static enum gf_status finish_copy(const struct gf_kernel_args *a, int rank, cons
     return st;
 }
 
-/* Reshape's target shape: 0 copies the input dimension (unless allowzero),
- * one -1 is inferred. */
-static enum gf_status reshape_dims(const struct gf_kernel_args *a, const int64_t *shape,
-                                   size_t n, int64_t *dims)
-{
-    const struct gf_tview *x = &a->in[0];
-    bool allowzero = gf_node_attr_int(a->node, "allowzero", 0) != 0;
-    int neg = -1;
-    int64_t known = 1;
-    for (int i = 0; i < (int)n; i++) {
-        int64_t v = shape[i];
-        if (v == 0 && !allowzero) {
-            if (i >= x->rank)
-                return gf_kernel_error(a, GF_ERR_INVALID, "shape[%d] is 0 (copy input dimension"
-                                       " %d) but the input has rank %d", i, i, x->rank);
-            v = x->dims[i];
-        }
-        if (v == -1 && neg >= 0)
-            return gf_kernel_error(a, GF_ERR_INVALID, "shape has more than one -1");
-        if (v == -1) {
-            neg = i;
-            continue;
-        }
-        if (v < -1 || __builtin_mul_overflow(known, v, &known))
-            return gf_kernel_error(a, GF_ERR_INVALID, "shape[%d] = %" PRId64 " is invalid", i, v);
-        dims[i] = v;
-    }
-    if (neg >= 0) {
-        if (known == 0 || x->nelem % (uint64_t)known)
-            return gf_kernel_error(a, GF_ERR_INVALID, "cannot infer the -1 of shape: %zu elements"
-                                   " are not a multiple of %" PRId64, x->nelem, known);
-        dims[neg] = (int64_t)x->nelem / known;
-    } else if ((uint64_t)known != x->nelem) {
-        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %" PRId64 " elements but the input"
-                               " has %zu", known, x->nelem);
-    }
-    return GF_OK;
-}
-
 static enum gf_status run_reshape(const struct gf_kernel_args *a)
 {
     int64_t shape[MAX_INTS], dims[GF_MAX_RANK];
@@ -316,7 +266,7 @@ static enum gf_status run_reshape(const struct gf_kernel_args *a)
     if (n > GF_MAX_RANK)
         return gf_kernel_error(a, GF_ERR_INVALID, "shape has %zu entries; rank %d at most", n,
                                GF_MAX_RANK);
-    if ((st = reshape_dims(a, shape, n, dims)))
+    if ((st = gf_reshape_dims(a, shape, n, dims)))
         return st;
     return finish_copy(a, (int)n, dims);
 }
@@ -336,22 +286,6 @@ static enum gf_status run_flatten(const struct gf_kernel_args *a)
     return finish_copy(a, 2, dims);
 }
 
-static enum gf_status axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
-                                int rank, bool hit[GF_MAX_RANK])
-{
-    memset(hit, 0, GF_MAX_RANK * sizeof(bool));
-    for (size_t i = 0; i < n; i++) {
-        int ax;
-        enum gf_status st = norm_axis(a, "axis", axes[i], rank, &ax);
-        if (st)
-            return st;
-        if (hit[ax])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
-        hit[ax] = true;
-    }
-    return GF_OK;
-}
-
 static enum gf_status run_squeeze(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
@@ -360,7 +294,7 @@ static enum gf_status run_squeeze(const struct gf_kernel_args *a)
     bool given, hit[GF_MAX_RANK];
     enum gf_status st = require_inputs(a, 1);
     if (st || (st = int_list(a, 1, "axes", "axes", axes, &n, &given)) ||
-        (st = axes_mask(a, axes, n, x->rank, hit)))
+        (st = gf_axes_mask(a, axes, n, x->rank, hit)))
         return st;
     int r = 0;
     for (int k = 0; k < x->rank; k++) {
@@ -387,7 +321,7 @@ static enum gf_status run_unsqueeze(const struct gf_kernel_args *a)
     int r = x->rank + (int)n;
     if (r > GF_MAX_RANK)
         return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", r, GF_MAX_RANK);
-    if ((st = axes_mask(a, axes, n, r, hit)))
+    if ((st = gf_axes_mask(a, axes, n, r, hit)))
         return st;
     for (int k = 0, j = 0; k < r; k++)
         dims[k] = hit[k] ? 1 : x->dims[j++];
@@ -514,7 +448,7 @@ static enum gf_status slice_plan(const struct gf_kernel_args *a, size_t base, in
     }
     for (size_t i = 0; i < ns; i++) {
         int ax;
-        if ((st = norm_axis(a, "axis", has_axes ? axes[i] : (int64_t)i, r, &ax)))
+        if ((st = gf_norm_axis(a, "axis", has_axes ? axes[i] : (int64_t)i, r, &ax)))
             return st;
         if (done[ax])
             return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is sliced twice", ax);
@@ -585,7 +519,7 @@ static enum gf_status run_concat(const struct gf_kernel_args *a)
     if (st || a->n_in == 0)
         return st ? st : gf_kernel_error(a, GF_ERR_INVALID, "no inputs");
     int r = x0->rank, ax;
-    if ((st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 1), r, &ax)))
+    if ((st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 1), r, &ax)))
         return st;
     int64_t dims[GF_MAX_RANK];
     memcpy(dims, x0->dims, sizeof(dims));
@@ -662,7 +596,7 @@ static enum gf_status run_split(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     enum gf_status st = require_inputs(a, 1);
     int ax;
-    if (st || (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+    if (st || (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
         return st;
     if (a->n_out == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "no outputs");
@@ -770,7 +704,7 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
     enum gf_status st = require_inputs(a, 2);
     int ax;
-    if (st || (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+    if (st || (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
         return st;
     int r = x->rank, q = ind->rank;
     if (r - 1 + q > GF_MAX_RANK)
@@ -884,7 +818,7 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     const struct gf_tview *g = &a->in[0], *o = &a->out[0], *ind = &a->in[2];
     int ax;
     if ((st = check_dtype(a, "output 0", o->dtype, g->dtype)) ||
-        (st = norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), o->rank, &ax)))
+        (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), o->rank, &ax)))
         return st;
     if (!is_index_type(ind->dtype))
         return gf_kernel_error(a, GF_ERR_INVALID, "indices (input 2) must be int32 or int64");
