@@ -439,4 +439,13 @@ static inline bool fu_axis(int64_t axis, int rank, int *out)
     return true;
 }
 
+/* Cross-entropy attributes and labels, shared by the backends (cpu/fused_loss.c). */
+enum reduction { RED_NONE, RED_SUM, RED_MEAN };
+/* reduction, shift (0 or 1) and ignore_index (has_ii: given) of a node. */
+enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
+                           bool *has_ii, int64_t *ii);
+/* Input i is int32 / int64 labels of shape dims[rank]. */
+enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
+                                    const int64_t *dims);
+
 #endif

@@ -151,11 +151,8 @@ static double counted_weight(const struct labels *l, size_t n_pos, const struct 
     return sum;
 }
 
-enum reduction { RED_NONE, RED_SUM, RED_MEAN };
-
-/* reduction, shift and ignore_index of a cross-entropy node. */
-static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red,
-                               bool *shift, struct labels *l)
+enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
+                           bool *has_ii, int64_t *ii)
 {
     const char *r = gf_node_attr_string(a->node, "reduction", "mean");
     if (strcmp(r, "none") == 0)
@@ -171,13 +168,18 @@ static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *r
     if (s != 0 && s != 1)
         return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)s);
     *shift = s;
-    l->has_ii = gf_node_attr(a->node, "ignore_index") != NULL;
-    l->ii = gf_node_attr_int(a->node, "ignore_index", 0);
+    *has_ii = gf_node_attr(a->node, "ignore_index") != NULL;
+    *ii = gf_node_attr_int(a->node, "ignore_index", 0);
     return GF_OK;
 }
 
-/* Labels: int32 / int64 of shape dims[rank]. */
-static enum gf_status check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
+static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red,
+                               bool *shift, struct labels *l)
+{
+    return fu_ce_attrs(a, red, shift, &l->has_ii, &l->ii);
+}
+
+enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
                                         const int64_t *dims)
 {
     enum gf_status st = fu_check_in(a, i, "label T", GF_UNDEFINED);
@@ -289,7 +291,7 @@ static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, str
         *lrank = 1;
         ldims[0] = (int64_t)*n_pos;
         pdims[0] = (int64_t)*n_pos, pdims[1] = x->dims[2];
-        return check_label_shape(a, 1, 2, x->dims);
+        return fu_check_label_shape(a, 1, 2, x->dims);
     }
     if (x->rank < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "logits L must be [N, C, d...], got %s",
@@ -303,7 +305,7 @@ static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, str
         ldims[i - 1] = x->dims[i];
     }
     *n_pos = (size_t)x->dims[0] * c->d;
-    return check_label_shape(a, 1, *lrank, ldims);
+    return fu_check_label_shape(a, 1, *lrank, ldims);
 }
 
 static enum gf_status sce_run(const struct gf_kernel_args *a)
@@ -643,7 +645,7 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     if (st == GF_OK)
         st = lce_shapes(a, shift, c, &lrank, ldims);
     if (st == GF_OK)
-        st = check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
+        st = fu_check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
     if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
         (a->in[3].nelem != c->v || a->in[3].rank < 1 ||
          a->in[3].dims[a->in[3].rank - 1] != (int64_t)c->v))
@@ -1012,7 +1014,7 @@ static enum gf_status jsd_run(const struct gf_kernel_args *a)
     if (st == GF_OK && !(c.beta >= 0 && c.beta <= 1))
         st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", c.beta);
     bool labels = fu_has(a, 2);
-    if (st == GF_OK && labels && (st = check_label_shape(a, 2, x->rank - 1, x->dims)) == GF_OK)
+    if (st == GF_OK && labels && (st = fu_check_label_shape(a, 2, x->rank - 1, x->dims)) == GF_OK)
         c.t = &a->in[2];
     if (st == GF_OK)
         st = fu_check_out(a, 0, x->dtype, 0, NULL);

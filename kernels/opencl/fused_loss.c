@@ -54,8 +54,6 @@ static const struct gf_config_knob knobs[] = {
 
 /* ---- labels and reductions (as kernels/cpu/fused_loss.c) ---------------------------- */
 
-enum reduction { RED_NONE, RED_SUM, RED_MEAN };
-
 struct labels {
     const struct gf_tview *t;
     size_t slot;     /* input index of T */
@@ -125,37 +123,7 @@ static enum gf_status check_labels_device(const struct gf_kernel_args *a, const 
 static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
                                struct labels *l)
 {
-    const char *r = gf_node_attr_string(a->node, "reduction", "mean");
-    if (strcmp(r, "none") == 0)
-        *red = RED_NONE;
-    else if (strcmp(r, "sum") == 0)
-        *red = RED_SUM;
-    else if (strcmp(r, "mean") == 0)
-        *red = RED_MEAN;
-    else
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
-                               r);
-    int64_t s = gf_node_attr_int(a->node, "shift", 0);
-    if (s != 0 && s != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)s);
-    *shift = s;
-    l->has_ii = gf_node_attr(a->node, "ignore_index") != NULL;
-    l->ii = gf_node_attr_int(a->node, "ignore_index", 0);
-    return GF_OK;
-}
-
-static enum gf_status check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
-                                        const int64_t *dims)
-{
-    enum gf_status st = fu_check_in(a, i, "label T", GF_UNDEFINED);
-    const struct gf_tview *t = &a->in[i];
-    if (st == GF_OK && t->dtype != GF_INT32 && t->dtype != GF_INT64)
-        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) is %s, expected int32 or "
-                               "int64", i, gf_dtype_name(t->dtype));
-    if (st == GF_OK && !fu_same_shape(t, rank, dims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) has shape %s, expected %s",
-                               i, FU_SHAPE(t), FU_DIMS(rank, dims));
-    return st;
+    return fu_ce_attrs(a, red, shift, &l->has_ii, &l->ii);
 }
 
 static enum gf_status check_loss_out(const struct gf_kernel_args *a, enum reduction red,
@@ -246,7 +214,7 @@ static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, str
         *lrank = 1;
         ldims[0] = (int64_t)c->n_pos;
         pdims[0] = (int64_t)c->n_pos, pdims[1] = x->dims[2];
-        return check_label_shape(a, 1, 2, x->dims);
+        return fu_check_label_shape(a, 1, 2, x->dims);
     }
     if (x->rank < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "logits L must be [N, C, d...], got %s",
@@ -260,7 +228,7 @@ static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, str
         ldims[i - 1] = x->dims[i];
     }
     c->n_pos = (size_t)x->dims[0] * c->d;
-    return check_label_shape(a, 1, *lrank, ldims);
+    return fu_check_label_shape(a, 1, *lrank, ldims);
 }
 
 static enum gf_status sce_check(const struct gf_kernel_args *a, struct sce *c)
@@ -581,7 +549,7 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c)
     if (st == GF_OK)
         st = lce_tiles(a, c);
     if (st == GF_OK)
-        st = check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
+        st = fu_check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
     if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
         (a->in[3].nelem != c->v || a->in[3].rank < 1 ||
          a->in[3].dims[a->in[3].rank - 1] != (int64_t)c->v))
@@ -860,7 +828,7 @@ static enum gf_status jsd_check(const struct gf_kernel_args *a, float *beta, int
     if (st == GF_OK && !(b >= 0 && b <= 1))
         st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", b);
     if (st == GF_OK && fu_has(a, 2))
-        st = check_label_shape(a, 2, x->rank - 1, x->dims);
+        st = fu_check_label_shape(a, 2, x->rank - 1, x->dims);
     if (st == GF_OK)
         st = fu_check_out(a, 0, x->dtype, 0, NULL);
     if (st == GF_OK) {
