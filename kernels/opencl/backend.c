@@ -58,6 +58,16 @@ struct gf_cl_prog {
     struct gf_cl_prog *next;
 };
 
+const char *gf_cl_storage_opt(enum gf_dtype dt)
+{
+    switch (dt) {
+    case GF_FLOAT: return "";
+    case GF_FLOAT16: return "-DGF_STORE_F16";
+    case GF_BFLOAT16: return "-DGF_STORE_BF16";
+    default: return NULL;
+    }
+}
+
 const char *gf_cl_source(const char *file)
 {
     for (size_t i = 0; i < gf_cl_n_sources; i++)
@@ -605,13 +615,9 @@ static cl_program build_from_binary(struct gf_cl *cl, const unsigned char *bin, 
     return prog;
 }
 
-static cl_program build_program(struct gf_cl *cl, const char *file, const char *user_opts)
+static cl_program build_text(struct gf_cl *cl, const char *file, const char *src,
+                             const char *user_opts)
 {
-    const char *src = gf_cl_source(file);
-    if (!src) {
-        gf_error(GF_ERR_INTERNAL, "OpenCL program %s is not embedded in this build", file);
-        return NULL;
-    }
     /* exact math: IEEE division and sqrt where the device offers them (the
      * default allows 2.5 / 3 ulp), no fast-math options */
     cl_device_fp_config fp = 0;
@@ -643,6 +649,37 @@ static cl_program build_program(struct gf_cl *cl, const char *file, const char *
     cl->n_built++;
     if (cached)
         cache_write(prog, path);
+    return prog;
+}
+
+/* The text of program `file`: storage.cl (the storage type macros) followed
+ * by the file's own source; malloc'd, NULL with gf_error set. */
+static char *program_text(const char *file)
+{
+    const char *common = gf_cl_source("storage.cl"), *own = gf_cl_source(file);
+    if (!common || !own) {
+        gf_error(GF_ERR_INTERNAL, "OpenCL program %s is not embedded in this build",
+                 own ? "storage.cl" : file);
+        return NULL;
+    }
+    size_t n1 = strlen(common), n2 = strlen(own);
+    char *text = malloc(n1 + n2 + 1);
+    if (!text) {
+        gf_error(GF_ERR_NOMEM, "out of memory building OpenCL program %s", file);
+        return NULL;
+    }
+    memcpy(text, common, n1);
+    memcpy(text + n1, own, n2 + 1);
+    return text;
+}
+
+static cl_program build_program(struct gf_cl *cl, const char *file, const char *user_opts)
+{
+    char *text = program_text(file);
+    if (!text)
+        return NULL;
+    cl_program prog = build_text(cl, file, text, user_opts);
+    free(text);
     return prog;
 }
 

@@ -71,6 +71,11 @@ enum gf_status gf_cl_fail(const struct gf_kernel_args *a, const char *what);
 /* "CL_OUT_OF_RESOURCES" for an error code. */
 const char *gf_cl_strerror(cl_int err);
 
+/* The build option selecting the storage type of float tensors of dtype dt
+ * in a program (storage.cl: store_t, LD/ST/LD4/ST4): "" for float,
+ * "-DGF_STORE_F16", "-DGF_STORE_BF16"; NULL for any other dtype. */
+const char *gf_cl_storage_opt(enum gf_dtype dt);
+
 /* The embedded source of a .cl file (build/gen/cl_sources.c), or NULL. */
 const char *gf_cl_source(const char *file);
 
