@@ -163,17 +163,26 @@ $(BUILD)/gen_matmul: tools/gen_matmul.c $(BUILD)/libgraphfuse.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
 
 BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/bench_opencl%,$(wildcard tests/bench_*.c)))
-bench: all $(BENCHES)
+# Then the OpenCL benchmarks: in full on an OpenCL GPU (bench-opencl), else
+# (PoCL) the fused kernels' smoke run, whose sizes are too small to compare.
+bench: all $(BENCHES) $(BUILD)/tests/bench_opencl $(BUILD)/tests/bench_opencl_matmul
 	@set -e; for b in $(BENCHES); do echo "== $$b"; $$b $(BUILD)/bench; done
+	@if $(BUILD)/graphfuse backends | grep -q '(GPU'; then \
+	    $(MAKE) --no-print-directory bench-opencl; \
+	else \
+	    echo "== $(BUILD)/tests/bench_opencl --small (no OpenCL GPU: a smoke run)"; \
+	    $(BUILD)/tests/bench_opencl --small; \
+	fi
 
 # OpenCL kernel benchmarks: the fused kernels' bandwidth (bench_opencl, with
 # $(ARGS): make bench-opencl ARGS="--device H200"; ARGS="--small" for a quick
-# run, e.g. on PoCL), then MatMul 4096^3 over every config (bench_opencl_matmul).
+# run, e.g. on PoCL), then MatMul 4096^3 over every config (bench_opencl_matmul,
+# same $(ARGS); --small: 512^3).
 bench-opencl: all $(BUILD)/tests/bench_opencl $(BUILD)/tests/bench_opencl_matmul
 	@echo "== $(BUILD)/tests/bench_opencl $(ARGS)"
 	@$(BUILD)/tests/bench_opencl $(ARGS)
-	@echo "== $(BUILD)/tests/bench_opencl_matmul $(BUILD)/bench 4096 all"
-	@$(BUILD)/tests/bench_opencl_matmul $(BUILD)/bench 4096 all
+	@echo "== $(BUILD)/tests/bench_opencl_matmul $(ARGS)"
+	@$(BUILD)/tests/bench_opencl_matmul $(ARGS)
 
 $(BUILD)/tests/bench_%: tests/bench_%.c $(BUILD)/libgraphfuse.a
 	@mkdir -p $(dir $@)

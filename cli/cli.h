@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "gf_graph.h"
+#include "gf_passes.h"
 
 /* 0 success, 1 a failed check, 2 bad usage or input, 3 unsupported, 4 bug. */
 enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 };
@@ -30,5 +31,9 @@ struct cli_dim {
 bool cli_parse_dim(const char *s, struct cli_dim *out);
 /* The size given for symbolic dimension `name`, else `fallback`. */
 int64_t cli_dim_size(const struct cli_dim *dims, int n, const char *name, int64_t fallback);
+
+/* Fusion for graphfuse's own executor (run/test/tune --fuse): the default
+ * patterns plus the opt-in ones its kernels run (attention). */
+extern const struct gf_fuse_opts cli_run_fuse_opts;
 
 #endif /* GF_CLI_H */

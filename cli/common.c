@@ -6,6 +6,9 @@
 
 #include "cli.h"
 
+static const char *const run_opt_in[] = {"attention"};
+const struct gf_fuse_opts cli_run_fuse_opts = {.enabled = run_opt_in, .n_enabled = 1};
+
 int cli_exit_code(enum gf_status st)
 {
     switch (st) {

@@ -51,10 +51,6 @@ static enum gf_status optimize_model(struct gf_model *m, const char *path,
     return st;
 }
 
-/* run/test --fuse optimize in memory for graphfuse itself, so the opt-in
- * patterns (attention) apply too. */
-static const char *const run_opt_in[] = {"attention"};
-static const struct gf_fuse_opts run_fuse_opts = {.enabled = run_opt_in, .n_enabled = 1};
 
 /* ---- info ----------------------------------------------------------------- */
 
@@ -599,7 +595,7 @@ static int cmd_run(int argc, char **argv)
         return cli_fail(st);
     struct gf_session *s = NULL;
     int rc = 0;
-    if (fuse && (st = optimize_model(m, path, &run_fuse_opts, NULL, NULL)) != GF_OK) {
+    if (fuse && (st = optimize_model(m, path, &cli_run_fuse_opts, NULL, NULL)) != GF_OK) {
         rc = cli_fail(st);
         goto out;
     }
@@ -755,7 +751,7 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse
     int result = 1;
     double worst = 0;
     int sets = 0;
-    if (fuse && (st = optimize_model(m, NULL, &run_fuse_opts, NULL, NULL)) != GF_OK)
+    if (fuse && (st = optimize_model(m, NULL, &cli_run_fuse_opts, NULL, NULL)) != GF_OK)
         goto error;
     if ((st = gf_session_new(m, o, &s)) != GF_OK)
         goto error;

@@ -57,7 +57,7 @@ static bool to_int64(const char *s, int64_t lo, int64_t *out)
 
 
 static const char *const flags[] = {"--nesterov", "--fuse", "--no-fuse", "--no-tie",
-                                    "--profile"};
+                                    "--profile", "--autotune"};
 
 static bool is_flag(const char *a)
 {
@@ -76,6 +76,8 @@ static void flag_option(const char *a, struct train_args *t)
         t->to.fuse = a[2] == 'f';
     else if (strcmp(a, "--no-tie") == 0)
         t->to.no_tie = true;
+    else if (strcmp(a, "--autotune") == 0)
+        t->to.exec.autotune = true;
     else
         t->to.exec.profile = true;
 }
@@ -107,6 +109,8 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         t->to.exec.backend = v;
     else if (strcmp(a, "--device") == 0)
         t->to.exec.device = v;
+    else if (strcmp(a, "--tune-cache") == 0)
+        t->to.exec.tune_cache = v;
     else
         return false;
     return true;
@@ -441,6 +445,8 @@ static int finish(struct train_args *a, struct run *r, int rc)
         rc = EXIT_INPUT;
     }
     r->log = NULL;
+    if (rc == 0)
+        gf_trainer_print_backend(r->t, stdout);
     if (rc == 0 && a->to.exec.profile)
         gf_trainer_print_profile(r->t, stdout);
     enum gf_status st;

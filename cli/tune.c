@@ -393,7 +393,7 @@ int cmd_tune(int argc, char **argv)
         (st = gf_graph_infer_shapes(m->graph)) == GF_OK &&
         (st = gf_pass_cleanup(m->graph, &(struct gf_cleanup_opts){.eval = gf_exec_eval_node},
                               NULL)) == GF_OK)
-        st = gf_pass_fuse(m, NULL, NULL);
+        st = gf_pass_fuse(m, &cli_run_fuse_opts, NULL);
     if (st == GF_OK && !(kn = calloc(m->graph->n_values + 1, sizeof(*kn))))
         st = gf_error(GF_ERR_NOMEM, "out of memory");
     if (st == GF_OK && (st = bind_inputs(m, &a, kn)) != GF_OK)

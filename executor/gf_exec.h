@@ -78,6 +78,8 @@ size_t gf_session_print_fallbacks(const struct gf_session *s, FILE *f);
 size_t gf_session_print_tuning(const struct gf_session *s, FILE *f);
 /* The backend the session runs on (after "auto" was resolved). */
 const char *gf_session_backend(const struct gf_session *s);
+/* The name of the device it runs on ("host" for the CPU). */
+const char *gf_session_device(const struct gf_session *s);
 
 /* Evaluates node n on constant inputs with CPU kernels (a gf_eval_fn: see gf_passes.h). */
 enum gf_status gf_exec_eval_node(struct gf_model *m, const struct gf_node *n,
@@ -246,6 +248,11 @@ int64_t gf_trainer_get_step(const struct gf_trainer *t);
 /* The session profile of the last micro-batch (exec.profile) and its memory:
  * the planned activation block holds forward and backward values. */
 void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f);
+/* The backend the trainer runs on, the nodes that ran on the CPU because it
+ * has no kernel for them (gf_session_print_fallbacks) and the autotuning
+ * notes (gf_session_print_tuning), as lines of f; nothing before the first
+ * step. */
+void gf_trainer_print_backend(const struct gf_trainer *t, FILE *f);
 
 /* Writes the original model (forward graph) with the trained weights,
  * atomically. */

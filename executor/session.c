@@ -101,7 +101,8 @@ struct gf_session {
      * with a choice; counts of the last plan */
     struct gf_tuner *tuner;
     bool tune_off;
-    size_t n_tuned_now, n_tuned_cached;
+    size_t n_tuned_now, n_tuned_cached; /* nodes of the plan tuned now / from the cache */
+    size_t n_tuned_run;                 /* entries tuned by every plan of the session */
     char tune_note[600];
 };
 
@@ -711,6 +712,7 @@ static const struct gf_kernel *tune_step(struct gf_session *s, struct step *st,
                              &r) == GF_OK) {
         c = r.choice;
         s->n_tuned_now++;
+        s->n_tuned_run++;
     } else {
         snprintf(s->tune_note, sizeof(s->tune_note), "autotune: %s", gf_last_error());
         return dk;
@@ -1334,18 +1336,22 @@ size_t gf_session_print_tuning(const struct gf_session *s, FILE *f)
         fprintf(f, "warning: %s\n", gf_tuner_warning(s->tuner, i));
     if (s->tune_note[0] && ++lines)
         fprintf(f, "warning: %s\n", s->tune_note);
-    if (s->n_tuned_now + s->n_tuned_cached && ++lines)
-        fprintf(f, "note: %zu node%s use%s tuned kernels (%zu from %s, %zu tuned now)\n",
-                s->n_tuned_now + s->n_tuned_cached,
-                s->n_tuned_now + s->n_tuned_cached == 1 ? "" : "s",
-                s->n_tuned_now + s->n_tuned_cached == 1 ? "s" : "", s->n_tuned_cached,
-                gf_tuner_path(s->tuner), s->n_tuned_now);
+    size_t used = s->n_tuned_now + s->n_tuned_cached;
+    if (used && ++lines)
+        fprintf(f, "note: %zu node%s use%s tuned kernels from %s (%zu tuned during this run)\n",
+                used, used == 1 ? "" : "s", used == 1 ? "s" : "", gf_tuner_path(s->tuner),
+                s->n_tuned_run);
     return lines;
 }
 
 const char *gf_session_backend(const struct gf_session *s)
 {
     return s->be->ops->name;
+}
+
+const char *gf_session_device(const struct gf_session *s)
+{
+    return s->be->ops->device_name(s->be);
 }
 
 /* ---- comparison ------------------------------------------------------------------------ */

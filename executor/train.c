@@ -559,7 +559,15 @@ int64_t gf_trainer_get_step(const struct gf_trainer *t)
 void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f)
 {
     gf_session_print_profile(t->s, f);
+}
+
+void gf_trainer_print_backend(const struct gf_trainer *t, FILE *f)
+{
+    if (!t->s)
+        return;
+    fprintf(f, "backend: %s on %s\n", gf_session_backend(t->s), gf_session_device(t->s));
     gf_session_print_fallbacks(t->s, f);
+    gf_session_print_tuning(t->s, f);
 }
 
 /* ---- the step ------------------------------------------------------------------- */

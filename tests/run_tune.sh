@@ -84,13 +84,13 @@ lacks "$tmp/out" ", cached" "--force"
 run() { "$gf" run "$model" --random-inputs --backend opencl "$@"; }
 other="--dim M=8 --dim K=40 --dim N=56"
 expect 0 "run with the cache" -- run $small --tune-cache "$c"
-contains "$tmp/err" "1 node uses tuned kernels (1 from $c, 0 tuned now)" "run with the cache"
+contains "$tmp/err" "1 node uses tuned kernels from $c (0 tuned during this run)" "run with the cache"
 expect 0 "run, default cache" -- run $small
-contains "$tmp/err" "(1 from $tmp/default.yaml" "run, default cache"
+contains "$tmp/err" "tuned kernels from $tmp/default.yaml" "run, default cache"
 expect 0 "run without an entry" -- run $other --tune-cache "$c"
 lacks "$tmp/err" "tuned kernels" "run without an entry"
 expect 0 "run --autotune" -- run $other --tune-cache "$c" --autotune
-contains "$tmp/err" "(0 from $c, 1 tuned now)" "run --autotune"
+contains "$tmp/err" "1 node uses tuned kernels from $c (1 tuned during this run)" "run --autotune"
 contains "$c" "shapes: 8x40,40x56->8x56" "run --autotune"
 
 # a damaged cache: one warning naming file and line, replaced, .bak kept

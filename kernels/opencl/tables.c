@@ -6,6 +6,7 @@ extern const struct gf_kernel_table gf_opencl_layout_table;      /* layout.c */
 extern const struct gf_kernel_table gf_opencl_fused_norm_table;  /* fused_norm.c */
 extern const struct gf_kernel_table gf_opencl_fused_act_table;   /* fused_act.c */
 extern const struct gf_kernel_table gf_opencl_fused_loss_table;  /* fused_loss.c */
+extern const struct gf_kernel_table gf_opencl_fused_attn_table;  /* fused_attn.c */
 extern const struct gf_kernel_table gf_opencl_matmul_table;      /* matmul.c */
 extern const struct gf_kernel_table gf_opencl_reduce_table;      /* reduce.c */
 
@@ -15,6 +16,7 @@ const struct gf_kernel_table *const gf_opencl_tables[] = {
     &gf_opencl_fused_norm_table,
     &gf_opencl_fused_act_table,
     &gf_opencl_fused_loss_table,
+    &gf_opencl_fused_attn_table,
     &gf_opencl_matmul_table,
     &gf_opencl_reduce_table,
 };
