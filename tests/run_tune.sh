@@ -65,10 +65,10 @@ tune() { "$gf" tune "$model" --backend opencl --tune-budget 5 --repeats 3 "$@"; 
 expect 0 "opencl tune" -- tune $small --tune-cache "$c"
 contains "$tmp/out" "tune 1/1 matmul (MatMul 48x40,40x56): tiled" "opencl tune"
 contains "$tmp/out" "GFLOP/s def" "opencl tune"
-contains "$tmp/out" "5 of 144 configs tried" "opencl tune"
+contains "$tmp/out" "5 of 72 configs tried" "opencl tune"
 contains "$tmp/out" "cache: $c (1 entry written)" "opencl tune"
 contains "$c" "shapes: 48x40,40x56->48x56" "cache file"
-contains "$c" "config: {tile: " "cache file"
+contains "$c" "config: {tile_m: " "cache file"
 # the default cache path ($GRAPHFUSE_TUNE_CACHE here)
 expect 0 "default cache" -- tune $small
 contains "$tmp/default.yaml" "impl: tiled" "default cache"

@@ -1,9 +1,12 @@
-/* OpenCL kernels: MatMul, Gemm and MatMulEpilogue (fp32), all through the
- * tiled GEMM of matmul.cl with the epilogue applied in registers:
+/* OpenCL kernels: MatMul, Gemm and MatMulEpilogue, all through the
+ * register-blocked GEMM of matmul.cl with the epilogue applied in registers:
  *
  *   MatMul          Y = A @ B                     batch dims broadcast, 1-D operands
  *   Gemm            Y = alpha A' B' + beta C      C broadcast to [M, N]
  *   MatMulEpilogue  Y = act(alpha A' @ B' + beta Bias) + Res   (README "Fused ops")
+ *
+ * Tensors are float, float16 or bfloat16 (every operand of a node the same
+ * type, storage.cl's store_t); products and sums are float, as on the CPU.
  *
  * The host side turns each op into one struct mm_geom: M, N, K, the row
  * strides of A and B as stored, the broadcast batch dims with the element
@@ -12,13 +15,18 @@
  * operand are merged, and batches whose A rows follow each other while B
  * is shared become more rows of one product.
  *
- * Config space (knobs): tile (TS, the square tile of Y per work-group),
- * tile_k (TK), wpt (a WPT x WPT block of Y per thread), vec (floats per
- * global load).  Every combination computes the same result for every
- * shape: vec applies to an operand only when its rows are aligned for it
- * (else the widest width that is), and a tile/wpt pair whose work-group the
- * device cannot run (over its limit, or the kernel's) takes the next larger
- * wpt, as a TK whose tiles do not fit in local memory takes a smaller one.
+ * Config space (knobs, 72 configs, 36 builds per transpose and type):
+ * tile_m x tile_n, the tile of Y per work-group; tile_k, the slice of K
+ * staged in local memory; wpt, the wpt x wpt block of Y per thread (so
+ * (tile_m/wpt) x (tile_n/wpt) work-items); vec, elements per global load
+ * (a kernel argument: 4 applies to an operand only when its rows are
+ * aligned for it, else 1).  The default (values[0]) is a small config any
+ * OpenCL device runs: 8 x 8 work-items, 9.2 KB of local memory (two
+ * buffers of each tile); the largest configs need 1024 work-items or 34 KB.
+ * A config the device cannot run (too many work-items for it or for this
+ * build, too little local memory) is refused with GF_ERR_UNSUPPORTED, which
+ * the autotuner counts as failed and passes over; every other config
+ * computes the same result for every shape.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -36,7 +44,7 @@ struct mm_geom {
     cl_int rank;
     cl_int m, n, k, lda, ldb;
     cl_int act, has_bias, has_res;
-    cl_int vwa, vwb;
+    cl_int va, vb;
     cl_float alpha, beta;
 };
 
@@ -44,7 +52,8 @@ struct mm_geom {
 struct mm_job {
     struct mm_geom g;
     bool ta, tb;
-    int64_t count; /* batches */
+    enum gf_dtype dt; /* of every operand */
+    int64_t count;    /* batches */
     cl_mem a, b, bias, res, y;
 };
 
@@ -55,34 +64,42 @@ static const char *const mact_names[] = {"", "relu", "gelu", "gelu_tanh", "silu"
 
 /* ---- the config space ----------------------------------------------------------- */
 
-static const int tile_vals[] = {64, 32, 128, 16};
-static const int tk_vals[] = {16, 8, 32};
-static const int wpt_vals[] = {4, 2, 8, 1};
-static const int vec_vals[] = {4, 1, 2};
+static const int tm_vals[] = {32, 64, 128};
+static const int tn_vals[] = {32, 64, 128};
+static const int tk_vals[] = {16, 8};
+static const int wpt_vals[] = {4, 8};
+static const int vec_vals[] = {4, 1};
 
 static const struct gf_config_knob mm_knobs[] = {
-    {"tile", 4, tile_vals},
-    {"tile_k", 3, tk_vals},
-    {"wpt", 4, wpt_vals},
-    {"vec", 3, vec_vals},
+    {"tile_m", 3, tm_vals}, {"tile_n", 3, tn_vals}, {"tile_k", 2, tk_vals},
+    {"wpt", 2, wpt_vals},   {"vec", 2, vec_vals},
 };
 
-#define N_KNOBS (sizeof(mm_knobs) / sizeof(mm_knobs[0]))
+enum { K_TM, K_TN, K_TK, K_WPT, K_VEC, N_KNOBS };
 
 /* The config's values (defaults without one); false if a value is not in
  * its knob's list. */
 static bool mm_config(const struct gf_kernel_args *a, int *v)
 {
+    bool ok = true;
     for (size_t i = 0; i < N_KNOBS; i++) {
         const struct gf_config_knob *kn = &mm_knobs[i];
         v[i] = a->config ? a->config[i] : kn->values[0];
         bool known = false;
         for (int j = 0; j < kn->n_values; j++)
             known = known || kn->values[j] == v[i];
-        if (!known)
-            return false;
+        ok = ok && known;
     }
-    return true;
+    return ok;
+}
+
+/* "tile_m=32 tile_n=32 ..." into buf. */
+static const char *mm_config_str(const int *v, char *buf, size_t len)
+{
+    size_t p = 0;
+    for (size_t i = 0; i < N_KNOBS && p < len; i++)
+        p += (size_t)snprintf(buf + p, len - p, "%s%s=%d", i ? " " : "", mm_knobs[i].name, v[i]);
+    return buf;
 }
 
 /* ---- shapes ------------------------------------------------------------------------- */
@@ -155,9 +172,9 @@ static enum gf_status mm_operand(const struct gf_kernel_args *a, const struct gf
                                  const char *name, int yrank, const int64_t *ydims,
                                  cl_long *sbatch, cl_long *sm, cl_long *sn)
 {
-    if (t->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, expected float", name,
-                               gf_dtype_name(t->dtype));
+    if (t->dtype != a->in[0].dtype)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, expected %s like A", name,
+                               gf_dtype_name(t->dtype), gf_dtype_name(a->in[0].dtype));
     if (!fu_bcasts_to(t, yrank, ydims))
         return gf_kernel_error(a, GF_ERR_INVALID, "%s %s does not broadcast to Y %s", name,
                                FU_SHAPE(t), FU_DIMS(yrank, ydims));
@@ -214,59 +231,64 @@ static void mm_simplify(struct mm_job *j)
 
 /* ---- the launch --------------------------------------------------------------------- */
 
-/* Widest load width <= vec that divides the row stride ld. */
+/* 4 (the config's vec) when rows of stride ld are aligned for it, else 1. */
 static int vec_for(int vec, int ld)
 {
-    while (vec > 1 && ld % vec)
-        vec /= 2;
-    return vec;
+    return ld % vec == 0 ? vec : 1;
 }
 
-/* The kernel for config cfg (tile, tile_k, wpt, vec) adjusted to the
- * device; *ts and *wpt receive the tile and work per thread it uses. */
-static cl_kernel mm_kernel(const struct gf_kernel_args *a, const struct mm_job *j,
-                           const int *cfg, int *ts, int *wpt)
+/* The kernel for config v, or GF_ERR_UNSUPPORTED naming what the device
+ * lacks for it. */
+static enum gf_status mm_kernel(const struct gf_kernel_args *a, const struct mm_job *j,
+                                const int *v, cl_kernel *out)
 {
     struct gf_cl *cl = gf_cl_of(a->backend);
-    int tk = cfg[1];
-    *ts = cfg[0];
-    while (tk > 8 && (cl_ulong)2 * tk * (*ts + 4) * sizeof(float) > cl->local_mem)
-        tk /= 2;
-    for (*wpt = cfg[2]; *wpt <= *ts; *wpt *= 2) {
-        size_t threads = (size_t)(*ts / *wpt) * (size_t)(*ts / *wpt);
-        if (threads > cl->max_wg)
-            continue;
-        char opts[128];
-        snprintf(opts, sizeof(opts), "-DTS=%d -DTK=%d -DWPT=%d%s%s", *ts, tk, *wpt,
-                 j->ta ? " -DTRANS_A" : "", j->tb ? " -DTRANS_B" : "");
-        cl_kernel k = gf_cl_kernel(a->backend, "matmul.cl", "mm_f32", opts);
-        if (!k)
-            return NULL;
-        size_t max = 0;
-        if (clGetKernelWorkGroupInfo(k, cl->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max,
-                                     NULL) != CL_SUCCESS || threads <= max)
-            return k;
-    }
-    gf_error(GF_ERR_UNSUPPORTED, "no work-group size of the matmul kernel fits this device");
-    return NULL;
+    char cs[128], opts[256];
+    size_t threads = (size_t)(v[K_TM] / v[K_WPT]) * (size_t)(v[K_TN] / v[K_WPT]);
+    cl_ulong bytes = 2 * (cl_ulong)v[K_TK] * (cl_ulong)(v[K_TM] + v[K_TN] + 8) * sizeof(float);
+    if (threads > cl->max_wg)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "matmul config %s needs %zu work-items "
+                               "in a group; the device allows %zu", mm_config_str(v, cs, 128),
+                               threads, cl->max_wg);
+    if (bytes > cl->local_mem)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "matmul config %s needs %llu bytes of "
+                               "local memory; the device has %llu", mm_config_str(v, cs, 128),
+                               (unsigned long long)bytes, (unsigned long long)cl->local_mem);
+    snprintf(opts, sizeof(opts), "-DBM=%d -DBN=%d -DBK=%d -DWM=%d -DWN=%d%s%s %s", v[K_TM],
+             v[K_TN], v[K_TK], v[K_WPT], v[K_WPT], j->ta ? " -DTRANS_A" : "",
+             j->tb ? " -DTRANS_B" : "", gf_cl_storage_opt(j->dt));
+    cl_kernel k = gf_cl_kernel(a->backend, "matmul.cl", "mm", opts);
+    if (!k)
+        return gf_cl_fail(a, "building the matmul kernel");
+    size_t max = 0;
+    if (clGetKernelWorkGroupInfo(k, cl->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof(max), &max,
+                                 NULL) == CL_SUCCESS && threads > max)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "matmul config %s needs %zu work-items "
+                               "in a group; its build runs at most %zu on this device",
+                               mm_config_str(v, cs, 128), threads, max);
+    *out = k;
+    return GF_OK;
 }
 
 static enum gf_status mm_launch(const struct gf_kernel_args *a, struct mm_job *j)
 {
-    int cfg[N_KNOBS], ts, wpt;
-    if (!mm_config(a, cfg))
-        return gf_kernel_error(a, GF_ERR_INVALID, "config (%d, %d, %d, %d) is outside the "
-                               "matmul kernel's space", cfg[0], cfg[1], cfg[2], cfg[3]);
+    int v[N_KNOBS];
+    char cs[128];
+    if (!mm_config(a, v))
+        return gf_kernel_error(a, GF_ERR_INVALID, "config (%s) is outside the matmul kernel's "
+                               "space", mm_config_str(v, cs, sizeof(cs)));
     if (a->out[0].nelem == 0)
         return GF_OK;
     mm_simplify(j);
-    j->g.vwa = vec_for(cfg[3], j->g.lda);
-    j->g.vwb = vec_for(cfg[3], j->g.ldb);
-    cl_kernel k = mm_kernel(a, j, cfg, &ts, &wpt);
-    if (!k)
-        return gf_cl_fail(a, "building the matmul kernel");
-    size_t rt = (size_t)(ts / wpt), tiles_n = ((size_t)j->g.n + ts - 1) / ts;
-    size_t tiles_m = ((size_t)j->g.m + ts - 1) / ts;
+    j->g.va = vec_for(v[K_VEC], j->g.lda);
+    j->g.vb = vec_for(v[K_VEC], j->g.ldb);
+    cl_kernel k = NULL;
+    enum gf_status st = mm_kernel(a, j, v, &k);
+    if (st != GF_OK)
+        return st;
+    size_t tx = (size_t)(v[K_TN] / v[K_WPT]), ty = (size_t)(v[K_TM] / v[K_WPT]);
+    size_t tiles_n = ((size_t)j->g.n + v[K_TN] - 1) / v[K_TN];
+    size_t tiles_m = ((size_t)j->g.m + v[K_TM] - 1) / v[K_TM];
     if (j->count * (int64_t)tiles_n > INT_MAX || tiles_m > 65535)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "%lld batches of [%d, %d] are more tiles "
                                "than one launch takes", (long long)j->count, j->g.m, j->g.n);
@@ -275,7 +297,7 @@ static enum gf_status mm_launch(const struct gf_kernel_args *a, struct mm_job *j
                     sizeof(cl_mem), &j->bias, sizeof(cl_mem), &j->res, sizeof(j->g), &j->g,
                     sizeof(cl_int), &tn))
         return gf_cl_fail(a, "setting the matmul kernel's arguments");
-    size_t global[2] = {tiles_n * (size_t)j->count * rt, tiles_m * rt}, local[2] = {rt, rt};
+    size_t global[2] = {tiles_n * (size_t)j->count * tx, tiles_m * ty}, local[2] = {tx, ty};
     return gf_cl_run(a, k, 2, global, local);
 }
 
@@ -285,9 +307,13 @@ static enum gf_status mm_inputs(const struct gf_kernel_args *a, struct mm_job *j
 {
     if (a->n_in < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "needs inputs A and B");
-    enum gf_status st = fu_check_in(a, 0, "A", GF_FLOAT);
+    enum gf_status st = fu_check_in(a, 0, "A", GF_UNDEFINED);
+    j->dt = a->in[0].dtype;
+    if (st == GF_OK && !gf_cl_storage_opt(j->dt))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "A (input 0) is %s, expected float, float16 "
+                             "or bfloat16", gf_dtype_name(j->dt));
     if (st == GF_OK)
-        st = fu_check_in(a, 1, "B", GF_FLOAT);
+        st = fu_check_in(a, 1, "B", j->dt);
     if (st == GF_OK)
         st = mm_dims(a, j);
     j->a = a->in[0].data;
@@ -306,7 +332,7 @@ static enum gf_status matmul_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = mm_batch(a, &j, &yrank, ydims);
     if (st == GF_OK)
-        st = fu_check_out(a, 0, GF_FLOAT, yrank, ydims);
+        st = fu_check_out(a, 0, j.dt, yrank, ydims);
     return st == GF_OK ? mm_launch(a, &j) : st;
 }
 
@@ -323,7 +349,7 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
     enum gf_status st = mm_inputs(a, &j);
     int64_t ydims[2] = {j.g.m, j.g.n};
     if (st == GF_OK)
-        st = fu_check_out(a, 0, GF_FLOAT, 2, ydims);
+        st = fu_check_out(a, 0, j.dt, 2, ydims);
     if (st != GF_OK || a->n_in < 3 || !fu_has(a, 2))
         return st == GF_OK ? mm_launch(a, &j) : st;
     const struct gf_tview *C = &a->in[2];
@@ -335,9 +361,9 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INVALID, "C %s does not %s Y [%d,%d]%s", FU_SHAPE(C),
                                strict ? "match" : "broadcast to", j.g.m, j.g.n,
                                strict ? " (broadcast=0)" : "");
-    if (C->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_INVALID, "C is %s, expected float",
-                               gf_dtype_name(C->dtype));
+    if (C->dtype != j.dt)
+        return gf_kernel_error(a, GF_ERR_INVALID, "C is %s, expected %s like A",
+                               gf_dtype_name(C->dtype), gf_dtype_name(j.dt));
     j.g.has_bias = C->nelem > 0;
     j.bias = C->data;
     j.g.bias_m = cm == 1 ? 0 : cn;
@@ -387,20 +413,21 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
                         &j.g.res_n);
     }
     if (st == GF_OK)
-        st = fu_check_out(a, 0, GF_FLOAT, yrank, ydims);
+        st = fu_check_out(a, 0, j.dt, yrank, ydims);
     return st == GF_OK ? mm_launch(a, &j) : st;
 }
 
-/* fp32 operands of rank <= 8 (Bias, Res, C included). */
+/* Float, float16 or bfloat16 operands of one type and rank <= 8 (Bias,
+ * Res, C included). */
 static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    if (n_in < 2)
+    if (n_in < 2 || !gf_cl_storage_opt(in[0].dtype))
         return false;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK))
             return false;
-    return in[0].dtype == GF_FLOAT && in[1].dtype == GF_FLOAT;
+    return true;
 }
 
 static const struct gf_kernel kernels[] = {
