@@ -1,8 +1,12 @@
 /* OpenCL elementwise kernels against the CPU kernels: every unary op, the
  * binary ops with broadcasting (same shape, scalars, numpy broadcasts, odd
  * sizes around the vector width), integer and bool types, variadic Max /
- * Min, Where, every Cast pair, Identity, the activation gradients, every
- * knob config of one kernel per form, and the error paths. */
+ * Min, Clip, Where, every Cast pair, Identity, the activation gradients,
+ * every knob config of one kernel per form, and the error paths.  The
+ * float ops again on fp16 and bf16 tensors (computed in float, rounded
+ * once: the CPU's result within one unit in the last place, exactly where
+ * both do the same correctly rounded operation); the gradients, which the
+ * CPU has in fp32 only, against the CPU on the inputs widened to fp32. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +15,7 @@
 
 #include "opencl/ocl.h"
 #include "opencl_util.h"
+#include "opencl_half.h"
 
 static struct gf_model *model;
 
@@ -284,8 +289,8 @@ static void test_where(void **state)
 {
     (void)state;
     need_opencl();
-    enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_BOOL, GF_FLOAT16};
-    for (int t = 0; t < 4; t++) {
+    enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_BOOL, GF_FLOAT16, GF_BFLOAT16};
+    for (int t = 0; t < 5; t++) {
         size_t es = gf_dtype_size(types[t]);
         uint8_t c[4 * 7];
         unsigned char x[7 * 8], y[4 * 8];
@@ -309,6 +314,7 @@ static void fill_typed(enum gf_dtype t, void *p, const float *f, size_t n)
         switch (t) {
         case GF_FLOAT: ((float *)p)[i] = f[i]; break;
         case GF_FLOAT16: ((uint16_t *)p)[i] = gf_float_to_half(f[i]); break;
+        case GF_BFLOAT16: ((uint16_t *)p)[i] = gf_float_to_bf16(f[i]); break;
         case GF_INT64: ((int64_t *)p)[i] = (int64_t)f[i]; break;
         case GF_INT32: ((int32_t *)p)[i] = (int32_t)f[i]; break;
         case GF_UINT8: ((uint8_t *)p)[i] = (uint8_t)(f[i] < 0 ? -f[i] : f[i]); break;
@@ -317,20 +323,23 @@ static void fill_typed(enum gf_dtype t, void *p, const float *f, size_t n)
     }
 }
 
-static void test_cast(void **state)
+/* Every pair of types; float -> bf16 truncates before opset 19 (the
+ * model's opset, 18) and rounds to nearest even from 19 on. */
+static void check_casts(void)
 {
-    (void)state;
-    need_opencl();
-    enum gf_dtype types[] = {GF_FLOAT, GF_FLOAT16, GF_INT64, GF_INT32, GF_UINT8, GF_BOOL};
+    enum gf_dtype types[] = {GF_FLOAT,  GF_FLOAT16, GF_BFLOAT16, GF_INT64,
+                             GF_INT32, GF_UINT8,   GF_BOOL};
     /* fractions, negatives, zero, values past uint8 and int32 (saturation),
-     * a NaN (0 as an integer) */
-    float f[13] = {0.5f, -1.75f, 0, 3, 255.9f, 300, -300, 1e10f, -1e10f, 65504, 2.5f, 1e-3f,
-                   NAN};
-    for (int s = 0; s < 6; s++) {
-        unsigned char src[13 * 8];
-        fill_typed(types[s], src, f, types[s] == GF_FLOAT || types[s] == GF_FLOAT16 ? 13 : 12);
-        size_t n = types[s] == GF_FLOAT || types[s] == GF_FLOAT16 ? 13 : 12;
-        for (int d = 0; d < 6; d++) {
+     * past fp16 (infinity), bits below bf16's precision, a NaN (0 as an
+     * integer) */
+    float f[15] = {0.5f, -1.75f, 0, 3, 255.9f, 300, -300, 1e10f, -1e10f, 65504, 2.5f, 1e-3f,
+                   1.01171875f, 1e5f, NAN};
+    for (int s = 0; s < 7; s++) {
+        bool fl = types[s] == GF_FLOAT || ohalf_is(types[s]);
+        unsigned char src[15 * 8];
+        size_t n = fl ? 15 : 12;
+        fill_typed(types[s], src, f, n);
+        for (int d = 0; d < 7; d++) {
             struct gf_node *node = mk("Cast", "", 1, 1);
             gf_node_set_attr_int(node, "to", types[d]);
             struct gf_tview in = oclt_view(types[s], src, DIMS((int64_t)n));
@@ -338,6 +347,16 @@ static void test_cast(void **state)
             oclt_compare(node, &in, 1, 0, &out, 1, 0, 0);
         }
     }
+}
+
+static void test_cast(void **state)
+{
+    (void)state;
+    need_opencl();
+    check_casts();
+    gf_model_set_opset(model, "", 19);
+    check_casts();
+    gf_model_set_opset(model, "", 18);
     /* CastLike: the target is input 1's type */
     float x[3] = {1.5f, -2, 7};
     int32_t like[1] = {0};
@@ -393,6 +412,242 @@ static void test_act_grads(void **state)
                                               1, 1e-5, 1e-6), 20);
 }
 
+/* ---- Clip (fp32, fp16, bf16) ----------------------------------------------------------- */
+
+/* x with NaN and infinities; bounds from inputs, attributes, or none. */
+static void check_clip(enum gf_dtype t)
+{
+    float f[37], lo = -1.5f, hi = 2.25f;
+    oclt_fill(f, 37, -4, 4, 5);
+    f[3] = NAN, f[8] = INFINITY, f[20] = -INFINITY;
+    void *x = t == GF_FLOAT ? (void *)f : ohalf_from(t, f, 37);
+    void *bl = t == GF_FLOAT ? (void *)&lo : ohalf_from(t, &lo, 1);
+    void *bh = t == GF_FLOAT ? (void *)&hi : ohalf_from(t, &hi, 1);
+    struct gf_tview none = {.dtype = GF_UNDEFINED};
+    struct gf_tview in[3] = {oclt_view(t, x, DIMS(37)), oclt_view(t, bl, 0, NULL),
+                             oclt_view(t, bh, 0, NULL)};
+    struct gf_tview out = oclt_view(t, NULL, DIMS(37));
+    oclt_compare(mk("Clip", "", 3, 1), in, 3, 0, &out, 1, 0, 0);
+    oclt_compare(mk("Clip", "", 1, 1), in, 1, 0, &out, 1, 0, 0);
+    struct gf_tview lo_only[2] = {in[0], in[1]}, hi_only[3] = {in[0], none, in[2]};
+    oclt_compare(mk("Clip", "", 2, 1), lo_only, 2, 0, &out, 1, 0, 0);
+    oclt_compare(mk("Clip", "", 3, 1), hi_only, 3, 0, &out, 1, 0, 0);
+    struct gf_tview crossed[3] = {in[0], in[2], in[1]}; /* min > max: max wins */
+    oclt_compare(mk("Clip", "", 3, 1), crossed, 3, 0, &out, 1, 0, 0);
+    struct gf_node *attrs = mk("Clip", "", 1, 1); /* the opset < 11 form */
+    gf_node_set_attr_float(attrs, "min", -0.3f);
+    gf_node_set_attr_float(attrs, "max", 0.7f);
+    oclt_compare(attrs, in, 1, 0, &out, 1, 0, 0);
+    if (t != GF_FLOAT) {
+        free(x);
+        free(bl);
+        free(bh);
+    }
+}
+
+static void test_clip(void **state)
+{
+    (void)state;
+    need_opencl();
+    check_clip(GF_FLOAT);
+    check_clip(GF_FLOAT16);
+    check_clip(GF_BFLOAT16);
+    float x[1003], two[2] = {0, 1};
+    oclt_fill(x, 1003, -2, 2, 3);
+    struct gf_tview in[3] = {oclt_view(GF_FLOAT, x, DIMS(17, 59)),
+                             oclt_view(GF_FLOAT, two, 0, NULL), oclt_view(GF_FLOAT, two + 1, 0,
+                                                                          NULL)};
+    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(17, 59));
+    assert_int_equal(oclt_compare_all_configs(mk("Clip", "", 3, 1), in, 3, 0, &out, 1, 0, 0),
+                     20);
+    /* a bound that is no scalar is an error naming it */
+    void *res[1];
+    in[1] = oclt_view(GF_FLOAT, two, DIMS(2));
+    assert_int_equal(oclt_run_cl(mk("Clip", "", 3, 1), in, 3, 0, &out, 1, NULL, res),
+                     GF_ERR_INVALID);
+    assert_non_null(strstr(gf_last_error(), "input 1 (min) must be a scalar"));
+    free(res[0]);
+}
+
+/* ---- fp16 and bf16 ------------------------------------------------------------------ */
+
+static const enum gf_dtype halves[] = {GF_FLOAT16, GF_BFLOAT16};
+static const int vec_all[] = {1, 2, 4, 8}; /* the vec knob's values */
+
+/* Values in [lo, hi) rounded to t (the caller frees .data). */
+static struct gf_tview half_rnd(enum gf_dtype t, float lo, float hi, unsigned seed, int rank,
+                                const int64_t *dims)
+{
+    struct gf_tview v = oclt_view(t, NULL, rank, dims);
+    float *f = malloc(v.nelem * sizeof(float) + 8);
+    oclt_fill(f, v.nelem, lo, hi, seed);
+    v.data = ohalf_from(t, f, v.nelem);
+    v.host = v.data;
+    free(f);
+    return v;
+}
+
+/* exact: the CPU and OpenCL do the same correctly rounded operation. */
+static void check_unary_half(const char *op, float lo, float hi, const char *approx, bool exact)
+{
+    struct gf_node *n = mk(op, "", 1, 1);
+    if (approx)
+        gf_node_set_attr_string(n, "approximate", approx);
+    for (int h = 0; h < 2; h++)
+        for (size_t s = 0; s < sizeof(flat_sizes) / sizeof(flat_sizes[0]); s++) {
+            int64_t len = flat_sizes[s];
+            struct gf_tview in = half_rnd(halves[h], lo, hi, (unsigned)s, DIMS(len));
+            struct gf_tview out = oclt_view(halves[h], NULL, DIMS(len));
+            oclt_compare(n, &in, 1, 0, &out, 1, exact ? 0 : ohalf_ulp(halves[h]),
+                         exact ? 0 : OHALF_ATOL);
+            free(in.data);
+        }
+}
+
+static void test_half_unary(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *exact[] = {"Neg", "Abs", "Floor", "Ceil", "Relu"};
+    for (size_t i = 0; i < sizeof(exact) / sizeof(exact[0]); i++)
+        check_unary_half(exact[i], -6, 6, NULL, true);
+    const char *approx[] = {"Exp", "Tanh", "Erf", "Sin", "Cos", "Sigmoid", "Softplus", "Gelu"};
+    for (size_t i = 0; i < sizeof(approx) / sizeof(approx[0]); i++)
+        check_unary_half(approx[i], -6, 6, NULL, false);
+    check_unary_half("Gelu", -6, 6, "tanh", false);
+    check_unary_half("Sqrt", 0, 50, NULL, false);
+    check_unary_half("Log", 1e-3f, 50, NULL, false);
+    check_unary_half("Reciprocal", 0.1f, 9, NULL, false);
+    check_unary_half("Exp", -20, 12, NULL, false); /* past fp16's range: infinity */
+}
+
+static void check_binary_half(const char *op, bool cmp, float lo, float hi, float blo,
+                              float bhi, bool exact)
+{
+    struct gf_node *n = mk(op, "", 2, 1);
+    for (int h = 0; h < 2; h++)
+        for (size_t s = 0; s < sizeof(bshapes) / sizeof(bshapes[0]); s++) {
+            const struct bshape *b = &bshapes[s];
+            enum gf_dtype t = halves[h];
+            struct gf_tview in[2] = {half_rnd(t, lo, hi, (unsigned)s, b->ra, b->a),
+                                     half_rnd(t, blo, bhi, (unsigned)s + 100, b->rb, b->b)};
+            struct gf_tview out = oclt_view(cmp ? GF_BOOL : t, NULL, b->ro, b->o);
+            oclt_compare(n, in, 2, 0, &out, 1, exact ? 0 : ohalf_ulp(t), exact ? 0 : OHALF_ATOL);
+            free(in[0].data);
+            free(in[1].data);
+        }
+}
+
+static void test_half_binary(void **state)
+{
+    (void)state;
+    need_opencl();
+    const char *arith[] = {"Add", "Sub", "Mul", "Max", "Min"};
+    for (size_t i = 0; i < 5; i++)
+        check_binary_half(arith[i], false, -5, 5, -5, 5, true);
+    check_binary_half("Add", false, 60000, 65504, 1000, 5000, true); /* overflow: infinity */
+    check_binary_half("Div", false, -5, 5, 0.5f, 4, false);
+    check_binary_half("Pow", false, 0.1f, 3, -2, 2, false);
+    check_binary_half("Pow", false, -3, 3, 2, 2.0f, true); /* exponent 2: x * x */
+    const char *cmp[] = {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"};
+    for (size_t i = 0; i < 5; i++) /* few distinct values: many ties */
+        check_binary_half(cmp[i], true, -2, 2, -2, 2, true);
+    /* Pow of a half base with an fp32 exponent (the CPU goes through double) */
+    struct gf_node *pw = mk("Pow", "", 2, 1);
+    for (int h = 0; h < 2; h++)
+        for (size_t s = 0; s < sizeof(bshapes) / sizeof(bshapes[0]); s++) {
+            const struct bshape *b = &bshapes[s];
+            float *e = malloc(count(b->rb, b->b) * sizeof(float) + 8);
+            oclt_fill(e, count(b->rb, b->b), -2, 2, (unsigned)s);
+            e[0] = 2; /* the x * x case */
+            struct gf_tview in[2] = {half_rnd(halves[h], 0.1f, 3, (unsigned)s, b->ra, b->a),
+                                     oclt_view(GF_FLOAT, e, b->rb, b->b)};
+            struct gf_tview out = oclt_view(halves[h], NULL, b->ro, b->o);
+            oclt_compare(pw, in, 2, 0, &out, 1, ohalf_ulp(halves[h]), OHALF_ATOL);
+            free(in[0].data);
+            free(e);
+        }
+    /* Pow's other mixtures stay on the CPU */
+    uint16_t hx[3] = {0}, hy[3] = {0};
+    float fx[3] = {0};
+    struct gf_tview mixed[2] = {oclt_view(GF_FLOAT16, hx, DIMS(3)),
+                                oclt_view(GF_BFLOAT16, hy, DIMS(3))};
+    assert_false(gf_kernel_find(oclt_backend(), pw, mixed, 2));
+    mixed[0] = oclt_view(GF_FLOAT, fx, DIMS(3));
+    mixed[1] = oclt_view(GF_FLOAT16, hy, DIMS(3));
+    assert_false(gf_kernel_find(oclt_backend(), pw, mixed, 2));
+}
+
+static void test_half_variadic_where(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (int h = 0; h < 2; h++) {
+        enum gf_dtype t = halves[h];
+        struct gf_tview in[3] = {half_rnd(t, -3, 3, 1, DIMS(5, 7)), half_rnd(t, -3, 3, 2, DIMS(7)),
+                                 half_rnd(t, -3, 3, 3, DIMS(5, 1))};
+        struct gf_tview out = oclt_view(t, NULL, DIMS(5, 7));
+        oclt_compare(mk("Max", "", 3, 1), in, 3, 0, &out, 1, 0, 0);
+        oclt_compare(mk("Min", "", 3, 1), in, 3, 0, &out, 1, 0, 0);
+        uint8_t c[7] = {1, 0, 0, 1, 1, 0, 1};
+        struct gf_tview w[3] = {oclt_view(GF_BOOL, c, DIMS(7)), in[2], in[0]};
+        oclt_compare(mk("Where", "", 3, 1), w, 3, 0, &out, 1, 0, 0);
+        for (int k = 0; k < 3; k++)
+            free(in[k].data);
+    }
+}
+
+static void test_half_act_grads(void **state)
+{
+    (void)state;
+    need_opencl();
+    struct {
+        const char *op, *approx;
+        float lo, hi;
+    } ops[] = {{"ReluGrad", NULL, -2, 2}, {"SigmoidGrad", NULL, 0, 1}, {"TanhGrad", NULL, -1, 1},
+               {"GeluGrad", NULL, -5, 5}, {"GeluGrad", "tanh", -5, 5}};
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        struct gf_node *n = mk(ops[i].op, "graphfuse", 2, 1);
+        if (ops[i].approx)
+            gf_node_set_attr_string(n, "approximate", ops[i].approx);
+        for (int h = 0; h < 2; h++)
+            for (size_t s = 0; s < sizeof(flat_sizes) / sizeof(flat_sizes[0]); s++) {
+                int64_t len = flat_sizes[s];
+                struct gf_tview in[2] = {
+                    half_rnd(halves[h], -1, 1, (unsigned)s, DIMS(len)),
+                    half_rnd(halves[h], ops[i].lo, ops[i].hi, (unsigned)s + 7, DIMS(len))};
+                struct gf_tview out = oclt_view(halves[h], NULL, DIMS(len));
+                ohalf_compare_wide(n, in, 2, 0, &out, 1, NULL, ohalf_ulp(halves[h]),
+                                   OHALF_ATOL);
+                free(in[0].data);
+                free(in[1].data);
+            }
+    }
+}
+
+/* Every VEC (the loads and stores of the storage type) on fp16 and bf16;
+ * the work-group size does not touch them (every config: fp32 above). */
+static void test_half_configs(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (int h = 0; h < 2; h++) {
+        enum gf_dtype t = halves[h];
+        struct gf_tview a = half_rnd(t, -3, 3, 1, DIMS(17, 59)), b = half_rnd(t, -4, 4, 2,
+                                                                               DIMS(17, 59));
+        struct gf_tview out = oclt_view(t, NULL, DIMS(17, 59)), flat[2] = {a, b};
+        for (size_t v = 0; v < sizeof(vec_all) / sizeof(vec_all[0]); v++) {
+            int cfg[2] = {256, vec_all[v]};
+            oclt_compare_cfg(mk("Tanh", "", 1, 1), &a, 1, 0, &out, 1, cfg, ohalf_ulp(t),
+                             OHALF_ATOL);
+            oclt_compare_cfg(mk("Relu", "", 1, 1), &b, 1, 0, &out, 1, cfg, 0, 0);
+            oclt_compare_cfg(mk("Mul", "", 2, 1), flat, 2, 0, &out, 1, cfg, 0, 0);
+        }
+        free(a.data);
+        free(b.data);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -408,6 +663,12 @@ int main(void)
         cmocka_unit_test(test_cast),
         cmocka_unit_test(test_identity),
         cmocka_unit_test(test_act_grads),
+        cmocka_unit_test(test_clip),
+        cmocka_unit_test(test_half_unary),
+        cmocka_unit_test(test_half_binary),
+        cmocka_unit_test(test_half_variadic_where),
+        cmocka_unit_test(test_half_act_grads),
+        cmocka_unit_test(test_half_configs),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -2,8 +2,11 @@
  * Unsqueeze, Transpose (tiled 2-d / batched and N-d, every knob config,
  * sizes off the tile), Slice (negative steps, clamping), Expand, Split,
  * Concat, Gather and GatherGrad (indices on the host and device only,
- * negative indices, repeats), SliceGrad, several element sizes, and the
- * error paths (a bad index is an error, not a crash). */
+ * negative indices, repeats), SliceGrad, several element sizes (fp32,
+ * int64, fp16, bf16, uint8), and the error paths (a bad index is an
+ * error, not a crash).  The backward ops on fp16 and bf16, which the CPU
+ * has in fp32 only, against the CPU on the inputs widened to fp32: the
+ * same float sums, rounded once, so exactly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +15,7 @@
 
 #include "opencl/ocl.h"
 #include "opencl_util.h"
+#include "opencl_half.h"
 
 static struct gf_model *model;
 
@@ -54,6 +58,8 @@ static void *data_of(enum gf_dtype t, size_t n, unsigned seed)
             ((int64_t *)p)[i] = (int64_t)(f[i] * 1000);
         else if (t == GF_FLOAT16)
             ((uint16_t *)p)[i] = gf_float_to_half(f[i]);
+        else if (t == GF_BFLOAT16)
+            ((uint16_t *)p)[i] = gf_float_to_bf16(f[i]);
         else
             ((uint8_t *)p)[i] = (uint8_t)(i * 37 + seed);
     }
@@ -69,7 +75,8 @@ static size_t count(int r, const int64_t *d)
     return n;
 }
 
-static const enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_FLOAT16, GF_UINT8};
+static const enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_FLOAT16, GF_BFLOAT16, GF_UINT8};
+#define N_TYPES (int)(sizeof(types) / sizeof(types[0]))
 
 /* ---- Reshape, Flatten, Squeeze, Unsqueeze ------------------------------------------ */
 
@@ -77,7 +84,7 @@ static void test_reshape_family(void **state)
 {
     (void)state;
     need_opencl();
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < N_TYPES; t++) {
         void *x = data_of(types[t], 2 * 3 * 5, 1);
         struct gf_tview in[2] = {oclt_view(types[t], x, DIMS(2, 3, 5))};
         int64_t shape[3] = {0, -1, 5};
@@ -146,7 +153,7 @@ static void test_transpose(void **state)
 {
     (void)state;
     need_opencl();
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < N_TYPES; t++) {
         check_transpose(types[t], 2, (int64_t[]){33, 65}, NULL, false);   /* tiled, ragged */
         check_transpose(types[t], 2, (int64_t[]){1, 7}, NULL, false);
         check_transpose(types[t], 3, (int64_t[]){3, 17, 40}, (int64_t[]){0, 2, 1}, false);
@@ -204,7 +211,7 @@ static void test_slice(void **state)
         const struct slice_case *c = &slices[s];
         int64_t od[4];
         slice_dims(c, od);
-        for (int t = 0; t < 4; t++) {
+        for (int t = 0; t < N_TYPES; t++) {
             void *x = data_of(types[t], count(c->r, c->dims), (unsigned)s);
             struct gf_tview in[5] = {oclt_view(types[t], x, c->r, c->dims),
                                      oclt_view(GF_INT64, (void *)c->starts, DIMS((int64_t)c->n)),
@@ -214,7 +221,7 @@ static void test_slice(void **state)
             struct gf_tview out = oclt_view(types[t], NULL, c->r, od);
             oclt_compare(mk("Slice", "", 5, 1), in, 5, 0x1e, &out, 1, 0, 0);
             free(x);
-            if (types[t] != GF_FLOAT)
+            if (types[t] != GF_FLOAT && !ohalf_is(types[t]))
                 continue;
             /* SliceGrad(dY of the slice's shape, shape, starts, ends, axes, steps) */
             void *g = data_of(types[t], count(c->r, od), (unsigned)s + 9);
@@ -224,7 +231,11 @@ static void test_slice(void **state)
                                       oclt_view(GF_INT64, shape, DIMS(c->r)), in[1], in[2], in[3],
                                       in[4]};
             struct gf_tview gout = oclt_view(types[t], NULL, c->r, c->dims);
-            oclt_compare(mk("SliceGrad", "graphfuse", 6, 1), gin, 6, 0x3e, &gout, 1, 0, 0);
+            struct gf_node *sg = mk("SliceGrad", "graphfuse", 6, 1);
+            if (types[t] == GF_FLOAT)
+                oclt_compare(sg, gin, 6, 0x3e, &gout, 1, 0, 0);
+            else
+                ohalf_compare_wide(sg, gin, 6, 0x3e, &gout, 1, NULL, 0, 0);
             free(g);
         }
     }
@@ -234,7 +245,7 @@ static void test_expand(void **state)
 {
     (void)state;
     need_opencl();
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < N_TYPES; t++) {
         void *x = data_of(types[t], 3 * 5, 4);
         int64_t shape[4] = {2, 3, 7, 5};
         struct gf_tview in[2] = {oclt_view(types[t], x, DIMS(3, 1, 5)),
@@ -255,7 +266,7 @@ static void test_split_concat(void **state)
 {
     (void)state;
     need_opencl();
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < N_TYPES; t++) {
         void *x = data_of(types[t], 3 * 10 * 7, 5);
         int64_t sizes[3] = {2, 5, 3};
         struct gf_tview in[2] = {oclt_view(types[t], x, DIMS(3, 10, 7)),
@@ -295,7 +306,7 @@ static void test_gather(void **state)
     need_opencl();
     int64_t idx64[7] = {3, 0, -1, 4, 3, 3, -5};
     int32_t idx32[7] = {3, 0, -1, 4, 3, 3, -5};
-    for (int t = 0; t < 4; t++) {
+    for (int t = 0; t < N_TYPES; t++) {
         for (int axis = 0; axis < 3; axis++) {
             int64_t dims[3] = {5, 5, 5};
             void *x = data_of(types[t], 125, (unsigned)axis);
@@ -389,6 +400,22 @@ static void test_gather_grad(void **state)
     struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(3, 6, 5));
     assert_int_equal(oclt_compare_all_configs(n1, in, 3, 0x6, &out, 1, 0, 0), 5);
     oclt_compare(n1, in, 3, 0x2, &out, 1, 0, 0);
+    /* fp16 and bf16 (the same float sums as the CPU's on the widened dY) */
+    for (int h = 0; h < 2; h++) {
+        enum gf_dtype t = h ? GF_BFLOAT16 : GF_FLOAT16;
+        uint16_t *gh = ohalf_from(t, g, NI * D);
+        for (unsigned mask = 0x2; mask <= 0x6; mask += 4) {
+            struct gf_tview hin[3] = {oclt_view(t, gh, DIMS(2, 65, D)),
+                                      oclt_view(GF_INT64, shape, DIMS(2)),
+                                      oclt_view(GF_INT64, idx, DIMS(2, 65))};
+            struct gf_tview hout = oclt_view(t, NULL, DIMS(V, D));
+            ohalf_compare_wide(n, hin, 3, mask, &hout, 1, NULL, 0, 0);
+            struct gf_tview h1[3] = {oclt_view(t, gh, DIMS(3, 4, 5)), in[1], in[2]};
+            struct gf_tview h1out = oclt_view(t, NULL, DIMS(3, 6, 5));
+            ohalf_compare_wide(n1, h1, 3, mask, &h1out, 1, NULL, 0, 0);
+        }
+        free(gh);
+    }
     free(g);
 }
 

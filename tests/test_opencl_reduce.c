@@ -6,7 +6,11 @@
  * bit-for-bit the same from run to run; bad labels (checked on the host, or
  * flagged by the device when there is no host copy), bad axes and shapes
  * are errors naming the node.  Tolerance 1e-5 relative, plus an absolute
- * term for sums with cancellation (the CPU sums in double). */
+ * term for sums with cancellation (the CPU sums in double).  Every op
+ * again on fp16 and bf16 tensors, within one unit in the last place of
+ * the CPU's result (Sum exactly: the same roundings); the backward ops,
+ * which the CPU has in fp32 only, against the CPU on the inputs widened
+ * to fp32 (opencl_half.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +18,7 @@
 #include <cmocka.h>
 
 #include "opencl_util.h"
+#include "opencl_half.h"
 
 #define RTOL 1e-5
 
@@ -97,6 +102,38 @@ static struct gf_tview out(int rank, const int64_t *dims)
 
 static const struct gf_tview NONE = {.dtype = GF_UNDEFINED};
 
+/* Float view v rounded to t (kept until teardown); v itself when t is
+ * float or v is not a float view (labels, shapes, NONE). */
+static struct gf_tview as_type(struct gf_tview v, enum gf_dtype t)
+{
+    if (t == GF_FLOAT || v.dtype != GF_FLOAT)
+        return v;
+    struct gf_tview h = v;
+    uint16_t *d = keep(v.nelem * sizeof(uint16_t));
+    for (size_t i = 0; i < v.nelem; i++) {
+        float f = ((const float *)v.data)[i];
+        d[i] = t == GF_FLOAT16 ? gf_float_to_half(f) : gf_float_to_bf16(f);
+    }
+    h.dtype = t;
+    h.data = d;
+    h.host = d;
+    return h;
+}
+
+/* An output of type t (float for t = GF_FLOAT). */
+static struct gf_tview out_t(enum gf_dtype t, int rank, const int64_t *dims)
+{
+    return oclt_view(t, NULL, rank, dims);
+}
+
+/* The relative tolerance of results of type t. */
+static double rtol_of(enum gf_dtype t)
+{
+    return t == GF_FLOAT ? RTOL : ohalf_ulp(t);
+}
+
+static const enum gf_dtype halves[] = {GF_FLOAT16, GF_BFLOAT16};
+
 /* ==== Reduce{Sum,Mean,Max} ============================================================ */
 
 struct red_case {
@@ -149,24 +186,27 @@ static size_t red_count(const struct red_case *c, const int64_t *yd, int yr)
     return ny ? nx / ny : 1;
 }
 
-/* Axes as input 1 (with a host copy) or, as_attr, as the attribute. */
-static void red_one(const char *op, const struct red_case *c, bool as_attr, const int *cfg)
+/* Axes as input 1 (with a host copy) or, as_attr, as the attribute; data
+ * of type dt. */
+static void red_one(const char *op, const struct red_case *c, bool as_attr, const int *cfg,
+                    enum gf_dtype dt)
 {
     struct gf_node *n = node(op, "", 18, 2, 1);
     assert_int_equal(gf_node_set_attr_int(n, "keepdims", c->keepdims), GF_OK);
     assert_int_equal(gf_node_set_attr_int(n, "noop_with_empty_axes", c->noop), GF_OK);
-    struct gf_tview in[2] = {rnd(-1, 1, c->rank, c->dims), NONE};
+    struct gf_tview in[2] = {as_type(rnd(-1, 1, c->rank, c->dims), dt), NONE};
     if (c->n_axes >= 0 && as_attr)
         assert_int_equal(gf_node_set_attr_ints(n, "axes", (size_t)c->n_axes, c->axes), GF_OK);
     else if (c->n_axes >= 0)
         in[1] = ints(GF_INT64, c->axes, (size_t)c->n_axes, 1, (int64_t[]){c->n_axes});
     int64_t yd[4];
     int yr = red_shape(c, yd);
-    struct gf_tview y = out(yr, yd);
+    struct gf_tview y = out_t(dt, yr, yd);
     double atol = 2e-6 * sqrt((double)red_count(c, yd, yr));
     if (strcmp(op, "ReduceMean") == 0)
         atol /= (double)red_count(c, yd, yr);
-    oclt_compare_cfg(n, in, 2, 2, &y, 1, cfg, RTOL, strcmp(op, "ReduceMax") ? atol : 0);
+    oclt_compare_cfg(n, in, 2, 2, &y, 1, cfg, strcmp(op, "ReduceMax") ? rtol_of(dt) : 0,
+                     strcmp(op, "ReduceMax") ? atol : 0);
 }
 
 static void test_reduce(void **state)
@@ -176,8 +216,10 @@ static void test_reduce(void **state)
     const char *ops[] = {"ReduceSum", "ReduceMean", "ReduceMax"};
     for (size_t o = 0; o < 3; o++)
         for (size_t i = 0; i < sizeof(red_cases) / sizeof(red_cases[0]); i++) {
-            red_one(ops[o], &red_cases[i], false, NULL);
-            red_one(ops[o], &red_cases[i], true, NULL);
+            red_one(ops[o], &red_cases[i], false, NULL, GF_FLOAT);
+            red_one(ops[o], &red_cases[i], true, NULL, GF_FLOAT);
+            for (int h = 0; h < 2; h++)
+                red_one(ops[o], &red_cases[i], i % 2, NULL, halves[h]);
         }
 }
 
@@ -203,9 +245,10 @@ static void test_reduce_configs(void **state)
     need_opencl();
     static const int wgs[] = {256, 64, 128, 512, 1024};
     for (size_t i = 0; i < 5; i++) {
-        red_one("ReduceSum", &red_cases[1], false, &wgs[i]);
-        red_one("ReduceMean", &red_cases[5], false, &wgs[i]);
-        red_one("ReduceMax", &red_cases[8], false, &wgs[i]);
+        red_one("ReduceSum", &red_cases[1], false, &wgs[i], GF_FLOAT);
+        red_one("ReduceMean", &red_cases[5], false, &wgs[i], GF_FLOAT);
+        red_one("ReduceMax", &red_cases[8], false, &wgs[i], GF_FLOAT);
+        red_one("ReduceSum", &red_cases[2], false, &wgs[i], halves[i % 2]);
     }
 }
 
@@ -228,27 +271,35 @@ static void test_reduce_errors(void **state)
 
 /* ==== SumToShape, Sum ================================================================== */
 
-static void s2s(int xr, const int64_t *xd, int yr, const int64_t *yd)
+/* fp16 / bf16 (dt) against the CPU's fp32 kernel on the widened inputs. */
+static void s2s(int xr, const int64_t *xd, int yr, const int64_t *yd, enum gf_dtype dt)
 {
     struct gf_node *n = node("SumToShape", "graphfuse", 18, 2, 1);
-    struct gf_tview in[2] = {rnd(-1, 1, xr, xd), ints(GF_INT64, yd, (size_t)yr, 1,
-                                                       (int64_t[]){yr})};
-    struct gf_tview y = out(yr, yd);
+    struct gf_tview in[2] = {as_type(rnd(-1, 1, xr, xd), dt),
+                             ints(GF_INT64, yd, (size_t)yr, 1, (int64_t[]){yr})};
+    struct gf_tview y = out_t(dt, yr, yd);
     size_t ny = y.nelem ? y.nelem : 1;
-    oclt_compare(n, in, 2, 2, &y, 1, RTOL, 2e-6 * sqrt((double)(in[0].nelem / ny + 1)));
+    double atol = 2e-6 * sqrt((double)(in[0].nelem / ny + 1));
+    if (dt == GF_FLOAT)
+        oclt_compare(n, in, 2, 2, &y, 1, RTOL, atol);
+    else
+        ohalf_compare_wide(n, in, 2, 2, &y, 1, NULL, ohalf_ulp(dt), atol);
 }
 
 static void test_sum_to_shape(void **state)
 {
     (void)state;
     need_opencl();
-    s2s(DIMS(2, 3, 4, 5), DIMS(3, 1, 5));
-    s2s(DIMS(2, 3, 4, 5), DIMS(5));
-    s2s(DIMS(2, 3, 4, 5), DIMS(1));
-    s2s(DIMS(2, 3, 4, 5), DIMS(2, 3, 4, 5));
-    s2s(DIMS(1000, 33), DIMS(33));
-    s2s(DIMS(7, 129), DIMS(7, 1));
-    s2s(DIMS(0, 5), DIMS(5)); /* nothing to add: zeros */
+    for (int t = 0; t < 3; t++) {
+        enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
+        s2s(DIMS(2, 3, 4, 5), DIMS(3, 1, 5), dt);
+        s2s(DIMS(2, 3, 4, 5), DIMS(5), dt);
+        s2s(DIMS(2, 3, 4, 5), DIMS(1), dt);
+        s2s(DIMS(2, 3, 4, 5), DIMS(2, 3, 4, 5), dt);
+        s2s(DIMS(1000, 33), DIMS(33), dt);
+        s2s(DIMS(7, 129), DIMS(7, 1), dt);
+        s2s(DIMS(0, 5), DIMS(5), dt); /* nothing to add: zeros */
+    }
     struct gf_node *n = node("SumToShape", "graphfuse", 18, 2, 1);
     struct gf_tview in[2] = {rnd(-1, 1, DIMS(3, 4)), ints(GF_INT64, (int64_t[]){2, 4}, 2,
                                                           DIMS(2))};
@@ -261,14 +312,15 @@ static void test_sum_to_shape(void **state)
 }
 
 static void sum(size_t n_in, const int *ranks, const int64_t (*dims)[4], int yr,
-                const int64_t *yd)
+                const int64_t *yd, enum gf_dtype dt)
 {
     struct gf_node *n = node("Sum", "", 13, n_in, 1);
     struct gf_tview in[8];
     for (size_t i = 0; i < n_in; i++)
-        in[i] = rnd(-1, 1, ranks[i], dims[i]);
-    struct gf_tview y = out(yr, yd);
-    oclt_compare(n, in, n_in, 0, &y, 1, 0, 0); /* the same float additions, in order */
+        in[i] = as_type(rnd(-1, 1, ranks[i], dims[i]), dt);
+    struct gf_tview y = out_t(dt, yr, yd);
+    /* the same float additions, in order, each partial sum rounded to dt */
+    oclt_compare(n, in, n_in, 0, &y, 1, 0, 0);
 }
 
 static void test_sum(void **state)
@@ -278,12 +330,15 @@ static void test_sum(void **state)
     static const int64_t d[8][4] = {{3, 1, 5}, {4, 5}, {5}, {1}, {3, 4, 5}, {3, 4, 1},
                                     {1, 4, 5}, {4, 1}};
     static const int r[8] = {3, 2, 1, 1, 3, 3, 3, 2};
-    for (size_t k = 2; k <= 8; k++)
-        sum(k, r, d, DIMS(3, 4, 5));
-    sum(1, r + 4, d + 4, DIMS(3, 4, 5)); /* one input: a copy */
     static const int64_t same[8][4] = {{1001}, {1001}, {1001}, {1001}, {1001}};
     static const int r1[8] = {1, 1, 1, 1, 1};
-    sum(5, r1, same, DIMS(1001));
+    for (int t = 0; t < 3; t++) {
+        enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
+        for (size_t k = 2; k <= 8; k++)
+            sum(k, r, d, DIMS(3, 4, 5), dt);
+        sum(1, r + 4, d + 4, DIMS(3, 4, 5), dt); /* one input: a copy */
+        sum(5, r1, same, DIMS(1001), dt);
+    }
 }
 
 /* ==== Softmax, LogSoftmax and their gradients ========================================== */
@@ -299,41 +354,52 @@ static const struct rows_case rows_cases[] = {
     {2, {2, 4096}, -1}, {3, {2, 3, 7}, 1}, {3, {4, 33, 5}, 0}, {1, {1000}, 0},
 };
 
-static void smx(const char *op, const struct rows_case *c, int64_t opset, const int *cfg)
+static void smx(const char *op, const struct rows_case *c, int64_t opset, const int *cfg,
+                enum gf_dtype dt)
 {
     struct gf_node *n = node(op, "", opset, 1, 1);
     assert_int_equal(gf_node_set_attr_int(n, "axis", c->axis), GF_OK);
-    struct gf_tview x = rnd(-8, 8, c->rank, c->dims), y = out(c->rank, c->dims);
+    struct gf_tview x = as_type(rnd(-8, 8, c->rank, c->dims), dt), y = out_t(dt, c->rank, c->dims);
     /* log-softmax: (x - max) - log(sum), each term up to 16: a float ulp there */
-    oclt_compare_cfg(n, &x, 1, 0, &y, 1, cfg, RTOL, strcmp(op, "Softmax") ? 4e-6 : 1e-7);
+    double atol = strcmp(op, "Softmax") ? 4e-6 : 1e-7;
+    oclt_compare_cfg(n, &x, 1, 0, &y, 1, cfg, rtol_of(dt), dt == GF_FLOAT ? atol : OHALF_ATOL);
 }
 
-static void smx_grad(const char *op, const struct rows_case *c, const int *cfg)
+/* fp16 / bf16 (dt) against the CPU's fp32 kernel on the widened inputs. */
+static void smx_grad(const char *op, const struct rows_case *c, const int *cfg,
+                     enum gf_dtype dt)
 {
     struct gf_node *n = node(op, "graphfuse", 18, 2, 1);
     assert_int_equal(gf_node_set_attr_int(n, "axis", c->axis), GF_OK);
     bool log = strcmp(op, "LogSoftmaxGrad") == 0;
-    struct gf_tview in[2] = {rnd(-1, 1, c->rank, c->dims),
-                             log ? rnd(-9, -0.01f, c->rank, c->dims)
-                                 : rnd(0, 1, c->rank, c->dims)};
-    struct gf_tview y = out(c->rank, c->dims);
+    struct gf_tview in[2] = {as_type(rnd(-1, 1, c->rank, c->dims), dt),
+                             as_type(log ? rnd(-9, -0.01f, c->rank, c->dims)
+                                         : rnd(0, 1, c->rank, c->dims), dt)};
+    struct gf_tview y = out_t(dt, c->rank, c->dims);
     int ax = (int)(c->axis < 0 ? c->axis + c->rank : c->axis);
-    oclt_compare_cfg(n, in, 2, 0, &y, 1, cfg, RTOL, 4e-6 * sqrt((double)c->dims[ax]));
+    double atol = 4e-6 * sqrt((double)c->dims[ax]);
+    if (dt == GF_FLOAT)
+        oclt_compare_cfg(n, in, 2, 0, &y, 1, cfg, RTOL, atol);
+    else
+        ohalf_compare_wide(n, in, 2, 0, &y, 1, cfg, ohalf_ulp(dt), atol);
 }
 
 static void test_softmax(void **state)
 {
     (void)state;
     need_opencl();
-    for (size_t i = 0; i < sizeof(rows_cases) / sizeof(rows_cases[0]); i++) {
-        smx("Softmax", &rows_cases[i], 13, NULL);
-        smx("LogSoftmax", &rows_cases[i], 13, NULL);
-        smx_grad("SoftmaxGrad", &rows_cases[i], NULL);
-        smx_grad("LogSoftmaxGrad", &rows_cases[i], NULL);
-    }
+    for (size_t i = 0; i < sizeof(rows_cases) / sizeof(rows_cases[0]); i++)
+        for (int t = 0; t < 3; t++) {
+            enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
+            smx("Softmax", &rows_cases[i], 13, NULL, dt);
+            smx("LogSoftmax", &rows_cases[i], 13, NULL, dt);
+            smx_grad("SoftmaxGrad", &rows_cases[i], NULL, dt);
+            smx_grad("LogSoftmaxGrad", &rows_cases[i], NULL, dt);
+        }
     /* before opset 13: the input coerced to 2-D at axis */
-    smx("Softmax", &rows_cases[5], 11, NULL);
-    smx("LogSoftmax", &rows_cases[6], 11, NULL);
+    smx("Softmax", &rows_cases[5], 11, NULL, GF_FLOAT);
+    smx("LogSoftmax", &rows_cases[6], 11, NULL, GF_FLOAT);
+    smx("Softmax", &rows_cases[6], 11, NULL, GF_FLOAT16);
     /* rows of -inf, with a NaN, with a -inf, with a +inf */
     for (int lsm = 0; lsm < 2; lsm++) {
         struct gf_node *n = node(lsm ? "LogSoftmax" : "Softmax", "", 13, 1, 1);
@@ -368,10 +434,27 @@ static void test_rows_configs(void **state)
                             rnd(0, 2, DIMS(36))};
     struct gf_tview go[3] = {out(DIMS(70, 36)), out(DIMS(36)), out(DIMS(36))};
     oclt_compare_all_configs(n, g, 3, 0, go, 3, RTOL, 1e-4);
+    /* fp16 and bf16 storage through every VEC (the loads and stores of the
+     * storage type; the work-group size does not touch them) */
+    static const int vcfg[3][2] = {{64, 1}, {128, 2}, {256, 4}};
+    for (int h = 0; h < 2; h++)
+        for (int c = 0; c < 3; c++) {
+            enum gf_dtype dt = halves[h];
+            n = node("Softmax", "", 13, 1, 1);
+            x = as_type(rnd(-8, 8, DIMS(5, 1000)), dt);
+            y = out_t(dt, DIMS(5, 1000));
+            oclt_compare_cfg(n, &x, 1, 0, &y, 1, vcfg[c], ohalf_ulp(dt), OHALF_ATOL);
+            n = node("LayerNormalization", "", 17, 3, 3);
+            struct gf_tview hin[3] = {as_type(in[0], dt), as_type(in[1], dt),
+                                      as_type(in[2], dt)};
+            o[0] = out_t(dt, DIMS(6, 1000));
+            oclt_compare_cfg(n, hin, 3, 0, o, 3, vcfg[c], ohalf_ulp(dt), 1e-5);
+        }
     for (size_t i = 0; i < 5; i++) {
         static const int cfgs[5][2] = {{64, 1}, {128, 2}, {512, 4}, {1024, 1}, {256, 2}};
-        smx_grad("SoftmaxGrad", &rows_cases[3], cfgs[i]);
-        smx_grad("LogSoftmaxGrad", &rows_cases[6], cfgs[i]);
+        smx_grad("SoftmaxGrad", &rows_cases[3], cfgs[i], GF_FLOAT);
+        smx_grad("LogSoftmaxGrad", &rows_cases[6], cfgs[i], GF_FLOAT);
+        smx_grad("SoftmaxGrad", &rows_cases[3], cfgs[i], halves[i % 2]);
     }
 }
 
@@ -403,61 +486,84 @@ static int stat_shape(const struct ln_case *c, int64_t *sd)
     return c->rank;
 }
 
+/* X, Scale, B and Y of type dt; Mean and InvStdDev fp32. */
 static void test_layernorm(void **state)
 {
     (void)state;
     need_opencl();
-    for (size_t i = 0; i < sizeof(ln_cases) / sizeof(ln_cases[0]); i++) {
-        const struct ln_case *c = &ln_cases[i];
-        struct gf_node *n = node("LayerNormalization", "", 17, 3, 3);
-        assert_int_equal(gf_node_set_attr_int(n, "axis", c->axis), GF_OK);
-        assert_int_equal(gf_node_set_attr_float(n, "epsilon", 1e-3f), GF_OK);
-        struct gf_tview in[3] = {rnd(-3, 5, c->rank, c->dims), rnd(0, 2, c->wr, c->wd),
-                                 c->bias ? rnd(-1, 1, c->wr, c->wd) : NONE};
-        int64_t sd[3];
-        int sr = stat_shape(c, sd);
-        struct gf_tview o[3] = {out(c->rank, c->dims), out(sr, sd), out(sr, sd)};
-        oclt_compare(n, in, 3, 0, o, c->stats ? 3 : 1, RTOL, 1e-5);
-    }
+    for (size_t i = 0; i < sizeof(ln_cases) / sizeof(ln_cases[0]); i++)
+        for (int t = 0; t < 3; t++) {
+            enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
+            const struct ln_case *c = &ln_cases[i];
+            struct gf_node *n = node("LayerNormalization", "", 17, 3, 3);
+            assert_int_equal(gf_node_set_attr_int(n, "axis", c->axis), GF_OK);
+            assert_int_equal(gf_node_set_attr_float(n, "epsilon", 1e-3f), GF_OK);
+            struct gf_tview in[3] = {as_type(rnd(-3, 5, c->rank, c->dims), dt),
+                                     as_type(rnd(0, 2, c->wr, c->wd), dt),
+                                     c->bias ? as_type(rnd(-1, 1, c->wr, c->wd), dt) : NONE};
+            int64_t sd[3];
+            int sr = stat_shape(c, sd);
+            struct gf_tview o[3] = {out_t(dt, c->rank, c->dims), out(sr, sd), out(sr, sd)};
+            oclt_compare(n, in, 3, 0, o, c->stats ? 3 : 1, rtol_of(dt), 1e-5);
+        }
+    /* Scale of another type than X is an error naming both */
+    struct gf_node *n = node("LayerNormalization", "", 17, 2, 1);
+    struct gf_tview in[2] = {as_type(rnd(-3, 5, DIMS(3, 8)), GF_FLOAT16), rnd(0, 2, DIMS(8))};
+    struct gf_tview y = out_t(GF_FLOAT16, DIMS(3, 8));
+    void *res[1];
+    assert_int_equal(oclt_run_cl(n, in, 2, 0, &y, 1, NULL, res), GF_ERR_INVALID);
+    free(res[0]);
+    if (!strstr(gf_last_error(), "Scale (input 1) is float, X is float16"))
+        fail_msg("%s", gf_last_error());
 }
 
 /* dY, X, Scale, Mean?, InvStdDev? -> dX, dScale, dBias; the statistics
- * either given (from the CPU forward) or recomputed. */
+ * either given (from the CPU forward, fp32) or recomputed.  fp16 / bf16
+ * (dt) against the CPU's fp32 kernel on the widened inputs. */
+static void check_layernorm_grad(const struct ln_case *c, enum gf_dtype dt)
+{
+    int64_t sd[3];
+    int sr = stat_shape(c, sd);
+    struct gf_tview x = as_type(rnd(-3, 5, c->rank, c->dims), dt);
+    struct gf_tview w = as_type(rnd(0, 2, c->wr, c->wd), dt);
+    struct gf_tview st[2] = {out(sr, sd), out(sr, sd)};
+    if (c->stats) { /* the forward's statistics, from the CPU */
+        struct gf_node *f = node("LayerNormalization", "", 17, 2, 3);
+        assert_int_equal(gf_node_set_attr_int(f, "axis", c->axis), GF_OK);
+        struct gf_tview fo[3] = {out_t(dt, c->rank, c->dims), st[0], st[1]};
+        fo[0].data = keep(x.nelem * 4);
+        for (int k = 1; k < 3; k++) {
+            fo[k].data = keep(fo[k].nelem * 4);
+            fo[k].host = fo[k].data;
+        }
+        struct gf_tview fin[2] = {x, w};
+        struct gf_backend *cpu = gf_backend_get("cpu");
+        assert_int_equal(oclt_run_on(cpu, f, fin, 2, fo, 3, NULL), GF_OK);
+        st[0] = fo[1];
+        st[1] = fo[2];
+    }
+    struct gf_node *n = node("LayerNormalizationGrad", "graphfuse", 17, 5, 3);
+    assert_int_equal(gf_node_set_attr_int(n, "axis", c->axis), GF_OK);
+    struct gf_tview in[5] = {as_type(rnd(-1, 1, c->rank, c->dims), dt), x, w,
+                             c->stats ? st[0] : NONE, c->stats ? st[1] : NONE};
+    int ax = (int)(c->axis < 0 ? c->axis + c->rank : c->axis);
+    struct gf_tview o[3] = {out_t(dt, c->rank, c->dims), out_t(dt, c->rank - ax, c->dims + ax),
+                            out_t(dt, c->rank - ax, c->dims + ax)};
+    size_t rows = x.nelem / o[1].nelem;
+    double atol = 1e-5 * sqrt((double)rows + 10);
+    if (dt == GF_FLOAT)
+        oclt_compare(n, in, 5, 0, o, c->bias ? 3 : 2, RTOL, atol);
+    else
+        ohalf_compare_wide(n, in, 5, 0, o, c->bias ? 3 : 2, NULL, ohalf_ulp(dt), atol);
+}
+
 static void test_layernorm_grad(void **state)
 {
     (void)state;
     need_opencl();
-    for (size_t i = 0; i < sizeof(ln_cases) / sizeof(ln_cases[0]); i++) {
-        const struct ln_case *c = &ln_cases[i];
-        int64_t sd[3];
-        int sr = stat_shape(c, sd);
-        struct gf_tview x = rnd(-3, 5, c->rank, c->dims), w = rnd(0, 2, c->wr, c->wd);
-        struct gf_tview st[2] = {out(sr, sd), out(sr, sd)};
-        if (c->stats) { /* the forward's statistics, from the CPU */
-            struct gf_node *f = node("LayerNormalization", "", 17, 2, 3);
-            assert_int_equal(gf_node_set_attr_int(f, "axis", c->axis), GF_OK);
-            struct gf_tview fo[3] = {out(c->rank, c->dims), st[0], st[1]};
-            fo[0].data = keep(x.nelem * 4);
-            for (int k = 1; k < 3; k++) {
-                fo[k].data = keep(fo[k].nelem * 4);
-                fo[k].host = fo[k].data;
-            }
-            struct gf_tview fin[2] = {x, w};
-            struct gf_backend *cpu = gf_backend_get("cpu");
-            assert_int_equal(oclt_run_on(cpu, f, fin, 2, fo, 3, NULL), GF_OK);
-            st[0] = fo[1];
-            st[1] = fo[2];
-        }
-        struct gf_node *n = node("LayerNormalizationGrad", "graphfuse", 17, 5, 3);
-        assert_int_equal(gf_node_set_attr_int(n, "axis", c->axis), GF_OK);
-        struct gf_tview in[5] = {rnd(-1, 1, c->rank, c->dims), x, w, c->stats ? st[0] : NONE,
-                                 c->stats ? st[1] : NONE};
-        int ax = (int)(c->axis < 0 ? c->axis + c->rank : c->axis);
-        struct gf_tview o[3] = {out(c->rank, c->dims), out(c->rank - ax, c->dims + ax),
-                                out(c->rank - ax, c->dims + ax)};
-        size_t rows = x.nelem / o[1].nelem;
-        oclt_compare(n, in, 5, 0, o, c->bias ? 3 : 2, RTOL, 1e-5 * sqrt((double)rows + 10));
-    }
+    for (size_t i = 0; i < sizeof(ln_cases) / sizeof(ln_cases[0]); i++)
+        for (int t = 0; t < 3; t++)
+            check_layernorm_grad(&ln_cases[i], t ? halves[t - 1] : GF_FLOAT);
 }
 
 /* ==== the losses ========================================================================= */
@@ -504,26 +610,32 @@ static void loss_attrs(struct gf_node *n, const struct loss_case *c)
         assert_int_equal(gf_node_set_attr_int(n, "ignore_index", II), GF_OK);
 }
 
-/* The loss's output shape: labels' for "none", else a scalar. */
-static struct gf_tview loss_out(const struct loss_case *c, const struct gf_tview *t)
+/* The loss's output shape (type dt): labels' for "none", else a scalar. */
+static struct gf_tview loss_out(const struct loss_case *c, const struct gf_tview *t,
+                                enum gf_dtype dt)
 {
-    return strcmp(c->reduction, "none") == 0 ? out(t->rank, t->dims) : out(0, NULL);
+    return strcmp(c->reduction, "none") == 0 ? out_t(dt, t->rank, t->dims) : out_t(dt, 0, NULL);
 }
 
+/* Scores, weights, loss and log-probabilities of type dt. */
 static void loss_fwd(const char *op, const struct loss_case *c, unsigned host_mask,
-                     const int *cfg)
+                     const int *cfg, enum gf_dtype dt)
 {
     bool sce = strcmp(op, "SoftmaxCrossEntropyLoss") == 0;
     struct gf_node *n = node(op, "", 13, 3, sce ? 2 : 1);
     loss_attrs(n, c);
-    struct gf_tview in[3] = {sce ? rnd(-4, 4, c->rank, c->dims) : rnd(-9, 0, c->rank, c->dims),
-                             labels(c), c->weights ? rnd(0.5f, 2, DIMS(c->dims[1])) : NONE};
-    struct gf_tview o[2] = {loss_out(c, &in[1]), out(c->rank, c->dims)};
-    oclt_compare_cfg(n, in, 3, host_mask, o, sce && c->log_prob ? 2 : 1, cfg, RTOL, 2e-6);
+    struct gf_tview in[3] = {
+        as_type(sce ? rnd(-4, 4, c->rank, c->dims) : rnd(-9, 0, c->rank, c->dims), dt),
+        labels(c), c->weights ? as_type(rnd(0.5f, 2, DIMS(c->dims[1])), dt) : NONE};
+    struct gf_tview o[2] = {loss_out(c, &in[1], dt), out_t(dt, c->rank, c->dims)};
+    oclt_compare_cfg(n, in, 3, host_mask, o, sce && c->log_prob ? 2 : 1, cfg, rtol_of(dt),
+                     2e-6);
 }
 
+/* dLoss, scores, weights and dX of type dt; fp16 / bf16 against the CPU's
+ * fp32 kernel on the widened inputs. */
 static void loss_bwd(const char *op, const struct loss_case *c, unsigned host_mask,
-                     const int *cfg)
+                     const int *cfg, enum gf_dtype dt)
 {
     bool sce = strcmp(op, "SoftmaxCrossEntropyLossGrad") == 0;
     struct gf_node *n = node(op, "graphfuse", 13, 4, 1);
@@ -531,11 +643,16 @@ static void loss_bwd(const char *op, const struct loss_case *c, unsigned host_ma
     struct gf_tview t = labels(c), dl = rnd(0.5f, 2, 0, NULL);
     if (strcmp(c->reduction, "none") == 0)
         dl = rnd(-2, 2, t.rank, t.dims);
-    struct gf_tview in[4] = {dl, sce ? rnd(-4, 4, c->rank, c->dims)
-                                     : ints(GF_INT64, c->dims, (size_t)c->rank, DIMS(c->rank)),
-                             t, c->weights ? rnd(0.5f, 2, DIMS(c->dims[1])) : NONE};
-    struct gf_tview o = out(c->rank, c->dims);
-    oclt_compare_cfg(n, in, 4, host_mask | (sce ? 0 : 2), &o, 1, cfg, RTOL, 1e-6);
+    struct gf_tview in[4] = {as_type(dl, dt),
+                             sce ? as_type(rnd(-4, 4, c->rank, c->dims), dt)
+                                 : ints(GF_INT64, c->dims, (size_t)c->rank, DIMS(c->rank)),
+                             t, c->weights ? as_type(rnd(0.5f, 2, DIMS(c->dims[1])), dt) : NONE};
+    struct gf_tview o = out_t(dt, c->rank, c->dims);
+    unsigned mask = host_mask | (sce ? 0 : 2);
+    if (dt == GF_FLOAT)
+        oclt_compare_cfg(n, in, 4, mask, &o, 1, cfg, RTOL, 1e-6);
+    else
+        ohalf_compare_wide(n, in, 4, mask, &o, 1, cfg, ohalf_ulp(dt), 1e-6);
 }
 
 static void test_losses(void **state)
@@ -545,10 +662,13 @@ static void test_losses(void **state)
     for (size_t i = 0; i < sizeof(loss_cases) / sizeof(loss_cases[0]); i++) {
         const struct loss_case *c = &loss_cases[i];
         unsigned labels_on_host = i % 2 ? 0 : 2 | 4; /* labels: input 1 forward, 2 backward */
-        loss_fwd("SoftmaxCrossEntropyLoss", c, labels_on_host & 2, NULL);
-        loss_fwd("NegativeLogLikelihoodLoss", c, labels_on_host & 2, NULL);
-        loss_bwd("SoftmaxCrossEntropyLossGrad", c, labels_on_host & 4, NULL);
-        loss_bwd("NLLLossGrad", c, labels_on_host & 4, NULL);
+        for (int t = 0; t < 3; t++) {
+            enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
+            loss_fwd("SoftmaxCrossEntropyLoss", c, labels_on_host & 2, NULL, dt);
+            loss_fwd("NegativeLogLikelihoodLoss", c, labels_on_host & 2, NULL, dt);
+            loss_bwd("SoftmaxCrossEntropyLossGrad", c, labels_on_host & 4, NULL, dt);
+            loss_bwd("NLLLossGrad", c, labels_on_host & 4, NULL, dt);
+        }
     }
 }
 
@@ -558,9 +678,11 @@ static void test_loss_configs(void **state)
     need_opencl();
     static const int cfgs[][2] = {{64, 1}, {128, 2}, {512, 4}, {1024, 4}, {256, 1}};
     for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
-        loss_fwd("SoftmaxCrossEntropyLoss", &loss_cases[2], 0, cfgs[i]);
-        loss_bwd("SoftmaxCrossEntropyLossGrad", &loss_cases[3], 0, cfgs[i]);
-        loss_fwd("SoftmaxCrossEntropyLoss", &loss_cases[6], 0, cfgs[i]);
+        loss_fwd("SoftmaxCrossEntropyLoss", &loss_cases[2], 0, cfgs[i], GF_FLOAT);
+        loss_bwd("SoftmaxCrossEntropyLossGrad", &loss_cases[3], 0, cfgs[i], GF_FLOAT);
+        loss_fwd("SoftmaxCrossEntropyLoss", &loss_cases[6], 0, cfgs[i], GF_FLOAT);
+        loss_fwd("SoftmaxCrossEntropyLoss", &loss_cases[2], 0, cfgs[i], halves[i % 2]);
+        loss_bwd("SoftmaxCrossEntropyLossGrad", &loss_cases[6], 0, cfgs[i], halves[i % 2]);
     }
 }
 

@@ -2,14 +2,19 @@
  * OpenCL kernels: the elementwise family (elementwise.cl).
  *
  *   unary      Neg Sqrt Reciprocal Exp Log Tanh Abs Erf Sin Cos Floor Ceil
- *              Relu Sigmoid Softplus Gelu (fp32), Not (bool)
- *   binary     Add Sub Mul Div Max Min (fp32, int64, int32), Pow (fp32),
- *              Equal Less LessOrEqual Greater GreaterOrEqual (fp32, int64,
- *              int32; Equal also bool), And Or Xor (bool); numpy
- *              broadcasting; Max and Min take any number of inputs
+ *              Relu Sigmoid Softplus Gelu Clip (float), Not (bool)
+ *   binary     Add Sub Mul Div Max Min (float, int64, int32), Pow (float,
+ *              and a half base with a float exponent), Equal Less
+ *              LessOrEqual Greater GreaterOrEqual (float, int64, int32;
+ *              Equal also bool), And Or Xor (bool); numpy broadcasting;
+ *              Max and Min take any number of inputs
  *   plumbing   Where (any 1/2/4/8-byte type), Cast CastLike (between fp32,
- *              fp16, int64, int32, uint8, bool), Identity
- *   backward   ReluGrad SigmoidGrad TanhGrad GeluGrad (fp32)
+ *              fp16, bf16, int64, int32, uint8, bool), Identity
+ *   backward   ReluGrad SigmoidGrad TanhGrad GeluGrad (float)
+ *
+ * "float" is fp32, fp16 or bf16 storage (storage.cl, the program built
+ * with gf_cl_storage_opt of the tensors' type): loaded to float, computed
+ * in float, stored once in the tensor's type, as the CPU kernels do.
  *
  * Operands that have the output's shape or one element run "flat" kernels:
  * VEC elements per step (a knob, with the work-group size) in a
@@ -19,6 +24,7 @@
  * integer division by zero is checked on the host, so integer Div needs
  * its divisor's host copy.
  */
+#include <float.h>
 #include <limits.h>
 #include <stdio.h>
 
@@ -35,18 +41,25 @@ static const struct gf_config_knob ew_knobs[] = {
 
 /* ---- launching ------------------------------------------------------------ */
 
-/* The kernel `name` built for this config's VEC, and the work-group size
- * (clamped to the device); NULL with gf_error set. */
-static cl_kernel ew_kernel(const struct gf_kernel_args *a, const char *name, size_t *wg,
-                           int *vec)
+static bool is_float(enum gf_dtype t)
+{
+    return t == GF_FLOAT || t == GF_FLOAT16 || t == GF_BFLOAT16;
+}
+
+/* The kernel `name` built for this config's VEC and the storage of float
+ * type dt (other types: fp32's build), and the work-group size (clamped
+ * to the device); NULL with gf_error set. */
+static cl_kernel ew_kernel(const struct gf_kernel_args *a, const char *name, enum gf_dtype dt,
+                           size_t *wg, int *vec)
 {
     *wg = (size_t)(a->config ? a->config[0] : wg_values[0]);
     *vec = a->config ? a->config[1] : vec_values[0];
     size_t max = gf_cl_of(a->backend)->max_wg;
     if (max && *wg > max)
         *wg = max;
-    char opts[32];
-    snprintf(opts, sizeof(opts), "-DVEC=%d", *vec);
+    const char *store = is_float(dt) ? gf_cl_storage_opt(dt) : "";
+    char opts[64];
+    snprintf(opts, sizeof(opts), "-DVEC=%d%s%s", *vec, *store ? " " : "", store);
     return gf_cl_kernel(a->backend, EW_FILE, name, opts);
 }
 
@@ -189,8 +202,8 @@ static const char *un_kernel(const struct gf_node *n)
 
 static bool un_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    enum gf_dtype want = n->op == GF_OP_NOT ? GF_BOOL : GF_FLOAT;
-    return n_in == 1 && in[0].dtype == want && in[0].nelem <= INT_MAX;
+    return n_in == 1 && in[0].nelem <= INT_MAX &&
+           (n->op == GF_OP_NOT ? in[0].dtype == GF_BOOL : is_float(in[0].dtype));
 }
 
 /* Unary ops, and the gradients (dY, v) -> dX: same shapes, one type. */
@@ -215,7 +228,7 @@ static enum gf_status un_run(const struct gf_kernel_args *a)
                                "'tanh'", gf_node_attr_string(a->node, "approximate", ""));
     size_t wg;
     int vec;
-    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    cl_kernel k = ew_kernel(a, name, x->dtype, &wg, &vec);
     cl_int n = (cl_int)x->nelem;
     bool ok = k && (grad ? gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem),
                                       &a->in[1].data, sizeof(cl_mem), &y->data, sizeof(n), &n)
@@ -229,7 +242,7 @@ static enum gf_status un_run(const struct gf_kernel_args *a)
 static bool grad_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    return n_in == 2 && in[0].dtype == GF_FLOAT && in[0].nelem <= INT_MAX;
+    return n_in == 2 && is_float(in[0].dtype) && in[0].nelem <= INT_MAX;
 }
 
 /* ---- binary ----------------------------------------------------------------- */
@@ -239,8 +252,8 @@ enum { T_F32 = 1, T_INT = 2, T_BOOL = 4 };
 static const struct bin_op {
     enum gf_op op;
     const char *stem;  /* binf_<stem>, bnd_<stem>_<type> */
-    unsigned types;    /* T_F32 | T_INT | T_BOOL */
-    bool flat;         /* has an fp32 flat kernel */
+    unsigned types;    /* T_F32 (the float types) | T_INT | T_BOOL */
+    bool flat;         /* has a float flat kernel */
     bool bool_out;
 } bin_ops[] = {
     {GF_OP_ADD, "add", T_F32 | T_INT, true, false},
@@ -271,7 +284,7 @@ static const struct bin_op *bin_find(enum gf_op op)
 /* Type suffix of the ND kernels, NULL when op lacks the type. */
 static const char *bin_sfx(const struct bin_op *op, enum gf_dtype t)
 {
-    if (t == GF_FLOAT && (op->types & T_F32))
+    if (is_float(t) && (op->types & T_F32))
         return "f32";
     if (t == GF_INT64 && (op->types & T_INT))
         return "i64";
@@ -287,6 +300,13 @@ static bool is_int(enum gf_dtype t)
     return t == GF_INT64 || t == GF_INT32;
 }
 
+/* Pow of a half base (fp16, bf16) with an fp32 exponent: input k = 1 */
+static bool pow_half_float(const struct gf_node *n, const struct gf_tview *in, size_t k)
+{
+    return n->op == GF_OP_POW && k == 1 && in[1].dtype == GF_FLOAT &&
+           (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16);
+}
+
 static bool bin_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     const struct bin_op *op = bin_find(n->op);
@@ -294,9 +314,9 @@ static bool bin_supports(const struct gf_node *n, const struct gf_tview *in, siz
     if (!op || n_in < 1 || (!variadic && n_in != 2) || !bin_sfx(op, in[0].dtype) ||
         gf_node_attr_int(n, "broadcast", 0)) /* the opset < 7 form */
         return false;
-    /* mixed types (Pow's float ^ int64) go to the CPU, which has them */
+    /* mixed types go to the CPU, which has them, but for Pow's half ^ float */
     for (size_t k = 0; k < n_in; k++)
-        if (in[k].nelem > INT_MAX || in[k].dtype != in[0].dtype)
+        if (in[k].nelem > INT_MAX || (in[k].dtype != in[0].dtype && !pow_half_float(n, in, k)))
             return false;
     /* integer division by zero is checked on the host */
     return !(n->op == GF_OP_DIV && is_int(in[0].dtype) && !in[1].host);
@@ -320,7 +340,8 @@ static enum gf_status bin_check_divisor(const struct gf_kernel_args *a, const st
     return GF_OK;
 }
 
-/* out = op(x, b), both broadcast to out (x may be out itself). */
+/* out = op(x, b), both broadcast to out (x may be out itself); b may be
+ * Pow's float exponent of a half x (the _powx kernels). */
 static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct bin_op *op,
                                const struct gf_tview *x, int kx, const struct gf_tview *b,
                                int kb)
@@ -334,12 +355,13 @@ static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct bin_
     size_t wg;
     int vec;
     char name[32];
-    bool flat = op->flat && x->dtype == GF_FLOAT && (x->nelem == out->nelem || x->nelem == 1) &&
+    const char *stem = b->dtype != x->dtype ? "powx" : op->stem;
+    bool flat = op->flat && is_float(x->dtype) && (x->nelem == out->nelem || x->nelem == 1) &&
                 (b->nelem == out->nelem || b->nelem == 1);
     if (flat) {
-        snprintf(name, sizeof(name), "binf_%s", op->stem);
+        snprintf(name, sizeof(name), "binf_%s", stem);
         cl_int sa = x->nelem == out->nelem, sb = b->nelem == out->nelem;
-        cl_kernel k = ew_kernel(a, name, &wg, &vec);
+        cl_kernel k = ew_kernel(a, name, x->dtype, &wg, &vec);
         if (!k || !gf_cl_args(k, 6, sizeof(cl_mem), &x->data, sizeof(cl_mem), &b->data,
                               sizeof(cl_mem), &out->data, sizeof(n), &n, sizeof(sa), &sa,
                               sizeof(sb), &sb))
@@ -350,8 +372,8 @@ static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct bin_
     if (!gf_cl_nd_init(&nd, out->rank, out->dims, 3, st))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
                                "kernels");
-    snprintf(name, sizeof(name), "bnd_%s_%s", op->stem, bin_sfx(op, x->dtype));
-    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    snprintf(name, sizeof(name), "bnd_%s_%s", stem, bin_sfx(op, x->dtype));
+    cl_kernel k = ew_kernel(a, name, x->dtype, &wg, &vec);
     if (!k || !gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem), &b->data,
                           sizeof(cl_mem), &out->data, sizeof(n), &n) || !nd_args(k, 4, &nd))
         return gf_cl_fail(a, name);
@@ -370,7 +392,7 @@ static enum gf_status bin_run(const struct gf_kernel_args *a)
     for (size_t k = 0; k < a->n_in; k++) {
         if ((st = ew_check_in(a, k)))
             return st;
-        if (a->in[k].dtype != a->in[0].dtype)
+        if (a->in[k].dtype != a->in[0].dtype && !pow_half_float(a->node, a->in, k))
             return gf_kernel_error(a, GF_ERR_INVALID, "inputs 0 and %zu differ in type (%s, "
                                    "%s)", k, gf_dtype_name(a->in[0].dtype),
                                    gf_dtype_name(a->in[k].dtype));
@@ -395,6 +417,63 @@ static enum gf_status bin_run(const struct gf_kernel_args *a)
         if ((st = bin_pair(a, op, &a->out[0], 0, &a->in[k], (int)k)))
             return st;
     return GF_OK;
+}
+
+/* ---- Clip --------------------------------------------------------------------- */
+
+/* Bound k (1: min, 2: max): the tensor when given (one element of x's
+ * type, read by the kernel: *t), else the attribute of opsets before 11,
+ * else dflt (*v), as the CPU's. */
+static enum gf_status clip_bound(const struct gf_kernel_args *a, size_t k, const char *name,
+                                 float dflt, cl_mem *t, cl_float *v)
+{
+    const struct gf_attr *at = gf_node_attr(a->node, name);
+    *v = at && at->type == GF_ATTR_FLOAT ? at->f : dflt;
+    *t = NULL;
+    if (k >= a->n_in || !a->in[k].data)
+        return GF_OK;
+    char what[32];
+    snprintf(what, sizeof(what), "input %zu (%s)", k, name);
+    enum gf_status st = ew_check_dtype(a, what, a->in[k].dtype, a->in[0].dtype);
+    if (st == GF_OK && a->in[k].nelem != 1) {
+        char shape[128];
+        ew_shape_str(&a->in[k], shape, sizeof(shape));
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s must be a scalar, not of shape %s", what,
+                               shape);
+    }
+    *t = a->in[k].data;
+    return st;
+}
+
+static bool clip_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 1 && is_float(in[0].dtype) && in[0].nelem <= INT_MAX;
+}
+
+static enum gf_status clip_run(const struct gf_kernel_args *a)
+{
+    bool empty;
+    enum gf_status st = ew_check_out(a, &empty);
+    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+        return st;
+    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
+    cl_mem lo_t, hi_t;
+    cl_float lo, hi;
+    if ((st = clip_bound(a, 1, "min", -FLT_MAX, &lo_t, &lo)) ||
+        (st = clip_bound(a, 2, "max", FLT_MAX, &hi_t, &hi)) ||
+        (st = ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
+        (st = ew_check_count(a, x, y)))
+        return st;
+    size_t wg;
+    int vec;
+    cl_int n = (cl_int)x->nelem;
+    cl_kernel k = ew_kernel(a, "clip", x->dtype, &wg, &vec);
+    if (!k || !gf_cl_args(k, 7, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data, sizeof(n),
+                          &n, sizeof(cl_mem), &lo_t, sizeof(cl_mem), &hi_t, sizeof(lo), &lo,
+                          sizeof(hi), &hi))
+        return gf_cl_fail(a, "clip");
+    return ew_launch(a, k, x->nelem, (size_t)vec, wg);
 }
 
 /* ---- Where ------------------------------------------------------------------- */
@@ -438,7 +517,7 @@ static enum gf_status where_run(const struct gf_kernel_args *a)
     size_t wg;
     int vec;
     cl_int n = (cl_int)out->nelem;
-    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    cl_kernel k = ew_kernel(a, name, GF_UNDEFINED, &wg, &vec);
     if (!k || !gf_cl_args(k, 5, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &a->in[1].data,
                           sizeof(cl_mem), &a->in[2].data, sizeof(cl_mem), &out->data,
                           sizeof(n), &n) || !nd_args(k, 5, &nd))
@@ -448,11 +527,20 @@ static enum gf_status where_run(const struct gf_kernel_args *a)
 
 /* ---- Cast, CastLike, Identity ------------------------------------------------------- */
 
+/* The model's ai.onnx opset; unknown counts as the newest. */
+static int64_t ew_opset(const struct gf_kernel_args *a)
+{
+    const struct gf_graph *g = a->node ? a->node->graph : NULL;
+    int64_t v = g && g->model ? gf_model_opset(g->model, "") : 0;
+    return v > 0 ? v : INT64_MAX;
+}
+
 static const char *cast_sfx(enum gf_dtype t)
 {
     switch (t) {
     case GF_FLOAT: return "f32";
     case GF_FLOAT16: return "f16";
+    case GF_BFLOAT16: return "bf16";
     case GF_INT64: return "i64";
     case GF_INT32: return "i32";
     case GF_UINT8: return "u8";
@@ -505,10 +593,12 @@ static enum gf_status cast_run(const struct gf_kernel_args *a)
         return st;
     char name[32];
     snprintf(name, sizeof(name), "cast_%s_%s", cast_sfx(x->dtype), cast_sfx(y->dtype));
+    if (x->dtype == GF_FLOAT && y->dtype == GF_BFLOAT16 && ew_opset(a) < 19)
+        snprintf(name, sizeof(name), "cast_f32_bf16_trunc");
     size_t wg;
     int vec;
     cl_int n = (cl_int)x->nelem;
-    cl_kernel k = ew_kernel(a, name, &wg, &vec);
+    cl_kernel k = ew_kernel(a, name, GF_UNDEFINED, &wg, &vec);
     if (!k || !gf_cl_args(k, 3, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data, sizeof(n),
                           &n))
         return gf_cl_fail(a, name);
@@ -535,8 +625,8 @@ static enum gf_status identity_run(const struct gf_kernel_args *a)
 #define EW_KERNEL(OP, DT, name, sup, fn)                                                     \
     {.op = GF_OP_##OP, .backend = "opencl", .dtype = DT, .impl = name, .supports = sup,      \
      .run = fn, .n_knobs = 2, .knobs = ew_knobs}
-#define EW_UNARY(OP) EW_KERNEL(OP, GF_FLOAT, "cl_unary", un_supports, un_run)
-#define EW_GRAD(OP) EW_KERNEL(OP, GF_FLOAT, "cl_act_grad", grad_supports, un_run)
+#define EW_UNARY(OP) EW_KERNEL(OP, GF_UNDEFINED, "cl_unary", un_supports, un_run)
+#define EW_GRAD(OP) EW_KERNEL(OP, GF_UNDEFINED, "cl_act_grad", grad_supports, un_run)
 #define EW_BINARY(OP) EW_KERNEL(OP, GF_UNDEFINED, "cl_binary", bin_supports, bin_run)
 
 static const struct gf_kernel kernels[] = {
@@ -544,6 +634,7 @@ static const struct gf_kernel kernels[] = {
     EW_UNARY(TANH), EW_UNARY(ABS), EW_UNARY(ERF), EW_UNARY(SIN), EW_UNARY(COS),
     EW_UNARY(FLOOR), EW_UNARY(CEIL), EW_UNARY(RELU), EW_UNARY(SIGMOID), EW_UNARY(SOFTPLUS),
     EW_UNARY(GELU),
+    EW_KERNEL(CLIP, GF_UNDEFINED, "cl_clip", clip_supports, clip_run),
     EW_KERNEL(NOT, GF_BOOL, "cl_unary", un_supports, un_run),
     EW_BINARY(ADD), EW_BINARY(SUB), EW_BINARY(MUL), EW_BINARY(DIV), EW_BINARY(POW),
     EW_BINARY(MAX), EW_BINARY(MIN), EW_BINARY(EQUAL), EW_BINARY(LESS),

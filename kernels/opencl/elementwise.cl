@@ -1,6 +1,14 @@
 /*
  * Elementwise kernels (elementwise.c): unary, binary with broadcasting,
- * Where, Cast, and the elementwise backward ops.
+ * Where, Clip, Cast, and the elementwise backward ops.
+ *
+ * Float tensors are store_t (storage.cl: float, half or bfloat16, chosen
+ * by the build option): loaded to float, computed in float, stored once
+ * in their type.  Kernels named _f32 hold store_t data; the exponent of
+ * the _powx kernels is always float (Pow of a half base).  Kernels of the
+ * other types (Not, integer and bool binaries, Where, Cast) do not depend
+ * on it: elementwise.c asks for them in the fp32 build, and the fp16 and
+ * bf16 builds leave them out (FP32_BUILD).
  *
  * Options: VEC (1, 2, 4 or 8; default 4) elements per work-item step.
  * Flat kernels (every operand has the output's shape, or is one element)
@@ -16,14 +24,46 @@
 
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
+#if defined(GF_STORE_F16) || defined(GF_STORE_BF16)
+#define FP32_BUILD 0
+#else
+#define FP32_BUILD 1
+#endif
+
+/* float -> bfloat16 bits on T (float or a float vector; U, S: its uint
+ * and ushort forms): round to nearest even, a NaN stays a NaN (as
+ * storage.cl's gf_bf16). */
+#define DEF_TO_BF16(T, U, S)                                                       \
+    inline S CAT(to_bf16_, T)(T v)                                                 \
+    {                                                                              \
+        U u = CAT(as_, U)(v);                                                      \
+        U r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                              \
+        return CAT(convert_, S)(select(r, (u >> 16) | 0x40u, CAT(as_, U)(isnan(v)))); \
+    }
+
+/* VF: VEC floats.  VLD(i, p) / VST(v, i, p): elements VEC*i .. VEC*i+VEC-1
+ * of store_t memory as VF; VLDF the same from float memory. */
 #if VEC == 1
 #define VF float
-#define VLOAD(i, p) ((p)[i])
-#define VSTORE(v, i, p) ((p)[i] = (v))
+#define VLD(i, p) LD(p, i)
+#define VST(v, i, p) ST(p, i, v)
+#define VLDF(i, p) ((p)[i])
 #else
 #define VF CAT(float, VEC)
-#define VLOAD(i, p) CAT(vload, VEC)(i, p)
-#define VSTORE(v, i, p) CAT(vstore, VEC)(v, i, p)
+#define VLDF(i, p) CAT(vload, VEC)(i, p)
+#if defined(GF_STORE_F16)
+#define VLD(i, p) CAT(vload_half, VEC)(i, p)
+#define VST(v, i, p) CAT(CAT(vstore_half, VEC), _rte)(v, i, p)
+#elif defined(GF_STORE_BF16)
+#define VU CAT(uint, VEC)
+#define VS CAT(ushort, VEC)
+DEF_TO_BF16(VF, VU, VS)
+#define VLD(i, p) CAT(as_float, VEC)(CAT(convert_uint, VEC)(CAT(vload, VEC)(i, p)) << 16)
+#define VST(v, i, p) CAT(vstore, VEC)(CAT(to_bf16_float, VEC)(v), i, p)
+#else
+#define VLD(i, p) CAT(vload, VEC)(i, p)
+#define VST(v, i, p) CAT(vstore, VEC)(v, i, p)
+#endif
 #endif
 
 /* The offsets of output element i in up to three operands: dims and
@@ -88,15 +128,15 @@ DEF_SIGMOID(VF)
 
 /* y[i] = f(x[i]), n elements; one VEC-wide step per work-item per turn. */
 #define DEF_UNARY(name, F)                                                         \
-    __kernel void un_##name(__global const float *x, __global float *y, int n)    \
+    __kernel void un_##name(__global const store_t *x, __global store_t *y, int n) \
     {                                                                              \
         int nv = n / VEC;                                                          \
         for (int i = get_global_id(0); i < nv; i += get_global_size(0)) {          \
-            VF v = VLOAD(i, x);                                                    \
-            VSTORE(F(v, VF), i, y);                                                \
+            VF v = VLD(i, x);                                                      \
+            VST(F(v, VF), i, y);                                                   \
         }                                                                          \
         for (int i = nv * VEC + get_global_id(0); i < n; i += get_global_size(0)) \
-            y[i] = F(x[i], float);                                                 \
+            ST(y, i, F(LD(x, i), float));                                          \
     }
 
 DEF_UNARY(neg, U_NEG)
@@ -117,13 +157,15 @@ DEF_UNARY(softplus, U_SOFTPLUS)
 DEF_UNARY(gelu, U_GELU)
 DEF_UNARY(gelu_tanh, U_GELU_TANH)
 
+#if FP32_BUILD
 __kernel void un_not(__global const uchar *x, __global uchar *y, int n)
 {
     for (int i = get_global_id(0); i < n; i += get_global_size(0))
         y[i] = !x[i];
 }
+#endif
 
-/* ---- binary, fp32, flat: a and b each the output's shape (sa, sb = 1) or
+/* ---- binary, float, flat: a and b each the output's shape (sa, sb = 1) or
  * one element (0) ------------------------------------------------------------ */
 
 #define B_ADD(x, y, T) ((x) + (y))
@@ -134,27 +176,52 @@ __kernel void un_not(__global const uchar *x, __global uchar *y, int n)
 #define B_MAX(x, y, T) select(y, x, ((x) > (y)) | isnan(x))
 #define B_MIN(x, y, T) select(y, x, ((x) < (y)) | isnan(x))
 
-#define DEF_BINARY_FLAT(name, F)                                                   \
-    __kernel void binf_##name(__global const float *a, __global const float *b,   \
-                              __global float *y, int n, int sa, int sb)           \
+/* b is store_t (VLD, LD) or, for _powx, float (VLDF, LDF) */
+#define LDF(p, i) ((p)[i])
+#define DEF_BINARY_FLAT(name, F, TB, VLDB, LDB)                                    \
+    __kernel void binf_##name(__global const store_t *a, __global const TB *b,    \
+                              __global store_t *y, int n, int sa, int sb)         \
     {                                                                              \
         int nv = n / VEC;                                                          \
         for (int i = get_global_id(0); i < nv; i += get_global_size(0)) {          \
-            VF x = sa ? VLOAD(i, a) : (VF)(a[0]);                                  \
-            VF z = sb ? VLOAD(i, b) : (VF)(b[0]);                                  \
-            VSTORE(F(x, z, VF), i, y);                                             \
+            VF x = sa ? VLD(i, a) : (VF)(LD(a, 0));                                \
+            VF z = sb ? VLDB(i, b) : (VF)(LDB(b, 0));                              \
+            VST(F(x, z, VF), i, y);                                                \
         }                                                                          \
         for (int i = nv * VEC + get_global_id(0); i < n; i += get_global_size(0)) \
-            y[i] = F(a[sa ? i : 0], b[sb ? i : 0], float);                         \
+            ST(y, i, F(LD(a, sa ? i : 0), LDB(b, sb ? i : 0), float));             \
     }
 
-DEF_BINARY_FLAT(add, B_ADD)
-DEF_BINARY_FLAT(sub, B_SUB)
-DEF_BINARY_FLAT(mul, B_MUL)
-DEF_BINARY_FLAT(div, B_DIV)
-DEF_BINARY_FLAT(pow, B_POW)
-DEF_BINARY_FLAT(max, B_MAX)
-DEF_BINARY_FLAT(min, B_MIN)
+DEF_BINARY_FLAT(add, B_ADD, store_t, VLD, LD)
+DEF_BINARY_FLAT(sub, B_SUB, store_t, VLD, LD)
+DEF_BINARY_FLAT(mul, B_MUL, store_t, VLD, LD)
+DEF_BINARY_FLAT(div, B_DIV, store_t, VLD, LD)
+DEF_BINARY_FLAT(pow, B_POW, store_t, VLD, LD)
+DEF_BINARY_FLAT(max, B_MAX, store_t, VLD, LD)
+DEF_BINARY_FLAT(min, B_MIN, store_t, VLD, LD)
+DEF_BINARY_FLAT(powx, B_POW, float, VLDF, LDF)
+
+/* ---- Clip: max then min, as the CPU's (lo > hi gives hi; a NaN stays NaN);
+ * each bound from a one-element tensor (lo_t, hi_t) when given, else the
+ * float argument ---------------------------------------------------------------- */
+
+__kernel void clip(__global const store_t *x, __global store_t *y, int n,
+                   __global const store_t *lo_t, __global const store_t *hi_t, float lo,
+                   float hi)
+{
+    float l = lo_t ? LD(lo_t, 0) : lo, h = hi_t ? LD(hi_t, 0) : hi;
+    int nv = n / VEC;
+    for (int i = get_global_id(0); i < nv; i += get_global_size(0)) {
+        VF v = VLD(i, x);
+        v = select(v, (VF)(l), v < (VF)(l));
+        VST(select(v, (VF)(h), v > (VF)(h)), i, y);
+    }
+    for (int i = nv * VEC + get_global_id(0); i < n; i += get_global_size(0)) {
+        float v = LD(x, i);
+        v = v < l ? l : v;
+        ST(y, i, v > h ? h : v);
+    }
+}
 
 /* ---- binary, any layout (broadcasting), every type ---------------------------- */
 
@@ -187,19 +254,38 @@ DEF_BINARY_FLAT(min, B_MIN)
         }                                                                          \
     }
 
-DEF_BINARY_ND(add_f32, float, float, B_ADD)
-DEF_BINARY_ND(sub_f32, float, float, B_SUB)
-DEF_BINARY_ND(mul_f32, float, float, B_MUL)
-DEF_BINARY_ND(div_f32, float, float, B_DIV)
-DEF_BINARY_ND(pow_f32, float, float, B_POW)
-DEF_BINARY_ND(max_f32, float, float, B_MAX)
-DEF_BINARY_ND(min_f32, float, float, B_MIN)
-DEF_BINARY_ND(eq_f32, float, uchar, C_EQ)
-DEF_BINARY_ND(lt_f32, float, uchar, C_LT)
-DEF_BINARY_ND(le_f32, float, uchar, C_LE)
-DEF_BINARY_ND(gt_f32, float, uchar, C_GT)
-DEF_BINARY_ND(ge_f32, float, uchar, C_GE)
+/* Float operands: a store_t, b store_t (float for powx), computed in
+ * float; the result stored as store_t, or as bool (comparisons). */
+#define WR_ST(p, i, v) ST(p, i, v)
+#define WR_B8(p, i, v) ((p)[i] = (uchar)(v))
+#define DEF_FLOAT_ND(name, TB, LDB, TO, WR, F)                                     \
+    __kernel void bnd_##name(__global const store_t *a, __global const TB *b,     \
+                             __global TO *y, int n, ND_ARGS)                      \
+    {                                                                              \
+        ND_UNPACK;                                                                 \
+        for (int i = get_global_id(0); i < n; i += get_global_size(0)) {           \
+            ND_WALK(i, oa, ob, o2_);                                               \
+            WR(y, i, F(LD(a, oa), LDB(b, ob), float));                             \
+        }                                                                          \
+    }
+#define DEF_FLOAT_ARITH(name, F) DEF_FLOAT_ND(name, store_t, LD, store_t, WR_ST, F)
+#define DEF_FLOAT_CMP(name, F) DEF_FLOAT_ND(name, store_t, LD, uchar, WR_B8, F)
 
+DEF_FLOAT_ARITH(add_f32, B_ADD)
+DEF_FLOAT_ARITH(sub_f32, B_SUB)
+DEF_FLOAT_ARITH(mul_f32, B_MUL)
+DEF_FLOAT_ARITH(div_f32, B_DIV)
+DEF_FLOAT_ARITH(pow_f32, B_POW)
+DEF_FLOAT_ARITH(max_f32, B_MAX)
+DEF_FLOAT_ARITH(min_f32, B_MIN)
+DEF_FLOAT_ND(powx_f32, float, LDF, store_t, WR_ST, B_POW)
+DEF_FLOAT_CMP(eq_f32, C_EQ)
+DEF_FLOAT_CMP(lt_f32, C_LT)
+DEF_FLOAT_CMP(le_f32, C_LE)
+DEF_FLOAT_CMP(gt_f32, C_GT)
+DEF_FLOAT_CMP(ge_f32, C_GE)
+
+#if FP32_BUILD
 #define DEF_BINARY_INT(sfx, T)                                                     \
     DEF_BINARY_ND(add_##sfx, T, T, I_ADD)                                          \
     DEF_BINARY_ND(sub_##sfx, T, T, I_SUB)                                          \
@@ -238,22 +324,35 @@ DEF_WHERE(4, uint)
 DEF_WHERE(8, ulong)
 
 /* ---- Cast: through float from floating types, through long from integer
- * ones; float to integer saturates (NaN gives 0), as the CPU's ---------------- */
+ * ones; float to integer saturates (NaN gives 0), as the CPU's; an integer
+ * goes to bfloat16 through a float rounded to odd, so that it is rounded
+ * once (as the CPU's through double) ---------------------------------------- */
+
+DEF_TO_BF16(float, uint, ushort)
+
+inline float long_to_float_odd(long v)
+{
+    float f = convert_float_rtz(v);
+    return (long)f == v ? f : as_float(as_uint(f) | 1u);
+}
 
 #define RD_f32(p, i) ((p)[i])
 #define RD_f16(p, i) vload_half(i, p)
+#define RD_bf16(p, i) as_float((uint)(p)[i] << 16)
 #define RD_i64(p, i) ((p)[i])
 #define RD_i32(p, i) ((long)(p)[i])
 #define RD_u8(p, i) ((long)(p)[i])
 #define RD_b8(p, i) ((long)((p)[i] != 0))
 #define KIND_f32 F
 #define KIND_f16 F
+#define KIND_bf16 F
 #define KIND_i64 I
 #define KIND_i32 I
 #define KIND_u8 I
 #define KIND_b8 I
 #define TY_f32 float
 #define TY_f16 half
+#define TY_bf16 ushort
 #define TY_i64 long
 #define TY_i32 int
 #define TY_u8 uchar
@@ -263,6 +362,8 @@ DEF_WHERE(8, ulong)
 #define WR_I_f32(p, i, v) ((p)[i] = convert_float(v))
 #define WR_F_f16(p, i, v) vstore_half_rte(v, i, p)
 #define WR_I_f16(p, i, v) vstore_half_rte(convert_float(v), i, p)
+#define WR_F_bf16(p, i, v) ((p)[i] = to_bf16_float(v))
+#define WR_I_bf16(p, i, v) ((p)[i] = to_bf16_float(long_to_float_odd(v)))
 /* NaN is tested explicitly: NVIDIA's convert_long_sat_rtz(NaN) gives
  * LONG_MIN where the OpenCL spec says 0 */
 #define WR_F_i64(p, i, v) ((p)[i] = isnan(v) ? 0 : convert_long_sat_rtz(v))
@@ -283,14 +384,26 @@ DEF_WHERE(8, ulong)
             WR(KIND_##src, dst, y, i, RD_##src(x, i));                             \
     }
 #define DEF_CASTS_FROM(src)                                                        \
-    DEF_CAST(src, f32) DEF_CAST(src, f16) DEF_CAST(src, i64) DEF_CAST(src, i32)    \
-    DEF_CAST(src, u8) DEF_CAST(src, b8)
+    DEF_CAST(src, f32) DEF_CAST(src, f16) DEF_CAST(src, bf16) DEF_CAST(src, i64)   \
+    DEF_CAST(src, i32) DEF_CAST(src, u8) DEF_CAST(src, b8)
 DEF_CASTS_FROM(f32)
 DEF_CASTS_FROM(f16)
+DEF_CASTS_FROM(bf16)
 DEF_CASTS_FROM(i64)
 DEF_CASTS_FROM(i32)
 DEF_CASTS_FROM(u8)
 DEF_CASTS_FROM(b8)
+
+/* float -> bfloat16 by truncation, as Cast before opset 19 (the CPU's
+ * rule); a NaN stays a NaN */
+__kernel void cast_f32_bf16_trunc(__global const uint *x, __global ushort *y, int n)
+{
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) {
+        uint u = x[i];
+        y[i] = (ushort)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : u >> 16);
+    }
+}
+#endif /* FP32_BUILD */
 
 /* ---- activation gradients: dx = g * f'(v), v the forward's output (Relu,
  * Sigmoid, Tanh) or input (Gelu) -------------------------------------------- */
@@ -320,16 +433,16 @@ DEF_GELU_TANH_GRAD(VF)
 #endif
 
 #define DEF_GRAD(name, F)                                                          \
-    __kernel void grad_##name(__global const float *g, __global const float *v,   \
-                              __global float *dx, int n)                          \
+    __kernel void grad_##name(__global const store_t *g, __global const store_t *v, \
+                              __global store_t *dx, int n)                        \
     {                                                                              \
         int nv = n / VEC;                                                          \
         for (int i = get_global_id(0); i < nv; i += get_global_size(0)) {          \
-            VF a = VLOAD(i, g), b = VLOAD(i, v);                                   \
-            VSTORE(F(a, b, VF), i, dx);                                            \
+            VF a = VLD(i, g), b = VLD(i, v);                                       \
+            VST(F(a, b, VF), i, dx);                                               \
         }                                                                          \
         for (int i = nv * VEC + get_global_id(0); i < n; i += get_global_size(0)) \
-            dx[i] = F(g[i], v[i], float);                                          \
+            ST(dx, i, F(LD(g, i), LD(v, i), float));                               \
     }
 DEF_GRAD(relu, G_RELU)
 DEF_GRAD(sigmoid, G_SIGMOID)

@@ -6,7 +6,9 @@
  *   remaps     Transpose (tiled through local memory when it is a batched
  *              2-d transpose, else N-d), Slice, Expand, Split, Concat
  *   indexing   Gather (int32/int64 indices)
- *   backward   GatherGrad (deterministic), SliceGrad: fp32
+ *   backward   GatherGrad (deterministic), SliceGrad: fp32, fp16, bf16
+ *              (GatherGrad sums in float: its program is built for the
+ *              storage type, storage.cl)
  *
  * Shape-like inputs (Reshape's shape, Squeeze's axes, Slice's starts ...,
  * Split's sizes, Expand's shape) are read through `host`: `supports`
@@ -235,9 +237,9 @@ static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size
         if (n_in <= ix || !is_index_type(in[ix].dtype))
             return false;
     }
-    /* the backward ops are fp32 (as on the CPU, which adds fp64) */
+    /* the backward ops take the float types (the CPU: fp32, fp64) */
     bool grad = n->op == GF_OP_GATHER_GRAD || n->op == GF_OP_SLICE_GRAD;
-    return !grad || in[0].dtype == GF_FLOAT;
+    return !grad || gf_cl_storage_opt(in[0].dtype);
 }
 
 /* ---- Reshape, Flatten, Squeeze, Unsqueeze: a copy once the shape checks ----------- */
@@ -820,6 +822,9 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     if ((st = check_dtype(a, "output 0", o->dtype, g->dtype)) ||
         (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), o->rank, &ax)))
         return st;
+    if (!gf_cl_storage_opt(g->dtype))
+        return gf_kernel_error(a, GF_ERR_INVALID, "dY is %s, expected float, float16 or "
+                               "bfloat16", gf_dtype_name(g->dtype));
     if (!is_index_type(ind->dtype))
         return gf_kernel_error(a, GF_ERR_INVALID, "indices (input 2) must be int32 or int64");
     size_t pre = prod(o->dims, 0, ax), n = (size_t)o->dims[ax];
@@ -841,7 +846,7 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     char name[32];
     snprintf(name, sizeof(name), "gather_grad_%s",
              host ? "csr" : ind->dtype == GF_INT64 ? "scan_i64" : "scan_i32");
-    cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
+    cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, gf_cl_storage_opt(g->dtype));
     cl_int cni = (cl_int)ni, cn = (cl_int)n, cpost = (cl_int)post, total = (cl_int)o->nelem;
     cl_mem ws = (cl_mem)a->workspace;
     bool ok = k && (host ? gf_cl_args(k, 7, sizeof(cl_mem), &g->data, sizeof(cl_mem), &ws,

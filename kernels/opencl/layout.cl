@@ -5,7 +5,9 @@
  * Data movement is by element size: kernels named _1, _2, _4, _8 move
  * uchar / ushort / uint / ulong.  N-d kernels take the shape right-aligned
  * in `dims` (rank axes used) and element strides per operand; indices are
- * int (the host declines tensors of 2^31 elements or more).
+ * int (the host declines tensors of 2^31 elements or more).  GatherGrad
+ * adds: its dY and dX are store_t (storage.cl: float, half or bfloat16),
+ * summed in float.
  *
  * Options: TS (tile edge, default 32) and ROWS (work-group rows, default 8)
  * for the tiled transpose.
@@ -98,26 +100,26 @@ FOR_SIZES(DEF_GATHERS)
  * bit for bit; no atomics, so runs repeat exactly).
  * csr: the i of each row k are order[start[k] .. start[k + 1]), with
  * start = csr[0 .. na], order = csr[na + 1 ..], built on the host. */
-__kernel void gather_grad_csr(__global const float *g, __global const int *csr,
-                              __global float *y, int ni, int na, int post, int n)
+__kernel void gather_grad_csr(__global const store_t *g, __global const int *csr,
+                              __global store_t *y, int ni, int na, int post, int n)
 {
     __global const int *order = csr + na + 1;
     for (int o = get_global_id(0); o < n; o += get_global_size(0)) {
         int q = o % post, t = o / post, k = t % na, p = t / na;
         float s = 0.0f;
         for (int j = csr[k]; j < csr[k + 1]; j++)
-            s += g[(p * ni + order[j]) * post + q];
-        y[o] = s;
+            s += LD(g, (p * ni + order[j]) * post + q);
+        ST(y, o, s);
     }
 }
 
 /* The same without a host copy of the indices: each output scans them all;
  * a bad index is reported through *bad as in gather. */
 #define DEF_GATHER_GRAD_SCAN(I, IT)                                                \
-    __kernel void gather_grad_scan_##I(__global const float *g,                   \
-                                       __global const IT *idx, __global float *y, \
-                                       __global int *bad, int ni, int na,         \
-                                       int post, int n)                           \
+    __kernel void gather_grad_scan_##I(__global const store_t *g,                 \
+                                       __global const IT *idx,                    \
+                                       __global store_t *y, __global int *bad,    \
+                                       int ni, int na, int post, int n)           \
     {                                                                              \
         for (int o = get_global_id(0); o < n; o += get_global_size(0)) {           \
             int q = o % post, t = o / post, k = t % na, p = t / na;                \
@@ -126,11 +128,11 @@ __kernel void gather_grad_csr(__global const float *g, __global const int *csr,
                 long v = idx[i];                                                   \
                 v = v < 0 ? v + na : v;                                            \
                 if (v == k)                                                        \
-                    s += g[(p * ni + i) * post + q];                               \
+                    s += LD(g, (p * ni + i) * post + q);                           \
                 else if ((v < 0 || v >= na) && o == 0)                             \
                     atomic_min(bad, i);                                            \
             }                                                                      \
-            y[o] = s;                                                              \
+            ST(y, o, s);                                                           \
         }                                                                          \
     }
 DEF_GATHER_GRAD_SCAN(i64, long)

@@ -1,4 +1,4 @@
-/* OpenCL kernels (fp32) of the reduce family, forward and backward:
+/* OpenCL kernels of the reduce family, forward and backward:
  *
  *   ReduceSum ReduceMean ReduceMax SumToShape      any set of axes
  *   Sum                                            variadic, broadcasting
@@ -8,11 +8,16 @@
  *
  * They mirror the CPU kernels (kernels/cpu/reduce.c, grad.c): the same
  * checks and messages, the same definitions, fp32 arithmetic on the device
- * (the CPU sums in double).  Rows are reduced by one work-group each
- * (reduce.cl); every sum has a fixed order, including the losses' means
- * (per-position values in the workspace, then one work-group adds them)
- * and LayerNormalizationGrad's dScale / dBias (partial column sums per
- * block of rows in the workspace, then added in order).
+ * (the CPU sums in double).  An op's float tensors have one type, input
+ * 0's: fp32, fp16 or bf16, the program built for that storage
+ * (storage.cl), each result rounded once to it; LayerNormalization's Mean
+ * and InvStdDev are fp32 (stash_type 1) and so are the workspaces.
+ *
+ * Rows are reduced by one work-group each (reduce.cl); every sum has a
+ * fixed order, including the losses' means (per-position values in the
+ * workspace, then one work-group adds them) and LayerNormalizationGrad's
+ * dScale / dBias (partial column sums per block of rows in the workspace,
+ * then added in order).
  *
  * Labels are checked on the host when the executor has a host copy;
  * otherwise the kernels flag a bad one in the workspace and the host reads
@@ -20,7 +25,7 @@
  *
  * Config space of the row kernels: wg (threads per row: a power of two,
  * capped at the device's and the kernel's limit and at the row length
- * rounded up to a power of two, 32 at least) and vec (floats per load,
+ * rounded up to a power of two, 32 at least) and vec (elements per load,
  * used when rows are contiguous and their length a multiple of it).
  */
 #include <limits.h>
@@ -61,6 +66,16 @@ static size_t pow2_ceil(size_t n)
     return p;
 }
 
+/* The build options "-DWG=wg -DVEC=vec" and the storage of the op's float
+ * tensors (input 0's type) into opts. */
+static void build_opts(const struct gf_kernel_args *a, size_t wg, int vec, char *opts,
+                       size_t len)
+{
+    const char *store = gf_cl_storage_opt(a->in[0].dtype);
+    store = store ? store : "";
+    snprintf(opts, len, "-DWG=%zu -DVEC=%d%s%s", wg, vec, *store ? " " : "", store);
+}
+
 /* Kernel `name` of reduce.cl built for rows of n elements: *wg threads per
  * row (see the top of the file), VEC = vec when usable.  cols: the kernel
  * is reduce_cols, whose group is 32 outputs x (wg / 32) slices. */
@@ -79,7 +94,7 @@ static cl_kernel row_kernel(const struct gf_kernel_args *a, const char *name, si
         *wg /= 2;
     for (;; *wg /= 2) {
         char opts[64];
-        snprintf(opts, sizeof(opts), "-DWG=%zu -DVEC=%d", *wg, vec);
+        build_opts(a, *wg, vec, opts, sizeof(opts));
         cl_kernel k = gf_cl_kernel(a->backend, FILE_CL, name, opts);
         if (!k) {
             gf_cl_fail(a, name);
@@ -110,7 +125,9 @@ static enum gf_status launch_rows(const struct gf_kernel_args *a, cl_kernel k, s
 /* A kernel of reduce.cl that is not a row kernel (one build for them all). */
 static cl_kernel plain_kernel(const struct gf_kernel_args *a, const char *name)
 {
-    cl_kernel k = gf_cl_kernel(a->backend, FILE_CL, name, "-DWG=256 -DVEC=1");
+    char opts[64];
+    build_opts(a, 256, 1, opts, sizeof(opts));
+    cl_kernel k = gf_cl_kernel(a->backend, FILE_CL, name, opts);
     if (!k)
         gf_cl_fail(a, name);
     return k;
@@ -139,14 +156,32 @@ static enum gf_status check_sizes(const struct gf_kernel_args *a)
     return GF_OK;
 }
 
-static enum gf_status check_out(const struct gf_kernel_args *a, size_t i, size_t nelem)
+static bool is_float(enum gf_dtype t)
+{
+    return t == GF_FLOAT || t == GF_FLOAT16 || t == GF_BFLOAT16;
+}
+
+/* Input i (named `name` in messages) is present and has the op's float
+ * type: input 0's, one of fp32, fp16, bf16. */
+static enum gf_status check_in(const struct gf_kernel_args *a, size_t i, const char *name)
+{
+    enum gf_status st = fu_check_in(a, i, name, i ? a->in[0].dtype : GF_UNDEFINED);
+    if (st == GF_OK && !is_float(a->in[i].dtype))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected float, "
+                             "float16 or bfloat16", name, i, gf_dtype_name(a->in[i].dtype));
+    return st;
+}
+
+/* Output i has type dt and nelem elements. */
+static enum gf_status check_out(const struct gf_kernel_args *a, size_t i, enum gf_dtype dt,
+                                size_t nelem)
 {
     if (i >= a->n_out || (!a->out[i].data && nelem))
         return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", i);
     const struct gf_tview *o = &a->out[i];
-    if (o->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected float", i,
-                               gf_dtype_name(o->dtype));
+    if (o->dtype != dt)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected %s", i,
+                               gf_dtype_name(o->dtype), gf_dtype_name(dt));
     if (o->nelem != nelem)
         return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has %zu elements, expected %zu", i,
                                o->nelem, nelem);
@@ -258,7 +293,7 @@ static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf
 {
     struct red_geom g;
     red_plan(x, reduce, &g);
-    enum gf_status st = check_out(a, 0, (size_t)g.nout);
+    enum gf_status st = check_out(a, 0, x->dtype, (size_t)g.nout);
     if (st != GF_OK || g.nout == 0)
         return st;
     bool cols = (g.nk > 0 && g.kstr[g.nk - 1] == 1) || g.nred < 32;
@@ -313,7 +348,7 @@ static enum gf_status red_axes(const struct gf_kernel_args *a, bool *red)
 static enum gf_status red_run(const struct gf_kernel_args *a)
 {
     bool red[GF_MAX_RANK];
-    enum gf_status st = fu_check_in(a, 0, "data", GF_FLOAT);
+    enum gf_status st = check_in(a, 0, "data");
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
@@ -327,7 +362,7 @@ static enum gf_status red_run(const struct gf_kernel_args *a)
 static bool red_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
+    return n_in >= 1 && is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK &&
            host_or_empty(in, n_in, 1);
 }
 
@@ -335,7 +370,7 @@ static bool red_supports(const struct gf_node *n, const struct gf_tview *in, siz
  * target is 1. */
 static enum gf_status s2s_run(const struct gf_kernel_args *a)
 {
-    enum gf_status st = fu_check_in(a, 0, "X", GF_FLOAT);
+    enum gf_status st = check_in(a, 0, "X");
     if (st == GF_OK && a->n_in < 2)
         st = gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing");
     if (st == GF_OK)
@@ -361,7 +396,7 @@ static enum gf_status s2s_run(const struct gf_kernel_args *a)
 static bool s2s_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    return n_in >= 2 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
+    return n_in >= 2 && is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK &&
            host_or_empty(in, n_in, 1);
 }
 
@@ -386,11 +421,11 @@ static enum gf_status sum_run(const struct gf_kernel_args *a)
     if (st == GF_OK && a->n_in == 0)
         st = gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
     if (st == GF_OK)
-        st = check_out(a, 0, y->nelem);
+        st = check_out(a, 0, a->in[0].dtype, y->nelem);
     for (size_t i = 0; st == GF_OK && i < a->n_in; i++) {
         char name[32];
         snprintf(name, sizeof(name), "input %zu", i);
-        st = fu_check_in(a, i, name, GF_FLOAT);
+        st = check_in(a, i, name);
         if (st == GF_OK && !fu_bcasts_to(&a->in[i], y->rank, y->dims))
             st = gf_kernel_error(a, GF_ERR_INVALID, "input %zu %s does not broadcast to the "
                                  "output %s", i, FU_SHAPE(&a->in[i]), FU_SHAPE(y));
@@ -435,9 +470,9 @@ static bool sum_supports(const struct gf_node *n, const struct gf_tview *in, siz
 {
     (void)n;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
+        if (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK)
             return false;
-    return n_in >= 1;
+    return n_in >= 1 && is_float(in[0].dtype);
 }
 
 /* ==== Softmax LogSoftmax SoftmaxGrad LogSoftmaxGrad ================================== */
@@ -486,13 +521,13 @@ static enum gf_status smx_run(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     bool old = onnx_opset(a) < 13;
     int ax;
-    enum gf_status st = fu_check_in(a, 0, "input", GF_FLOAT);
+    enum gf_status st = check_in(a, 0, "input");
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
         st = get_axis(a, x->rank, old ? 1 : -1, &ax);
     if (st == GF_OK)
-        st = check_out(a, 0, x->nelem);
+        st = check_out(a, 0, x->dtype, x->nelem);
     if (st != GF_OK || x->nelem == 0)
         return st;
     size_t n, inner, rows;
@@ -507,9 +542,9 @@ static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
     const struct gf_tview *g = &a->in[0], *y = &a->in[1];
     int ax = 0;
     enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing")
-                                    : fu_check_in(a, 0, "dY", GF_FLOAT);
+                                    : check_in(a, 0, "dY");
     if (st == GF_OK)
-        st = fu_check_in(a, 1, "Y", GF_FLOAT);
+        st = check_in(a, 1, "Y");
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
@@ -517,7 +552,7 @@ static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
     if (st == GF_OK && !fu_same_shape(y, g->rank, g->dims))
         st = gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
     if (st == GF_OK)
-        st = check_out(a, 0, g->nelem);
+        st = check_out(a, 0, g->dtype, g->nelem);
     if (st != GF_OK || g->nelem == 0)
         return st;
     size_t n, inner, rows;
@@ -530,7 +565,7 @@ static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
 static bool float_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK;
+    return n_in >= 1 && is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK;
 }
 
 /* ==== LayerNormalization, LayerNormalizationGrad ====================================== */
@@ -542,15 +577,15 @@ struct ln_geom {
 };
 
 /* Strides of Scale or B (t, named `name`) over the normalized block
- * x.shape[ax:]; it must be float and broadcast to the block. */
+ * x.shape[ax:]; it must have x's type and broadcast to the block. */
 static enum gf_status ln_param(const struct gf_kernel_args *a, const struct gf_tview *t,
                                const char *name, const struct gf_tview *x, int ax,
                                struct ln_geom *g, cl_int *st, cl_int *full)
 {
     int br = x->rank - ax;
-    if (t->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, X is float", name,
-                               gf_dtype_name(t->dtype));
+    if (t->dtype != x->dtype)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, X is %s", name,
+                               gf_dtype_name(t->dtype), gf_dtype_name(x->dtype));
     if (!fu_bcasts_to(t, br, x->dims + ax))
         return gf_kernel_error(a, GF_ERR_INVALID, "%s of rank %d does not broadcast to the %d "
                                "normalized dims of X", name, t->rank, br);
@@ -565,7 +600,7 @@ static enum gf_status ln_param(const struct gf_kernel_args *a, const struct gf_t
     return GF_OK;
 }
 
-/* Optional output i of `rows` floats: its buffer, or NULL when omitted. */
+/* Optional output i of `rows` fp32 values: its buffer, or NULL when omitted. */
 static enum gf_status ln_stat_out(const struct gf_kernel_args *a, size_t i, size_t rows,
                                   cl_mem *m)
 {
@@ -573,7 +608,7 @@ static enum gf_status ln_stat_out(const struct gf_kernel_args *a, size_t i, size
     if (i >= a->n_out || !a->out[i].data)
         return GF_OK;
     *m = a->out[i].data;
-    return check_out(a, i, rows);
+    return check_out(a, i, GF_FLOAT, rows);
 }
 
 static enum gf_status ln_run(const struct gf_kernel_args *a)
@@ -582,7 +617,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
     struct ln_geom g = {0};
     int ax = 0;
     cl_mem mean = NULL, inv = NULL, b = NULL;
-    enum gf_status st = fu_check_in(a, 0, "X", GF_FLOAT);
+    enum gf_status st = check_in(a, 0, "X");
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
@@ -597,7 +632,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
     }
     size_t n = prod(x->dims, ax, x->rank), rows = prod(x->dims, 0, ax);
     if (st == GF_OK)
-        st = check_out(a, 0, x->nelem);
+        st = check_out(a, 0, x->dtype, x->nelem);
     if (st == GF_OK)
         st = ln_stat_out(a, 1, rows, &mean);
     if (st == GF_OK)
@@ -618,7 +653,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
     return launch_rows(a, k, rows, wg);
 }
 
-/* Mean and InvStdDev float outputs only (stash_type 1). */
+/* Mean and InvStdDev fp32 outputs only (stash_type 1). */
 static bool ln_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     return float_supports(n, in, n_in) && gf_node_attr_int(n, "stash_type", 1) == 1;
@@ -697,7 +732,7 @@ static enum gf_status lng_run(const struct gf_kernel_args *a)
     enum gf_status st = a->n_in < 3 ? gf_kernel_error(a, GF_ERR_INVALID, "needs dY, X and "
                                                       "Scale") : check_sizes(a);
     for (size_t i = 0; st == GF_OK && i < 3; i++)
-        st = fu_check_in(a, i, i == 0 ? "dY" : i == 1 ? "X" : "Scale", GF_FLOAT);
+        st = check_in(a, i, i == 0 ? "dY" : i == 1 ? "X" : "Scale");
     const struct gf_tview *g = &a->in[0], *x = &a->in[1];
     if (st == GF_OK) {
         lng_block(a, &rows, &n, &ax);
@@ -707,10 +742,10 @@ static enum gf_status lng_run(const struct gf_kernel_args *a)
         st = gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, X %zu", g->nelem,
                              x->nelem);
     if (st == GF_OK)
-        st = check_out(a, 0, x->nelem);
+        st = check_out(a, 0, x->dtype, x->nelem);
     for (size_t k = 1; st == GF_OK && k < a->n_out && k < 3; k++)
         if (a->out[k].data)
-            st = check_out(a, k, n);
+            st = check_out(a, k, x->dtype, n);
     if (st == GF_OK)
         st = ln_param(a, &a->in[2], "Scale (input 2)", x, ax, &geo, geo.sw, &geo.wfull);
     if (st == GF_OK)
@@ -742,9 +777,9 @@ static bool lng_supports(const struct gf_node *n, const struct gf_tview *in, siz
 {
     (void)n;
     for (size_t i = 0; i < n_in && i < 5; i++)
-        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != GF_FLOAT)
+        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != (i < 3 ? in[0].dtype : GF_FLOAT))
             return false;
-    return n_in >= 3 && in[0].dtype == GF_FLOAT && in[1].rank <= GF_MAX_RANK;
+    return n_in >= 3 && is_float(in[0].dtype) && in[1].rank <= GF_MAX_RANK;
 }
 
 /* ==== the losses and their gradients ================================================= */
@@ -768,7 +803,7 @@ static enum gf_status loss_reduction(const struct gf_kernel_args *a, cl_int *r)
 }
 
 /* Scores of shape sd[sr] ([N, C, d...]), labels t (int32/int64 [N, d...]),
- * weights w ([C] float, or NULL) into g. */
+ * weights w ([C] of the op's float type, or NULL) into g. */
 static enum gf_status loss_geom_of(const struct gf_kernel_args *a, const int64_t *sd, int sr,
                                    const struct gf_tview *t, const struct gf_tview *w,
                                    struct loss_geom *g)
@@ -783,9 +818,9 @@ static enum gf_status loss_geom_of(const struct gf_kernel_args *a, const int64_t
         if (t->dims[i] != sd[i ? i + 1 : 0])
             return gf_kernel_error(a, GF_ERR_INVALID, "labels dim %d is %lld, scores need %lld",
                                    i, (long long)t->dims[i], (long long)sd[i ? i + 1 : 0]);
-    if (w && (w->dtype != GF_FLOAT || w->rank != 1 || w->dims[0] != sd[1]))
-        return gf_kernel_error(a, GF_ERR_INVALID, "weights must be [%lld] of float",
-                               (long long)sd[1]);
+    if (w && (w->dtype != a->in[0].dtype || w->rank != 1 || w->dims[0] != sd[1]))
+        return gf_kernel_error(a, GF_ERR_INVALID, "weights must be [%lld] of %s",
+                               (long long)sd[1], gf_dtype_name(a->in[0].dtype));
     *g = (struct loss_geom){.c = (cl_int)sd[1], .npos = (cl_int)t->nelem,
                             .lab64 = t->dtype == GF_INT64, .has_w = w != NULL,
                             .has_ii = gf_node_attr(a->node, "ignore_index") != NULL,
@@ -856,7 +891,7 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
     const struct gf_tview *w = a->n_in > 2 && fu_has(a, 2) ? &a->in[2] : NULL;
     bool sce = a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS;
     enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "labels are missing")
-                                    : fu_check_in(a, 0, "scores", GF_FLOAT);
+                                    : check_in(a, 0, "scores");
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
@@ -864,10 +899,10 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = labels_host_check(a, &a->in[1], &g);
     if (st == GF_OK)
-        st = check_out(a, 0, g.reduction == 0 ? (size_t)g.npos : 1);
+        st = check_out(a, 0, x->dtype, g.reduction == 0 ? (size_t)g.npos : 1);
     if (st == GF_OK && sce && a->n_out > 1 && a->out[1].data) {
         logp = a->out[1].data;
-        st = check_out(a, 1, x->nelem);
+        st = check_out(a, 1, x->dtype, x->nelem);
     }
     if (st == GF_OK && !ws)
         st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
@@ -941,7 +976,7 @@ static enum gf_status lossg_check(const struct gf_kernel_args *a)
 {
     enum gf_status st = a->n_in < 3 ? gf_kernel_error(a, GF_ERR_INVALID, "needs dLoss, "
                                                       "scores or shape, and labels")
-                                    : fu_check_in(a, 0, "dLoss", GF_FLOAT);
+                                    : check_in(a, 0, "dLoss");
     return st == GF_OK ? check_sizes(a) : st;
 }
 
@@ -951,9 +986,9 @@ static enum gf_status sceg_run(const struct gf_kernel_args *a)
     enum gf_status st = lossg_check(a);
     const struct gf_tview *x = &a->in[1];
     if (st == GF_OK)
-        st = fu_check_in(a, 1, "scores", GF_FLOAT);
+        st = check_in(a, 1, "scores");
     if (st == GF_OK)
-        st = check_out(a, 0, x->nelem);
+        st = check_out(a, 0, x->dtype, x->nelem);
     if (st == GF_OK)
         st = lossg_setup(a, x->dims, x->rank, &g);
     if (st != GF_OK)
@@ -981,7 +1016,7 @@ static enum gf_status nllg_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = check_shape_input(a, 1);
     if (st == GF_OK)
-        st = check_out(a, 0, o->nelem);
+        st = check_out(a, 0, a->in[0].dtype, o->nelem);
     if (st == GF_OK)
         st = lossg_setup(a, o->dims, o->rank, &g);
     if (st != GF_OK || o->nelem == 0)
@@ -1000,15 +1035,16 @@ static enum gf_status nllg_run(const struct gf_kernel_args *a)
     return flag_check(a, &a->in[2], ws, &g);
 }
 
-/* fp32 scores / dLoss and weights; int labels; shapes with host copies. */
+/* Float scores / dLoss and weights of one type; int labels; shapes with
+ * host copies. */
 static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     bool grad = n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD || n->op == GF_OP_NLL_LOSS_GRAD;
     size_t wi = grad ? 3 : 2;
-    if (n_in < wi || in[0].dtype != GF_FLOAT || (wi < n_in && in[wi].dtype != GF_UNDEFINED &&
-                                                 in[wi].dtype != GF_FLOAT))
+    if (n_in < wi || !is_float(in[0].dtype) ||
+        (wi < n_in && in[wi].dtype != GF_UNDEFINED && in[wi].dtype != in[0].dtype))
         return false;
-    if (n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD && in[1].dtype != GF_FLOAT)
+    if (n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD && in[1].dtype != in[0].dtype)
         return false;
     return n->op != GF_OP_NLL_LOSS_GRAD || host_or_empty(in, n_in, 1);
 }

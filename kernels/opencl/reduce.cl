@@ -1,5 +1,10 @@
-/* reduce.cl — fp32 reductions, softmax, layer normalization and the
+/* reduce.cl — reductions, softmax, layer normalization and the
  * classification losses, forward and backward (host side: reduce.c).
+ *
+ * Tensors of the op's float type are store_t (storage.cl: float, half or
+ * bfloat16 by the build option), loaded to float; sums and statistics are
+ * float, and so are the workspaces, LayerNormalization's Mean and
+ * InvStdDev.  Each result is stored once in its type.
  *
  * Rows: a row of n elements starting at `base`, `stride` apart, is reduced
  * by one work-group of WG threads (a power of two): each thread folds the
@@ -13,6 +18,43 @@
  */
 
 /* ---- vector loads and stores -------------------------------------------------- */
+
+#if defined(GF_STORE_F16) || defined(GF_STORE_BF16)
+inline void ldv(float *e, __global const store_t *p)
+{
+#if VEC == 4
+    float4 t = LD4(p, 0);
+    e[0] = t.x, e[1] = t.y, e[2] = t.z, e[3] = t.w;
+#else
+    for (int c = 0; c < VEC; c++)
+        e[c] = LD(p, c);
+#endif
+}
+
+inline void stv(__global store_t *p, const float *e)
+{
+#if VEC == 4
+    ST4(p, 0, (float4)(e[0], e[1], e[2], e[3]));
+#else
+    for (int c = 0; c < VEC; c++)
+        ST(p, c, e[c]);
+#endif
+}
+
+/* v rounded to store_t and back (Sum rounds each partial sum as the CPU's
+ * pairwise folds do) */
+inline float rt(float v)
+{
+#if defined(GF_STORE_F16)
+    ushort h;
+    vstore_half_rte(v, 0, (__private half *)&h);
+    return vload_half(0, (__private const half *)&h);
+#else
+    return as_float((uint)gf_bf16(v) << 16);
+#endif
+}
+#else
+#define rt(v) (v)
 
 inline void ldv(float *e, __global const float *p)
 {
@@ -37,6 +79,7 @@ inline void stv(__global float *p, const float *e)
     p[0] = e[0];
 #endif
 }
+#endif
 
 /* Steps v of a row: elements [v*VEC, v*VEC + VEC) at base + v*VEC*stride. */
 #define ROW_LOOP(v, n) for (int v = get_local_id(0); v < (n) / VEC; v += WG)
@@ -168,16 +211,17 @@ inline float red_finish(int op, float a, int count)
 
 /* One work-group per output (the reduced elements are the inner ones). */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void reduce_rows(__global const float *x, __global float *y, const red_geom g, const int op)
+void reduce_rows(__global const store_t *x, __global store_t *y, const red_geom g,
+                 const int op)
 {
     __local float s[WG];
     int o = get_group_id(0), base = red_koff(&g, o);
     float a = op == 2 ? -INFINITY : 0.0f;
     for (int r = get_local_id(0); r < g.nred; r += WG)
-        a = red_fold(op, a, x[base + red_roff(&g, r)]);
+        a = red_fold(op, a, LD(x, base + red_roff(&g, r)));
     a = op == 2 ? wg_max(a, s) : wg_sum(a, s);
     if (get_local_id(0) == 0)
-        y[o] = red_finish(op, a, g.nred);
+        ST(y, o, red_finish(op, a, g.nred));
 }
 
 /* Work-groups of 32 neighbouring outputs x (WG / 32) slices of their
@@ -186,7 +230,8 @@ void reduce_rows(__global const float *x, __global float *y, const red_geom g, c
 #define RC (WG < 32 ? WG : 32)
 #define RP (WG / RC)
 __kernel __attribute__((reqd_work_group_size(RC, RP, 1)))
-void reduce_cols(__global const float *x, __global float *y, const red_geom g, const int op)
+void reduce_cols(__global const store_t *x, __global store_t *y, const red_geom g,
+                 const int op)
 {
     __local float s[RP][RC];
     int c = get_local_id(0), p = get_local_id(1), o = get_group_id(0) * RC + c;
@@ -194,7 +239,7 @@ void reduce_cols(__global const float *x, __global float *y, const red_geom g, c
     if (o < g.nout) {
         int base = red_koff(&g, o);
         for (int r = p; r < g.nred; r += RP)
-            a = red_fold(op, a, x[base + red_roff(&g, r)]);
+            a = red_fold(op, a, LD(x, base + red_roff(&g, r)));
     }
     s[p][c] = a;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -204,10 +249,11 @@ void reduce_cols(__global const float *x, __global float *y, const red_geom g, c
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (p == 0 && o < g.nout)
-        y[o] = red_finish(op, s[0][c], g.nred);
+        ST(y, o, red_finish(op, s[0][c], g.nred));
 }
 
-/* ---- Sum: y = in0 + in1 + ... (up to 4 per launch, added in order) ---------------
+/* ---- Sum: y = in0 + in1 + ... (up to 4 per launch, added in order, each
+ * partial sum rounded to store_t) ----------------------------------------------------
  * Must match struct sum_geom in reduce.c: input k's element strides over
  * y's dims (0 where it broadcasts); flat[k]: it has y's shape. */
 typedef struct {
@@ -216,28 +262,29 @@ typedef struct {
     int rank, n_in, nelem;
 } sum_geom;
 
-inline float sum_in(__global const float *p, const sum_geom *g, int k, int i)
+inline float sum_in(__global const store_t *p, const sum_geom *g, int k, int i)
 {
     if (g->flat[k])
-        return p[i];
+        return LD(p, i);
     int off = 0;
     for (int d = g->rank - 1; d >= 0; d--) {
         off += i % g->dims[d] * g->st[k][d];
         i /= g->dims[d];
     }
-    return p[off];
+    return LD(p, off);
 }
 
-__kernel void sum_n(__global float *y, __global const float *x0, __global const float *x1,
-                    __global const float *x2, __global const float *x3, const sum_geom g)
+__kernel void sum_n(__global store_t *y, __global const store_t *x0,
+                    __global const store_t *x1, __global const store_t *x2,
+                    __global const store_t *x3, const sum_geom g)
 {
     for (int i = get_global_id(0); i < g.nelem; i += get_global_size(0)) {
         float v = sum_in(x0, &g, 0, i) + sum_in(x1, &g, 1, i);
         if (g.n_in > 2)
-            v += sum_in(x2, &g, 2, i);
+            v = rt(v) + sum_in(x2, &g, 2, i);
         if (g.n_in > 3)
-            v += sum_in(x3, &g, 3, i);
-        y[i] = v;
+            v = rt(v) + sum_in(x3, &g, 3, i);
+        ST(y, i, v);
     }
 }
 
@@ -250,8 +297,8 @@ inline int row_base(int r, int n, int inner)
 }
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void softmax_rows(__global const float *x, __global float *y, const int n, const int inner,
-                  const int logsm)
+void softmax_rows(__global const store_t *x, __global store_t *y, const int n,
+                  const int inner, const int logsm)
 {
     __local float lm[WG], ls[WG];
     int base = row_base(get_group_id(0), n, inner);
@@ -275,8 +322,8 @@ void softmax_rows(__global const float *x, __global float *y, const int n, const
 
 /* softmax: dx = y (g - sum(g y)); log-softmax: dx = g - exp(y) sum(g) */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void softmax_grad_rows(__global const float *g, __global const float *y, __global float *dx,
-                       const int n, const int inner, const int logsm)
+void softmax_grad_rows(__global const store_t *g, __global const store_t *y,
+                       __global store_t *dx, const int n, const int inner, const int logsm)
 {
     __local float ls[WG];
     int base = row_base(get_group_id(0), n, inner);
@@ -324,9 +371,10 @@ inline int bc_off(const ln_geom *g, const int *st, int full, int j)
 /* Two passes for the mean and the variance (the row is in cache for the
  * second), a third for Y. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void layernorm_rows(__global const float *x, __global const float *w, __global const float *b,
-                    __global float *y, __global float *mean_out, __global float *inv_out,
-                    const int n, const float eps, const ln_geom g, const int has_b)
+void layernorm_rows(__global const store_t *x, __global const store_t *w,
+                    __global const store_t *b, __global store_t *y, __global float *mean_out,
+                    __global float *inv_out, const int n, const float eps, const ln_geom g,
+                    const int has_b)
 {
     __local float ls[WG];
     int r = get_group_id(0), base = r * n;
@@ -351,9 +399,9 @@ void layernorm_rows(__global const float *x, __global const float *w, __global c
         ldv(e, x + AT(base, 1, v));
         for (int c = 0; c < VEC; c++) {
             int j = v * VEC + c;
-            e[c] = (e[c] - mean) * inv * w[bc_off(&g, g.sw, g.wfull, j)];
+            e[c] = (e[c] - mean) * inv * LD(w, bc_off(&g, g.sw, g.wfull, j));
             if (has_b)
-                e[c] += b[bc_off(&g, g.sb, g.bfull, j)];
+                e[c] += LD(b, bc_off(&g, g.sb, g.bfull, j));
         }
         stv(y + AT(base, 1, v), e);
     }
@@ -369,9 +417,9 @@ void layernorm_rows(__global const float *x, __global const float *w, __global c
  * gw = g Scale; the row's mean and rstd (given, or computed as the
  * forward does) go to stats[2r], stats[2r + 1] for the column sums. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void layernorm_grad_rows(__global const float *g, __global const float *x,
-                         __global const float *w, __global const float *mean_in,
-                         __global const float *rstd_in, __global float *dx,
+void layernorm_grad_rows(__global const store_t *g, __global const store_t *x,
+                         __global const store_t *w, __global const float *mean_in,
+                         __global const float *rstd_in, __global store_t *dx,
                          __global float *stats, const int n, const float eps, const ln_geom geo)
 {
     __local float ls[WG];
@@ -403,7 +451,7 @@ void layernorm_grad_rows(__global const float *g, __global const float *x,
         ldv(ex, x + AT(base, 1, v));
         ldv(eg, g + AT(base, 1, v));
         for (int c = 0; c < VEC; c++) {
-            float gw = eg[c] * w[bc_off(&geo, geo.sw, geo.wfull, v * VEC + c)];
+            float gw = eg[c] * LD(w, bc_off(&geo, geo.sw, geo.wfull, v * VEC + c));
             s1 += gw;
             s2 += gw * (ex[c] - mean) * rstd;
         }
@@ -415,7 +463,7 @@ void layernorm_grad_rows(__global const float *g, __global const float *x,
         ldv(ex, x + AT(base, 1, v));
         ldv(eg, g + AT(base, 1, v));
         for (int c = 0; c < VEC; c++) {
-            float gw = eg[c] * w[bc_off(&geo, geo.sw, geo.wfull, v * VEC + c)];
+            float gw = eg[c] * LD(w, bc_off(&geo, geo.sw, geo.wfull, v * VEC + c));
             eg[c] = rstd * (gw - s1 - (ex[c] - mean) * rstd * s2);
         }
         stv(dx + AT(base, 1, v), eg);
@@ -429,7 +477,7 @@ void layernorm_grad_rows(__global const float *g, __global const float *x,
 /* Part p of the rows (rows * p / parts up to the next part's start):
  * part[p][0][j] = sum g xh, part[p][1][j] = sum g, one column j a thread;
  * ws = [stats: 2 rows][part: parts x 2 x n]. */
-__kernel void layernorm_grad_cols(__global const float *g, __global const float *x,
+__kernel void layernorm_grad_cols(__global const store_t *g, __global const store_t *x,
                                   __global float *ws, const int rows, const int n,
                                   const int parts)
 {
@@ -441,8 +489,8 @@ __kernel void layernorm_grad_cols(__global const float *g, __global const float 
     int r0 = (int)((long)rows * p / parts), r1 = (int)((long)rows * (p + 1) / parts);
     float ds = 0.0f, db = 0.0f;
     for (int r = r0; r < r1; r++) {
-        float gv = g[r * n + j];
-        ds += gv * (x[r * n + j] - stats[2 * r]) * stats[2 * r + 1];
+        float gv = LD(g, r * n + j);
+        ds += gv * (LD(x, r * n + j) - stats[2 * r]) * stats[2 * r + 1];
         db += gv;
     }
     part[(2 * p) * n + j] = ds;
@@ -450,8 +498,8 @@ __kernel void layernorm_grad_cols(__global const float *g, __global const float 
 }
 
 /* dScale[j], dBias[j]: the parts added in order. */
-__kernel void layernorm_grad_sum(__global const float *ws, __global float *dscale,
-                                 __global float *dbias, const int rows, const int n,
+__kernel void layernorm_grad_sum(__global const float *ws, __global store_t *dscale,
+                                 __global store_t *dbias, const int rows, const int n,
                                  const int parts)
 {
     __global const float *part = ws + 2 * rows;
@@ -464,9 +512,9 @@ __kernel void layernorm_grad_sum(__global const float *ws, __global float *dscal
         db += part[(2 * p + 1) * n + j];
     }
     if (dscale)
-        dscale[j] = ds;
+        ST(dscale, j, ds);
     if (dbias)
-        dbias[j] = db;
+        ST(dbias, j, db);
 }
 
 /* ---- SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss, their gradients --------
@@ -496,11 +544,11 @@ inline int label_kind(const loss_geom *g, long t)
 /* Stores the loss l (weight wt) of position pos: reduction "none" into
  * y[pos]; else into lw[pos], the weight into lw[npos + pos], for
  * loss_total.  ws = [flag, wsum, -, -][lw: the npos losses][their weights]. */
-inline void loss_store(const loss_geom *g, __global float *y, __global float *ws, int pos,
+inline void loss_store(const loss_geom *g, __global store_t *y, __global float *ws, int pos,
                        float l, float wt)
 {
     if (g->reduction == 0) {
-        y[pos] = l;
+        ST(y, pos, l);
     } else {
         ws[4 + pos] = l;
         ws[4 + g->npos + pos] = wt;
@@ -509,7 +557,7 @@ inline void loss_store(const loss_geom *g, __global float *y, __global float *ws
 
 /* loss = -w[t] logp[t], logp[t] = lp; a label outside [0, C) sets the
  * flag and counts as NaN. */
-inline void loss_at(const loss_geom *g, __global const float *w, __global float *y,
+inline void loss_at(const loss_geom *g, __global const store_t *w, __global store_t *y,
                     __global float *ws, int pos, long t, float lp)
 {
     int kind = label_kind(g, t);
@@ -518,7 +566,7 @@ inline void loss_at(const loss_geom *g, __global const float *w, __global float 
         ((__global int *)ws)[0] = 1;
         l = wt = NAN;
     } else if (kind == 0) {
-        wt = g->has_w ? w[t] : 1.0f;
+        wt = g->has_w ? LD(w, t) : 1.0f;
         l = -lp * wt;
     }
     loss_store(g, y, ws, pos, l, wt);
@@ -527,8 +575,9 @@ inline void loss_at(const loss_geom *g, __global const float *w, __global float 
 /* SoftmaxCrossEntropyLoss: one work-group per position; the log-softmax of
  * its class row written to logp when given. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void sce_rows(__global const float *x, __global const int *labels, __global const float *w,
-              __global float *y, __global float *logp, __global float *ws, const loss_geom g)
+void sce_rows(__global const store_t *x, __global const int *labels,
+              __global const store_t *w, __global store_t *y, __global store_t *logp,
+              __global float *ws, const loss_geom g)
 {
     __local float lm[WG], ls[WG];
     int pos = get_group_id(0), base = pos / g.d * g.c * g.d + pos % g.d;
@@ -552,22 +601,22 @@ void sce_rows(__global const float *x, __global const int *labels, __global cons
     }
     if (get_local_id(0) == 0) {
         long t = label_at(labels, &g, pos);
-        float lp = label_kind(&g, t) == 0 ? (x[base + (int)t * g.d] - m) - lse : 0.0f;
+        float lp = label_kind(&g, t) == 0 ? (LD(x, base + (int)t * g.d) - m) - lse : 0.0f;
         loss_at(&g, w, y, ws, pos, t, lp);
     }
 }
 
 /* NegativeLogLikelihoodLoss: the scores are log-probabilities; one thread
  * per position. */
-__kernel void nll_rows(__global const float *x, __global const int *labels,
-                       __global const float *w, __global float *y, __global float *ws,
+__kernel void nll_rows(__global const store_t *x, __global const int *labels,
+                       __global const store_t *w, __global store_t *y, __global float *ws,
                        const loss_geom g)
 {
     int pos = get_global_id(0);
     if (pos >= g.npos)
         return;
     long t = label_at(labels, &g, pos);
-    float lp = label_kind(&g, t) == 0 ? x[pos / g.d * g.c * g.d + (int)t * g.d + pos % g.d]
+    float lp = label_kind(&g, t) == 0 ? LD(x, pos / g.d * g.c * g.d + (int)t * g.d + pos % g.d)
                                       : 0.0f;
     loss_at(&g, w, y, ws, pos, t, lp);
 }
@@ -575,7 +624,7 @@ __kernel void nll_rows(__global const float *x, __global const int *labels,
 /* y[0] = sum of the losses (divided by the sum of the weights for
  * "mean"), one work-group: thread t adds a contiguous slice in order. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void loss_total(__global const float *ws, __global float *y, const int npos, const int mean)
+void loss_total(__global const float *ws, __global store_t *y, const int npos, const int mean)
 {
     __global const float *lw = ws + 4;
     __local float ls[WG];
@@ -589,13 +638,13 @@ void loss_total(__global const float *ws, __global float *y, const int npos, con
     l = wg_sum(l, ls);
     w = wg_sum(w, ls);
     if (t == 0)
-        y[0] = mean ? l / w : l;
+        ST(y, 0, mean ? l / w : l);
 }
 
 /* ws[1] = the weights of the counted positions (1 each without W), for
  * the "mean" gradients; one work-group. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void loss_wsum(__global const int *labels, __global const float *w, __global float *ws,
+void loss_wsum(__global const int *labels, __global const store_t *w, __global float *ws,
                const loss_geom g)
 {
     __global int *flag = (__global int *)ws;
@@ -609,7 +658,7 @@ void loss_wsum(__global const int *labels, __global const float *w, __global flo
         if (kind == 2)
             flag[0] = 1;
         else if (kind == 0)
-            s += g.has_w ? w[lab] : 1.0f;
+            s += g.has_w ? LD(w, lab) : 1.0f;
     }
     s = wg_sum(s, ls);
     if (t == 0)
@@ -619,22 +668,22 @@ void loss_wsum(__global const int *labels, __global const float *w, __global flo
 /* The gradient's coefficient at a counted position with label t:
  * w[t] dL[pos] ("none"), w[t] dL ("sum"), w[t] dL / wsum ("mean"; 0 when
  * wsum is 0), wsum in ws[1] (loss_wsum). */
-inline float loss_coef(const loss_geom *g, __global const float *w, __global const float *dl,
-                       __global const float *ws, int pos, long t)
+inline float loss_coef(const loss_geom *g, __global const store_t *w,
+                       __global const store_t *dl, __global const float *ws, int pos, long t)
 {
-    float wt = g->has_w ? w[t] : 1.0f;
+    float wt = g->has_w ? LD(w, t) : 1.0f;
     if (g->reduction == 0)
-        return wt * dl[pos];
+        return wt * LD(dl, pos);
     if (g->reduction == 1)
-        return wt * dl[0];
-    return ws[1] != 0.0f ? wt * (dl[0] / ws[1]) : 0.0f;
+        return wt * LD(dl, 0);
+    return ws[1] != 0.0f ? wt * (LD(dl, 0) / ws[1]) : 0.0f;
 }
 
 /* dX[n, :, d] = coef (softmax(X[n, :, d]) - onehot(t)), 0 at ignored positions. */
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1)))
-void sce_grad_rows(__global const float *dl, __global const float *x,
-                   __global const int *labels, __global const float *w, __global float *ws,
-                   __global float *dx, const loss_geom g)
+void sce_grad_rows(__global const store_t *dl, __global const store_t *x,
+                   __global const int *labels, __global const store_t *w, __global float *ws,
+                   __global store_t *dx, const loss_geom g)
 {
     __local float lm[WG], ls[WG];
     int pos = get_group_id(0), base = pos / g.d * g.c * g.d + pos % g.d;
@@ -663,8 +712,8 @@ void sce_grad_rows(__global const float *dl, __global const float *x,
 }
 
 /* dX = zeros, dX[n, t, d] = -coef: one element of dX a thread. */
-__kernel void nll_grad(__global const float *dl, __global const int *labels,
-                       __global const float *w, __global float *ws, __global float *dx,
+__kernel void nll_grad(__global const store_t *dl, __global const int *labels,
+                       __global const store_t *w, __global float *ws, __global store_t *dx,
                        const loss_geom g)
 {
     __global int *flag = (__global int *)ws;
@@ -676,5 +725,5 @@ __kernel void nll_grad(__global const float *dl, __global const int *labels,
     int kind = label_kind(&g, t);
     if (kind == 2)
         flag[0] = 1;
-    dx[i] = kind == 2 ? NAN : kind == 0 && k == t ? -loss_coef(&g, w, dl, ws, pos, t) : 0.0f;
+    ST(dx, i, kind == 2 ? NAN : kind == 0 && k == t ? -loss_coef(&g, w, dl, ws, pos, t) : 0.0f);
 }
