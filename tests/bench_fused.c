@@ -5,7 +5,8 @@
  * are reported: "ms" is the graph's execution (the session profile's total
  * over its nodes), "run ms" all of gf_session_run, which also copies the
  * outputs out into a new tensor each run.  Peak bytes are the planned
- * activation block plus the workspace (gf_session_get_stats).
+ * activation block plus the workspace (gf_session_get_stats).  The CPU
+ * backend unless $GRAPHFUSE_BACKEND names another.
  * Usage: bench_fused [outdir] (outdir unused) [op-name-filter]. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,7 +154,8 @@ static bool bench_op(enum op op, struct result *r)
 {
     struct gf_model *m[2] = {build(op, false), build(op, true)}, *holder = gf_model_new(8, "in");
     struct gf_session *s[2] = {NULL, NULL};
-    struct gf_exec_opts o = {.n_threads = THREADS, .profile = true};
+    struct gf_exec_opts o = {.backend = getenv("GRAPHFUSE_BACKEND") ? NULL : "cpu",
+                             .n_threads = THREADS, .profile = true};
     struct gf_tensor *in[8];
     size_t n = 0;
     bool ok = m[0] && m[1] && holder && gf_session_new(m[0], &o, &s[0]) == GF_OK &&

@@ -7,7 +7,8 @@
  *   build/tests/bench_opencl --small              a smoke run (sizes / 64), e.g. PoCL
  *   options: --device NAME (substring; default: the first GPU, else the first
  *   device), --small, --reps N (>= 10, default 20), --tune (also time every
- *   config of each kernel's knobs and report the fastest)
+ *   config of each kernel's knobs and report the fastest), --only CASE
+ *   (rmsnorm, swiglu or ce: that case alone, after the copy)
  *
  * Cases: RMSNorm 16384x4096 forward and backward (RMSNormGrad with dW),
  * SwiGLU 16384x11008 forward and backward (SwiGLUGrad), cross-entropy
@@ -40,7 +41,7 @@
 #define REF_CE_BF16_EAGER_MS 7.53
 
 struct opts {
-    const char *device;
+    const char *device, *only;
     bool small, tune;
     int reps;
 };
@@ -371,7 +372,8 @@ static void bench_cross_entropy(int64_t bt, int64_t v)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: bench_opencl [--device NAME] [--small] [--reps N] [--tune]\n");
+    fprintf(stderr, "usage: bench_opencl [--device NAME] [--small] [--reps N] [--tune] "
+                    "[--only rmsnorm|swiglu|ce]\n");
     exit(2);
 }
 
@@ -386,9 +388,14 @@ int main(int argc, char **argv)
             opt.tune = true;
         else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             opt.reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            opt.only = argv[++i];
         else
             usage();
     }
+    if (opt.only && strcmp(opt.only, "rmsnorm") && strcmp(opt.only, "swiglu") &&
+        strcmp(opt.only, "ce"))
+        usage();
     if (opt.reps < 10 || opt.reps > 1024) {
         fprintf(stderr, "bench_opencl: --reps must be 10 to 1024\n");
         return 2;
@@ -413,8 +420,11 @@ int main(int argc, char **argv)
                  REF_COPY_TBS, 100 * copy_tbs / REF_COPY_TBS);
     snprintf(shape, sizeof(shape), "%zu MiB", copy_bytes >> 20);
     row("device-to-device copy", shape, cms, 2.0 * (double)copy_bytes, ref, "");
-    bench_rmsnorm(16384 / div, 4096);
-    bench_swiglu(16384 / div, 11008);
-    bench_cross_entropy(4096 / div, 128256);
+    if (!opt.only || strcmp(opt.only, "rmsnorm") == 0)
+        bench_rmsnorm(16384 / div, 4096);
+    if (!opt.only || strcmp(opt.only, "swiglu") == 0)
+        bench_swiglu(16384 / div, 11008);
+    if (!opt.only || strcmp(opt.only, "ce") == 0)
+        bench_cross_entropy(4096 / div, 128256);
     return 0;
 }

@@ -1,18 +1,24 @@
 /* The fused-op OpenCL kernels (kernels/opencl/fused_*.c) against the CPU
  * kernels of the same nodes on the same inputs (tests/opencl_util.h):
  * norms, GLUs, RoPE, the losses, and the fused backward ops, on row
- * lengths 1, 3, 8, 33, 1000, 4096, 4097 and several row counts, every
- * attribute form, every knob value (the whole config space on some
- * shapes), labels checked on the host and on the device, and the error
- * paths.  Skips without an OpenCL platform.
+ * lengths 1, 3, 7, 8, 33, 1000, 4096, 4097, 5000 and several row counts
+ * (rows that fit the registers of a slot and rows that do not, persistent
+ * work-groups walking many rows), every attribute form, every knob value
+ * (the whole config space on some shapes), labels checked on the host and
+ * on the device, and the error paths; then fp16 and bf16 tensors: against
+ * the CPU kernel on the same half inputs where it takes them, else against
+ * the CPU's fp32 kernel on their exact fp32 widening.  Skips without an
+ * OpenCL platform.
  * Tolerances: 1e-5 relative plus 1e-6 absolute; sums over rows (dW, the
- * reduced losses) get an absolute term that grows with the rows summed. */
+ * reduced losses) get an absolute term that grows with the rows summed;
+ * half outputs one rounding of the type (2^-10 fp16, 2^-7 bf16 relative). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "gf_half.h"
 #include "opencl_util.h"
 
 #define RTOL 1e-5
@@ -187,14 +193,52 @@ static void compare_inplace(const struct gf_node *nd, const struct gf_tview *in,
     compare_inplace_cfg(nd, in, n_in, host, out, n_out, ok, ik, NULL, rtol, atol);
 }
 
+/* How much of a kernel's config space a case runs: the automatic config,
+ * each value of each knob (the others automatic), or the cross product. */
+enum sweep { AUTO, EACH, ALL };
+
+/* oclt_compare over the configs of `sweep`; returns how many were run. */
+static int compare_sweep(const struct gf_node *nd, const struct gf_tview *in, size_t n_in,
+                         unsigned host, const struct gf_tview *out, size_t n_out,
+                         enum sweep sweep, double rtol, double atol)
+{
+    if (sweep == ALL)
+        return oclt_compare_all_configs(nd, in, n_in, host, out, n_out, rtol, atol);
+    oclt_compare(nd, in, n_in, host, out, n_out, rtol, atol);
+    if (sweep == AUTO)
+        return 1;
+    struct gf_tview din[OCLT_MAX];
+    for (size_t i = 0; i < n_in; i++) {
+        din[i] = in[i];
+        din[i].host = (host >> i) & 1 ? in[i].data : NULL;
+    }
+    const struct gf_kernel *k = gf_kernel_find(oclt_backend(), nd, din, n_in);
+    assert_non_null(k);
+    int cfg[16], runs = 1;
+    for (size_t i = 0; i < k->n_knobs; i++)
+        for (int v = 1; v < k->knobs[i].n_values; v++, runs++) {
+            for (size_t j = 0; j < k->n_knobs; j++)
+                cfg[j] = k->knobs[j].values[0];
+            cfg[i] = k->knobs[i].values[v];
+            oclt_compare_cfg(nd, in, n_in, host, out, n_out, cfg, rtol, atol);
+        }
+    return runs;
+}
+
 /* ---- norms ----------------------------------------------------------------------------- */
 
-static const int64_t row_lens[] = {1, 3, 8, 33, 1000, 4096, 4097};
+/* The configs a sweep of a norm kernel runs (5 knobs of 4, 4, 2, 3, 4 values). */
+static int norm_configs(enum sweep sweep)
+{
+    return sweep == ALL ? 384 : sweep == EACH ? 13 : 1;
+}
+
+static const int64_t row_lens[] = {1, 3, 7, 8, 33, 1000, 4096, 4097, 5000};
 static const int64_t row_counts[] = {1, 7, 64};
 
 /* RMSNorm / AddRMSNorm on X [rows, n] with W [n] (or none), every form. */
 static void rms_case(const char *op, int64_t rows, int64_t n, bool w, bool sum_out, int outside,
-                     float offset, bool all_configs)
+                     float offset, enum sweep sweep)
 {
     bool add = strcmp(op, "AddRMSNorm") == 0;
     struct gf_node *nd = node(op, add ? 3 : 2, add ? 2 : 1);
@@ -211,10 +255,8 @@ static void rms_case(const char *op, int64_t rows, int64_t n, bool w, bool sum_o
     out[0] = fout(DIMS(rows, n));
     out[1] = sum_out ? fout(DIMS(rows, n)) : NONE;
     size_t no = add ? 2 : 1;
-    if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL) == 32);
-    else
-        oclt_compare(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL);
+    assert_int_equal(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, RTOL, ATOL),
+                     norm_configs(sweep));
     release_bufs();
 }
 
@@ -224,12 +266,16 @@ static void test_rmsnorm(void **state)
     need_opencl();
     for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
         for (size_t j = 0; j < sizeof(row_counts) / sizeof(row_counts[0]); j++)
-            rms_case("RMSNorm", row_counts[j], row_lens[i], true, false, 0, 0, false);
-    rms_case("RMSNorm", 5, 33, false, false, 0, 0, false);
-    rms_case("RMSNorm", 5, 1000, true, false, 1, 0, false);     /* eps outside */
-    rms_case("RMSNorm", 5, 1000, true, false, 0, 1.0f, false);  /* Gemma (1 + w) */
-    rms_case("RMSNorm", 7, 33, true, false, 1, 1.0f, true);     /* every config */
-    rms_case("RMSNorm", 9, 4096, true, false, 0, 0, true);
+            rms_case("RMSNorm", row_counts[j], row_lens[i], true, false, 0, 0, AUTO);
+    rms_case("RMSNorm", 5, 33, false, false, 0, 0, AUTO);
+    rms_case("RMSNorm", 5, 1000, true, false, 1, 0, AUTO);     /* eps outside */
+    rms_case("RMSNorm", 5, 1000, true, false, 0, 1.0f, AUTO);  /* Gemma (1 + w) */
+    rms_case("RMSNorm", 7, 33, true, false, 1, 1.0f, EACH);
+    rms_case("RMSNorm", 9, 4096, true, false, 0, 0, ALL);      /* every config */
+    rms_case("RMSNorm", 3, 5000, true, false, 0, 0, EACH);      /* fits some configs only */
+    rms_case("RMSNorm", 4, 1, true, false, 0, 0, EACH);
+    rms_case("RMSNorm", 500, 33, true, false, 0, 0, AUTO);     /* many rows a work-group */
+    rms_case("RMSNorm", 300, 1000, true, false, 1, 0, AUTO);
     for (int64_t n = 33; n <= 4096; n += 4063) { /* Y over X */
         struct gf_node *nd = node("RMSNorm", 2, 1);
         struct gf_tview in[2] = {frand(-2, 2, DIMS(5, n)), frand(0.5f, 1.5f, DIMS(n))};
@@ -244,17 +290,17 @@ static void test_add_rmsnorm(void **state)
     (void)state;
     need_opencl();
     for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++) {
-        rms_case("AddRMSNorm", 7, row_lens[i], true, true, 0, 0, false);
-        rms_case("AddRMSNorm", 7, row_lens[i], true, false, 0, 0, false); /* no S */
+        rms_case("AddRMSNorm", 7, row_lens[i], true, true, 0, 0, AUTO);
+        rms_case("AddRMSNorm", 7, row_lens[i], true, false, 0, 0, AUTO); /* no S */
     }
-    rms_case("AddRMSNorm", 3, 1000, true, true, 1, 1.0f, false);
-    rms_case("AddRMSNorm", 5, 8, true, true, 0, 0, true);
-    rms_case("AddRMSNorm", 5, 1000, false, false, 0, 0, true);
+    rms_case("AddRMSNorm", 3, 1000, true, true, 1, 1.0f, AUTO);
+    rms_case("AddRMSNorm", 5, 8, true, true, 0, 0, EACH);
+    rms_case("AddRMSNorm", 5, 1000, false, false, 0, 0, EACH);
 }
 
 /* LayerNorm / AddLayerNorm with optional W, B and statistics outputs. */
 static void ln_case(const char *op, int64_t rows, int64_t n, bool w, bool b, bool stats,
-                    bool all_configs)
+                    enum sweep sweep)
 {
     bool add = strcmp(op, "AddLayerNorm") == 0;
     struct gf_node *nd = node(op, add ? 4 : 3, add ? 4 : 3);
@@ -271,10 +317,8 @@ static void ln_case(const char *op, int64_t rows, int64_t n, bool w, bool b, boo
         out[no++] = fout(DIMS(rows, n));
     out[no++] = stats ? fout(DIMS(rows, 1)) : NONE;
     out[no++] = stats ? fout(DIMS(rows, 1)) : NONE;
-    if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL) == 32);
-    else
-        oclt_compare(nd, in, ni, ALL_HOST, out, no, RTOL, ATOL);
+    assert_int_equal(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, RTOL, ATOL),
+                     norm_configs(sweep));
     release_bufs();
 }
 
@@ -283,15 +327,17 @@ static void test_layernorm(void **state)
     (void)state;
     need_opencl();
     for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++) {
-        ln_case("LayerNorm", 7, row_lens[i], true, true, true, false);
-        ln_case("AddLayerNorm", 7, row_lens[i], true, true, true, false);
+        ln_case("LayerNorm", 7, row_lens[i], true, true, true, AUTO);
+        ln_case("AddLayerNorm", 7, row_lens[i], true, true, true, AUTO);
     }
-    ln_case("LayerNorm", 64, 33, true, false, false, false);
-    ln_case("LayerNorm", 1, 1000, false, false, true, false);
-    ln_case("AddLayerNorm", 64, 1000, false, true, false, false);
-    ln_case("LayerNorm", 7, 33, true, true, true, true);
-    ln_case("AddLayerNorm", 5, 4096, true, true, true, true);
-    static const int reread[3] = {64, 16, 0};
+    ln_case("LayerNorm", 64, 33, true, false, false, AUTO);
+    ln_case("LayerNorm", 1, 1000, false, false, true, AUTO);
+    ln_case("AddLayerNorm", 64, 1000, false, true, false, AUTO);
+    ln_case("LayerNorm", 7, 33, true, true, true, EACH);
+    ln_case("AddLayerNorm", 5, 4096, true, true, true, EACH);
+    ln_case("LayerNorm", 3, 5000, true, true, true, EACH);
+    ln_case("AddLayerNorm", 400, 64, true, true, true, AUTO);
+    static const int reread[5] = {64, 2, 0, 1, 1}; /* 2 a work-item: 512 > 64 items */
     for (int c = 0; c < 2; c++) { /* Y over X */
         struct gf_node *nd = node("LayerNorm", 3, 1);
         struct gf_tview in[3] = {frand(-2, 3, DIMS(7, 1000)), frand(0.5f, 1.5f, DIMS(1000)),
@@ -317,7 +363,7 @@ static void test_norm_axis_broadcast(void **state)
             struct gf_tview in[3] = {frand(-2, 2, DIMS(3, 4, n)), frand(0.5f, 1.5f, DIMS(n)),
                                      ln ? frand(-1, 1, DIMS(4, 1)) : NONE};
             struct gf_tview out[1] = {fout(DIMS(3, 4, n))};
-            oclt_compare_all_configs(nd, in, ln ? 3 : 2, ALL_HOST, out, 1, RTOL, ATOL);
+            compare_sweep(nd, in, ln ? 3 : 2, ALL_HOST, out, 1, EACH, RTOL, ATOL);
             release_bufs();
         }
 }
@@ -326,7 +372,7 @@ static void test_norm_axis_broadcast(void **state)
  * |X| >= 0.5, so that r g - k x (which cancels: for n = 1 it is
  * r g eps / (x^2 + eps)) stays within a few ulp of terms of order 1. */
 static void rms_grad_case(int64_t rows, int64_t n, bool w, int outside, float offset,
-                          bool all_configs)
+                          enum sweep sweep)
 {
     struct gf_node *nd = node("RMSNormGrad", 3, 2);
     set_float(nd, "epsilon", 1e-5f);
@@ -339,10 +385,8 @@ static void rms_grad_case(int64_t rows, int64_t n, bool w, int outside, float of
     oclt_compare(nd, in, 3, ALL_HOST, out, 1, RTOL, 2 * ATOL);
     out[1] = fout(DIMS(n));
     double atol = 4e-6 * (double)rows;
-    if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, atol) == 128);
-    else
-        oclt_compare(nd, in, 3, ALL_HOST, out, 2, RTOL, atol);
+    assert_int_equal(compare_sweep(nd, in, 3, ALL_HOST, out, 2, sweep, RTOL, atol),
+                     norm_configs(sweep));
     release_bufs();
 }
 
@@ -352,15 +396,17 @@ static void test_rmsnorm_grad(void **state)
     need_opencl();
     for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
         for (size_t j = 0; j < sizeof(row_counts) / sizeof(row_counts[0]); j++)
-            rms_grad_case(row_counts[j], row_lens[i], true, 0, 0, false);
-    rms_grad_case(300, 64, true, 0, 0, false); /* many rows per slot */
-    rms_grad_case(7, 33, false, 0, 0, false);
-    rms_grad_case(7, 1000, true, 1, 0, false);
-    rms_grad_case(7, 1000, true, 0, 1.0f, false);
-    rms_grad_case(9, 33, true, 1, 1.0f, true);
-    rms_grad_case(5, 4096, true, 0, 0, true);
-    /* dX over dY and over X, automatic and with rows re-read (4 work-items a row) */
-    static const int reread[4] = {64, 16, 0, 1};
+            rms_grad_case(row_counts[j], row_lens[i], true, 0, 0, AUTO);
+    rms_grad_case(300, 64, true, 0, 0, AUTO); /* many rows per slot */
+    rms_grad_case(7, 33, false, 0, 0, AUTO);
+    rms_grad_case(7, 1000, true, 1, 0, AUTO);
+    rms_grad_case(7, 1000, true, 0, 1.0f, AUTO);
+    rms_grad_case(9, 33, true, 1, 1.0f, EACH);
+    rms_grad_case(5, 4096, true, 0, 0, ALL);
+    rms_grad_case(3, 5000, true, 0, 0, EACH);
+    rms_grad_case(1000, 40, true, 0, 0, AUTO);
+    /* dX over dY and over X, automatic and with rows re-read (64 work-items a row) */
+    static const int reread[5] = {64, 2, 0, 1, 1};
     for (size_t ik = 0; ik < 2; ik++)
         for (int c = 0; c < 2; c++) {
             struct gf_node *nd = node("RMSNormGrad", 3, 2);
@@ -733,7 +779,7 @@ static void test_jsd(void **state)
 /* LayerNormGrad, statistics recomputed or given (random: the kernel uses
  * what it is given), outputs in every combination. */
 static void ln_grad_case(int64_t rows, int64_t n, bool w, bool stats, int want,
-                         bool all_configs)
+                         enum sweep sweep)
 {
     struct gf_node *nd = node("LayerNormGrad", 5, 3);
     set_float(nd, "epsilon", 1e-5f);
@@ -745,10 +791,8 @@ static void ln_grad_case(int64_t rows, int64_t n, bool w, bool stats, int want,
                               want & 2 ? fout(DIMS(n)) : NONE};
     /* dX cancels like RMSNormGrad's; dW, dB are sums over the rows */
     double atol = 4e-6 * (double)(rows + 1);
-    if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, 5, ALL_HOST, out, 3, RTOL, atol) == 128);
-    else
-        oclt_compare(nd, in, 5, ALL_HOST, out, 3, RTOL, atol);
+    assert_int_equal(compare_sweep(nd, in, 5, ALL_HOST, out, 3, sweep, RTOL, atol),
+                     norm_configs(sweep));
     release_bufs();
 }
 
@@ -759,14 +803,14 @@ static void test_layernorm_grad(void **state)
     for (size_t i = 0; i < sizeof(row_lens) / sizeof(row_lens[0]); i++)
         if (row_lens[i] > 1) /* n = 1: var 0, dX pure cancellation */
             for (size_t j = 0; j < sizeof(row_counts) / sizeof(row_counts[0]); j++)
-                ln_grad_case(row_counts[j], row_lens[i], true, j == 1, 3, false);
-    ln_grad_case(300, 64, true, false, 3, false);
-    ln_grad_case(7, 33, false, true, 1, false);
-    ln_grad_case(7, 1000, true, false, 2, false);
-    ln_grad_case(7, 1000, true, true, 0, false);
-    ln_grad_case(9, 33, true, false, 3, true);
-    ln_grad_case(5, 4096, true, true, 3, true);
-    static const int reread[4] = {64, 16, 0, 1};
+                ln_grad_case(row_counts[j], row_lens[i], true, j == 1, 3, AUTO);
+    ln_grad_case(300, 64, true, false, 3, AUTO);
+    ln_grad_case(7, 33, false, true, 1, AUTO);
+    ln_grad_case(7, 1000, true, false, 2, AUTO);
+    ln_grad_case(7, 1000, true, true, 0, AUTO);
+    ln_grad_case(9, 33, true, false, 3, EACH);
+    ln_grad_case(5, 4096, true, true, 3, EACH);
+    static const int reread[5] = {64, 2, 0, 1, 1}; /* rows re-read */
     for (size_t ik = 0; ik < 2; ik++)
         for (int c = 0; c < 2; c++) {
             struct gf_node *nd = node("LayerNormGrad", 3, 3);
@@ -899,6 +943,305 @@ static void test_matmul_epilogue_grad(void **state)
     oclt_compare(nd, in, 2, ALL_HOST, out, 2, 0, 0);
 }
 
+/* ---- fp16 and bf16 storage ---------------------------------------------------------- */
+
+static const enum gf_dtype halves[2] = {GF_FLOAT16, GF_BFLOAT16};
+
+/* One rounding of dt, relative. */
+static double half_rtol(enum gf_dtype dt)
+{
+    return dt == GF_FLOAT16 ? 1.0 / 1024 : 1.0 / 128;
+}
+
+/* Random values in [lo, hi) rounded to dt (fp16 or bf16), of a shape. */
+static struct gf_tview hrand(enum gf_dtype dt, float lo, float hi, int rank, const int64_t *dims)
+{
+    struct gf_tview f = frand(lo, hi, rank, dims), t = oclt_view(dt, NULL, rank, dims);
+    const float *fp = f.data;
+    uint16_t *p = keep(malloc(t.nelem * sizeof(uint16_t) + 4));
+    for (size_t i = 0; i < t.nelem; i++)
+        p[i] = dt == GF_FLOAT16 ? gf_float_to_half(fp[i]) : gf_float_to_bf16(fp[i]);
+    t.data = p;
+    t.host = p;
+    return t;
+}
+
+/* An output of dtype dt and a shape. */
+static struct gf_tview hout(enum gf_dtype dt, int rank, const int64_t *dims)
+{
+    return oclt_view(dt, NULL, rank, dims);
+}
+
+static bool is_half(enum gf_dtype dt)
+{
+    return dt == GF_FLOAT16 || dt == GF_BFLOAT16;
+}
+
+/* The exact fp32 copy of a half view (other views as they are). */
+static struct gf_tview widen(const struct gf_tview *h)
+{
+    if (!is_half(h->dtype))
+        return *h;
+    struct gf_tview f = *h;
+    float *p = keep(malloc(h->nelem * sizeof(float) + 4));
+    for (size_t i = 0; i < h->nelem; i++)
+        p[i] = (float)oclt_elem(h->dtype, h->data, i);
+    f.dtype = GF_FLOAT;
+    f.data = p;
+    f.host = p;
+    return f;
+}
+
+/* The OpenCL kernel on half inputs against the CPU's fp32 kernel on their
+ * exact widening (the CPU has no half kernel for the backward ops): every
+ * element of every output within atol + rtol |fp32 result|. */
+static void compare_widened(const struct gf_node *nd, const struct gf_tview *in, size_t n_in,
+                            const struct gf_tview *out, size_t n_out, double rtol, double atol)
+{
+    struct gf_tview win[OCLT_MAX], wout[OCLT_MAX];
+    void *res[OCLT_MAX];
+    for (size_t i = 0; i < n_in; i++)
+        win[i] = widen(&in[i]);
+    for (size_t i = 0; i < n_out; i++) {
+        wout[i] = out[i];
+        wout[i].dtype = is_half(out[i].dtype) ? GF_FLOAT : out[i].dtype;
+        wout[i].data = keep(calloc(1, gf_tview_bytes(&wout[i]) + 8));
+        wout[i].host = wout[i].data;
+    }
+    if (oclt_run_on(gf_backend_get("cpu"), nd, win, n_in, wout, n_out, NULL) != GF_OK)
+        fail_msg("CPU kernel for %s failed: %s", nd->op_type, gf_last_error());
+    if (oclt_run_cl(nd, in, n_in, ALL_HOST, out, n_out, NULL, res) != GF_OK)
+        fail_msg("OpenCL kernel for %s failed: %s", nd->op_type, gf_last_error());
+    for (size_t k = 0; k < n_out; k++) {
+        for (size_t i = 0; i < out[k].nelem; i++) {
+            double w = oclt_elem(wout[k].dtype, wout[k].data, i);
+            double g = oclt_elem(out[k].dtype, res[k], i);
+            if (!(fabs(g - w) <= atol + rtol * fabs(w)))
+                fail_msg("%s %s output %zu element %zu of %zu: OpenCL %.9g, CPU fp32 %.9g",
+                         nd->op_type, gf_dtype_name(out[k].dtype), k, i, out[k].nelem, g, w);
+        }
+        free(res[k]);
+    }
+}
+
+/* Norms on half X, R, W, B: against the CPU's half kernel (S rounded to the
+ * type before it is normalized, Mean and InvStdDev float). */
+static void half_norm_case(const char *op, enum gf_dtype dt, int64_t rows, int64_t n,
+                           enum sweep sweep)
+{
+    bool add = strncmp(op, "Add", 3) == 0, ln = strstr(op, "LayerNorm") != NULL;
+    size_t ni = 0, no = 0;
+    struct gf_node *nd = node(op, 2 + add + ln, 1 + add + 2 * ln);
+    set_float(nd, "epsilon", 1e-5f);
+    struct gf_tview in[4], out[4];
+    in[ni++] = hrand(dt, -2, 2, DIMS(rows, n));
+    if (add)
+        in[ni++] = hrand(dt, -1, 1, DIMS(rows, n));
+    in[ni++] = hrand(dt, 0.5f, 1.5f, DIMS(n));
+    if (ln)
+        in[ni++] = hrand(dt, -1, 1, DIMS(n));
+    out[no++] = hout(dt, DIMS(rows, n));
+    if (add)
+        out[no++] = hout(dt, DIMS(rows, n));
+    if (ln) {
+        out[no++] = fout(DIMS(rows, 1));
+        out[no++] = fout(DIMS(rows, 1));
+    }
+    double rtol = half_rtol(dt), atol = 1e-5;
+    assert_int_equal(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, rtol, atol),
+                     norm_configs(sweep));
+    release_bufs();
+}
+
+static void test_half_norms(void **state)
+{
+    (void)state;
+    need_opencl();
+    static const char *const ops[] = {"RMSNorm", "AddRMSNorm", "LayerNorm", "AddLayerNorm"};
+    static const int64_t lens[] = {1, 7, 33, 1000, 4096, 5000};
+    for (int h = 0; h < 2; h++)
+        for (int o = 0; o < 4; o++)
+            for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
+                half_norm_case(ops[o], halves[h], 5, lens[i], AUTO);
+    half_norm_case("AddRMSNorm", GF_FLOAT16, 3, 1000, EACH);
+    half_norm_case("LayerNorm", GF_BFLOAT16, 300, 64, AUTO);
+    for (int h = 0; h < 2; h++) { /* W and B expanded over the block [4, 33] (axis -2) */
+        struct gf_node *nd = node("LayerNorm", 3, 1);
+        set_int(nd, "axis", -2);
+        struct gf_tview in[3] = {hrand(halves[h], -2, 2, DIMS(3, 4, 33)),
+                                 hrand(halves[h], 0.5f, 1.5f, DIMS(33)),
+                                 hrand(halves[h], -1, 1, DIMS(4, 1))};
+        struct gf_tview out[1] = {hout(halves[h], DIMS(3, 4, 33))};
+        oclt_compare(nd, in, 3, ALL_HOST, out, 1, half_rtol(halves[h]), 1e-5);
+        release_bufs();
+    }
+}
+
+/* RMSNormGrad and LayerNormGrad (statistics given as float, or not) on half
+ * tensors, against fp32 on their widening. */
+static void test_half_norm_grads(void **state)
+{
+    (void)state;
+    need_opencl();
+    static const int64_t lens[] = {7, 1000, 4096};
+    for (int h = 0; h < 2; h++)
+        for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+            enum gf_dtype dt = halves[h];
+            int64_t n = lens[i], rows = 6;
+            double rtol = half_rtol(dt), atol = 1e-5 * (double)rows;
+            struct gf_node *nd = node("RMSNormGrad", 3, 2);
+            set_float(nd, "epsilon", 1e-5f);
+            struct gf_tview in[5] = {hrand(dt, -1, 1, DIMS(rows, n)),
+                                     hrand(dt, 0.5f, 2, DIMS(rows, n)),
+                                     hrand(dt, 0.5f, 1.5f, DIMS(n))};
+            struct gf_tview out[3] = {hout(dt, DIMS(rows, n)), hout(dt, DIMS(n))};
+            compare_widened(nd, in, 3, out, 2, rtol, atol);
+            release_bufs();
+            nd = node("LayerNormGrad", 5, 3);
+            set_float(nd, "epsilon", 1e-5f);
+            in[0] = hrand(dt, -1, 1, DIMS(rows, n));
+            in[1] = hrand(dt, -2, 3, DIMS(rows, n));
+            in[2] = hrand(dt, 0.5f, 1.5f, DIMS(n));
+            in[3] = i == 1 ? frand(-0.5f, 0.5f, DIMS(rows, 1)) : NONE;
+            in[4] = i == 1 ? frand(0.5f, 2, DIMS(rows, 1)) : NONE;
+            out[0] = hout(dt, DIMS(rows, n));
+            out[1] = hout(dt, DIMS(n));
+            out[2] = hout(dt, DIMS(n));
+            compare_widened(nd, in, 5, out, 3, rtol, 4 * atol);
+            release_bufs();
+        }
+}
+
+/* GLUs and RoPE on half tensors against the CPU's half kernels; their
+ * gradients and MatMulEpilogueGrad against fp32 on the widening. */
+static void test_half_acts(void **state)
+{
+    (void)state;
+    need_opencl();
+    static const struct {
+        const char *op, *approx;
+    } forms[] = {{"SwiGLU", NULL}, {"GeGLU", "none"}, {"GeGLU", "tanh"}, {"SiLU", NULL},
+                 {"Gelu", NULL}};
+    static const int64_t lens[] = {7, 1000, 4097};
+    for (int h = 0; h < 2; h++) {
+        enum gf_dtype dt = halves[h];
+        double rtol = half_rtol(dt);
+        for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++)
+            for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+                bool gated = strstr(forms[f].op, "GLU") != NULL;
+                struct gf_node *nd = node(forms[f].op, gated ? 2 : 1, 1);
+                if (forms[f].approx)
+                    set_str(nd, "approximate", forms[f].approx);
+                struct gf_tview in[2] = {hrand(dt, -6, 6, DIMS(3, lens[i])),
+                                         i == 0 ? hrand(dt, -2, 2, DIMS(lens[i]))
+                                                : hrand(dt, -2, 2, DIMS(3, lens[i]))};
+                struct gf_tview out[1] = {hout(dt, DIMS(3, lens[i]))};
+                oclt_compare(nd, in, gated ? 2 : 1, ALL_HOST, out, 1, rtol, 1e-6);
+                release_bufs();
+            }
+        static const char *const grads[3][2] = {{"SwiGLUGrad", NULL}, {"GeGLUGrad", "none"},
+                                                {"GeGLUGrad", "tanh"}};
+        for (int f = 0; f < 3; f++)
+            for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+                struct gf_node *nd = node(grads[f][0], 3, 2);
+                if (grads[f][1])
+                    set_str(nd, "approximate", grads[f][1]);
+                struct gf_tview in[3] = {hrand(dt, -1, 1, DIMS(3, lens[i])),
+                                         hrand(dt, -6, 6, DIMS(3, lens[i])),
+                                         hrand(dt, -2, 2, DIMS(3, lens[i]))};
+                struct gf_tview out[2] = {hout(dt, DIMS(3, lens[i])),
+                                          hout(dt, DIMS(3, lens[i]))};
+                compare_widened(nd, in, 3, out, 2, rtol, 1e-5);
+                release_bufs();
+            }
+        for (int o = 0; o < 2; o++) { /* RoPE: half kernel; RoPEGrad: widened */
+            struct gf_node *nd = node(o ? "RoPEGrad" : "RoPE", 3, 1);
+            struct gf_tview in[3] = {hrand(dt, -2, 2, DIMS(2, 3, 5, 16)),
+                                     hrand(dt, -1, 1, DIMS(5, 16)), hrand(dt, -1, 1, DIMS(5, 16))};
+            struct gf_tview out[1] = {hout(dt, DIMS(2, 3, 5, 16))};
+            if (o)
+                compare_widened(nd, in, 3, out, 1, rtol, 1e-5);
+            else
+                oclt_compare(nd, in, 3, ALL_HOST, out, 1, rtol, 1e-5);
+            release_bufs();
+        }
+        struct gf_node *nd = node("MatMulEpilogueGrad", 2, 2);
+        set_str(nd, "activation", "gelu");
+        set_float(nd, "beta", 0.5f);
+        struct gf_tview in[2] = {hrand(dt, -1, 1, DIMS(40, 36)), hrand(dt, -5, 5, DIMS(40, 36))};
+        struct gf_tview out[2] = {hout(dt, DIMS(40, 36)), hout(dt, DIMS(36))};
+        compare_widened(nd, in, 2, out, 2, rtol, 1e-4);
+        release_bufs();
+    }
+}
+
+/* SoftmaxCrossEntropy (LogP, G), JSD and LinearCrossEntropy on half
+ * tensors against the CPU's half kernels; CrossEntropyGrad and JSDGrad
+ * against fp32 on the widening; LinearCrossEntropy's gradients refused. */
+static void test_half_losses(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (int h = 0; h < 2; h++) {
+        enum gf_dtype dt = halves[h];
+        double rtol = half_rtol(dt);
+        for (int none = 0; none < 2; none++)
+            for (int64_t c = 7; c <= 1000; c += 993) {
+                struct gf_node *nd = node("SoftmaxCrossEntropy", 3, 3);
+                set_str(nd, "reduction", none ? "none" : "mean");
+                set_int(nd, "ignore_index", -1);
+                struct gf_tview in[3] = {hrand(dt, -8, 8, DIMS(9, c)),
+                                         labels(GF_INT64, (size_t)c, 3, -1, DIMS(9)),
+                                         hrand(dt, 0.5f, 2, DIMS(c))};
+                struct gf_tview out[3] = {none ? hout(dt, DIMS(9)) : hout(dt, 0, NULL),
+                                          hout(dt, DIMS(9, c)), hout(dt, DIMS(9, c))};
+                oclt_compare(nd, in, 3, ALL_HOST, out, 3, rtol, 1e-5);
+                release_bufs();
+            }
+        struct gf_node *nd = node("JSD", 2, 1);
+        set_float(nd, "beta", 0.3f);
+        struct gf_tview ji[2] = {hrand(dt, -4, -0.5f, DIMS(5, 33)),
+                                 hrand(dt, -4, -0.5f, DIMS(5, 33))};
+        struct gf_tview jo[1] = {hout(dt, 0, NULL)};
+        oclt_compare(nd, ji, 2, ALL_HOST, jo, 1, rtol, 1e-5);
+        release_bufs();
+        for (int none = 0; none < 2; none++) {
+            nd = node("LinearCrossEntropy", 4, 1);
+            set_str(nd, "reduction", none ? "none" : "sum");
+            set_int(nd, "chunk_rows", 3);
+            struct gf_tview li[4] = {hrand(dt, -1, 1, DIMS(7, 33)), hrand(dt, -1, 1, DIMS(33, 100)),
+                                     labels(GF_INT32, 100, 0, 0, DIMS(7)),
+                                     hrand(dt, -1, 1, DIMS(100))};
+            struct gf_tview lo[1] = {none ? hout(dt, DIMS(7)) : hout(dt, 0, NULL)};
+            oclt_compare(nd, li, 4, ALL_HOST, lo, 1, rtol, 1e-4);
+            release_bufs();
+        }
+        nd = node("CrossEntropyGrad", 2, 1);
+        set_str(nd, "reduction", "none");
+        struct gf_tview ci[2] = {hrand(dt, -2, 2, DIMS(7)), hrand(dt, -1, 1, DIMS(7, 1000))};
+        struct gf_tview co[1] = {hout(dt, DIMS(7, 1000))};
+        compare_widened(nd, ci, 2, co, 1, rtol, 1e-6);
+        release_bufs();
+        nd = node("JSDGrad", 4, 2);
+        set_float(nd, "beta", 0.5f);
+        struct gf_tview gi[4] = {hrand(dt, 0.5f, 2, DIMS(1)), hrand(dt, -6, 0, DIMS(5, 33)),
+                                 hrand(dt, -6, 0, DIMS(5, 33)),
+                                 labels(GF_INT32, 5, 3, -100, DIMS(5))};
+        struct gf_tview go[2] = {hout(dt, DIMS(5, 33)), hout(dt, DIMS(5, 33))};
+        compare_widened(nd, gi, 4, go, 2, rtol, 1e-5);
+        release_bufs();
+        nd = node("LinearCrossEntropy", 4, 2); /* dH of half H: not on the CPU either */
+        struct gf_tview ti[3] = {hrand(dt, -1, 1, DIMS(4, 8)), hrand(dt, -1, 1, DIMS(8, 16)),
+                                 labels(GF_INT32, 16, 0, 0, DIMS(4))};
+        struct gf_tview to[2] = {hout(dt, 0, NULL), hout(dt, DIMS(4, 8))};
+        void *res[2];
+        assert_int_equal(oclt_run_cl(nd, ti, 3, ALL_HOST, to, 2, NULL, res), GF_ERR_UNSUPPORTED);
+        free(res[0]);
+        free(res[1]);
+        release_bufs();
+    }
+}
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 /* Bad input is GF_ERR_INVALID naming the node, never a crash. */
@@ -990,6 +1333,10 @@ int main(void)
         cmocka_unit_test_teardown(test_cross_entropy_grad, teardown),
         cmocka_unit_test_teardown(test_jsd_grad, teardown),
         cmocka_unit_test_teardown(test_matmul_epilogue_grad, teardown),
+        cmocka_unit_test_teardown(test_half_norms, teardown),
+        cmocka_unit_test_teardown(test_half_norm_grads, teardown),
+        cmocka_unit_test_teardown(test_half_acts, teardown),
+        cmocka_unit_test_teardown(test_half_losses, teardown),
         cmocka_unit_test_teardown(test_errors, teardown),
         cmocka_unit_test_teardown(test_declines_double, teardown),
     };

@@ -1,6 +1,6 @@
 /* OpenCL kernels of the fused activations and their gradients (domain
  * graphfuse, README "Fused ops" and "Fused backward ops"; device code in
- * fused_act.cl), fp32:
+ * fused_act.cl), fp32, fp16 and bf16 storage (computed in fp32):
  *
  *   SwiGLU GeGLU   G, U -> Y        same shapes: float4 grid-stride; broadcast G / U:
  *   SiLU Gelu      X -> Y           an element-strided kernel over merged axes
@@ -110,7 +110,7 @@ static enum gf_status glu_dense(const struct gf_kernel_args *a, cl_uint act, cl_
 {
     size_t n = a->out[0].nelem;
     int vec = vec_of(a, true);
-    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu", vec, 0);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu", a->in[0].dtype, vec, NULL);
     if (!k)
         return gf_cl_fail(a, "building glu");
     cl_mem g = fcl_mem(&a->in[0]), u = gated ? fcl_mem(&a->in[1]) : NULL;
@@ -129,7 +129,7 @@ static enum gf_status glu_bcast(const struct gf_kernel_args *a, cl_uint act, int
     fu_strides(&a->in[1], rank, dims, su);
     struct bcast_arg b = {0};
     bcast_merge(&b, rank, dims, sg, su);
-    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu_bcast", 1, 0);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu_bcast", a->in[0].dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building glu_bcast");
     cl_mem g = fcl_mem(&a->in[0]), u = fcl_mem(&a->in[1]), y = fcl_mem(&a->out[0]);
@@ -183,7 +183,7 @@ static enum gf_status glu_grad_run(const struct gf_kernel_args *a)
     if (st != GF_OK || dy->nelem == 0 || !want)
         return st;
     int vec = vec_of(a, true);
-    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu_grad", vec, 0);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "glu_grad", dy->dtype, vec, NULL);
     if (!k)
         return gf_cl_fail(a, "building glu_grad");
     cl_mem d = fcl_mem(dy), g = fcl_mem(&a->in[1]), u = fcl_mem(&a->in[2]);
@@ -254,7 +254,7 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
     rope_layout(a, &p);
     size_t h = (size_t)x->dims[x->rank - 1] / 2;
     int vec = vec_of(a, h % 4 == 0 && p.lc == 1 && p.ls == 1);
-    cl_kernel k = fcl_kernel(a, ACT_FILE, "rope", vec, 0);
+    cl_kernel k = fcl_kernel(a, ACT_FILE, "rope", x->dtype, vec, NULL);
     if (!k)
         return gf_cl_fail(a, "building rope");
     cl_mem xm = fcl_mem(x), cs = fcl_mem(&a->in[1]), sn = fcl_mem(&a->in[2]);
@@ -350,17 +350,9 @@ static size_t epi_workspace(const struct gf_kernel_args *a)
 /* dBias = beta times the column sums of the groups' partial rows. */
 static enum gf_status epi_dbias(const struct gf_kernel_args *a, const struct epi_plan *p)
 {
-    cl_kernel k = fcl_kernel(a, "fused_norm.cl", "colsum", 1, 0);
-    if (!k)
-        return gf_cl_fail(a, "building colsum");
-    size_t lim = fcl_wg(a, k, 1024), lx = lim < 32 ? lim : 32, ly = lim / lx;
-    cl_mem part = (cl_mem)a->workspace, out = fcl_mem(&a->out[1]);
-    cl_uint po = 0, pc = (cl_uint)(p->rows ? p->groups : 0), nn = (cl_uint)p->n;
     float beta = gf_node_attr_float(a->node, "beta", 1.0f);
-    if (!gf_cl_args(k, 6, ARG(part), ARG(out), ARG(po), ARG(pc), ARG(nn), ARG(beta)))
-        return gf_cl_fail(a, "colsum arguments");
-    size_t global[2] = {(p->n + lx - 1) / lx * lx, ly}, local[2] = {lx, ly};
-    return gf_cl_run(a, k, 2, global, local);
+    return fcl_colsum(a, (cl_mem)a->workspace, 0, p->rows ? p->groups : 0, p->n, &a->out[1],
+                      beta);
 }
 
 static enum gf_status epi_run(const struct gf_kernel_args *a)
@@ -377,7 +369,7 @@ static enum gf_status epi_run(const struct gf_kernel_args *a)
     if (want_db && !a->workspace)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the dBias partials");
     if (p.rows) {
-        cl_kernel k = fcl_kernel(a, ACT_FILE, "epi_grad", p.vec, 0);
+        cl_kernel k = fcl_kernel(a, ACT_FILE, "epi_grad", a->in[0].dtype, p.vec, NULL);
         if (!k)
             return gf_cl_fail(a, "building epi_grad");
         cl_mem dy = fcl_mem(&a->in[0]), z = fcl_mem(&a->in[1]), dz = fcl_mem(&a->out[0]);
@@ -396,18 +388,19 @@ static enum gf_status epi_run(const struct gf_kernel_args *a)
 
 /* ---- the table ------------------------------------------------------------------- */
 
-/* fp32, and sizes that 32-bit offsets reach (Cos / Sin, broadcast U). */
+/* One storable float type (fp32, fp16, bf16), and sizes that 32-bit
+ * offsets reach (Cos / Sin, broadcast U). */
 static bool act_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
     for (size_t i = 0; i < n_in; i++)
         if (!fcl_fits_u32(in[i].nelem) || in[i].rank > GF_MAX_RANK)
             return false;
-    return fcl_all_f32(in, n_in, 0);
+    return fcl_all_same(in, n_in, 0, 0, true);
 }
 
 #define KERNEL(OP, IMPL, RUN)                                                             \
-    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_FLOAT, .impl = IMPL,              \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = IMPL,          \
      .supports = act_supports, .run = RUN, .n_knobs = 3, .knobs = knobs}
 
 static const struct gf_kernel kernels[] = {
@@ -419,7 +412,7 @@ static const struct gf_kernel kernels[] = {
     KERNEL(GEGLU_GRAD, "cl-elementwise", glu_grad_run),
     KERNEL(ROPE, "cl-rows", rope_run),
     KERNEL(ROPE_GRAD, "cl-rows", rope_run),
-    {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "opencl", .dtype = GF_FLOAT,
+    {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "opencl", .dtype = GF_UNDEFINED,
      .impl = "cl-columns", .supports = act_supports, .workspace = epi_workspace, .run = epi_run,
      .n_knobs = 3, .knobs = knobs},
 };

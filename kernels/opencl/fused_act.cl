@@ -10,7 +10,9 @@
  *   epi_grad     MatMulEpilogueGrad: dZ = dY act'(Z), and dBias partial rows
  *
  * Elementwise kernels walk the tensor grid-stride, VEC elements at a time
- * (-DVEC=4: float4, the n % 4 tail done by work-item 0).  Y may be the
+ * (-DVEC=4: float4, the n % 4 tail done by work-item 0).  Tensors are of
+ * storage.cl's store_t (fp32, fp16 or bf16: loaded to float, computed in
+ * float, stored rounded); epi_grad's partial rows are float.  Y may be the
  * memory of an input of its shape: every element is read before it is
  * written, by the same work-item.
  */
@@ -18,10 +20,20 @@
 #define VEC 1
 #endif
 
+/* vt: VEC floats; LDV / STV: vector i of a store_t buffer */
 #if VEC == 4
 typedef float4 vt;
+#if defined(GF_STORE_F16) || defined(GF_STORE_BF16)
+#define LDV(p, i) LD4(p, i)
+#define STV(p, i, v) ST4(p, i, v)
+#else
+#define LDV(p, i) (((__global const float4 *)(p))[i])
+#define STV(p, i, v) (((__global float4 *)(p))[i] = (v))
+#endif
 #else
 typedef float vt;
+#define LDV(p, i) LD(p, i)
+#define STV(p, i, v) ST(p, i, v)
 #endif
 
 #define ACT_SILU 0u
@@ -36,22 +48,20 @@ typedef float vt;
                           : (x) / (1.0f + exp(-1.5957691216057308f * ((x) + 0.044715f * (x) * (x) * (x)))))
 
 /* Y = f(G) (* U when gated); n elements, nv = n / VEC vectors. */
-__kernel void glu(__global const vt *g, __global const vt *u, __global vt *y, ulong nv, ulong n,
-                  uint kind, uint gated)
+__kernel void glu(__global const store_t *g, __global const store_t *u, __global store_t *y,
+                  ulong nv, ulong n, uint kind, uint gated)
 {
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0)) {
-        vt v = g[i];
+        vt v = LDV(g, i);
         vt a = ACT(kind, v);
-        y[i] = gated ? a * u[i] : a;
+        STV(y, i, gated ? a * LDV(u, i) : a);
     }
 #if VEC == 4
     if (get_global_id(0) == 0) {
-        __global const float *gs = (__global const float *)g, *us = (__global const float *)u;
-        __global float *ys = (__global float *)y;
         for (size_t j = nv * 4; j < n; j++) {
-            float v = gs[j];
+            float v = LD(g, j);
             float a = ACT(kind, v);
-            ys[j] = gated ? a * us[j] : a;
+            ST(y, j, gated ? a * LD(u, j) : a);
         }
     }
 #endif
@@ -66,8 +76,8 @@ typedef struct {
     uint su[8];
 } bcast_t;
 
-__kernel void glu_bcast(__global const float *g, __global const float *u, __global float *y,
-                        uint n, uint kind, uint gated, bcast_t b)
+__kernel void glu_bcast(__global const store_t *g, __global const store_t *u,
+                        __global store_t *y, uint n, uint kind, uint gated, bcast_t b)
 {
     for (uint i = get_global_id(0); i < n; i += get_global_size(0)) {
         uint rem = i, og = 0, ou = 0;
@@ -77,9 +87,9 @@ __kernel void glu_bcast(__global const float *g, __global const float *u, __glob
             og += ix * b.sg[d];
             ou += ix * b.su[d];
         }
-        float v = g[og];
+        float v = LD(g, og);
         float a = ACT(kind, v);
-        y[i] = gated ? a * u[ou] : a;
+        ST(y, i, gated ? a * LD(u, ou) : a);
     }
 }
 
@@ -111,29 +121,27 @@ __kernel void glu_bcast(__global const float *g, __global const float *u, __glob
         dgo = (dyv) * (uv) * d_;                                                          \
     } while (0)
 
-__kernel void glu_grad(__global const vt *dy, __global const vt *g, __global const vt *u,
-                       __global vt *dg, __global vt *du, ulong nv, ulong n, uint kind,
-                       uint want)
+__kernel void glu_grad(__global const store_t *dy, __global const store_t *g,
+                       __global const store_t *u, __global store_t *dg, __global store_t *du,
+                       ulong nv, ulong n, uint kind, uint want)
 {
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0)) {
-        vt a = dy[i], gv = g[i], uv = u[i], og, ou;
+        vt a = LDV(dy, i), gv = LDV(g, i), uv = LDV(u, i), og, ou;
         GLU_GRAD(kind, vt, a, gv, uv, og, ou);
         if (want & W_DG)
-            dg[i] = og;
+            STV(dg, i, og);
         if (want & W_DU)
-            du[i] = ou;
+            STV(du, i, ou);
     }
 #if VEC == 4
     if (get_global_id(0) == 0) {
-        __global const float *dys = (__global const float *)dy, *gs = (__global const float *)g,
-                             *us = (__global const float *)u;
         for (size_t j = nv * 4; j < n; j++) {
-            float a = dys[j], gv = gs[j], uv = us[j], og, ou;
+            float a = LD(dy, j), gv = LD(g, j), uv = LD(u, j), og, ou;
             GLU_GRAD(kind, float, a, gv, uv, og, ou);
             if (want & W_DG)
-                ((__global float *)dg)[j] = og;
+                ST(dg, j, og);
             if (want & W_DU)
-                ((__global float *)du)[j] = ou;
+                ST(du, j, ou);
         }
     }
 #endif
@@ -153,8 +161,9 @@ typedef struct {
  *   dir 0 (RoPE):     y[j] = a c[j] - b s[j],      y[j + h] = b c[j + h] + a s[j + h]
  *   dir 1 (RoPEGrad): y[j] = a c[j] + b s[j + h],  y[j + h] = b c[j + h] - a s[j]
  * hv = h / VEC pairs of vectors per row (VEC 4 only with lc = ls = 1). */
-__kernel void rope(__global const vt *x, __global const vt *cs, __global const vt *sn,
-                   __global vt *y, uint rows, uint hv, uint dir, rope_t p)
+__kernel void rope(__global const store_t *x, __global const store_t *cs,
+                   __global const store_t *sn, __global store_t *y, uint rows, uint hv, uint dir,
+                   rope_t p)
 {
     size_t total = (size_t)rows * hv;
     for (size_t id = get_global_id(0); id < total; id += get_global_size(0)) {
@@ -169,15 +178,15 @@ __kernel void rope(__global const vt *x, __global const vt *cs, __global const v
         oc /= VEC;
         os /= VEC;
         size_t base = (size_t)row * 2 * hv;
-        vt a = x[base + j], b = x[base + j + hv];
-        vt c0 = cs[oc + j * p.lc], c1 = cs[oc + (j + hv) * p.lc];
-        vt s0 = sn[os + j * p.ls], s1 = sn[os + (j + hv) * p.ls];
+        vt a = LDV(x, base + j), b = LDV(x, base + j + hv);
+        vt c0 = LDV(cs, oc + j * p.lc), c1 = LDV(cs, oc + (j + hv) * p.lc);
+        vt s0 = LDV(sn, os + j * p.ls), s1 = LDV(sn, os + (j + hv) * p.ls);
         if (dir == 0) {
-            y[base + j] = a * c0 - b * s0;
-            y[base + j + hv] = b * c1 + a * s1;
+            STV(y, base + j, a * c0 - b * s0);
+            STV(y, base + j + hv, b * c1 + a * s1);
         } else {
-            y[base + j] = a * c0 + b * s1;
-            y[base + j + hv] = b * c1 - a * s0;
+            STV(y, base + j, a * c0 + b * s1);
+            STV(y, base + j + hv, b * c1 - a * s0);
         }
     }
 }
@@ -219,9 +228,9 @@ __kernel void rope(__global const vt *x, __global const vt *cs, __global const v
 /* Rows of m vectors: work-item (j, g) walks rows [g rpg, (g + 1) rpg) down
  * column vector j: dZ = dY act'(Z) (dZ may be dY or Z), and with want_db
  * the column sum of its rows into part[g m + j] (colsum adds the groups). */
-__kernel void epi_grad(__global const vt *dy, __global const vt *z, __global vt *dz,
-                       __global vt *part, uint po, uint rows, uint m, uint rpg, uint act,
-                       uint from_y, uint want_db)
+__kernel void epi_grad(__global const store_t *dy, __global const store_t *z,
+                       __global store_t *dz, __global vt *part, uint po, uint rows, uint m,
+                       uint rpg, uint act, uint from_y, uint want_db)
 {
     part += po;
     uint j = get_global_id(0), g = get_global_id(1);
@@ -231,10 +240,10 @@ __kernel void epi_grad(__global const vt *dy, __global const vt *z, __global vt 
     uint r1 = min(rows, (g + 1) * rpg);
     for (uint r = g * rpg; r < r1; r++) {
         size_t i = (size_t)r * m + j;
-        vt v = z[i], d;
+        vt v = LDV(z, i), d;
         EPI_D(vt, act, from_y, v, d);
-        d *= dy[i];
-        dz[i] = d;
+        d *= LDV(dy, i);
+        STV(dz, i, d);
         acc += d;
     }
     if (want_db)

@@ -1,5 +1,6 @@
 /* OpenCL kernels of the fused losses (domain graphfuse, README "Fused ops";
- * device code in fused_loss.cl), fp32:
+ * device code in fused_loss.cl), fp32, fp16 and bf16 storage (computed in
+ * fp32; LinearCrossEntropy's gradient outputs fp32 only, as on the CPU):
  *
  *   SoftmaxCrossEntropy  L, T, Wc? -> Loss, LogP?, G?   one slot of work-items per
  *                        position; G = d Loss / d L in the same kernel (over L in place)
@@ -34,6 +35,7 @@
 #define L_LABELS 64u
 #define L_G 128u
 #define L_GMEAN 256u
+#define L_LOSS_OUT 512u
 
 /* knobs: work-group size, positions (rows) per work-group, vector width
  * (1: scalar); LinearCrossEntropy: columns of a block of logits */
@@ -129,8 +131,8 @@ static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *r
 static enum gf_status check_loss_out(const struct gf_kernel_args *a, enum reduction red,
                                      int rank, const int64_t *dims)
 {
-    return red == RED_NONE ? fu_check_out(a, 0, GF_FLOAT, rank, dims)
-                           : fu_check_out(a, 0, GF_FLOAT, 0, NULL);
+    enum gf_dtype dt = a->in[0].dtype;
+    return red == RED_NONE ? fu_check_out(a, 0, dt, rank, dims) : fu_check_out(a, 0, dt, 0, NULL);
 }
 
 /* Workspace regions (bytes) of a loss: per-position losses (none with
@@ -161,7 +163,7 @@ static cl_uint label_flags(const struct labels *l)
 static enum gf_status reduce_to(const struct gf_kernel_args *a, size_t voff, size_t woff,
                                 size_t n, bool mean, cl_mem out, size_t ooff)
 {
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "loss_reduce", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "loss_reduce", a->in[0].dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building loss_reduce");
     cl_mem ws = (cl_mem)a->workspace;
@@ -173,11 +175,20 @@ static enum gf_status reduce_to(const struct gf_kernel_args *a, size_t voff, siz
     return fcl_launch(a, k, 1, fcl_wg(a, k, 1024));
 }
 
-/* Loss = sum (mean: / sum of weights) of the n per-position losses. */
+/* Loss (in its dtype) = sum (mean: / sum of weights) of the n per-position
+ * losses. */
 static enum gf_status reduce_loss(const struct gf_kernel_args *a, const struct lossws *w,
                                   size_t n, bool mean)
 {
-    return reduce_to(a, w->loss, w->wt, n, mean, fcl_mem(&a->out[0]), 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "loss_out", a->out[0].dtype, 1, NULL);
+    if (!k)
+        return gf_cl_fail(a, "building loss_out");
+    cl_mem ws = (cl_mem)a->workspace, out = fcl_mem(&a->out[0]);
+    cl_uint lo = (cl_uint)(w->loss / sizeof(float)), wo = (cl_uint)(w->wt / sizeof(float));
+    cl_uint nn = (cl_uint)n, md = mean;
+    if (!gf_cl_args(k, 7, ARG(ws), ARG(ws), ARG(out), ARG(lo), ARG(wo), ARG(nn), ARG(md)))
+        return gf_cl_fail(a, "loss_out arguments");
+    return fcl_launch(a, k, 1, fcl_wg(a, k, 1024));
 }
 
 /* The label check before the kernels: host, or the device word reset. */
@@ -268,7 +279,7 @@ static size_t sce_workspace(const struct gf_kernel_args *a)
  * divisor every position's gradient needs). */
 static enum gf_status sce_weight_sum(const struct gf_kernel_args *a, const struct sce *c)
 {
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_weights", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_weights", a->in[0].dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building ce_weights");
     cl_mem ws = (cl_mem)a->workspace, t = fcl_mem(&a->in[1]);
@@ -288,7 +299,7 @@ static enum gf_status sce_launch(const struct gf_kernel_args *a, const struct sc
 {
     size_t stride = c->lab.s1 ? 1 : c->d;
     int vec = stride == 1 && c->c % 4 == 0 && fcl_knob(a, K_VEC) != 1 ? 4 : 1;
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_fwd", vec, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_fwd", a->in[0].dtype, vec, NULL);
     if (!k)
         return gf_cl_fail(a, "building ce_fwd");
     struct fcl_rows r;
@@ -296,19 +307,19 @@ static enum gf_status sce_launch(const struct gf_kernel_args *a, const struct sc
                    &r);
     cl_mem ws = (cl_mem)a->workspace, x = fcl_mem(&a->in[0]), t = fcl_mem(&a->in[1]);
     cl_mem wc = fu_has(a, 2) ? fcl_mem(&a->in[2]) : NULL;
-    cl_mem loss = c->red == RED_NONE ? fcl_mem(&a->out[0]) : ws;
+    cl_mem lout = c->red == RED_NONE ? fcl_mem(&a->out[0]) : NULL;
     cl_mem logp = fu_has_out(a, 1) ? fcl_mem(&a->out[1]) : NULL;
     cl_mem g = fu_has_out(a, 2) ? fcl_mem(&a->out[2]) : NULL;
-    cl_uint flags = label_flags(&c->lab) | L_LOSS | (wc ? L_WC : 0) | (logp ? L_LOGP : 0) |
-                    (g ? L_G : 0) | (g && c->red == RED_MEAN ? L_GMEAN : 0);
+    cl_uint flags = label_flags(&c->lab) | (lout ? L_LOSS_OUT : L_LOSS) | (wc ? L_WC : 0) |
+                    (logp ? L_LOGP : 0) | (g ? L_G : 0) | (g && c->red == RED_MEAN ? L_GMEAN : 0);
     cl_uint lo = (cl_uint)(c->red == RED_NONE ? 0 : c->ws.loss / 4);
     cl_uint wo = (cl_uint)(c->ws.wt / 4), go = (cl_uint)(c->ws.gsum / 4);
     cl_uint bo = (cl_uint)(c->ws.bad / 4), n_pos = (cl_uint)c->n_pos, cc = (cl_uint)c->c;
     cl_uint d = (cl_uint)c->d, s1 = (cl_uint)c->lab.s1, tpr = (cl_uint)r.tpr;
     cl_long ii = c->lab.ii;
-    if (!gf_cl_args(k, 20, ARG(x), ARG(t), ARG(wc), ARG(loss), ARG(ws), ARG(logp), ARG(g),
-                    ARG(ws), ARG(ws), ARG(lo), ARG(wo), ARG(go), ARG(bo), ARG(n_pos), ARG(cc),
-                    ARG(d), ARG(s1), ARG(tpr), ARG(flags), ARG(ii)))
+    if (!gf_cl_args(k, 21, ARG(x), ARG(t), ARG(wc), ARG(ws), ARG(lout), ARG(ws), ARG(logp),
+                    ARG(g), ARG(ws), ARG(ws), ARG(lo), ARG(wo), ARG(go), ARG(bo), ARG(n_pos),
+                    ARG(cc), ARG(d), ARG(s1), ARG(tpr), ARG(flags), ARG(ii)))
         return gf_cl_fail(a, "ce_fwd arguments");
     return fcl_launch(a, k, r.groups, r.wg);
 }
@@ -317,7 +328,7 @@ static enum gf_status sce_launch(const struct gf_kernel_args *a, const struct sc
 static enum gf_status sce_zero_rows(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_zero_rows", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_zero_rows", a->in[0].dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building ce_zero_rows");
     cl_mem g = fcl_mem(&a->out[2]);
@@ -425,7 +436,7 @@ static enum gf_status ceg_run(const struct gf_kernel_args *a)
     cl_ulong n = g->nelem;
     if (!none) {
         int vec = fcl_knob(a, E_VEC) != 1 ? 4 : 1;
-        cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_scale_all", vec, 0);
+        cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_scale_all", g->dtype, vec, NULL);
         cl_ulong nv = n / (cl_ulong)vec;
         if (!k)
             return gf_cl_fail(a, "building ce_scale_all");
@@ -433,7 +444,7 @@ static enum gf_status ceg_run(const struct gf_kernel_args *a)
             return gf_cl_fail(a, "ce_scale_all arguments");
         return ew_launch(a, k, nv);
     }
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_scale_rows", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "ce_scale_rows", g->dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building ce_scale_rows");
     cl_uint c = (cl_uint)g->dims[s ? 2 : 1], dd = (cl_uint)d, ss = (cl_uint)s;
@@ -519,6 +530,10 @@ static enum gf_status lce_train_check(const struct gf_kernel_args *a, const stru
     if (c->red == RED_NONE)
         return gf_kernel_error(a, GF_ERR_INVALID, "the gradient outputs need reduction mean or "
                                "sum");
+    if (a->in[0].dtype != GF_FLOAT) /* as the CPU kernel */
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "the gradient outputs of %s H are not "
+                               "supported (float and double only)",
+                               gf_dtype_name(a->in[0].dtype));
     if (fu_has_out(a, 3) && !fu_has(a, 3))
         return gf_kernel_error(a, GF_ERR_INVALID, "dBias (output 3) needs Bias");
     for (size_t k = 1; k < 4; k++) {
@@ -645,11 +660,11 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
                                 const struct lce_kernels *kk, cl_uint p0, cl_uint nr)
 {
     cl_mem ws = (cl_mem)a->workspace, t = fcl_mem(&a->in[2]);
-    cl_mem loss = c->red == RED_NONE ? fcl_mem(&a->out[0]) : ws;
+    cl_mem lout = c->red == RED_NONE ? fcl_mem(&a->out[0]) : NULL;
     cl_uint so = (cl_uint)(c->st / 4), lo = (cl_uint)(c->red == RED_NONE ? 0 : c->ws.loss / 4);
     cl_uint wo = (cl_uint)(c->ws.wt / 4), bo = (cl_uint)(c->ws.bad / 4);
     cl_uint s1 = (cl_uint)c->lab.s1, v = (cl_uint)c->v;
-    cl_uint flags = label_flags(&c->lab) | L_LOSS;
+    cl_uint flags = label_flags(&c->lab) | (lout ? L_LOSS_OUT : L_LOSS);
     cl_long ii = c->lab.ii;
     if (!gf_cl_args(kk->init, 3, ARG(ws), ARG(so), ARG(nr)))
         return gf_cl_fail(a, "lce_init arguments");
@@ -658,9 +673,9 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
         st = lce_block(a, c, kk, p0, nr, (cl_uint)c0);
     if (st != GF_OK)
         return st;
-    if (!gf_cl_args(kk->finish, 15, ARG(ws), ARG(t), ARG(loss), ARG(ws), ARG(ws), ARG(so),
-                    ARG(lo), ARG(wo), ARG(bo), ARG(nr), ARG(p0), ARG(s1), ARG(v), ARG(flags),
-                    ARG(ii)))
+    if (!gf_cl_args(kk->finish, 16, ARG(ws), ARG(t), ARG(ws), ARG(lout), ARG(ws), ARG(ws),
+                    ARG(so), ARG(lo), ARG(wo), ARG(bo), ARG(nr), ARG(p0), ARG(s1), ARG(v),
+                    ARG(flags), ARG(ii)))
         return gf_cl_fail(a, "lce_finish arguments");
     return fcl_launch_n(a, kk->finish, nr, 64, 0);
 }
@@ -743,7 +758,7 @@ static enum gf_status lce_kernels_get(const struct gf_kernel_args *a, const stru
     cl_kernel *ks[9] = {&kk->gemm, &kk->gather, &kk->init, &kk->fold, &kk->finish,
                         &kk->rows, &kk->scatter, &kk->dbias, &kk->count};
     for (int i = 0; i < 9; i++)
-        if (!(*ks[i] = fcl_kernel(a, LOSS_FILE, names[i], 1, 0)))
+        if (!(*ks[i] = fcl_kernel(a, LOSS_FILE, names[i], a->in[0].dtype, 1, NULL)))
             return gf_cl_fail(a, "building the LinearCrossEntropy kernels");
     fcl_rows_shape(a, c->train ? kk->rows : kk->fold, c->rows, c->cols, fcl_knob(a, K_WG),
                    fcl_knob(a, K_RPW), &kk->fr);
@@ -784,7 +799,7 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
 static enum gf_status jsd_run_rows(const struct gf_kernel_args *a, size_t rows, size_t n,
                                    const struct lossws *w, float beta, int64_t ii)
 {
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "jsd_rows", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "jsd_rows", a->in[0].dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building jsd_rows");
     struct fcl_rows r;
@@ -912,7 +927,7 @@ static size_t jsdg_workspace(const struct gf_kernel_args *a)
 /* The rows whose label is not ignore_index, counted into ws[0]. */
 static enum gf_status jsdg_count(const struct gf_kernel_args *a, size_t rows, int64_t ii)
 {
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "count_rows", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "count_rows", a->in[1].dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building count_rows");
     cl_mem t = fcl_mem(&a->in[3]), ws = (cl_mem)a->workspace;
@@ -938,7 +953,7 @@ static enum gf_status jsdg_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the rows counted");
     if (labels && (st = jsdg_count(a, rows, ii)) != GF_OK)
         return st;
-    cl_kernel k = fcl_kernel(a, LOSS_FILE, "jsd_grad", 1, 0);
+    cl_kernel k = fcl_kernel(a, LOSS_FILE, "jsd_grad", x->dtype, 1, NULL);
     if (!k)
         return gf_cl_fail(a, "building jsd_grad");
     cl_mem xm = fcl_mem(x), y = fcl_mem(&a->in[2]), t = labels ? fcl_mem(&a->in[3]) : NULL;
@@ -958,30 +973,34 @@ static enum gf_status jsdg_run(const struct gf_kernel_args *a)
 
 /* ==== the table ============================================================================ */
 
-/* fp32 scores (labels int32 / int64 at `labels`), 32-bit sizes. */
+/* Scores of one storable float type (labels int32 / int64 at `labels`),
+ * 32-bit sizes. */
 static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     uint32_t labels = n->op == GF_OP_SOFTMAX_CROSS_ENTROPY ? 1u << 1 : 1u << 2;
     for (size_t i = 0; i < n_in; i++)
         if (!fcl_fits_u32(in[i].nelem))
             return false;
-    return n_in >= 2 && fcl_all_f32(in, n_in, labels);
+    return n_in >= 2 && fcl_all_same(in, n_in, 0, labels, true);
 }
 
 #define KERNEL(OP, IMPL, RUN, WS, NK)                                                     \
-    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_FLOAT, .impl = IMPL,              \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = IMPL,          \
      .supports = loss_supports, .workspace = WS, .run = RUN, .n_knobs = NK, .knobs = knobs}
 
-/* The backward ops: fp32 (labels at `labels`), 32-bit sizes. */
+/* The backward ops: one storable float type (labels at `labels`), 32-bit
+ * sizes. */
 static bool grad_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     for (size_t i = 0; i < n_in; i++)
         if (!fcl_fits_u32(in[i].nelem))
             return false;
-    return n_in >= 2 && fcl_all_f32(in, n_in, n->op == GF_OP_JSD_GRAD ? 1u << 3 : 0);
+    return n_in >= 2 && fcl_all_same(in, n_in, 1, n->op == GF_OP_JSD_GRAD ? 1u << 3 : 0, true);
 }
 
-#define GRAD_KERNEL(OP, RUN, WS)                                                              {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_FLOAT, .impl = "cl-elementwise",       .supports = grad_supports, .workspace = WS, .run = RUN, .n_knobs = 3,                     .knobs = ew_knobs}
+#define GRAD_KERNEL(OP, RUN, WS)                                                          \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "cl-elementwise", \
+     .supports = grad_supports, .workspace = WS, .run = RUN, .n_knobs = 3, .knobs = ew_knobs}
 
 static const struct gf_kernel kernels[] = {
     KERNEL(SOFTMAX_CROSS_ENTROPY, "cl-rows", sce_run, sce_workspace, 3),

@@ -24,7 +24,8 @@
  * recorded in *bad (atomic_min), which the host reads when it could not
  * check the labels itself.  Buffers that may live in the workspace come
  * with an element offset (`lo`, `wo` ...).  -DVEC=4: logits rows read as float4 (stride 1
- * and C % 4 == 0 only).
+ * and C % 4 == 0 only).  Tensors are of storage.cl's store_t (fp32, fp16,
+ * bf16: loaded to float, stored rounded); the workspace is float.
  */
 #ifndef VEC
 #define VEC 1
@@ -35,10 +36,19 @@
 typedef float4 vt;
 #define VMAX(v) fmax(fmax((v).x, (v).y), fmax((v).z, (v).w))
 #define HSUM(v) (((v).x + (v).y) + ((v).z + (v).w))
+#if defined(GF_STORE_F16) || defined(GF_STORE_BF16)
+#define LDV(p, i) LD4(p, i)
+#define STV(p, i, v) ST4(p, i, v)
+#else
+#define LDV(p, i) (((__global const float4 *)(p))[i])
+#define STV(p, i, v) (((__global float4 *)(p))[i] = (v))
+#endif
 #else
 typedef float vt;
 #define VMAX(v) (v)
 #define HSUM(v) (v)
+#define LDV(p, i) LD(p, i)
+#define STV(p, i, v) ST(p, i, v)
 #endif
 
 /* flags */
@@ -51,6 +61,7 @@ typedef float vt;
 #define L_LABELS 64u /* JSD: labels given */
 #define L_G 128u     /* G wanted */
 #define L_GMEAN 256u /* G scaled by 1 / (sum of the weights at *gsum) */
+#define L_LOSS_OUT 512u /* per-position losses to the Loss output (reduction none) */
 
 long label_at(__global const int *t, uint flags, size_t i)
 {
@@ -106,7 +117,7 @@ void ce_position(uint p, uint C, uint d, uint s1, size_t *base, size_t *stride, 
 
 /* wt[p] = the weight of position p's label (1 without class weights), 0
  * when ignored or out of range. */
-__kernel void ce_weights(__global const int *t, __global const float *wc, __global float *wt,
+__kernel void ce_weights(__global const int *t, __global const store_t *wc, __global float *wt,
                          uint wo, uint n_pos, uint C, uint d, uint s1, uint flags, long ii)
 {
     wt += wo;
@@ -117,24 +128,25 @@ __kernel void ce_weights(__global const int *t, __global const float *wc, __glob
     ce_position(p, C, d, s1, &base, &stride, &lab);
     long tl = label_at(t, flags, lab);
     bool use = !((flags & L_II) && tl == ii) && tl >= 0 && tl < (long)C;
-    wt[p] = use ? ((flags & L_WC) ? wc[tl] : 1.0f) : 0.0f;
+    wt[p] = use ? ((flags & L_WC) ? LD(wc, tl) : 1.0f) : 0.0f;
 }
 
 /*
  * Position p of n_pos: its C logits at base + k * stride; s1 = S - 1 with
  * shift (L [B, S, C], row p + p / s1, label at that row + 1), else L
  * [N, C, d...] with base (p / d) C d + p % d, stride d, label p.
- * loss[p] = -w[t] (x[t] - m - log s), wt[p] = w[t]; both 0 when ignored.
+ * loss[p] = -w[t] (x[t] - m - log s) (into the Loss output lout instead with
+ * L_LOSS_OUT), wt[p] = w[t]; both 0 when ignored.
  * LogP at p * C with shift, else at L's own layout.  G at L's layout:
  * c (softmax(x) - onehot(t)), c = w[t] (/ *gsum for mean), zeros when
  * ignored.  G (and LogP) may be L: each work-item reads its elements
  * before it writes them, and x[t] is read before anything is written.
  */
-__kernel void ce_fwd(__global const float *x, __global const int *t, __global const float *wc,
-                     __global float *loss, __global float *wt, __global float *logp,
-                     __global float *g, __global const float *gsum, __global int *bad, uint lo,
-                     uint wo, uint go, uint bo, uint n_pos, uint C, uint d, uint s1, uint tpr,
-                     uint flags, long ii)
+__kernel void ce_fwd(__global const store_t *x, __global const int *t,
+                     __global const store_t *wc, __global float *loss, __global store_t *lout,
+                     __global float *wt, __global store_t *logp, __global store_t *g,
+                     __global const float *gsum, __global int *bad, uint lo, uint wo, uint go,
+                     uint bo, uint n_pos, uint C, uint d, uint s1, uint tpr, uint flags, long ii)
 {
     __local float2 red[MAXWG];
     loss += lo;
@@ -151,16 +163,16 @@ __kernel void ce_fwd(__global const float *x, __global const int *t, __global co
     bool badl = !ign && (tl < 0 || tl >= (long)C);
     bool use = live && !ign && !badl;
     bool need = live && (!(ign || badl) || (flags & L_LOGP));
-    float xt = use && k0 == 0 ? x[base + (size_t)tl * stride] : 0.0f;
-    float w = use ? ((flags & L_WC) ? wc[tl] : 1.0f) : 0.0f;
+    float xt = use && k0 == 0 ? LD(x, base + (size_t)tl * stride) : 0.0f;
+    float w = use ? ((flags & L_WC) ? LD(wc, tl) : 1.0f) : 0.0f;
     float m = -INFINITY, s = 0.0f;
     if (need && stride == 1) {
-        __global const vt *xv = (__global const vt *)(x + base);
+        __global const store_t *xv = x + base;
         for (uint k = k0; k < C / VEC; k += tpr)
-            online(&m, &s, xv[k]);
+            online(&m, &s, LDV(xv, k));
     } else if (need) {
         for (uint k = k0; k < C; k += tpr) {
-            float v = x[base + k * stride];
+            float v = LD(x, base + k * stride);
             if (v > m) {
                 s *= exp(m - v);
                 m = v;
@@ -174,31 +186,31 @@ __kernel void ce_fwd(__global const float *x, __global const int *t, __global co
     if (need && (flags & L_LOGP)) {
         size_t ob = s1 ? (size_t)p * C : base;
         if (stride == 1) {
-            __global const vt *xv = (__global const vt *)(x + base);
-            __global vt *lv = (__global vt *)(logp + ob);
+            __global const store_t *xv = x + base;
+            __global store_t *lv = logp + ob;
             for (uint k = k0; k < C / VEC; k += tpr)
-                lv[k] = (xv[k] - ms.x) - ls;
+                STV(lv, k, (LDV(xv, k) - ms.x) - ls);
         } else {
             for (uint k = k0; k < C; k += tpr)
-                logp[ob + k * stride] = (x[base + k * stride] - ms.x) - ls;
+                ST(logp, ob + k * stride, (LD(x, base + k * stride) - ms.x) - ls);
         }
     }
     if (live && (flags & L_G)) {
         float cf = (flags & L_GMEAN) ? w / gsum[0] : w, inv = 1.0f / ms.y;
         /* the elements of each work-item as in the passes before (in place) */
         if (!use && stride == 1) {
-            __global vt *gv = (__global vt *)(g + base);
+            __global store_t *gv = g + base;
             for (uint k = k0; k < C / VEC; k += tpr)
-                gv[k] = (vt)(0.0f);
+                STV(gv, k, (vt)(0.0f));
         } else if (!use) {
             for (uint k = k0; k < C; k += tpr)
-                g[base + k * stride] = 0.0f;
+                ST(g, base + k * stride, 0.0f);
         } else if (stride == 1) {
-            __global const vt *xv = (__global const vt *)(x + base);
-            __global vt *gv = (__global vt *)(g + base);
+            __global const store_t *xv = x + base;
+            __global store_t *gv = g + base;
             uint kt = (uint)tl / VEC, lane = (uint)tl % VEC;
             for (uint k = k0; k < C / VEC; k += tpr) {
-                vt q = exp(xv[k] - ms.x) * inv;
+                vt q = exp(LDV(xv, k) - ms.x) * inv;
 #if VEC == 4
                 if (k == kt)
                     q -= convert_float4((int4)(lane == 0, lane == 1, lane == 2, lane == 3));
@@ -206,12 +218,12 @@ __kernel void ce_fwd(__global const float *x, __global const int *t, __global co
                 if (k == kt)
                     q -= 1.0f;
 #endif
-                gv[k] = q * cf;
+                STV(gv, k, q * cf);
             }
         } else {
             for (uint k = k0; k < C; k += tpr) {
-                float q = exp(x[base + k * stride] - ms.x) * inv;
-                g[base + k * stride] = (k == (uint)tl ? q - 1.0f : q) * cf;
+                float q = exp(LD(x, base + k * stride) - ms.x) * inv;
+                ST(g, base + k * stride, (k == (uint)tl ? q - 1.0f : q) * cf);
             }
         }
     }
@@ -219,62 +231,61 @@ __kernel void ce_fwd(__global const float *x, __global const int *t, __global co
         return;
     if (badl && (flags & L_BAD))
         atomic_min(bad, (int)p);
-    if (flags & L_LOSS)
-        loss[p] = use ? -((xt - ms.x) - ls) * w : 0.0f;
+    float l = use ? -((xt - ms.x) - ls) * w : 0.0f;
+    if (flags & L_LOSS_OUT)
+        ST(lout, p, l);
+    else if (flags & L_LOSS)
+        loss[p] = l;
     wt[p] = w;
 }
 
 /* G's rows that are no position: row b S + S - 1 of L [B, S, C] (shift). */
-__kernel void ce_zero_rows(__global float *g, uint B, uint S, uint C)
+__kernel void ce_zero_rows(__global store_t *g, uint B, uint S, uint C)
 {
     size_t id = get_global_id(0);
     if (id >= (size_t)B * C)
         return;
     size_t b = id / C, k = id % C;
-    g[(b * S + S - 1) * C + k] = 0.0f;
+    ST(g, (b * S + S - 1) * C + k, 0.0f);
 }
 
 /* CrossEntropyGrad with a scalar dLoss (reduction mean / sum): out = G dLoss;
  * nv vectors, the n % 4 tail by work-item 0.  out may be G. */
-__kernel void ce_scale_all(__global const vt *g, __global const float *dl, __global vt *out,
-                           ulong nv, ulong n)
+__kernel void ce_scale_all(__global const store_t *g, __global const store_t *dl,
+                           __global store_t *out, ulong nv, ulong n)
 {
-    float k = dl[0];
+    float k = LD(dl, 0);
     for (size_t i = get_global_id(0); i < nv; i += get_global_size(0))
-        out[i] = g[i] * k;
+        STV(out, i, LDV(g, i) * k);
 #if VEC == 4
     if (get_global_id(0) == 0)
         for (size_t j = nv * 4; j < n; j++)
-            ((__global float *)out)[j] = ((__global const float *)g)[j] * k;
+            ST(out, j, LD(g, j) * k);
 #endif
 }
 
 /* reduction none: each position's row times its dLoss.  shift (S > 0): G
  * [B, S, C], row (b, s) by dLoss[b (S - 1) + s], each batch's last row
  * copied; else G [N, C, d...] by dLoss [N, d...]. */
-__kernel void ce_scale_rows(__global const float *g, __global const float *dl,
-                            __global float *out, ulong n, uint C, uint d, uint S)
+__kernel void ce_scale_rows(__global const store_t *g, __global const store_t *dl,
+                            __global store_t *out, ulong n, uint C, uint d, uint S)
 {
     for (size_t i = get_global_id(0); i < n; i += get_global_size(0)) {
-        float v = g[i];
+        float v = LD(g, i);
         if (S) {
             size_t r = i / C, b = r / S, s = r % S;
-            out[i] = s + 1 == S ? v : v * dl[b * (S - 1) + s];
+            ST(out, i, s + 1 == S ? v : v * LD(dl, b * (S - 1) + s));
         } else {
-            out[i] = v * dl[i / ((size_t)C * d) * d + i % d];
+            ST(out, i, v * LD(dl, i / ((size_t)C * d) * d + i % d));
         }
     }
 }
 
-/* out[0] = sum(loss) (mean: / sum(wt)) over n values; one work-group of
- * a power-of-two size. */
-__kernel void loss_reduce(__global const float *loss, __global const float *wt,
-                          __global float *out, uint lo, uint wo, uint oo, uint n, uint mean)
+/* sum(loss) (mean: / sum(wt)) over n values, for work-item 0 of a
+ * work-group of a power-of-two size. */
+float loss_sum(__global const float *loss, __global const float *wt, __local float2 *red,
+               uint n, uint mean)
 {
-    loss += lo;
-    wt += wo;
-    out += oo;
-    __local float2 red[MAXWG];
     uint lid = get_local_id(0), L = get_local_size(0);
     float2 acc = (float2)(0.0f);
     for (uint i = lid; i < n; i += L)
@@ -286,8 +297,27 @@ __kernel void loss_reduce(__global const float *loss, __global const float *wt,
             red[lid] += red[lid + h];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid == 0)
-        out[0] = mean ? red[0].x / red[0].y : red[0].x;
+    return mean ? red[0].x / red[0].y : red[0].x;
+}
+
+/* out[oo] = loss_sum, into the workspace (float). */
+__kernel void loss_reduce(__global const float *loss, __global const float *wt,
+                          __global float *out, uint lo, uint wo, uint oo, uint n, uint mean)
+{
+    __local float2 red[MAXWG];
+    float v = loss_sum(loss + lo, wt + wo, red, n, mean);
+    if (get_local_id(0) == 0)
+        out[oo] = v;
+}
+
+/* The Loss output = loss_sum, in the storage type. */
+__kernel void loss_out(__global const float *loss, __global const float *wt,
+                       __global store_t *out, uint lo, uint wo, uint n, uint mean)
+{
+    __local float2 red[MAXWG];
+    float v = loss_sum(loss + lo, wt + wo, red, n, mean);
+    if (get_local_id(0) == 0)
+        ST(out, 0, v);
 }
 
 /* ---- LinearCrossEntropy ------------------------------------------------------------ */
@@ -299,14 +329,16 @@ __kernel void loss_reduce(__global const float *loss, __global const float *wt,
 /*
  * c[i ldc + j] = (beta ? c : 0) + (bias ? bias[bio + j] : 0) + sum_r A(i, r) B(r, j)
  * for i < m, j < n, r < k, with A(i, r) = a[i sa0 + r sa1] and B(r, j) =
- * b[r sb0 + j sb1]: any of the operands transposed by its strides.  16 x 16
+ * b[r sb0 + j sb1]: any of the operands transposed by its strides.  B and
+ * bias are of the storage type (W, Bias; B in the workspace only in
+ * training, which is fp32 only), A and C float (the workspace, or dW).  16 x 16
  * work-items, each a 4 x 4 block of a 64 x 64 tile (rows ty + 16 u,
  * columns tx + 16 v: stores coalesced), r in steps of 16 through local
  * memory, each tile loaded along the operand's contiguous axis.
  */
 __kernel __attribute__((reqd_work_group_size(16, 16, 1)))
-void gemm(__global const float *a, __global const float *b, __global float *c,
-          __global const float *bias, uint ao, uint bo, uint co, uint bio, uint sa0, uint sa1,
+void gemm(__global const float *a, __global const store_t *b, __global float *c,
+          __global const store_t *bias, uint ao, uint bo, uint co, uint bio, uint sa0, uint sa1,
           uint sb0, uint sb1, uint ldc, uint m, uint n, uint k, uint beta)
 {
     __local float tile_a[TK][TM + 1];
@@ -344,7 +376,7 @@ void gemm(__global const float *a, __global const float *b, __global float *c,
                 r = e % TK;
             }
             uint gr = r0 + r, gj = j0 + j;
-            tile_b[r][j] = gr < k && gj < n ? b[(size_t)gr * sb0 + (size_t)gj * sb1] : 0.0f;
+            tile_b[r][j] = gr < k && gj < n ? LD(b, (size_t)gr * sb0 + (size_t)gj * sb1) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (uint r = 0; r < TK; r++) {
@@ -364,7 +396,7 @@ void gemm(__global const float *a, __global const float *b, __global float *c,
             uint gi = i0 + ty + 16 * u, gj = j0 + tx + 16 * v;
             if (gi < m && gj < n) {
                 __global float *o = c + (size_t)gi * ldc + gj;
-                *o = (beta ? *o : 0.0f) + (bias ? bias[gj] : 0.0f) + acc[u][v];
+                *o = (beta ? *o : 0.0f) + (bias ? LD(bias, gj) : 0.0f) + acc[u][v];
             }
         }
 }
@@ -375,25 +407,26 @@ size_t lce_row(size_t p, uint s1)
     return s1 ? p + p / s1 : p;
 }
 
-/* hc[i, :] = H[row(p0 + i), :], i < nr: the chunk's rows of H, contiguous. */
-__kernel void lce_gather(__global const float *h, __global float *hc, uint hco, uint nr, uint K,
-                         uint p0, uint s1)
+/* hc[i, :] = H[row(p0 + i), :], i < nr: the chunk's rows of H, contiguous,
+ * as float. */
+__kernel void lce_gather(__global const store_t *h, __global float *hc, uint hco, uint nr,
+                         uint K, uint p0, uint s1)
 {
     hc += hco;
     for (size_t e = get_global_id(0); e < (size_t)nr * K; e += get_global_size(0)) {
         size_t i = e / K, q = e % K;
-        hc[e] = h[lce_row((size_t)p0 + i, s1) * K + q];
+        hc[e] = LD(h, lce_row((size_t)p0 + i, s1) * K + q);
     }
 }
 
 /* dH[row(p0 + i), :] = dhc[i, :]. */
-__kernel void lce_scatter(__global const float *dhc, __global float *dh, uint dho, uint nr,
+__kernel void lce_scatter(__global const float *dhc, __global store_t *dh, uint dho, uint nr,
                           uint K, uint p0, uint s1)
 {
     dhc += dho;
     for (size_t e = get_global_id(0); e < (size_t)nr * K; e += get_global_size(0)) {
         size_t i = e / K, q = e % K;
-        dh[lce_row((size_t)p0 + i, s1) * K + q] = dhc[e];
+        ST(dh, lce_row((size_t)p0 + i, s1) * K + q, dhc[e]);
     }
 }
 
@@ -450,10 +483,12 @@ __kernel void lce_fold(__global const float *z, __global float *st, __global con
     st[i] = mx;
 }
 
-/* Losses of the chunk's positions: -(zt - m - log s), 0 when ignored. */
+/* Losses of the chunk's positions: -(zt - m - log s), 0 when ignored (into
+ * the Loss output lout with L_LOSS_OUT). */
 __kernel void lce_finish(__global const float *st, __global const int *t, __global float *loss,
-                         __global float *wt, __global int *bad, uint so, uint lo, uint wo,
-                         uint bo, uint nr, uint p0, uint s1, uint V, uint flags, long ii)
+                         __global store_t *lout, __global float *wt, __global int *bad,
+                         uint so, uint lo, uint wo, uint bo, uint nr, uint p0, uint s1, uint V,
+                         uint flags, long ii)
 {
     st += so;
     loss += lo;
@@ -473,7 +508,9 @@ __kernel void lce_finish(__global const float *st, __global const int *t, __glob
         l = -((st[2 * nr + i] - st[i]) - log(st[nr + i]));
         w = 1.0f;
     }
-    if (flags & L_LOSS)
+    if (flags & L_LOSS_OUT)
+        ST(lout, p, l);
+    else if (flags & L_LOSS)
         loss[p] = l;
     wt[p] = w;
 }
@@ -527,7 +564,7 @@ __kernel void lce_rows_grad(__global float *z, __global const int *t, __global f
 }
 
 /* db[j] += sum over i < nr of z[i V + j] (rows in order). */
-__kernel void lce_dbias(__global const float *z, __global float *db, uint zo, uint nr, uint V)
+__kernel void lce_dbias(__global const float *z, __global store_t *db, uint zo, uint nr, uint V)
 {
     z += zo;
     uint j = get_global_id(0);
@@ -536,7 +573,7 @@ __kernel void lce_dbias(__global const float *z, __global float *db, uint zo, ui
     float acc = 0.0f;
     for (uint i = 0; i < nr; i++)
         acc += z[(size_t)i * V + j];
-    db[j] += acc;
+    ST(db, j, LD(db, j) + acc);
 }
 
 /* *out = the positions whose label is not ignore_index (the divisor of
@@ -579,7 +616,7 @@ float jsd_term(float lq, float lp, float beta)
 }
 
 /* val[r] = the row's sum, cnt[r] = 1 (both 0 when T[r] = ignore_index). */
-__kernel void jsd_rows(__global const float *x, __global const float *y, __global const int *t,
+__kernel void jsd_rows(__global const store_t *x, __global const store_t *y, __global const int *t,
                        __global float *val, __global float *cnt, uint vo, uint co, uint rows,
                        uint n, uint tpr, uint flags, float beta, long ii)
 {
@@ -593,7 +630,7 @@ __kernel void jsd_rows(__global const float *x, __global const float *y, __globa
     size_t base = (size_t)r * n;
     float acc = 0.0f;
     for (uint k = k0; live && !ign && k < n; k += tpr)
-        acc += jsd_term(x[base + k], y[base + k], beta);
+        acc += jsd_term(LD(x, base + k), LD(y, base + k), beta);
     red[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (uint h = tpr >> 1; h > 0; h >>= 1) {
@@ -617,17 +654,18 @@ __kernel void jsd_rows(__global const float *x, __global const float *y, __globa
 #define W_DX 1u
 #define W_DY 2u
 
-__kernel void jsd_grad(__global const float *x, __global const float *y, __global const int *t,
-                       __global const float *dl, __global const float *cnt, __global float *dx,
-                       __global float *dy, uint co, ulong total, uint n, float rows, uint flags,
-                       uint want, float beta, long ii)
+__kernel void jsd_grad(__global const store_t *x, __global const store_t *y,
+                       __global const int *t, __global const store_t *dl,
+                       __global const float *cnt, __global store_t *dx, __global store_t *dy,
+                       uint co, ulong total, uint n, float rows, uint flags, uint want,
+                       float beta, long ii)
 {
     cnt += co;
-    float c = dl[0] / ((flags & L_LABELS) ? cnt[0] : rows), b1 = 1.0f - beta;
+    float c = LD(dl, 0) / ((flags & L_LABELS) ? cnt[0] : rows), b1 = 1.0f - beta;
     for (size_t i = get_global_id(0); i < total; i += get_global_size(0)) {
         float gx = 0.0f, gy = 0.0f;
         if (!((flags & L_LABELS) && label_at(t, flags, i / n) == ii)) {
-            float xv = x[i], yv = y[i], p = exp(yv), q = exp(xv);
+            float xv = LD(x, i), yv = LD(y, i), p = exp(yv), q = exp(xv);
             if (beta == 0.0f) {
                 gx = -p;
                 gy = p > 0.0f ? p * (yv - xv + 1.0f) : 0.0f;
@@ -643,9 +681,9 @@ __kernel void jsd_grad(__global const float *x, __global const float *y, __globa
             gy *= c;
         }
         if (want & W_DX)
-            dx[i] = gx;
+            ST(dx, i, gx);
         if (want & W_DY)
-            dy[i] = gy;
+            ST(dy, i, gy);
     }
 }
 
