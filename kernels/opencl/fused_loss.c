@@ -51,8 +51,7 @@ static const struct gf_config_knob knobs[] = {
     {"block_cols", 4, cols_values},
 };
 #define LCE_AUTO_ROWS 1024
-#define LCE_AUTO_COLS 8192
-#define LCE_TRAIN_BYTES (256u << 20) /* training: logits of a chunk */
+#define LCE_TRAIN_BYTES (256u << 20) /* logits of a chunk (whole rows) */
 
 /* ---- labels and reductions (as kernels/cpu/fused_loss.c) ---------------------------- */
 
@@ -499,21 +498,25 @@ static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, str
     return GF_OK;
 }
 
-/* Rows R (chunk_rows; automatic: up to LCE_AUTO_ROWS, in training so that
- * z holds about LCE_TRAIN_BYTES) and, inference, columns Vc (the block_cols
- * knob; automatic: up to LCE_AUTO_COLS); then the workspace layout. */
+/* Rows R (chunk_rows; automatic: up to LCE_AUTO_ROWS, so that z holds
+ * about LCE_TRAIN_BYTES) and columns Vc (all of V, or in inference the
+ * block_cols knob when set); then the workspace layout. */
 static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c)
 {
     int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
     if (chunk < 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "chunk_rows %lld is negative",
                                (long long)chunk);
+    /* automatic: whole rows of logits, as in training (NVIDIA's OpenCL loses
+     * the queue when the inference path splits V into column blocks, V >
+     * block_cols; README "Backends", known bug) */
+    bool whole = c->train || fcl_knob(a, K_COLS) <= 0;
     size_t fit = LCE_TRAIN_BYTES / (sizeof(float) * (c->v ? c->v : 1));
-    c->rows = chunk ? (size_t)chunk : c->train && fit < LCE_AUTO_ROWS ? fit : LCE_AUTO_ROWS;
+    c->rows = chunk ? (size_t)chunk : whole && fit < LCE_AUTO_ROWS ? fit : LCE_AUTO_ROWS;
     c->rows = c->rows < c->n_pos ? c->rows : c->n_pos;
     c->rows = c->rows ? c->rows : 1;
-    c->cols = fcl_knob(a, K_COLS) > 0 ? (size_t)fcl_knob(a, K_COLS) : LCE_AUTO_COLS;
-    c->cols = c->train || c->cols > c->v ? c->v : c->cols;
+    c->cols = whole ? c->v : (size_t)fcl_knob(a, K_COLS);
+    c->cols = c->cols > c->v ? c->v : c->cols;
     c->cols = c->cols ? c->cols : 1;
     c->hc = 0;
     c->z = fcl_align(c->rows * c->k * sizeof(float));
