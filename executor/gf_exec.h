@@ -257,6 +257,8 @@ void gf_trainer_print_backend(const struct gf_trainer *t, FILE *f);
 /* Writes the original model (forward graph) with the trained weights,
  * atomically. */
 enum gf_status gf_trainer_save(const struct gf_trainer *t, const char *path);
+/* The same model in memory (the caller frees it with gf_model_free). */
+enum gf_status gf_trainer_export(const struct gf_trainer *t, struct gf_model **out);
 /* Checkpoint: the same model plus initializers holding the optimizer
  * state ("graphfuse.optim.<state>.<param>") and an int64 tensor
  * "graphfuse.train.state" (format version, step, optimizer, data cursor,

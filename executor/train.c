@@ -756,6 +756,11 @@ static enum gf_status export_model(const struct gf_trainer *t, struct gf_model *
     return st;
 }
 
+enum gf_status gf_trainer_export(const struct gf_trainer *t, struct gf_model **out)
+{
+    return export_model(t, out);
+}
+
 enum gf_status gf_trainer_save(const struct gf_trainer *t, const char *path)
 {
     struct gf_model *m;
