@@ -330,11 +330,199 @@ static struct cbuf *cbuf_new(struct gf_session *s, int64_t id, size_t bytes)
 static void record_known(void *ctx, const struct gf_value *v, size_t n, const int64_t *vals)
 {
     struct gf_session *s = ctx;
+    if (v->init) /* known already: a value evaluated while planning */
+        return;
     struct cbuf *b = cbuf_new(s, v->id, n * sizeof(int64_t));
     if (!b)
         return; /* not fatal: the node then runs */
     b->n = n;
     memcpy(b->data, vals, n * sizeof(int64_t));
+}
+
+/* ---- planning: shape-deciding values evaluated while planning ----------------
+ *
+ * Shape inference follows small integer tensors of rank 0 and 1 (Shape ->
+ * Gather -> Concat chains).  Exporters also build shape inputs through
+ * other ops: Hugging Face's label shift computes Pad's pads as
+ * ConstantOfShape -> Concat -> Reshape [-1, 2] -> Slice (step -1) ->
+ * Transpose -> Reshape -> Cast.  When a value's shape stays unknown, the
+ * session runs the CPU kernel of every small node whose inputs are all
+ * known (constants, values inference found, values evaluated here), hands
+ * the results to shape inference as initializers and infers again, until
+ * every shape is known or nothing more can be evaluated. */
+
+static enum gf_status host_workspace(struct gf_session *s, const struct gf_kernel *k,
+                                     struct gf_kernel_args *a);
+
+#define EVAL_LIMIT 65536 /* most elements of a node output evaluated this way */
+#define EVAL_ROUNDS 16
+
+struct known_set {
+    struct gf_value **v; /* values given a temporary initializer */
+    size_t n, cap;
+};
+
+/* A tensor header and its bytes in one session buffer (freed with the plan). */
+static struct gf_tensor *temp_tensor(struct gf_session *s, const struct gf_value *v,
+                                     const struct gf_type *ty, enum gf_dtype dt)
+{
+    size_t n = (size_t)gf_type_numel(ty), bytes = gf_dtype_bytes(dt, n);
+    size_t head = (sizeof(struct gf_tensor) + GF_MAX_RANK * sizeof(int64_t) + ALIGN - 1) /
+                  ALIGN * ALIGN;
+    struct cbuf *b = cbuf_new(s, v->id, head + bytes);
+    if (!b)
+        return NULL;
+    struct gf_tensor *t = (struct gf_tensor *)b->data;
+    t->name = v->name;
+    t->dtype = dt;
+    t->rank = ty->rank;
+    t->dims = (int64_t *)(b->data + sizeof(struct gf_tensor));
+    for (int d = 0; d < ty->rank; d++)
+        t->dims[d] = ty->dims[d].value;
+    t->nelem = n;
+    t->nbytes = bytes;
+    t->data = b->data + head;
+    return t;
+}
+
+static bool ks_add(struct known_set *k, struct gf_value *v, struct gf_tensor *t)
+{
+    if (k->n == k->cap) {
+        size_t c = k->cap ? 2 * k->cap : 64;
+        struct gf_value **p = realloc(k->v, c * sizeof(*p));
+        if (!p)
+            return false;
+        k->v = p;
+        k->cap = c;
+    }
+    k->v[k->n++] = v;
+    v->init = t;
+    return true;
+}
+
+/* Data the evaluator may read: a constant initializer, an input value the
+ * plan is keyed on, or a value given one earlier. */
+static bool has_data(const struct gf_session *s, const struct gf_value *v)
+{
+    if (!v->init || !v->init->data)
+        return false;
+    for (size_t i = 0; v->is_input && i < s->n_inputs; i++)
+        if (s->inputs[i] == v)
+            return true; /* fed, and small: the plan is keyed on its values */
+    return !v->is_input; /* else a parameter: it changes between runs */
+}
+
+/* Values shape inference reported (record_known) become temporary
+ * initializers too, in their own dtype. */
+static enum gf_status adopt_reported(struct gf_session *s, struct known_set *k)
+{
+    for (struct cbuf *b = s->consts; b; b = b->next) {
+        if (b->value_id < 0 || b->n == 0)
+            continue;
+        struct gf_value *v = s->g->values[b->value_id];
+        if (v->init || v->type.kind != GF_TYPE_TENSOR || gf_type_numel(&v->type) != (int64_t)b->n)
+            continue;
+        enum gf_dtype dt = v->type.dtype == GF_INT32 ? GF_INT32 : GF_INT64;
+        const int64_t *src = (const int64_t *)b->data;
+        struct gf_tensor *t = temp_tensor(s, v, &v->type, dt);
+        if (!t || !ks_add(k, v, t))
+            return gf_error(GF_ERR_NOMEM, "out of memory planning");
+        for (size_t i = 0; i < b->n; i++)
+            if (dt == GF_INT32)
+                ((int32_t *)t->data)[i] = (int32_t)src[i];
+            else
+                ((int64_t *)t->data)[i] = src[i];
+    }
+    return GF_OK;
+}
+
+static void view_tensor(const struct gf_tensor *t, struct gf_tview *v)
+{
+    memset(v, 0, sizeof(*v));
+    v->dtype = t->dtype;
+    v->rank = t->rank;
+    memcpy(v->dims, t->dims, (size_t)t->rank * sizeof(int64_t));
+    v->nelem = t->nelem;
+    v->data = t->data;
+}
+
+/* Whether node n can and should run now: every input known, some output
+ * not, every output's type known and small. */
+static bool evaluable(const struct gf_session *s, const struct gf_node *n)
+{
+    if (n->op == GF_OP_UNKNOWN || n->op == GF_OP_DROPOUT || n->n_inputs > 64 ||
+        n->n_outputs > 64)
+        return false;
+    bool missing = false;
+    for (size_t i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i] && !has_data(s, n->inputs[i]))
+            return false;
+    for (size_t o = 0; o < n->n_outputs; o++) {
+        const struct gf_value *v = n->outputs[o];
+        if (!v)
+            continue;
+        int64_t ne = gf_type_numel(&v->type);
+        if (v->type.kind != GF_TYPE_TENSOR || ne < 0 || ne > EVAL_LIMIT ||
+            v->type.dtype == GF_UNDEFINED || v->type.dtype == GF_STRING ||
+            v->type.rank > GF_MAX_RANK)
+            return false;
+        missing |= !v->init;
+    }
+    return missing;
+}
+
+/* Some value computed by a node has a shape inference could not find. */
+static bool shape_missing(const struct gf_graph *g)
+{
+    for (size_t i = 0; i < g->n_values; i++) {
+        const struct gf_value *v = g->values[i];
+        if (v->producer && (v->type.kind != GF_TYPE_TENSOR || gf_type_numel(&v->type) < 0 ||
+                            v->type.dtype == GF_UNDEFINED))
+            return true;
+    }
+    return false;
+}
+
+/* Runs every evaluable node once, in order; the number run. */
+static enum gf_status eval_round(struct gf_session *s, struct known_set *k, size_t *done)
+{
+    struct gf_backend *cpu = gf_backend_get("cpu");
+    struct gf_tview in[64], out[64];
+    struct gf_tensor *tt[64];
+    *done = 0;
+    for (struct gf_node *n = s->g->first; n; n = n->next) {
+        if (!evaluable(s, n))
+            continue;
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i])
+                view_tensor(n->inputs[i]->init, &in[i]);
+            else
+                memset(&in[i], 0, sizeof(in[i]));
+        const struct gf_kernel *kn = gf_kernel_find(cpu, n, in, n->n_inputs);
+        if (!kn)
+            continue; /* reported later, when kernels are chosen */
+        for (size_t o = 0; o < n->n_outputs; o++) {
+            struct gf_value *v = n->outputs[o];
+            memset(&out[o], 0, sizeof(out[o]));
+            if (!v)
+                continue;
+            if (!(tt[o] = temp_tensor(s, v, &v->type, v->type.dtype)))
+                return gf_error(GF_ERR_NOMEM, "out of memory planning");
+            view_tensor(tt[o], &out[o]);
+        }
+        struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
+                                   .n_out = n->n_outputs, .n_threads = 1, .backend = cpu};
+        enum gf_status st = host_workspace(s, kn, &a);
+        if (st == GF_OK)
+            st = kn->run(&a);
+        if (st != GF_OK)
+            return st;
+        for (size_t o = 0; o < n->n_outputs; o++)
+            if (n->outputs[o] && !n->outputs[o]->init && !ks_add(k, n->outputs[o], tt[o]))
+                return gf_error(GF_ERR_NOMEM, "out of memory planning");
+        (*done)++;
+    }
+    return GF_OK;
 }
 
 /* Runs shape inference with the actual input shapes (and shape-like input
@@ -357,6 +545,18 @@ static enum gf_status infer_concrete(struct gf_session *s, struct gf_tensor *con
             s->inputs[i]->init = in[i];
     }
     enum gf_status st = gf_graph_infer_shapes_values(g, record_known, s);
+    struct known_set ks = {0};
+    for (int round = 0; st == GF_OK && round < EVAL_ROUNDS && shape_missing(g); round++) {
+        size_t done = 0;
+        if ((st = adopt_reported(s, &ks)) == GF_OK)
+            st = eval_round(s, &ks, &done);
+        if (st != GF_OK || !done)
+            break;
+        st = gf_graph_infer_shapes_values(g, record_known, s);
+    }
+    for (size_t i = 0; i < ks.n; i++)
+        ks.v[i]->init = NULL;
+    free(ks.v);
     for (size_t i = 0; i < g->n_values && st == GF_OK; i++) {
         struct gf_value *v = g->values[i];
         struct vinfo *vi = &s->v[v->id];
