@@ -4,12 +4,15 @@
  * the model, the data or the checkpoint is found before the first step,
  * so bad input leaves no file behind (exit 2); outputs are written
  * atomically (the model, checkpoints) or opened only once training starts
- * (the log).  Exit codes as in graphfuse.c; a NaN/Inf stops training with
- * exit 1 (a failed check).
+ * (the log, flushed after every row).  Exit codes as in graphfuse.c; a
+ * NaN/Inf stops training with exit 1 (a failed check).  SIGINT / SIGTERM
+ * finish the step in progress, write the checkpoint and -o, and exit 130;
+ * a second one exits at once.
  */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -292,8 +295,47 @@ struct run {
     struct gf_trainer *t;
     struct gf_data *d;
     FILE *log;
-    bool bar; /* progress bar on stderr: stdout is a terminal */
+    bool bar;         /* progress bar on stderr: stdout is a terminal */
+    bool interrupted; /* SIGINT / SIGTERM stopped the loop after a whole step */
+    int signal;       /* which one */
 };
+
+/* ---- interruption: SIGINT / SIGTERM end training after the current step ---------- */
+
+enum { EXIT_INTERRUPTED = 130 }; /* 128 + SIGINT, as a shell reports Ctrl-C */
+
+static volatile sig_atomic_t stop_signal;
+
+/* The first signal asks the loop to stop; a second one means "now". */
+static void on_stop_signal(int sig)
+{
+    if (stop_signal)
+        _exit(EXIT_INTERRUPTED);
+    stop_signal = sig;
+}
+
+struct saved_handlers {
+    struct sigaction intr, term;
+};
+
+/* SA_RESTART: a write to a pipe or the log must not fail with EINTR. */
+static void catch_stop_signals(struct saved_handlers *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    stop_signal = 0;
+    sigaction(SIGINT, &sa, &old->intr);
+    sigaction(SIGTERM, &sa, &old->term);
+}
+
+static void restore_stop_signals(const struct saved_handlers *old)
+{
+    sigaction(SIGINT, &old->intr, NULL);
+    sigaction(SIGTERM, &old->term, NULL);
+}
 
 static void print_setup(const struct train_args *a, const struct run *r)
 {
@@ -385,38 +427,89 @@ static void report_step(struct run *r, const struct gf_train_stats *s, int64_t t
     printf("step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.1f ms  %.0f tok/s\n",
            (long long)s->step + 1, (long long)total, s->loss, s->grad_norm, s->lr, s->ms, tps);
     fflush(stdout);
-    if (r->log)
+    if (r->log) { /* flushed: a killed run keeps every row it reported */
         fprintf(r->log, "%lld,%.9g,%.9g,%.9g,%.3f,%.1f\n", (long long)s->step, s->loss,
                 s->grad_norm, s->lr, s->ms, tps);
+        fflush(r->log);
+    }
     progress(r, s->step + 1, total, s->loss);
 }
 
-/* The log is opened after the first step went well: bad input leaves none. */
-static enum gf_status open_log(const char *path, struct run *r)
+/* With --resume, the rows of an existing log from step `start` on (a run
+ * killed after its last checkpoint wrote them) are cut off, so that the
+ * resumed rows follow without repeating a step.  Leaves f at its end and
+ * returns the rows cut, or -1 on a failure (errno). */
+static long trim_log(FILE *f, int64_t start)
 {
-    if (!(r->log = fopen(path, "w"))) {
+    char line[512];
+    long keep = 0, dropped = 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *end;
+        long long step = strtoll(line, &end, 10);
+        if (end != line && *end == ',' && step >= start)
+            dropped++;
+        else if (dropped == 0)
+            keep += (long)strlen(line);
+    }
+    if (ferror(f) || fflush(f) != 0 || (dropped && ftruncate(fileno(f), keep) != 0) ||
+        fseek(f, 0, SEEK_END) != 0)
+        return -1;
+    if (keep > 0) { /* a last line cut short gets its newline */
+        int c = fseek(f, -1, SEEK_END) == 0 ? fgetc(f) : '\n';
+        fseek(f, 0, SEEK_END);
+        if (c != '\n')
+            fputc('\n', f);
+    }
+    return dropped;
+}
+
+/* The log is opened after the first step went well: bad input leaves none.
+ * A new run starts it afresh; --resume appends to it (the header only if
+ * it is empty). */
+static enum gf_status open_log(const char *path, bool append, int64_t start, struct run *r)
+{
+    long dropped = 0;
+    if (append && (r->log = fopen(path, "r+")))
+        dropped = trim_log(r->log, start);
+    else
+        r->log = fopen(path, "w");
+    if (!r->log || dropped < 0) {
         clear_progress(r);
         fprintf(stderr, "graphfuse: train: --log %s: %s\n", path, strerror(errno));
         return GF_ERR_IO;
     }
-    fprintf(r->log, "step,loss,grad_norm,lr,ms,tokens_per_s\n");
+    if (dropped > 0) {
+        clear_progress(r);
+        printf("log: %s: %ld row%s from step %lld on dropped (written after the checkpoint)\n",
+               path, dropped, dropped > 1 ? "s" : "", (long long)start);
+    }
+    if (ftell(r->log) == 0)
+        fputs("step,loss,grad_norm,lr,ms,tokens_per_s\n", r->log);
+    fflush(r->log);
     return GF_OK;
 }
 
-/* The steps; returns an exit code. */
+/* The steps; returns an exit code.  A stop signal ends the loop after the
+ * step in progress (r->interrupted). */
 static int train_loop(struct train_args *a, struct run *r)
 {
     struct gf_train_stats s;
     double first = NAN, last = NAN, total_ms = 0;
     int64_t start = gf_trainer_get_step(r->t), done = 0;
     for (int64_t i = start; i < a->to.steps; i++, done++) {
+        if (stop_signal) { /* checked before a step: a signal during the last one is late */
+            r->interrupted = true;
+            r->signal = stop_signal;
+            break;
+        }
         enum gf_status st = gf_trainer_step(r->t, r->d, &s);
         if (st != GF_OK) {
             clear_progress(r);
             int rc = cli_fail(st);
             return s.diverged ? EXIT_CHECK : rc;
         }
-        if (!r->log && a->log && (st = open_log(a->log, r)) != GF_OK) /* after a good step */
+        if (!r->log && a->log && /* after a good step */
+            (st = open_log(a->log, a->resume != NULL, start, r)) != GF_OK)
             return EXIT_INPUT;
         report_step(r, &s, a->to.steps);
         first = i == start ? s.loss : first;
@@ -438,8 +531,37 @@ static int train_loop(struct train_args *a, struct run *r)
     return 0;
 }
 
+/* After a stop signal: the checkpoint (if asked for) so that --resume goes
+ * on from here, then -o as at the end of training (finish). */
+static int save_interrupted(struct train_args *a, struct run *r)
+{
+    enum gf_status st;
+    if (a->ckpt && (st = gf_trainer_save_checkpoint(r->t, r->d, a->ckpt)) != GF_OK)
+        return cli_fail(st);
+    return 0;
+}
+
+static void print_interrupted(const struct train_args *a, const struct run *r)
+{
+    char saved[3 * 4200] = "";
+    size_t n = 0;
+    const char *what[] = {"checkpoint ", "model ", "log "};
+    const char *path[] = {a->ckpt, a->out, a->log};
+    for (int i = 0; i < 3; i++)
+        if (path[i] && n < sizeof(saved))
+            n += (size_t)snprintf(saved + n, sizeof(saved) - n, "%s%s%s", n ? ", " : "",
+                                  what[i], path[i]);
+    printf("train: interrupted by %s at step %lld of %lld: %s%s\n",
+           r->signal == SIGTERM ? "SIGTERM" : "SIGINT", (long long)gf_trainer_get_step(r->t),
+           (long long)a->to.steps, n ? "saved " : "nothing saved (no --checkpoint, -o or --log)",
+           saved);
+    fflush(stdout);
+}
+
 static int finish(struct train_args *a, struct run *r, int rc)
 {
+    if (rc == 0 && r->interrupted)
+        rc = save_interrupted(a, r);
     if (r->log && fclose(r->log) != 0 && rc == 0) {
         fprintf(stderr, "graphfuse: train: --log %s: write failed\n", a->log);
         rc = EXIT_INPUT;
@@ -454,6 +576,10 @@ static int finish(struct train_args *a, struct run *r, int rc)
         rc = cli_fail(st);
     else if (rc == 0 && a->out)
         printf("wrote %s\n", a->out);
+    if (rc == 0 && r->interrupted) {
+        print_interrupted(a, r);
+        rc = EXIT_INTERRUPTED;
+    }
     return rc;
 }
 
@@ -461,16 +587,22 @@ int cmd_train(int argc, char **argv)
 {
     struct train_args a;
     struct run r = {.bar = isatty(STDOUT_FILENO) == 1};
+    struct saved_handlers old;
     memset(&a, 0, sizeof(a));
     int rc = parse_args(argc, argv, &a);
     if (rc == 0)
         rc = check_args(&a);
     if (rc == 0)
         rc = setup(&a, &r);
-    if (rc == 0)
+    bool caught = rc == 0;
+    if (caught) {
+        catch_stop_signals(&old);
         rc = train_loop(&a, &r);
+    }
     if (r.t)
-        rc = finish(&a, &r, rc);
+        rc = finish(&a, &r, rc); /* a second signal while saving exits at once */
+    if (caught)
+        restore_stop_signals(&old);
     if (r.log)
         fclose(r.log);
     gf_data_free(r.d);
