@@ -36,4 +36,12 @@ int64_t cli_dim_size(const struct cli_dim *dims, int n, const char *name, int64_
  * patterns plus the opt-in ones its kernels run (attention). */
 extern const struct gf_fuse_opts cli_run_fuse_opts;
 
+/* train --list-params: every float initializer, its shape, the ops that
+ * read it and whether it is trained or why not (cli/params.c). */
+struct gf_trainer;
+void cli_list_params(const struct gf_trainer *t, const char *freeze, const char *trainable);
+/* The lines train prints about its parameter set: float initializers left
+ * as constants, and a warning per parameter the exporter may have merged. */
+void cli_param_notes(const struct gf_trainer *t);
+
 #endif /* GF_CLI_H */

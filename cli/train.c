@@ -29,6 +29,7 @@ struct train_args {
     struct gf_trainer_opts to;
     struct gf_token_opts tk;
     int64_t ckpt_every;
+    bool list_params;
     char ckpt_buf[4096];
 };
 
@@ -60,7 +61,7 @@ static bool to_int64(const char *s, int64_t lo, int64_t *out)
 
 
 static const char *const flags[] = {"--nesterov", "--fuse", "--no-fuse", "--no-tie",
-                                    "--profile", "--autotune"};
+                                    "--list-params", "--profile", "--autotune"};
 
 static bool is_flag(const char *a)
 {
@@ -79,6 +80,8 @@ static void flag_option(const char *a, struct train_args *t)
         t->to.fuse = a[2] == 'f';
     else if (strcmp(a, "--no-tie") == 0)
         t->to.no_tie = true;
+    else if (strcmp(a, "--list-params") == 0)
+        t->list_params = true;
     else if (strcmp(a, "--autotune") == 0)
         t->to.exec.autotune = true;
     else
@@ -108,6 +111,8 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         t->to.freeze = v;
     else if (strcmp(a, "--trainable") == 0)
         t->to.trainable = v;
+    else if (strcmp(a, "--untie") == 0)
+        t->to.untie = v;
     else if (strcmp(a, "--backend") == 0)
         t->to.exec.backend = v;
     else if (strcmp(a, "--device") == 0)
@@ -250,7 +255,7 @@ static int check_args(struct train_args *t)
 {
     if (!t->model)
         return cli_usage("train", "no model given%s", "");
-    if (!t->data == !t->tokens)
+    if (!t->data == !t->tokens && !(t->list_params && !t->data && !t->tokens))
         return cli_usage("train", "give the training data: --data DIR or --tokens FILE%s", "");
     if (t->tokens && (!t->tk.batch || !t->tk.seq))
         return cli_usage("train", "--tokens needs --batch B and --seq T%s", "");
@@ -354,6 +359,7 @@ static void print_setup(const struct train_args *a, const struct run *r)
             printf("tied: '%s' is a copy of '%s'%s: one parameter\n", p.name, p.tied_to,
                    p.transposed ? " (transposed)" : "");
     }
+    cli_param_notes(r->t);
     printf("data: %s\n", gf_data_describe(r->d));
     const struct gf_trainer_opts *o = &a->to;
     if (o->optim.kind == GF_OPTIM_ADAMW)
@@ -381,6 +387,10 @@ static int setup(struct train_args *a, struct run *r)
     if ((st = gf_trainer_new(r->m, &a->to, &r->t)) != GF_OK) {
         gf_error_prefix(a->model);
         return cli_fail(st);
+    }
+    if (a->list_params) { /* the list, and no training */
+        cli_list_params(r->t, a->to.freeze, a->to.trainable);
+        return -1;
     }
     if (a->data)
         st = gf_data_open_dir(r->t, a->data, &r->d);
@@ -594,6 +604,11 @@ int cmd_train(int argc, char **argv)
         rc = check_args(&a);
     if (rc == 0)
         rc = setup(&a, &r);
+    if (rc == -1) { /* --list-params */
+        gf_trainer_free(r.t);
+        gf_model_free(r.m);
+        return 0;
+    }
     bool caught = rc == 0;
     if (caught) {
         catch_stop_signals(&old);

@@ -21,6 +21,7 @@
 #define GF_EXEC_H
 
 #include "gf_graph.h"
+#include "gf_passes.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -190,6 +191,9 @@ struct gf_trainer_opts {
                                     see gf_trainer_fuse_note, when autodiff lacks a
                                     rule for a fused op) */
     bool no_tie;                 /* keep copies of one tensor (tied weights) apart */
+    const char *untie;           /* "all": give every use of a parameter the exporter
+                                    may have merged its own copy (gf_params_untie);
+                                    else a comma-separated list of initializer names */
     bool differentiated;         /* the model already outputs "<param>_grad" for its
                                     parameters (graph inputs with an initializer) */
 };
@@ -223,6 +227,13 @@ struct gf_param_info {
     float *data;          /* current values (the session reads them in place) */
 };
 size_t gf_trainer_param_count(const struct gf_trainer *t);
+/* Every float initializer of the training model's forward graph as
+ * gf_params_classify sees it (after --untie), file order; whether it is
+ * trained (the classification, or --trainable, then --freeze). */
+size_t gf_trainer_class_count(const struct gf_trainer *t);
+const struct gf_param_class *gf_trainer_class(const struct gf_trainer *t, size_t i);
+enum gf_param_kind gf_trainer_param_kind(const struct gf_trainer *t, const char *name);
+bool gf_trainer_is_trained(const struct gf_trainer *t, const char *name);
 void gf_trainer_get_param(const struct gf_trainer *t, size_t i, struct gf_param_info *p);
 /* Name of the loss output the trainer minimizes. */
 const char *gf_trainer_loss_name(const struct gf_trainer *t);
@@ -295,6 +306,72 @@ enum gf_status gf_data_next(struct gf_data *d, struct gf_tensor *const **in);
 size_t gf_data_tokens(const struct gf_data *d);
 /* One line saying what was loaded ("4 batches from DIR", "N tokens ..."). */
 const char *gf_data_describe(const struct gf_data *d);
+
+/* ---- weights back to PyTorch ---------------------------------------------------
+ *
+ *     struct gf_weights *w;
+ *     if (gf_weights_map(model, &w) != GF_OK) ...   // torch names and layouts
+ *     size_t bytes;
+ *     if (gf_weights_save_safetensors(w, "model.safetensors", &bytes) != GF_OK) ...
+ *     gf_weights_free(w);
+ *
+ * Exporters rename and fold parameters ("onnx::MatMul_599", "val_129": a
+ * Linear weight stored transposed).  The map finds each parameter's torch
+ * name from the graph: the initializer's own name when it is a parameter
+ * path, else the module of the nodes reading it (legacy node names,
+ * dynamo's node metadata_props and graph signature) with the op's role
+ * (MatMul's B: a Linear weight, written back as [out, in]).  The file then
+ * loads with safetensors.torch.load_file + model.load_state_dict. */
+
+struct gf_weights;
+
+struct gf_weight_info {
+    const char *torch_name;    /* "model.layers.0.self_attn.q_proj.weight" */
+    const char *onnx_name;     /* the initializer holding it */
+    const struct gf_tensor *t; /* its data (borrowed from the model) */
+    bool transposed;           /* t is the parameter transposed (2-D): written [out, in] */
+};
+
+/* Maps the float initializers of m's main graph (borrowed: keep m alive) to
+ * torch parameters.  One initializer may stand for several (merged equal
+ * values, tied weights); checkpoint state (graphfuse.optim.*,
+ * graphfuse.train.*) is left out.  GF_ERR_INVALID when none is found. */
+enum gf_status gf_weights_map(const struct gf_model *m, struct gf_weights **out);
+void gf_weights_free(struct gf_weights *w);
+/* The parameters found, sorted by torch name. */
+size_t gf_weights_count(const struct gf_weights *w);
+void gf_weights_get(const struct gf_weights *w, size_t i, struct gf_weight_info *out);
+/* Float initializers that stand for no parameter (folded masks, RoPE tables,
+ * buffers, scalars), in file order. */
+size_t gf_weights_skipped_count(const struct gf_weights *w);
+const char *gf_weights_get_skipped(const struct gf_weights *w, size_t i);
+/* Initializers holding parameters that are written from another one (a tied
+ * or folded copy of a parameter that has its own initializer). */
+size_t gf_weights_copy_count(const struct gf_weights *w);
+/* Checkpoint state initializers left out. */
+size_t gf_weights_state_count(const struct gf_weights *w);
+/* Writes every parameter of w, by torch name, in torch layout, to a
+ * safetensors file (atomically); *bytes (if not NULL) gets its size. */
+enum gf_status gf_weights_save_safetensors(const struct gf_weights *w, const char *path,
+                                           size_t *bytes);
+
+/* One tensor for gf_safetensors_write. */
+struct gf_safetensor {
+    const char *name;
+    enum gf_dtype dtype;   /* F32, F16, BF16, F64, I/U 8..64, BOOL, F8 E4M3 / E5M2 */
+    int rank;
+    const int64_t *dims;   /* of data as it is */
+    const void *data;      /* little-endian, row-major */
+    bool transpose;        /* 2-D: write the transpose, shape [dims[1], dims[0]] */
+};
+/* Writes a safetensors file atomically (temp file in the same folder, fsync,
+ * rename): the 8-byte little-endian header length, the JSON header
+ * (meta[] as "__metadata__"; padded with spaces to a multiple of 8), the
+ * data (largest elements first, so each tensor is aligned).  *bytes (if not
+ * NULL) gets the file size.  GF_ERR_ARG: a duplicate or empty name;
+ * GF_ERR_UNSUPPORTED: a type safetensors lacks. */
+enum gf_status gf_safetensors_write(const char *path, size_t n, const struct gf_safetensor *t,
+                                    size_t n_meta, const struct gf_kv *meta, size_t *bytes);
 
 #ifdef __cplusplus
 }

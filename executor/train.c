@@ -59,6 +59,10 @@ struct gf_trainer {
     int64_t step;
     bool diverged;        /* the last step met a NaN or Inf */
     char fuse_note[512];  /* why fusion was left out, or "" */
+    struct gf_param_class *cls; /* every float initializer of the forward graph */
+    size_t n_cls;
+    char **untied;        /* initializers given a copy per use (--untie), in order */
+    size_t n_untied;
 };
 
 struct gf_data {
@@ -125,14 +129,18 @@ static void selector_free(struct selector *s)
         regfree(&s->freeze);
 }
 
-/* Float initializers; with no --trainable only those of 2+ elements (the
- * scalars exporters store are constants: eps, 0.5, a divisor). */
-static bool selected(const struct selector *s, const struct gf_value *v)
+/* Float initializers: with --trainable those it matches, else those
+ * gf_params_classify calls parameters (not eps and scales, masks, RoPE
+ * tables, inv_freq) or, differentiated, those of 2+ elements with a
+ * "_grad" output; --freeze then takes some out. */
+static bool selected(const struct gf_trainer *t, const struct selector *s,
+                     const struct gf_value *v)
 {
     if (!v->init || v->init->dtype != GF_FLOAT)
         return false;
     if (s->have_trainable ? regexec(&s->trainable, v->name, 0, NULL, 0) != 0
-                          : v->init->nelem < 2)
+        : t->o.differentiated ? v->init->nelem < 2 /* the file names its parameters */
+                              : gf_trainer_param_kind(t, v->name) != GF_PARAM_TRAINED)
         return false;
     return !(s->have_freeze && regexec(&s->freeze, v->name, 0, NULL, 0) == 0);
 }
@@ -215,6 +223,110 @@ static bool has_grad_output(const struct gf_graph *g, const struct gf_value *v)
     return false;
 }
 
+static enum gf_status classify(struct gf_trainer *t)
+{
+    free(t->cls);
+    t->cls = NULL;
+    return gf_params_classify(t->m->graph, &t->cls, &t->n_cls);
+}
+
+enum gf_param_kind gf_trainer_param_kind(const struct gf_trainer *t, const char *name)
+{
+    for (size_t i = 0; i < t->n_cls; i++)
+        if (strcmp(t->cls[i].name, name) == 0)
+            return t->cls[i].kind;
+    return GF_PARAM_UNUSED;
+}
+
+static bool in_list(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p = e ? e + 1 : NULL;
+    }
+    return false;
+}
+
+static enum gf_status remember_untied(struct gf_trainer *t, const char *name)
+{
+    char **u = realloc(t->untied, (t->n_untied + 1) * sizeof(*u));
+    if (!u)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    t->untied = u;
+    if (!(u[t->n_untied] = strdup(name)))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    t->n_untied++;
+    return GF_OK;
+}
+
+/* --untie, on the first build: every merged parameter for "all", else
+ * the named initializers, remembered in order. */
+static enum gf_status pick_untie(struct gf_trainer *t, const struct gf_graph *g)
+{
+    if (!t->o.untie || t->untied)
+        return GF_OK;
+    bool all = strcmp(t->o.untie, "all") == 0;
+    struct gf_param_class *c;
+    size_t n;
+    enum gf_status st = gf_params_classify(g, &c, &n);
+    for (size_t i = 0; st == GF_OK && i < n; i++)
+        if (all ? c[i].merged : in_list(t->o.untie, c[i].v->name))
+            st = remember_untied(t, c[i].v->name);
+    free(c);
+    for (const char *p = all ? NULL : t->o.untie; st == GF_OK && p && *p;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        bool found = false;
+        for (size_t i = 0; i < t->n_untied; i++)
+            found |= strlen(t->untied[i]) == len && strncmp(t->untied[i], p, len) == 0;
+        if (!found)
+            st = gf_error(GF_ERR_ARG, "--untie: no float initializer named '%.*s'", (int)len, p);
+        p = e ? e + 1 : NULL;
+    }
+    return st;
+}
+
+/* Unties the remembered initializers of g, in order: every build (and
+ * every export) gives the copies the same names. */
+static enum gf_status apply_untie(const struct gf_trainer *t, struct gf_graph *g)
+{
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_untied; i++) {
+        struct gf_value *v = gf_graph_find(g, t->untied[i]);
+        st = v ? gf_params_untie(g, v, NULL)
+               : gf_error(GF_ERR_INTERNAL, "--untie: '%s' went missing", t->untied[i]);
+    }
+    return st;
+}
+
+static enum gf_status untie(struct gf_trainer *t, struct gf_graph *g)
+{
+    enum gf_status st = pick_untie(t, g);
+    return st == GF_OK ? apply_untie(t, g) : st;
+}
+
+size_t gf_trainer_class_count(const struct gf_trainer *t)
+{
+    return t->n_cls;
+}
+
+const struct gf_param_class *gf_trainer_class(const struct gf_trainer *t, size_t i)
+{
+    return i < t->n_cls ? &t->cls[i] : NULL;
+}
+
+bool gf_trainer_is_trained(const struct gf_trainer *t, const char *name)
+{
+    for (size_t i = 0; i < t->n_params; i++)
+        if (strcmp(t->p[i].name, name) == 0)
+            return true;
+    return false;
+}
+
 static enum gf_status select_params(struct gf_trainer *t)
 {
     struct selector s;
@@ -226,7 +338,7 @@ static enum gf_status select_params(struct gf_trainer *t)
         struct gf_value *v = g->inits[i];
         if (t->o.differentiated && !(v->is_input && has_grad_output(g, v)))
             continue;
-        if (selected(&s, v))
+        if (selected(t, &s, v))
             st = add_param(t, v);
     }
     selector_free(&s);
@@ -234,7 +346,8 @@ static enum gf_status select_params(struct gf_trainer *t)
         st = gf_error(GF_ERR_INVALID, "no trainable parameter: no float initializer%s%s%s%s",
                       t->o.trainable ? " matches --trainable" : "",
                       t->o.freeze ? " (after --freeze)" : "",
-                      t->o.differentiated ? " with a '_grad' output" : "", "");
+                      t->o.differentiated ? " with a '_grad' output" : "",
+                      t->o.trainable ? "" : " meets activations (see --list-params)");
     if (st == GF_OK)
         find_ties(t);
     return st;
@@ -431,6 +544,10 @@ static enum gf_status training_graph(struct gf_trainer *t, bool fused)
     if (st == GF_OK)
         st = find_loss(t, t->m->graph);
     if (st == GF_OK)
+        st = untie(t, t->m->graph);
+    if (st == GF_OK)
+        st = classify(t);
+    if (st == GF_OK)
         st = select_params(t);
     if (st == GF_OK)
         st = keep_outputs(t);
@@ -443,6 +560,9 @@ static enum gf_status training_graph(struct gf_trainer *t, bool fused)
 
 static void drop_graph(struct gf_trainer *t)
 {
+    free(t->cls);
+    t->cls = NULL;
+    t->n_cls = 0;
     gf_model_free(t->m);
     free(t->p);
     free(t->loss_name);
@@ -493,7 +613,7 @@ enum gf_status gf_trainer_new(const struct gf_model *m, const struct gf_trainer_
         t->o.accumulate = 1;
     t->o.exec.check_finite = false;
     st = build(t, m);
-    t->o.trainable = t->o.freeze = t->o.loss = NULL;
+    t->o.trainable = t->o.freeze = t->o.loss = t->o.untie = NULL;
     if (st != GF_OK) {
         gf_trainer_free(t);
         return st;
@@ -514,6 +634,9 @@ void gf_trainer_free(struct gf_trainer *t)
     free(t->gdata);
     free(t->gsize);
     drop_graph(t);
+    for (size_t i = 0; i < t->n_untied; i++)
+        free(t->untied[i]);
+    free(t->untied);
     free(t->orig);
     free(t->dir);
     free(t);
@@ -742,6 +865,8 @@ static enum gf_status export_model(const struct gf_trainer *t, struct gf_model *
 {
     struct gf_model *m = NULL;
     enum gf_status st = gf_model_load_buffer(t->orig, t->orig_len, t->dir, NULL, &m);
+    if (st == GF_OK)
+        st = apply_untie(t, m->graph);
     for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
         if (!gf_graph_find(m->graph, t->p[i].name))
             st = gf_error(GF_ERR_INTERNAL, "parameter '%s' is not in the model", t->p[i].name);

@@ -454,6 +454,10 @@ enum gf_status gf_graph_validate(struct gf_graph *g);
 /* ---- attributes ---------------------------------------------------------- */
 
 const struct gf_attr *gf_node_attr(const struct gf_node *n, const char *name);
+/* The node's metadata_props entry `key` (e.g. "pkg.torch.onnx.name_scopes",
+ * written by the dynamo exporter), copied into the model's arena; NULL when
+ * absent. */
+const char *gf_node_metadata(const struct gf_node *n, const char *key);
 int64_t gf_node_attr_int(const struct gf_node *n, const char *name, int64_t dflt);
 float gf_node_attr_float(const struct gf_node *n, const char *name, float dflt);
 /* String attribute as a C string (borrowed: STRING attributes are always

@@ -813,6 +813,77 @@ const char *gf_node_label(const struct gf_node *n, char *buf, size_t len)
 
 /* ---- attributes ------------------------------------------------------------ */
 
+/* A varint at *p (below end); false when cut short. */
+static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/* Field `field` (length-delimited) of message bytes [p, end). */
+static bool read_bytes_field(const uint8_t *p, const uint8_t *end, uint32_t field,
+                             const uint8_t **s, size_t *len)
+{
+    while (p < end) {
+        uint64_t key, n;
+        if (!read_varint(&p, end, &key))
+            return false;
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(&p, end, &n))
+                return false;
+            break;
+        case 1: p += 8; break;
+        case 5: p += 4; break;
+        case 2:
+            if (!read_varint(&p, end, &n) || n > (uint64_t)(end - p))
+                return false;
+            if ((key >> 3) == field) {
+                *s = p;
+                *len = (size_t)n;
+                return true;
+            }
+            p += n;
+            break;
+        default:
+            return false;
+        }
+    }
+    return false;
+}
+
+const char *gf_node_metadata(const struct gf_node *n, const char *key)
+{
+    /* NodeProto.metadata_props (field 9, ONNX 1.16) is newer than the
+     * schema we build against: it is kept among the unknown fields */
+    size_t klen = strlen(key);
+    for (unsigned i = 0; n->extra && i < n->extra->n; i++) {
+        const ProtobufCMessageUnknownField *f = &n->extra->fields[i];
+        const uint8_t *k, *v, *p = f->data, *end = f->data + f->len;
+        size_t kl, vl;
+        uint64_t mlen; /* the data starts with the field's length */
+        if (f->tag != 9 || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED ||
+            !read_varint(&p, end, &mlen) || mlen != (uint64_t)(end - p) ||
+            !read_bytes_field(p, end, 1, &k, &kl) || kl != klen || memcmp(k, key, klen) != 0 ||
+            !read_bytes_field(p, end, 2, &v, &vl))
+            continue;
+        struct gf_model *m = n->graph ? n->graph->model : NULL;
+        char *out = m ? gf_model_alloc(m, vl + 1) : NULL;
+        if (!out)
+            return NULL;
+        memcpy(out, v, vl);
+        out[vl] = '\0';
+        return out;
+    }
+    return NULL;
+}
+
 const struct gf_attr *gf_node_attr(const struct gf_node *n, const char *name)
 {
     for (size_t i = 0; i < n->n_attrs; i++)

@@ -224,6 +224,42 @@ struct gf_autodiff_result {
 enum gf_status gf_pass_autodiff(struct gf_model *m, const struct gf_autodiff_opts *o,
                                 struct gf_autodiff_result *r);
 
+/* ---- parameters (training; README "Training → Parameters") ---------------- */
+
+enum gf_param_kind {
+    GF_PARAM_TRAINED,    /* a parameter: meets activations or input data */
+    GF_PARAM_SCALAR,     /* fewer than 2 elements: eps, scales */
+    GF_PARAM_TABLE,      /* 2+ dims > 1, one of the export's batch/sequence: masks, RoPE tables */
+    GF_PARAM_POSITIONAL, /* meets only integers made float: RoPE inv_freq */
+    GF_PARAM_UNUSED,     /* meets no activation */
+};
+
+struct gf_param_class {
+    const struct gf_value *v;   /* valid while the graph is unchanged */
+    const char *name;           /* the initializer's (the graph's arena) */
+    int rank;
+    int64_t dims[8];            /* the first 8 (rank may be larger) */
+    size_t nelem;
+    char readers[96];           /* op types reading it: "Mul x5, Gather" */
+    enum gf_param_kind kind;
+    const char *role;           /* op type of the node that decided, or NULL */
+    bool merged;                /* trained, and read by n_roles nodes of op `role`:
+                                   the exporter may have merged equal parameters */
+    size_t n_roles;
+};
+
+/* Classifies every float initializer of g's main graph (file order) by the
+ * rule at the top of passes/params.c; *out is malloc'd (free it). */
+enum gf_status gf_params_classify(const struct gf_graph *g, struct gf_param_class **out,
+                                  size_t *n);
+/* Why an initializer of this kind is (not) trained, as a phrase. */
+const char *gf_param_kind_name(enum gf_param_kind k);
+/* Gives every node use of initializer v but the first its own copy (named
+ * after the node's scope where the node name has one, "<scope>.weight",
+ * else "<name>.<k>"); deterministic, so the same call on another copy of the
+ * model gives the same names. */
+enum gf_status gf_params_untie(struct gf_graph *g, struct gf_value *v, size_t *n_copies);
+
 #ifdef __cplusplus
 }
 #endif
