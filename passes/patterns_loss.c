@@ -676,6 +676,71 @@ static enum gf_status shift_rewrite(struct gf_match *m, struct gf_fused *f)
     return st == GF_OK ? gf_fused_attr_int(f, "shift", 1) : st;
 }
 
+/* The newer Hugging Face form (transformers' ForCausalLMLoss): the labels
+ * are padded with the ignore index and shifted, the logits are not sliced.
+ *   L [B,S,C] ─────────────────────────────────────────────Reshape([-1, C])─┐
+ *   T [B,S] ─Pad(axis 1: 0 before, 1 after, ignore index)─Slice(axis 1, 1:)─Reshape([-1])─
+ *                                                 SoftmaxCrossEntropy(ignore_index) ── loss
+ *   → SoftmaxCrossEntropy(L, T, shift 1): position S-1 has label ignore_index in one and
+ *   no label in the other; every other position has label T[:, s+1] in both.
+ */
+enum { P_RL, P_PAD, P_ST, P_RT, P_ROOT };
+static const struct gf_pnode pad_shift_nodes[] = {
+    [P_RL] = {GF_P("view(-1, C)", GF_OP_RESHAPE, GF_C(SL), GF_ANY)},
+    [P_PAD] = {GF_P("pad(T, (0, 1), ii)", GF_OP_PAD, GF_C(ST), GF_ANY, GF_ANY)},
+    [P_ST] = {GF_P("[:, 1:]", GF_OP_SLICE, GF_N(P_PAD), GF_ANY, GF_ANY, GF_ANY, GF_ANY)},
+    [P_RT] = {GF_P("view(-1)", GF_OP_RESHAPE, GF_N(P_ST), GF_ANY), .cast = 1},
+    [P_ROOT] = {GF_P("cross-entropy", GF_OP_SOFTMAX_CROSS_ENTROPY, GF_N(P_RL), GF_N(P_RT),
+                     GF_OPT(SW)), .cast = 2},
+};
+
+/* Pad adds one ignore_index column after axis 1 of [B,S] and nothing else. */
+static bool pad_is_shift(struct gf_match *m, int64_t ii)
+{
+    const struct gf_node *pad = gf_match_node(m, P_PAD);
+    int64_t p[4], v[1];
+    size_t c = 0, cv = 0;
+    if (strcmp(gf_node_attr_string(pad, "mode", "constant"), "constant") != 0 ||
+        !const_ints(pad, 1, "pads", p, 4, &c) || c != 4 || p[0] || p[1] || p[2] || p[3] != 1)
+        return gf_match_fail(m, P_PAD, "pads are not (0, 0, 0, 1), constant mode");
+    if (pad->n_inputs > 3 && pad->inputs[3])
+        return gf_match_fail(m, P_PAD, "has axes");
+    if (!(pad->n_inputs > 2 && pad->inputs[2] && const_ints(pad, 2, NULL, v, 1, &cv) &&
+          cv == 1 && v[0] == ii))
+        return gf_match_fail(m, P_PAD, "the pad value is not the ignore index %lld",
+                             (long long)ii);
+    return true;
+}
+
+static bool pad_shift_check(struct gf_match *m)
+{
+    const struct gf_node *root = gf_match_node(m, P_ROOT);
+    const struct gf_value *l = gf_match_cap(m, SL), *t = gf_match_cap(m, ST);
+    const struct gf_value *rl = gf_match_node(m, P_RL)->outputs[0];
+    const struct gf_value *rt = gf_match_node(m, P_RT)->outputs[0];
+    struct slice1 b;
+    int64_t s = dim_size(l, 1);
+    if (gf_node_attr_int(root, "shift", 0) != 0)
+        return gf_match_fail(m, P_ROOT, "already shifted");
+    if (!gf_node_attr(root, "ignore_index"))
+        return gf_match_fail(m, P_ROOT, "no ignore_index: the padded label would count");
+    if (!gf_pat_float(l) || gf_pat_rank(l) != 3 || !is_label_type(t) || gf_pat_rank(t) != 2)
+        return gf_match_fail(m, P_ROOT, "not float logits [B, S, C] and int labels [B, S]");
+    if (!dims_match(l, 0, t, 0) || !dims_match(l, 1, t, 1))
+        return gf_match_fail(m, P_ROOT, "logits and labels differ in B or S (or they are "
+                             "unknown)");
+    if (!pad_is_shift(m, gf_node_attr_int(root, "ignore_index", 0)))
+        return false;
+    if (!slice_one(gf_match_node(m, P_ST), 2, &b) || b.axis != 1 || b.start != 1 ||
+        !(b.end >= INT32_MAX || (s > 0 && b.end >= s + 1)))
+        return gf_match_fail(m, P_ST, "is not T[:, 1:] (constant bounds, step 1)");
+    if (gf_pat_rank(rl) != 2 || !dims_match(rl, 1, l, 2))
+        return gf_match_fail(m, P_RL, "does not flatten to [B*S, C]");
+    if (gf_pat_rank(rt) != 1)
+        return gf_match_fail(m, P_RT, "does not flatten the labels");
+    return true;
+}
+
 /* ---- LinearCrossEntropy: the lm head into the loss --------------------------------------------
  *   H ─MatMul(W | Transpose(Wᵀ)) | MatMul+Add(b) | Gemm | MatMulEpilogue ─ logits ─┐
  *   T ─────────────────────────────────────────────────────────────SoftmaxCrossEntropy ── loss
@@ -1025,6 +1090,9 @@ const struct gf_pattern gf_patterns_loss[] = {
     /* at a fused SoftmaxCrossEntropy: the shift before the lm head */
     GF_PATTERN("cross_entropy_shift", "Slice+Reshape of logits and labels", shift_nodes,
                shift_caps, shift_check, shift_rewrite),
+    /* (shift_rewrite reads the root as node 4 of either table) */
+    GF_PATTERN("cross_entropy_shift", "Pad+Slice of the labels (transformers >= 4.46)",
+               pad_shift_nodes, shift_caps, pad_shift_check, shift_rewrite),
     GF_PATTERN("linear_cross_entropy", "projection + SoftmaxCrossEntropy", lce_nodes, lce_caps,
                lce_check, lce_rewrite),
     GF_PATTERN("jsd", "batchmean over rows", jsd_nodes, jsd_caps, jsd_check, jsd_rewrite),

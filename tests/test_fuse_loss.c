@@ -676,6 +676,97 @@ static void test_lce_shift(void **state)
     }
 }
 
+/* transformers' ForCausalLMLoss: logits [2, 5, 8] (an input, or H @ W)
+ * flattened; labels Pad(pads, value) -> [:, 1:] -> flattened ->
+ * SoftmaxCrossEntropyLoss (ignore_index -100, `red`). */
+static struct tg padded(enum lm_head head, const int64_t pads[4], int64_t value, const char *red)
+{
+    struct tg t = tg_new(18);
+    tg_input(&t, "labels", GF_INT64, "2,5");
+    if (head == HEAD_NONE) {
+        tg_input(&t, "logits", GF_FLOAT, "2,5,8");
+    } else {
+        tg_input(&t, "h", GF_FLOAT, "2,5,16");
+        tg_init(&t, "w", GF_FLOAT, "16,8", NULL);
+        tg_node(&t, "MatMul", "h,w", "logits");
+    }
+    I64S(&t, "pads", pads[0], pads[1], pads[2], pads[3]);
+    double fill = (double)value;
+    tg_init(&t, "fill", GF_INT64, "", &fill);
+    I64S(&t, "one", 1);
+    I64S(&t, "big", INT64_MAX);
+    I64S(&t, "rows_v", -1, 8);
+    I64S(&t, "flat", -1);
+    tg_node(&t, "Reshape", "logits,rows_v", "lv");
+    tg_node(&t, "Pad", "labels,pads,fill", "tp");
+    tg_node(&t, "Slice", "tp,one,big,one,one", "ts");
+    tg_node(&t, "Reshape", "ts,flat", "tv");
+    struct gf_node *n = tg_node(&t, "SoftmaxCrossEntropyLoss", "lv,tv", "loss");
+    set_int(n, "ignore_index", -100);
+    set_str(n, "reduction", red);
+    tg_output(&t, "loss");
+    return t;
+}
+
+static const int64_t pad_end1[4] = {0, 0, 0, 1};
+
+static void test_pad_shift(void **state)
+{
+    (void)state;
+    for (int r = 0; r < 3; r++) {
+        if (strcmp(reductions[r], "none") == 0)
+            continue; /* [B*S] against [B*(S-1)]... per-position output: stays */
+        struct tg t = padded(HEAD_NONE, pad_end1, -100, reductions[r]);
+        tg_output(&t, "logits");
+        run_shifted(&t, NULL);
+        const struct gf_node *f = expect_only(&t, "SoftmaxCrossEntropy");
+        assert_int_equal(gf_node_attr_int(f, "shift", 0), 1);
+        assert_string_equal(f->inputs[0]->name, "logits");
+        assert_string_equal(f->inputs[1]->name, "labels");
+        gf_model_free(t.m);
+    }
+}
+
+static void test_lce_pad_shift(void **state)
+{
+    (void)state;
+    struct tg t = padded(HEAD_MATMUL, pad_end1, -100, "mean");
+    struct gf_fuse_report rep;
+    run_shifted(&t, &rep);
+    const struct gf_node *f = expect_only(&t, "LinearCrossEntropy");
+    assert_int_equal(gf_node_attr_int(f, "shift", 0), 1);
+    assert_int_equal(tg_hits(&rep, "cross_entropy_shift"), 1);
+    assert_int_equal(tg_hits(&rep, "linear_cross_entropy"), 1);
+    gf_fuse_report_free(&rep);
+    gf_model_free(t.m);
+}
+
+/* A pad value that is not the ignore index (the last position then counts),
+ * or pads that are not one column after the sequence: no shift. */
+static void test_pad_shift_refused(void **state)
+{
+    (void)state;
+    static const int64_t before[4] = {0, 1, 0, 0}, two[4] = {0, 0, 0, 2};
+    struct tg a = padded(HEAD_NONE, pad_end1, 0, "mean");
+    struct tg b = padded(HEAD_NONE, before, -100, "mean");
+    struct tg c = padded(HEAD_NONE, two, -100, "sum");
+    struct tg *ts[] = {&a, &b, &c};
+    for (int i = 0; i < 3; i++) {
+        if (i == 2) { /* [:, 1:] of S+2 columns has S+1: cut one more to stay runnable */
+            I64S(ts[i], "six", 6);
+            struct gf_node *sl = ts[i]->g->first;
+            while (strcmp(sl->op_type, "Slice"))
+                sl = sl->next;
+            gf_node_set_input(sl, 2, gf_graph_find(ts[i]->g, "six"));
+        }
+        run_shifted(ts[i], NULL);
+        assert_int_equal(tg_count(ts[i], "Pad"), 1);
+        const struct gf_node *f = tg_find_op(ts[i], "SoftmaxCrossEntropy");
+        assert_int_equal(gf_node_attr_int(f, "shift", 0), 0);
+        gf_model_free(ts[i]->m);
+    }
+}
+
 /* The logits are a graph output: MatMul + SoftmaxCrossEntropy(shift 1);
  * once the output is dropped, one LinearCrossEntropy. */
 static void test_lce_logits_output(void **state)
@@ -908,6 +999,9 @@ int main(void)
         cmocka_unit_test(test_shift_second_user),
         cmocka_unit_test(test_shift_shape_mismatch),
         cmocka_unit_test(test_lce_shift),
+        cmocka_unit_test(test_pad_shift),
+        cmocka_unit_test(test_lce_pad_shift),
+        cmocka_unit_test(test_pad_shift_refused),
         cmocka_unit_test(test_lce_logits_output),
         cmocka_unit_test(test_lce_refused),
         cmocka_unit_test(test_lce_2d),
