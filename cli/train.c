@@ -26,6 +26,7 @@ int cmd_train(int argc, char **argv);
 
 struct train_args {
     const char *model, *data, *tokens, *out, *log, *ckpt, *resume;
+    const char *safetensors; /* --save-safetensors: the parameters by PyTorch name */
     struct gf_trainer_opts to;
     struct gf_token_opts tk;
     int64_t ckpt_every;
@@ -99,6 +100,7 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         {"--log", offsetof(struct train_args, log)},
         {"--checkpoint", offsetof(struct train_args, ckpt)},
         {"--resume", offsetof(struct train_args, resume)},
+        {"--save-safetensors", offsetof(struct train_args, safetensors)},
     };
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
         if (strcmp(a, opts[i].name) == 0) {
@@ -113,6 +115,8 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         t->to.trainable = v;
     else if (strcmp(a, "--untie") == 0)
         t->to.untie = v;
+    else if (strcmp(a, "--disable") == 0)
+        t->to.disable = v;
     else if (strcmp(a, "--backend") == 0)
         t->to.exec.backend = v;
     else if (strcmp(a, "--device") == 0)
@@ -379,6 +383,41 @@ static void print_setup(const struct train_args *a, const struct run *r)
         printf("clip: global gradient norm %g\n", a->to.clip_grad_norm);
 }
 
+/* --save-safetensors needs parameters with PyTorch names: found before
+ * training, not after it. */
+static int check_torch_names(const struct train_args *a, const struct run *r)
+{
+    struct gf_weights *w;
+    enum gf_status st = gf_weights_map(r->m, &w);
+    gf_weights_free(w);
+    if (st != GF_OK) {
+        fprintf(stderr, "graphfuse: train: --save-safetensors %s: %s: %s\n", a->safetensors,
+                a->model, gf_last_error());
+        return EXIT_INPUT;
+    }
+    return 0;
+}
+
+/* The trained parameters under their PyTorch names (cli/weights.c). */
+static int save_safetensors(const struct train_args *a, const struct run *r)
+{
+    struct gf_model *m = NULL;
+    struct gf_weights *w = NULL;
+    size_t bytes = 0;
+    enum gf_status st = gf_trainer_export(r->t, &m);
+    if (st == GF_OK)
+        st = gf_weights_map(m, &w);
+    if (st == GF_OK)
+        st = gf_weights_save_safetensors(w, a->safetensors, &bytes);
+    if (st == GF_OK)
+        printf("wrote %s: %zu tensors by PyTorch name, %zu bytes (%zu float initializer%s "
+               "holding no parameter left out)\n", a->safetensors, gf_weights_count(w), bytes,
+               gf_weights_skipped_count(w), gf_weights_skipped_count(w) == 1 ? "" : "s");
+    gf_weights_free(w);
+    gf_model_free(m);
+    return st == GF_OK ? 0 : cli_fail(st);
+}
+
 static int setup(struct train_args *a, struct run *r)
 {
     enum gf_status st = gf_model_load(a->model, NULL, &r->m);
@@ -403,6 +442,10 @@ static int setup(struct train_args *a, struct run *r)
     int rc = check_writable(a->out, "-o");
     if (rc == 0)
         rc = check_writable(a->log, "--log");
+    if (rc == 0)
+        rc = check_writable(a->safetensors, "--save-safetensors");
+    if (rc == 0 && a->safetensors)
+        rc = check_torch_names(a, r);
     if (rc == 0)
         rc = check_writable(a->ckpt, "--checkpoint");
     if (rc == 0)
@@ -553,18 +596,17 @@ static int save_interrupted(struct train_args *a, struct run *r)
 
 static void print_interrupted(const struct train_args *a, const struct run *r)
 {
-    char saved[3 * 4200] = "";
+    char saved[4 * 4200] = "";
     size_t n = 0;
-    const char *what[] = {"checkpoint ", "model ", "log "};
-    const char *path[] = {a->ckpt, a->out, a->log};
-    for (int i = 0; i < 3; i++)
+    const char *what[] = {"checkpoint ", "model ", "safetensors ", "log "};
+    const char *path[] = {a->ckpt, a->out, a->safetensors, a->log};
+    for (int i = 0; i < 4; i++)
         if (path[i] && n < sizeof(saved))
             n += (size_t)snprintf(saved + n, sizeof(saved) - n, "%s%s%s", n ? ", " : "",
                                   what[i], path[i]);
     printf("train: interrupted by %s at step %lld of %lld: %s%s\n",
            r->signal == SIGTERM ? "SIGTERM" : "SIGINT", (long long)gf_trainer_get_step(r->t),
-           (long long)a->to.steps, n ? "saved " : "nothing saved (no --checkpoint, -o or --log)",
-           saved);
+           (long long)a->to.steps, n ? "saved " : "nothing saved (no output option)", saved);
     fflush(stdout);
 }
 
@@ -586,6 +628,8 @@ static int finish(struct train_args *a, struct run *r, int rc)
         rc = cli_fail(st);
     else if (rc == 0 && a->out)
         printf("wrote %s\n", a->out);
+    if (rc == 0 && a->safetensors)
+        rc = save_safetensors(a, r);
     if (rc == 0 && r->interrupted) {
         print_interrupted(a, r);
         rc = EXIT_INTERRUPTED;

@@ -191,6 +191,7 @@ struct gf_trainer_opts {
                                     see gf_trainer_fuse_note, when autodiff lacks a
                                     rule for a fused op) */
     bool no_tie;                 /* keep copies of one tensor (tied weights) apart */
+    const char *disable;         /* comma-separated fusion patterns left out (with fuse) */
     const char *untie;           /* "all": give every use of a parameter the exporter
                                     may have merged its own copy (gf_params_untie);
                                     else a comma-separated list of initializer names */

@@ -424,7 +424,14 @@ static enum gf_status fuse(struct gf_trainer *t)
         st = gf_pass_cleanup(g, &co, NULL);
     /* attention too: the backward then keeps no [Sq, Sk] probabilities */
     static const char *const attention[] = {"attention"};
-    struct gf_fuse_opts fo = {.enabled = attention, .n_enabled = 1};
+    const char *off[64];
+    char names[1024];
+    size_t n_off = 0;
+    snprintf(names, sizeof(names), "%s", t->o.disable ? t->o.disable : "");
+    for (char *p = strtok(names, ","); p && n_off < 64; p = strtok(NULL, ","))
+        off[n_off++] = p;
+    struct gf_fuse_opts fo = {.enabled = attention, .n_enabled = 1, .disabled = off,
+                              .n_disabled = n_off};
     if (st == GF_OK)
         st = gf_pass_fuse(t->m, &fo, NULL);
     return st;
@@ -521,6 +528,13 @@ static enum gf_status alloc_groups(struct gf_trainer *t)
 
 static enum gf_status check_opts(const struct gf_trainer_opts *o)
 {
+    char names[1024];
+    if (o->disable && strlen(o->disable) >= sizeof(names))
+        return gf_error(GF_ERR_ARG, "--disable: list too long");
+    snprintf(names, sizeof(names), "%s", o->disable ? o->disable : "");
+    for (char *p = strtok(names, ","); p; p = strtok(NULL, ","))
+        if (!gf_fuse_pattern_known(p))
+            return gf_error(GF_ERR_ARG, "--disable: no fusion pattern named '%s'", p);
     if (o->accumulate < 0)
         return gf_error(GF_ERR_ARG, "invalid micro-batch count %d", o->accumulate);
     if (o->warmup < 0 || o->steps < 0)
@@ -613,7 +627,7 @@ enum gf_status gf_trainer_new(const struct gf_model *m, const struct gf_trainer_
         t->o.accumulate = 1;
     t->o.exec.check_finite = false;
     st = build(t, m);
-    t->o.trainable = t->o.freeze = t->o.loss = t->o.untie = NULL;
+    t->o.trainable = t->o.freeze = t->o.loss = t->o.untie = t->o.disable = NULL;
     if (st != GF_OK) {
         gf_trainer_free(t);
         return st;
