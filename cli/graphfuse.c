@@ -915,6 +915,7 @@ static const char usage[] =
 
 int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
 int cmd_backends(int argc, char **argv), cmd_tune(int argc, char **argv);
+int cmd_export_weights(int argc, char **argv);
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -928,6 +929,7 @@ static const struct {
     {"train", cmd_train}, {"generate", cmd_generate}, /* cli/train.c, cli/generate.c */
     {"backends", cmd_backends},                        /* cli/backends.c */
     {"tune", cmd_tune},                                /* cli/tune.c */
+    {"export-weights", cmd_export_weights},            /* cli/weights.c */
 };
 
 int main(int argc, char **argv)

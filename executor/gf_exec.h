@@ -346,6 +346,12 @@ void gf_weights_get(const struct gf_weights *w, size_t i, struct gf_weight_info 
  * buffers, scalars), in file order. */
 size_t gf_weights_skipped_count(const struct gf_weights *w);
 const char *gf_weights_get_skipped(const struct gf_weights *w, size_t i);
+/* Parameters of the exported program (dynamo's graph signature) that no
+ * initializer holds, so none is written: folded into a constant (a position
+ * table sliced for a static shape, Gemma's 1 + weight), dropped (a zero
+ * bias), or a tied name the graph reads under another. */
+size_t gf_weights_unread_count(const struct gf_weights *w);
+const char *gf_weights_get_unread(const struct gf_weights *w, size_t i);
 /* Initializers holding parameters that are written from another one (a tied
  * or folded copy of a parameter that has its own initializer). */
 size_t gf_weights_copy_count(const struct gf_weights *w);
