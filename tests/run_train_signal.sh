@@ -8,7 +8,7 @@
 #    the checkpoint holds step N.
 # 2. --resume of that checkpoint with the same --log appends rows N ..
 #    (no second header, none lost or repeated).
-# 3. SIGTERM does the same without --checkpoint (-o only).
+# 3. SIGTERM does the same without --checkpoint: -o and --save-safetensors.
 # Usage: tests/run_train_signal.sh path/to/graphfuse
 set -u
 gf=${1:?usage: run_train_signal.sh path/to/graphfuse}
@@ -115,11 +115,12 @@ else
     fail "resume: appended log"; show_why
 fi
 
-echo "== train: SIGTERM with -o only"
-run_and_signal TERM 2 "$tmp/log2.csv" -o "$tmp/out2.onnx"
+echo "== train: SIGTERM with -o and --save-safetensors"
+run_and_signal TERM 2 "$tmp/log2.csv" -o "$tmp/out2.onnx" --save-safetensors "$tmp/out2.st"
 check "SIGTERM: exit 130 (got $rc)" [ "$rc" = 130 ]
-check "SIGTERM: says so" grep -q "^train: interrupted by SIGTERM at step .*: saved model" \
-    "$tmp/out"
+check "SIGTERM: says so" grep -q \
+    "^train: interrupted by SIGTERM at step .*: saved model $tmp/out2.onnx, safetensors" "$tmp/out"
+check "SIGTERM: the safetensors file is written" [ -s "$tmp/out2.st" ]
 check "SIGTERM: -o loads" loads "$tmp/out2.onnx"
 n=$(($(wc -l <"$tmp/log2.csv") - 2))
 if log_ok "$tmp/log2.csv" $n; then pass "SIGTERM: log complete"; else fail "SIGTERM: log"; show_why; fi
