@@ -55,6 +55,12 @@ enum gf_status gf_norm_axis(const struct gf_kernel_args *a, const char *what, in
 /* Reshape's target dims from `shape` (0 copies, one -1 inferred). */
 enum gf_status gf_reshape_dims(const struct gf_kernel_args *a, const int64_t *shape, size_t n,
                                int64_t *dims);
+/* Pad from its pads list (np entries) and axes (na, when has_axes): the
+ * mode (0 constant, 1 reflect, 2 edge, 3 wrap), pads per axis (begin pb,
+ * end pe; negative crops) and the output dims, checked. */
+enum gf_status gf_pad_plan(const struct gf_kernel_args *a, const int64_t *pads, size_t np,
+                           const int64_t *axes, size_t na, bool has_axes, int *mode,
+                           int64_t *pb, int64_t *pe, int64_t *dims);
 /* Squeeze / Unsqueeze axes normalized against rank, no repeats, marked in hit. */
 enum gf_status gf_axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
                             int rank, bool hit[GF_MAX_RANK]);

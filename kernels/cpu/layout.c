@@ -1022,40 +1022,16 @@ static int64_t pad_src(enum pad_mode mode, int64_t x, int64_t n)
     }
 }
 
-/* Pads per axis (begin in pb, end in pe) from pads (input 1 or attribute
- * "pads" / opset-1 "paddings") and axes (input 3, opset 18). */
-static enum gf_status pad_amounts(const struct gf_kernel_args *a, int64_t *pb, int64_t *pe)
+/* The pads list (input 1, or attribute "pads" / opset-1 "paddings") and
+ * the axes (input 3, opset 18) of a CPU Pad node. */
+static enum gf_status pad_lists(const struct gf_kernel_args *a, int64_t *pads, size_t *np,
+                                int64_t *axes, size_t *na, bool *has_axes)
 {
-    int64_t pads[MAX_INTS], axes[MAX_INTS];
-    size_t np, na;
-    bool given, has_axes;
-    int r = a->in[0].rank;
-    enum gf_status st = int_list(a, 1, "pads", "pads", pads, &np, &given);
+    bool given;
+    enum gf_status st = int_list(a, 1, "pads", "pads", pads, np, &given);
     if (st == GF_OK && !given)
-        st = int_list(a, 0, "paddings", "paddings", pads, &np, &given);
-    if (st || (st = int_list(a, 3, NULL, "axes", axes, &na, &has_axes)))
-        return st;
-    if (!has_axes)
-        for (int k = 0; k < r; k++)
-            axes[k] = k;
-    na = has_axes ? na : (size_t)r;
-    if (np != 2 * na)
-        return gf_kernel_error(a, GF_ERR_INVALID, "pads has %zu entries, expected %zu (2 per axis)",
-                               np, 2 * na);
-    bool seen[GF_MAX_RANK] = {false};
-    memset(pb, 0, (size_t)r * sizeof(*pb));
-    memset(pe, 0, (size_t)r * sizeof(*pe));
-    for (size_t i = 0; i < na; i++) {
-        int ax;
-        if ((st = gf_norm_axis(a, "axis", axes[i], r, &ax)))
-            return st;
-        if (seen[ax])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
-        seen[ax] = true;
-        pb[ax] = pads[i];
-        pe[ax] = pads[i + na];
-    }
-    return GF_OK;
+        st = int_list(a, 0, "paddings", "paddings", pads, np, &given);
+    return st ? st : int_list(a, 3, NULL, "axes", axes, na, has_axes);
 }
 
 /* The pad value: input 2 (opset 11+), attribute `value` (before), or 0. */
@@ -1074,16 +1050,35 @@ static enum gf_status pad_value(const struct gf_kernel_args *a, void *buf)
     return GF_OK;
 }
 
-static enum gf_status run_pad(const struct gf_kernel_args *a)
+enum gf_status gf_pad_plan(const struct gf_kernel_args *a, const int64_t *pads, size_t np,
+                           const int64_t *axes_in, size_t na, bool has_axes, int *mode,
+                           int64_t *pb, int64_t *pe, int64_t *dims)
 {
     const struct gf_tview *x = &a->in[0];
-    enum pad_mode mode = pad_mode(a->node);
-    int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    _Alignas(16) uint8_t fill[16];
-    enum gf_status st = require_inputs(a, 1);
-    if (st || (st = pad_amounts(a, pb, pe)) || (st = pad_value(a, fill)))
-        return st;
-    if (mode == PAD_BAD)
+    int r = x->rank;
+    enum gf_status st;
+    int64_t axes[GF_MAX_RANK];
+    if (!has_axes)
+        na = (size_t)r;
+    if (np != 2 * na || na > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "pads has %zu entries, expected %zu (2 per axis)",
+                               np, 2 * na);
+    for (size_t i = 0; i < na; i++)
+        axes[i] = has_axes ? axes_in[i] : (int64_t)i;
+    bool seen[GF_MAX_RANK] = {false};
+    memset(pb, 0, (size_t)r * sizeof(*pb));
+    memset(pe, 0, (size_t)r * sizeof(*pe));
+    for (size_t i = 0; i < na; i++) {
+        int ax;
+        if ((st = gf_norm_axis(a, "axis", axes[i], r, &ax)))
+            return st;
+        if (seen[ax])
+            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
+        seen[ax] = true;
+        pb[ax] = pads[i];
+        pe[ax] = pads[i + na];
+    }
+    if ((*mode = (int)pad_mode(a->node)) == PAD_BAD)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "mode '%s'",
                                gf_node_attr_string(a->node, "mode", ""));
     for (int k = 0; k < x->rank; k++)
@@ -1093,6 +1088,29 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
             return gf_kernel_error(a, GF_ERR_INVALID, "pads %" PRId64 ", %" PRId64 " on axis %d"
                                    " of size %" PRId64 " crop more than the axis", pb[k], pe[k],
                                    k, x->dims[k]);
+    for (int k = 0; k < x->rank; k++) {
+        int64_t keep = x->dims[k] + (pb[k] < 0 ? pb[k] : 0) + (pe[k] < 0 ? pe[k] : 0);
+        if (keep == 0 && dims[k] > 0 && *mode != PAD_CONSTANT)
+            return gf_kernel_error(a, GF_ERR_INVALID, "cannot pad axis %d in mode '%s': it has "
+                                   "no elements", k, gf_node_attr_string(a->node, "mode", ""));
+    }
+    return GF_OK;
+}
+
+static enum gf_status run_pad(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    int mode;
+    int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    int64_t pads[MAX_INTS], axes[MAX_INTS];
+    size_t np = 0, na = 0;
+    bool has_axes = false;
+    _Alignas(16) uint8_t fill[16];
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = pad_lists(a, pads, &np, axes, &na, &has_axes)) ||
+        (st = gf_pad_plan(a, pads, np, axes, na, has_axes, &mode, pb, pe, dims)) ||
+        (st = pad_value(a, fill)))
+        return st;
     struct remap m;
     if ((st = check_out(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
         return st;
@@ -1102,11 +1120,8 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
         /* negative pads crop: the kept part is [crop, crop + n) of the input */
         int64_t crop = pb[k] < 0 ? -pb[k] : 0, lead = pb[k] > 0 ? pb[k] : 0;
         int64_t n = x->dims[k] - crop - (pe[k] < 0 ? -pe[k] : 0);
-        if (n == 0 && dims[k] > 0 && mode != PAD_CONSTANT)
-            return gf_kernel_error(a, GF_ERR_INVALID, "cannot pad axis %d in mode '%s': it has "
-                                   "no elements", k, gf_node_attr_string(a->node, "mode", ""));
         for (int64_t i = 0; i < dims[k]; i++) {
-            int64_t s = pad_src(mode, i - lead, n);
+            int64_t s = pad_src((enum pad_mode)mode, i - lead, n);
             m.off[k][i] = s < 0 ? -1 : (crop + s) * stride[k];
         }
     }

@@ -211,6 +211,7 @@ static unsigned host_slots(enum gf_op op)
 {
     switch (op) {
     case GF_OP_SLICE: return 0x1e;
+    case GF_OP_PAD: return 0xe; /* pads, constant_value, axes */
     case GF_OP_SLICE_GRAD: return 0x3e;
     case GF_OP_GATHER_GRAD: return 0x2;
     case GF_OP_TRANSPOSE: case GF_OP_FLATTEN: case GF_OP_CONCAT: case GF_OP_GATHER: return 0;
@@ -227,7 +228,8 @@ static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size
         bool given = in[i].data || in[i].host;
         if (in[i].nelem > INT_MAX)
             return false;
-        if ((slots >> i & 1) && given && (!in[i].host || !is_index_type(in[i].dtype)))
+        bool index = !(n->op == GF_OP_PAD && i == 2); /* Pad's constant_value: data */
+        if ((slots >> i & 1) && given && (!in[i].host || (index && !is_index_type(in[i].dtype))))
             return false;
         if (i > 0 && n->op == GF_OP_CONCAT && in[i].dtype != in[0].dtype)
             return false;
@@ -510,6 +512,75 @@ static enum gf_status run_expand(const struct gf_kernel_args *a)
     gf_bcast_strides(x, &a->out[0], sx);
     strides_of(r, dims, sy);
     return copy_nd(a, x->dtype, x->data, 0, a->out[0].data, 0, r, dims, sx, sy);
+}
+
+/* ---- Pad ------------------------------------------------------------------------- */
+
+/* Right-aligned int8 of v[0..r) (the kernels' layout). */
+static cl_int8 int8_of(const int64_t *v, int r)
+{
+    cl_int8 o;
+    memset(&o, 0, sizeof(o));
+    for (int k = 0; k < r; k++)
+        o.s[8 - r + k] = (cl_int)v[k];
+    return o;
+}
+
+static enum gf_status run_pad(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    int mode, r = x->rank;
+    int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], dims[GF_MAX_RANK], lead[GF_MAX_RANK];
+    int64_t crop[GF_MAX_RANK], keep[GF_MAX_RANK], sx[GF_MAX_RANK];
+    int64_t pads[MAX_INTS], axes[MAX_INTS];
+    size_t np = 0, na = 0;
+    bool given = false, has_axes = false;
+    uint64_t fill = 0;
+    enum gf_status st = require_inputs(a, 1);
+    if (st || (st = int_list(a, 1, "pads", "pads", pads, &np, &given)) ||
+        (st = int_list(a, 3, NULL, "axes", axes, &na, &has_axes)) ||
+        (st = gf_pad_plan(a, pads, np, axes, na, has_axes, &mode, pb, pe, dims)) ||
+        (st = check_out(a, 0, r, dims)))
+        return st;
+    size_t es = gf_dtype_size(x->dtype), n = a->out[0].nelem;
+    if (has_input(a, 2) && a->in[2].nelem) {
+        if (a->in[2].dtype != x->dtype || !a->in[2].host)
+            return gf_kernel_error(a, GF_ERR_INVALID, "constant_value is %s, not the data's %s "
+                                   "on the host", gf_dtype_name(a->in[2].dtype),
+                                   gf_dtype_name(x->dtype));
+        memcpy(&fill, a->in[2].host, es);
+    } else if (gf_node_attr(a->node, "value")) {
+        if (x->dtype != GF_FLOAT)
+            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "attribute 'value' on %s data",
+                                   gf_dtype_name(x->dtype));
+        float v = gf_node_attr_float(a->node, "value", 0);
+        memcpy(&fill, &v, sizeof(v));
+    }
+    if (n == 0)
+        return GF_OK;
+    if (r > 8 || n > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL kernels");
+    strides_of(r, x->dims, sx);
+    for (int k = 0; k < r; k++) {
+        crop[k] = pb[k] < 0 ? -pb[k] : 0;
+        lead[k] = pb[k] > 0 ? pb[k] : 0;
+        keep[k] = x->dims[k] - crop[k] - (pe[k] < 0 ? -pe[k] : 0);
+        if (dims[k] > INT_MAX || sx[k] > INT_MAX)
+            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
+                                   "kernels");
+    }
+    char name[16];
+    snprintf(name, sizeof(name), "pad_nd_%s", size_sfx(x->dtype));
+    cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
+    cl_int cn = (cl_int)n, cr = r, cm = mode;
+    cl_int8 vd = int8_of(dims, r), vl = int8_of(lead, r), vc = int8_of(crop, r);
+    cl_int8 vk = int8_of(keep, r), vs = int8_of(sx, r);
+    cl_mem xm = (cl_mem)x->data, ym = (cl_mem)a->out[0].data;
+    if (!k || !gf_cl_args(k, 11, sizeof(cl_mem), &xm, sizeof(cl_mem), &ym, sizeof(cn), &cn,
+                          sizeof(cr), &cr, sizeof(vd), &vd, sizeof(vl), &vl, sizeof(vc), &vc,
+                          sizeof(vk), &vk, sizeof(vs), &vs, sizeof(cm), &cm, es, &fill))
+        return gf_cl_fail(a, name);
+    return run_1d(a, k, n);
 }
 
 /* ---- Concat and Split: blocks along an axis ------------------------------------- */
@@ -922,6 +993,7 @@ static const struct gf_kernel kernels[] = {
     KERNEL(TRANSPOSE, transpose, NULL, tr_knobs),
     KERNEL(SLICE, slice, NULL, ly_knobs),
     KERNEL(EXPAND, expand, NULL, ly_knobs),
+    KERNEL(PAD, pad, NULL, ly_knobs),
     KERNEL(CONCAT, concat, NULL, ly_knobs),
     KERNEL(SPLIT, split, NULL, ly_knobs),
     KERNEL(GATHER, gather, ws_gather, ly_knobs),

@@ -1,6 +1,6 @@
 /*
  * Layout kernels (layout.c): strided copies (Transpose, Slice, Expand,
- * Split, Concat), a tiled transpose, Gather, GatherGrad and SliceGrad.
+ * Split, Concat), a tiled transpose, Pad, Gather, GatherGrad and SliceGrad.
  *
  * Data movement is by element size: kernels named _1, _2, _4, _8 move
  * uchar / ushort / uint / ulong.  N-d kernels take the shape right-aligned
@@ -44,6 +44,48 @@
         }                                                                          \
     }
 FOR_SIZES(DEF_COPY_ND)
+
+/* Pad: y of shape dims from x (strides sx); per axis the kept part of x
+ * starts at element crop, is keep long, and lands at lead in y.  Outside
+ * it mode 0 writes fill, 1 reflects, 2 repeats the edge, 3 wraps (the
+ * CPU's pad_src, periodic as numpy for pads larger than the axis). */
+#define DEF_PAD(S, T)                                                              \
+    __kernel void pad_nd_##S(__global const T *x, __global T *y, int n, int rank, \
+                             int8 dims_v, int8 lead_v, int8 crop_v, int8 keep_v,  \
+                             int8 sx_v, int mode, T fill)                         \
+    {                                                                              \
+        int dims[8], lead[8], crop[8], keep[8], sx[8];                             \
+        vstore8(dims_v, 0, dims);                                                  \
+        vstore8(lead_v, 0, lead);                                                  \
+        vstore8(crop_v, 0, crop);                                                  \
+        vstore8(keep_v, 0, keep);                                                  \
+        vstore8(sx_v, 0, sx);                                                      \
+        for (int i = get_global_id(0); i < n; i += get_global_size(0)) {           \
+            int r = i, ox = 0, out = 0;                                            \
+            for (int d = 7; d >= 8 - rank && !out; d--) {                          \
+                int c = r % dims[d] - lead[d], k = keep[d], s = c;                 \
+                r /= dims[d];                                                      \
+                if (c < 0 || c >= k) {                                             \
+                    int p = 2 * (k - 1), m;                                        \
+                    if (mode == 0)                                                 \
+                        out = 1;                                                   \
+                    else if (mode == 2)                                            \
+                        s = c < 0 ? 0 : k - 1;                                     \
+                    else if (mode == 3)                                            \
+                        s = (c % k + k) % k;                                       \
+                    else if (k == 1)                                               \
+                        s = 0;                                                     \
+                    else {                                                         \
+                        m = (c % p + p) % p;                                       \
+                        s = m < k ? m : p - m;                                     \
+                    }                                                              \
+                }                                                                  \
+                ox += (crop[d] + s) * sx[d];                                       \
+            }                                                                      \
+            y[i] = out ? fill : x[ox];                                             \
+        }                                                                          \
+    }
+FOR_SIZES(DEF_PAD)
 
 /* y[b] = transpose of x[b]: x is [B, Q, P], y is [B, P, Q].  A work-group
  * moves one TS x TS tile through local memory (padded against bank

@@ -1,0 +1,150 @@
+/* OpenCL Pad against the CPU kernel, exactly: every mode (constant,
+ * reflect, edge, wrap), pads that crop (negative) and pads longer than the
+ * axis (reflect and wrap repeat), opset-18 axes, the constant value from
+ * the input or absent (0), several element sizes (fp32, int64, fp16,
+ * uint8), and Hugging Face's label shift (int64 labels, one -100 column
+ * after the sequence). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "opencl/ocl.h"
+#include "opencl_util.h"
+#include "opencl_half.h"
+
+static struct gf_model *model;
+
+static struct gf_node *pad_node(const char *mode)
+{
+    if (!model) {
+        model = gf_model_new(8, "t");
+        assert_non_null(model);
+        gf_model_set_opset(model, "", 18);
+    }
+    struct gf_node *n = gf_graph_add_node(model->graph, "Pad", "", "pad", 4, NULL, 1, NULL);
+    assert_non_null(n);
+    assert_int_equal(gf_node_set_attr_string(n, "mode", mode), GF_OK);
+    return n;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    gf_model_free(model);
+    model = NULL;
+    return 0;
+}
+
+static void need_opencl(void)
+{
+    if (!oclt_backend())
+        skip();
+}
+
+struct pad_case {
+    int r;
+    int64_t dims[3];
+    int n_axes;          /* 0: pads cover every axis */
+    int64_t axes[3];
+    int64_t pads[6];
+};
+
+static const struct pad_case cases[] = {
+    {2, {2, 16}, 0, {0}, {0, 0, 0, 1}},          /* the label shift */
+    {3, {2, 3, 5}, 0, {0}, {1, 0, 2, 0, 2, 1}},
+    {3, {4, 3, 5}, 0, {0}, {-1, 0, 1, -2, 1, 3}}, /* crops and pads */
+    {2, {3, 4}, 0, {0}, {7, 9, 5, 6}},            /* longer than the axes */
+    {3, {2, 3, 5}, 2, {-1, 0}, {2, 1, 3, 0}},     /* axes: last, first */
+    {1, {1}, 0, {0}, {3, 2}},                     /* one element */
+};
+
+static const char *const modes[] = {"constant", "reflect", "edge", "wrap"};
+static const enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_FLOAT16, GF_UINT8};
+
+static void *data_of(enum gf_dtype t, size_t n, unsigned seed)
+{
+    float *f = malloc(n * sizeof(float) + 8);
+    oclt_fill(f, n, -100, 100, seed);
+    void *p = malloc(n * 8 + 8);
+    for (size_t i = 0; i < n; i++) {
+        if (t == GF_FLOAT)
+            ((float *)p)[i] = f[i];
+        else if (t == GF_INT64)
+            ((int64_t *)p)[i] = (int64_t)(f[i] * 1000);
+        else if (t == GF_FLOAT16)
+            ((uint16_t *)p)[i] = gf_float_to_half(f[i]);
+        else
+            ((uint8_t *)p)[i] = (uint8_t)(i * 37 + seed);
+    }
+    free(f);
+    return p;
+}
+
+static void run_case(const struct pad_case *c, const char *mode, enum gf_dtype t, bool value)
+{
+    int64_t od[3], pb[3] = {0}, pe[3] = {0};
+    int na = c->n_axes ? c->n_axes : c->r;
+    for (int i = 0; i < na; i++) {
+        int ax = (int)(c->n_axes ? (c->axes[i] + c->r) % c->r : i);
+        pb[ax] = c->pads[i];
+        pe[ax] = c->pads[i + na];
+    }
+    size_t n = 1, on = 1;
+    for (int k = 0; k < c->r; k++) {
+        od[k] = c->dims[k] + pb[k] + pe[k];
+        n *= (size_t)c->dims[k];
+        on *= (size_t)od[k];
+    }
+    if (strcmp(mode, "constant") != 0 && n == 0)
+        return;
+    void *x = data_of(t, n, 3);
+    void *v = data_of(t, 1, 11);
+    int64_t np = 2 * na;
+    struct gf_tview in[4] = {oclt_view(t, x, c->r, c->dims),
+                             oclt_view(GF_INT64, (void *)c->pads, DIMS(np)),
+                             value ? oclt_view(t, v, DIMS()) : oclt_view(t, NULL, DIMS(0)),
+                             c->n_axes ? oclt_view(GF_INT64, (void *)c->axes, DIMS(c->n_axes))
+                                       : oclt_view(GF_INT64, NULL, DIMS(0))};
+    struct gf_tview out = oclt_view(t, NULL, c->r, od);
+    size_t n_in = c->n_axes ? 4 : value ? 3 : 2;
+    oclt_compare(pad_node(mode), in, n_in, 0xe, &out, 1, 0, 0);
+    (void)on;
+    free(x);
+    free(v);
+}
+
+static void test_pad(void **state)
+{
+    (void)state;
+    need_opencl();
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+        for (int m = 0; m < 4; m++)
+            for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+                run_case(&cases[c], modes[m], types[t], m == 0 && t != 3);
+}
+
+/* Labels [2, 16] padded with -100: the value reaches every new position. */
+static void test_label_shift(void **state)
+{
+    (void)state;
+    need_opencl();
+    int64_t labels[32], fill = -100, pads[4] = {0, 0, 0, 1};
+    for (int i = 0; i < 32; i++)
+        labels[i] = i % 5 == 0 ? -100 : i * 7;
+    struct gf_tview in[3] = {oclt_view(GF_INT64, labels, DIMS(2, 16)),
+                             oclt_view(GF_INT64, pads, DIMS(4)),
+                             oclt_view(GF_INT64, &fill, DIMS())};
+    struct gf_tview out = oclt_view(GF_INT64, NULL, DIMS(2, 17));
+    oclt_compare(pad_node("constant"), in, 3, 0xe, &out, 1, 0, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_pad, teardown),
+        cmocka_unit_test_teardown(test_label_shift, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
