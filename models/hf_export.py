@@ -162,14 +162,24 @@ def build_info(arch):
         "config_class": spec["config"].__name__,
         "seed": spec["seed"],
         "attn_implementation": FORCE_EAGER.get(arch, "default"),
-        "weights": "torch.manual_seed(seed); model = model_class(config); every floating "
-                   "parameter p.data = p.data.to(torch.bfloat16).to(torch.float32)",
+        "weights": "torch.manual_seed(seed); model = model_class(config); "
+                   + ("Conv1D biases += normal(0, 0.02) from torch.Generator().manual_seed(seed + 1); "
+                      if arch in PERTURB_BIASES else "")
+                   + "every floating parameter p.data = p.data.to(torch.bfloat16).to(torch.float32)",
         "rebuild": f"cfg = transformers.{spec['config'].__name__}.from_json_file('config.json'); "
                    f"torch.manual_seed({spec['seed']}); "
                    f"m = transformers.{spec['model'].__name__}(cfg"
                    + (", attn_implementation='eager'" if arch in FORCE_EAGER else "")
-                   + "); round to bf16",
+                   + "); perturb (PERTURB_BIASES) and round to bf16 as make_model does",
     }
+
+
+# GPT-2's Conv1D biases start at zero, and the dynamo exporter drops a zero
+# bias (Gemm with no C): nothing in the file could train them.  A trained
+# GPT-2 has nonzero biases; these get normal(0, 0.02) noise, the norm weights
+# and biases keep transformers' init (and are merged by the exporters).
+PERTURB_BIASES = {"gpt2": (".attn.c_attn.bias", ".attn.c_proj.bias", ".mlp.c_fc.bias",
+                           ".mlp.c_proj.bias")}
 
 
 def make_model(arch, cfg):
@@ -180,7 +190,10 @@ def make_model(arch, cfg):
         cfg._attn_implementation = FORCE_EAGER[arch]
     model = spec["model"](cfg)
     with torch.no_grad():
-        for p in model.parameters():
+        g = torch.Generator().manual_seed(spec["seed"] + 1)
+        for name, p in model.named_parameters():
+            if arch in PERTURB_BIASES and name.endswith(PERTURB_BIASES[arch]):
+                p.add_(torch.randn(p.shape, generator=g) * 0.02)
             if p.is_floating_point():
                 p.data = p.data.to(torch.bfloat16).to(torch.float32)
     return model.eval()
@@ -880,7 +893,9 @@ def write_readme(summary, cfgs, models):
     w("own init: normal(0, 0.02) matrices, zero biases, norm weights ones — Gemma's zeros, as")
     w("it computes `x * (1 + w)`), then every floating parameter rounded to a")
     w("bfloat16-representable fp32 value (`p.to(torch.bfloat16).to(torch.float32)`), so that")
-    w("the files compress.  Every dropout probability is 0.  The exports are made in `eval()`")
+    w("the files compress.  GPT-2's Conv1D biases (zero at init) get normal(0, 0.02) noise")
+    w("first: the dynamo exporter drops a zero Gemm bias, and a file without it cannot train it.")
+    w("Every dropout probability is 0.  The exports are made in `eval()`")
     w("mode (what a user exporting a model does; with dropout 0, `train()` computes the same")
     w("function, and the training references run in `train()` mode).  `use_cache=False`.")
     w()

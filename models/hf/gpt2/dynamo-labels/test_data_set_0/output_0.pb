@@ -1,1 +1,1 @@
-BlossJrb³@
+BlossJª ´@
