@@ -109,9 +109,9 @@ static int dims_over_one(const struct gf_tensor *t)
     return k;
 }
 
-/* t has a dimension of 2 or more that a static dimension of an integer
- * graph input has too: the batch or sequence size of the export. */
-static bool export_dim(const struct gf_graph *g, const struct gf_tensor *t)
+/* Axis d of t has the size (2 or more) of a static dimension of an
+ * integer graph input: the batch or sequence size of the export. */
+static bool export_axis(const struct gf_graph *g, const struct gf_tensor *t, int d)
 {
     for (size_t i = 0; i < g->n_inputs; i++) {
         const struct gf_value *x = g->inputs[i];
@@ -119,11 +119,60 @@ static bool export_dim(const struct gf_graph *g, const struct gf_tensor *t)
             x->type.rank <= 0)
             continue;
         for (int a = 0; a < x->type.rank; a++)
-            for (int d = 0; d < t->rank; d++)
-                if (x->type.dims[a].value >= 2 && x->type.dims[a].value == t->dims[d])
-                    return true;
+            if (x->type.dims[a].value >= 2 && x->type.dims[a].value == t->dims[d])
+                return true;
     }
     return false;
+}
+
+/* Every element of fp32 tensor t is 0 or 1, or 0 or -1e30 and below (a
+ * mask, additive or multiplicative). */
+static bool mask_values(const struct gf_tensor *t)
+{
+    const float *x = t->data;
+    bool ones = true, neg = true;
+    for (size_t i = 0; i < t->nelem && (ones || neg); i++) {
+        ones &= x[i] == 0.0f || x[i] == 1.0f;
+        neg &= x[i] == 0.0f || x[i] <= -1e30f;
+    }
+    return ones || neg;
+}
+
+/* Every element of t is in [-1, 1] and the slice at position 0 of axis d
+ * is all 1 or all 0: cos or sin of position times frequency. */
+static bool rope_values(const struct gf_tensor *t, int d)
+{
+    const float *x = t->data;
+    size_t inner = 1, n = (size_t)t->dims[d];
+    for (int k = d + 1; k < t->rank; k++)
+        inner *= (size_t)t->dims[k];
+    bool all1 = true, all0 = true;
+    for (size_t i = 0; i < t->nelem; i++) {
+        if (!(x[i] >= -1.0001f && x[i] <= 1.0001f))
+            return false;
+        if ((i / inner) % n == 0) { /* position 0 on axis d */
+            all1 &= x[i] == 1.0f;
+            all0 &= x[i] == 0.0f;
+        }
+    }
+    return all1 || all0;
+}
+
+/* A mask or a RoPE cos/sin table the dynamo exporter folded for its static
+ * shapes: 2+ dims over 1, one sized by the export's batch or sequence, and
+ * mask values or cos/sin values that start at position 0. */
+static bool folded_table(const struct gf_graph *g, const struct gf_tensor *t)
+{
+    if (t->dtype != GF_FLOAT)
+        return false;
+    bool sized = false;
+    for (int d = 0; d < t->rank; d++)
+        if (t->dims[d] > 1 && export_axis(g, t, d)) {
+            sized = true;
+            if (rope_values(t, d))
+                return true;
+        }
+    return sized && mask_values(t);
 }
 
 static bool weight_op(const struct gf_node *n, size_t slot)
@@ -155,7 +204,7 @@ static enum gf_param_kind verdict(struct walk *w, const struct gf_node *n, size_
 {
     if (n->op == GF_OP_GATHER && slot == 0)
         return GF_PARAM_TRAINED;
-    if (dims_over_one(w->c->init) >= 2 && !weight_op(n, slot) && export_dim(w->g, w->c->init))
+    if (dims_over_one(w->c->init) >= 2 && !weight_op(n, slot) && folded_table(w->g, w->c->init))
         return GF_PARAM_TABLE;
     if (other & (DEP_CAND | DEP_DATA))
         return GF_PARAM_TRAINED;
