@@ -239,6 +239,39 @@ static enum gf_status un_run(const struct gf_kernel_args *a)
     return ew_launch(a, k, x->nelem, a->node->op == GF_OP_NOT ? 1 : (size_t)vec, wg);
 }
 
+/* IsNaN, IsInf: float in, bool out. */
+static bool isx_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 1 && in[0].nelem <= INT_MAX && is_float(in[0].dtype);
+}
+
+static enum gf_status isx_run(const struct gf_kernel_args *a)
+{
+    bool empty, inf = a->node->op == GF_OP_IS_INF;
+    enum gf_status st = ew_check_out(a, &empty);
+    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+        return st;
+    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
+    if ((st = ew_check_dtype(a, "output 0", y->dtype, GF_BOOL)) ||
+        (st = ew_check_count(a, x, y)))
+        return st;
+    const char *name = inf ? "un_isinf" : "un_isnan";
+    size_t wg;
+    int vec;
+    cl_kernel k = ew_kernel(a, name, x->dtype, &wg, &vec);
+    cl_int n = (cl_int)x->nelem;
+    cl_int neg = (cl_int)gf_node_attr_int(a->node, "detect_negative", 1);
+    cl_int pos = (cl_int)gf_node_attr_int(a->node, "detect_positive", 1);
+    bool ok = k && (inf ? gf_cl_args(k, 5, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data,
+                                     sizeof(n), &n, sizeof(neg), &neg, sizeof(pos), &pos)
+                        : gf_cl_args(k, 3, sizeof(cl_mem), &x->data, sizeof(cl_mem), &y->data,
+                                     sizeof(n), &n));
+    if (!ok)
+        return gf_cl_fail(a, name);
+    return ew_launch(a, k, x->nelem, 1, wg);
+}
+
 static bool grad_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
@@ -636,6 +669,8 @@ static const struct gf_kernel kernels[] = {
     EW_UNARY(GELU),
     EW_KERNEL(CLIP, GF_UNDEFINED, "cl_clip", clip_supports, clip_run),
     EW_KERNEL(NOT, GF_BOOL, "cl_unary", un_supports, un_run),
+    EW_KERNEL(IS_NAN, GF_UNDEFINED, "cl_isx", isx_supports, isx_run),
+    EW_KERNEL(IS_INF, GF_UNDEFINED, "cl_isx", isx_supports, isx_run),
     EW_BINARY(ADD), EW_BINARY(SUB), EW_BINARY(MUL), EW_BINARY(DIV), EW_BINARY(POW),
     EW_BINARY(MAX), EW_BINARY(MIN), EW_BINARY(EQUAL), EW_BINARY(LESS),
     EW_BINARY(LESS_OR_EQUAL), EW_BINARY(GREATER), EW_BINARY(GREATER_OR_EQUAL),

@@ -157,6 +157,21 @@ DEF_UNARY(softplus, U_SOFTPLUS)
 DEF_UNARY(gelu, U_GELU)
 DEF_UNARY(gelu_tanh, U_GELU_TANH)
 
+/* IsNaN; IsInf of the signs asked for (neg, pos): one bool per element. */
+__kernel void un_isnan(__global const store_t *x, __global uchar *y, int n)
+{
+    for (int i = get_global_id(0); i < n; i += get_global_size(0))
+        y[i] = isnan(LD(x, i)) ? 1 : 0;
+}
+
+__kernel void un_isinf(__global const store_t *x, __global uchar *y, int n, int neg, int pos)
+{
+    for (int i = get_global_id(0); i < n; i += get_global_size(0)) {
+        float v = LD(x, i);
+        y[i] = isinf(v) && (v < 0.0f ? neg : pos) ? 1 : 0;
+    }
+}
+
 #if FP32_BUILD
 __kernel void un_not(__global const uchar *x, __global uchar *y, int n)
 {

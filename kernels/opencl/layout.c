@@ -583,6 +583,82 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
     return run_1d(a, k, n);
 }
 
+/* ---- GatherND (indices on the host) ---------------------------------------------- */
+
+/* indices [B..., N..., k] address slices of data [B..., D0..Dk-1, S...];
+ * the workspace holds each tuple's data offset. */
+static size_t ws_gather_nd(const struct gf_kernel_args *a)
+{
+    size_t t = 1;
+    if (a->n_in >= 2)
+        t = prod(a->in[1].dims, 0, a->in[1].rank > 0 ? a->in[1].rank - 1 : 0);
+    return t * sizeof(cl_int) > 64 ? t * sizeof(cl_int) : 64;
+}
+
+static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
+{
+    enum gf_status st = require_inputs(a, 2);
+    if (st)
+        return st;
+    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
+    int q = ind->rank, r = x->rank, b = (int)gf_node_attr_int(a->node, "batch_dims", 0);
+    int64_t k = q ? ind->dims[q - 1] : 0, xs[GF_MAX_RANK], dims[2 * GF_MAX_RANK];
+    if (q < 1 || b < 0 || b >= q || b >= r || k > r - b || !ind->host)
+        return gf_kernel_error(a, GF_ERR_INVALID, "indices of rank %d, tuples of %" PRId64
+                               ", batch_dims %d on data of rank %d (indices on the host)", q, k,
+                               b, r);
+    for (int j = 0; j < b; j++)
+        if (ind->dims[j] != x->dims[j])
+            return gf_kernel_error(a, GF_ERR_INVALID, "batch dimension %d differs", j);
+    int n_out = q - 1 + r - b - (int)k;
+    if (n_out > GF_MAX_RANK)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", n_out,
+                               GF_MAX_RANK);
+    memcpy(dims, ind->dims, (size_t)(q - 1) * sizeof(int64_t));
+    memcpy(dims + q - 1, x->dims + b + k, (size_t)(r - b - k) * sizeof(int64_t));
+    if ((st = check_out(a, 0, n_out, dims)) ||
+        (st = check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
+        return st;
+    size_t tuples = prod(ind->dims, 0, q - 1), per_batch = prod(ind->dims, b, q - 1);
+    size_t slice = prod(x->dims, b + (int)k, r), batch = prod(x->dims, b, r);
+    if (a->out[0].nelem == 0)
+        return GF_OK;
+    if (a->out[0].nelem > INT_MAX || x->nelem > INT_MAX || !a->workspace)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL kernels");
+    strides_of(r, x->dims, xs);
+    cl_command_queue cq = gf_cl_of(a->backend)->queue;
+    cl_int err;
+    cl_int *off = clEnqueueMapBuffer(cq, (cl_mem)a->workspace, CL_TRUE, CL_MAP_WRITE, 0,
+                                     tuples * sizeof(cl_int), 0, NULL, NULL, &err);
+    if (err != CL_SUCCESS)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL map failed: %s", gf_cl_strerror(err));
+    for (size_t t = 0; t < tuples && st == GF_OK; t++) {
+        size_t o = per_batch ? t / per_batch * batch : 0;
+        for (int j = 0; j < k; j++) {
+            int64_t v = ival(ind, t * (size_t)k + (size_t)j), d = x->dims[b + j];
+            if (v < -d || v >= d)
+                st = gf_kernel_error(a, GF_ERR_INVALID, "indices: entry %zu is %" PRId64
+                                     ", outside [-%" PRId64 ", %" PRId64 ") of axis %d",
+                                     t * (size_t)k + (size_t)j, v, d, d, b + j);
+            o += (size_t)((v < 0 ? v + d : v) * xs[b + j]);
+        }
+        off[t] = (cl_int)o;
+    }
+    err = clEnqueueUnmapMemObject(cq, (cl_mem)a->workspace, off, 0, NULL, NULL);
+    if (st != GF_OK || err != CL_SUCCESS)
+        return st != GF_OK ? st : gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL unmap failed: %s",
+                                                   gf_cl_strerror(err));
+    char name[20];
+    snprintf(name, sizeof(name), "gather_nd_%s", size_sfx(x->dtype));
+    cl_kernel kn = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
+    cl_int cs = (cl_int)slice, cn = (cl_int)a->out[0].nelem;
+    cl_mem ws = (cl_mem)a->workspace;
+    if (!kn || !gf_cl_args(kn, 5, sizeof(cl_mem), &x->data, sizeof(cl_mem), &ws,
+                           sizeof(cl_mem), &a->out[0].data, sizeof(cs), &cs, sizeof(cn), &cn))
+        return gf_cl_fail(a, name);
+    return run_1d(a, kn, a->out[0].nelem);
+}
+
 /* ---- Concat and Split: blocks along an axis ------------------------------------- */
 
 static enum gf_status run_concat(const struct gf_kernel_args *a)
@@ -994,6 +1070,7 @@ static const struct gf_kernel kernels[] = {
     KERNEL(SLICE, slice, NULL, ly_knobs),
     KERNEL(EXPAND, expand, NULL, ly_knobs),
     KERNEL(PAD, pad, NULL, ly_knobs),
+    KERNEL(GATHER_ND, gather_nd, ws_gather_nd, ly_knobs),
     KERNEL(CONCAT, concat, NULL, ly_knobs),
     KERNEL(SPLIT, split, NULL, ly_knobs),
     KERNEL(GATHER, gather, ws_gather, ly_knobs),

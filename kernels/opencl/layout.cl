@@ -1,6 +1,7 @@
 /*
  * Layout kernels (layout.c): strided copies (Transpose, Slice, Expand,
- * Split, Concat), a tiled transpose, Pad, Gather, GatherGrad and SliceGrad.
+ * Split, Concat), a tiled transpose, Pad, Gather, GatherND, GatherGrad and
+ * SliceGrad.
  *
  * Data movement is by element size: kernels named _1, _2, _4, _8 move
  * uchar / ushort / uint / ulong.  N-d kernels take the shape right-aligned
@@ -86,6 +87,17 @@ FOR_SIZES(DEF_COPY_ND)
         }                                                                          \
     }
 FOR_SIZES(DEF_PAD)
+
+/* GatherND: y[t, s] = x[off[t] + s], off (one per index tuple, checked
+ * on the host) in elements, s < slice. */
+#define DEF_GATHER_ND(S, T)                                                        \
+    __kernel void gather_nd_##S(__global const T *x, __global const int *off,     \
+                                __global T *y, int slice, int n)                  \
+    {                                                                              \
+        for (int o = get_global_id(0); o < n; o += get_global_size(0))             \
+            y[o] = x[off[o / slice] + o % slice];                                  \
+    }
+FOR_SIZES(DEF_GATHER_ND)
 
 /* y[b] = transpose of x[b]: x is [B, Q, P], y is [B, P, Q].  A work-group
  * moves one TS x TS tile through local memory (padded against bank
