@@ -103,9 +103,9 @@ def export(m, p, folder):
     return path, os.path.dirname(data)
 
 
-def torch_losses(m, p, steps):
-    ids, mask, labels = batch(p)
-    m.train()
+def torch_losses(m, p, steps, dev):
+    ids, mask, labels = (t.to(dev) for t in batch(p))
+    m = m.to(dev).train()
     opt = torch.optim.AdamW(m.parameters(), lr=LR, weight_decay=WD)
     out, times = [], []
     for _ in range(steps):
@@ -114,6 +114,8 @@ def torch_losses(m, p, steps):
         loss = m(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         opt.step()
+        if dev != "cpu":
+            torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         out.append(loss.item())
     return out, times
@@ -157,6 +159,7 @@ def main():
     ap.add_argument("--modes", default="unfused,fused")
     ap.add_argument("--graphfuse", default="build/graphfuse")
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch run")
+    ap.add_argument("--torch-device", default="cpu", help="cpu or cuda (PyTorch's run)")
     ap.add_argument("--keep", help="folder to keep the export in")
     a = ap.parse_args()
     p = dict(PRESETS[a.preset])
@@ -176,9 +179,14 @@ def main():
           f"{time.perf_counter() - t0:.0f} s")
     ref = None
     if not a.no_torch:
-        ref, tms = torch_losses(build(p), p, a.steps)
-        dev = "cpu"
-        print(f"pytorch eager fp32 ({dev}, {torch.get_num_threads()} threads): losses "
+        dev = a.torch_device
+        if dev != "cpu":
+            torch.backends.cuda.matmul.allow_tf32 = False  # fp32, as graphfuse computes
+            torch.backends.cudnn.allow_tf32 = False
+        ref, tms = torch_losses(build(p), p, a.steps, dev)
+        where = torch.cuda.get_device_name() if dev != "cpu" else \
+            f"cpu, {torch.get_num_threads()} threads"
+        print(f"pytorch eager fp32 ({where}): losses "
               + " ".join(f"{x:.6f}" for x in ref) + "; ms " + " ".join(f"{x:.0f}" for x in tms))
     extra = ["--backend", a.backend] + (["--device", a.device] if a.device else [])
     print(f"{'mode':<14} {'losses':<40} {'ms/step':<20} {'peak act+ws MB':>14} {'LCE':>4} "
