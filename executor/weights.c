@@ -33,9 +33,10 @@
 #include <unistd.h>
 
 #include "gf_exec.h"
-/* struct gf_extra: metadata_props of nodes and graphs (ONNX 1.16) are newer
- * than the schema graphfuse is built from, so graph/load.c keeps them only
- * as preserved unknown fields.  Read here until graph/ has an accessor. */
+/* struct gf_extra, for the graph's metadata_props only (the torch.export
+ * graph signature, read_signature below): GraphProto.metadata_props is kept
+ * among the preserved unknown fields and graph/ has no accessor for it yet.
+ * Node metadata goes through gf_node_metadata. */
 #include "internal.h"
 
 #define STATE_PREFIX "graphfuse." /* checkpoint state: graphfuse.optim.*, graphfuse.train.* */
@@ -66,7 +67,7 @@ struct gf_weights {
     bool oom;
 };
 
-/* ---- metadata_props from the preserved unknown fields --------------------------- */
+/* ---- the graph's metadata_props (preserved unknown fields) ---------------------- */
 
 static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
@@ -108,17 +109,18 @@ static bool entry_kv(const uint8_t *p, size_t len, struct gf_bytes *key, struct 
     return key->data != NULL;
 }
 
-/* Value of metadata_props entry `key` (field number `field` of the message
- * whose unknown fields are x), as a malloc'ed string; NULL if absent. */
-static char *extra_meta(const struct gf_extra *x, uint32_t field, const char *key)
+/* Value of the graph's metadata_props entry `key` (GraphProto field 16), as
+ * a malloc'ed string; NULL if absent.  Until graph/ has gf_graph_metadata. */
+static char *graph_meta(const struct gf_graph *g, const char *key)
 {
+    const struct gf_extra *x = g->extra;
     size_t kl = strlen(key);
     for (unsigned i = 0; x && i < x->n; i++) {
         const ProtobufCMessageUnknownField *f = &x->fields[i];
         const uint8_t *p = f->data, *end = f->data + f->len; /* [length varint][entry] */
         uint64_t len;
         struct gf_bytes k, v;
-        if (f->tag != field || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED ||
+        if (f->tag != 16 || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED ||
             !varint(&p, end, &len) || len != (uint64_t)(end - p) ||
             !entry_kv(p, (size_t)len, &k, &v) || k.len != kl || memcmp(k.data, key, kl))
             continue;
@@ -131,11 +133,6 @@ static char *extra_meta(const struct gf_extra *x, uint32_t field, const char *ke
         return s;
     }
     return NULL;
-}
-
-static char *node_meta(const struct gf_node *n, const char *key)
-{
-    return extra_meta(n->extra, 9, key); /* NodeProto.metadata_props */
 }
 
 /* ---- names --------------------------------------------------------------------- */
@@ -182,7 +179,7 @@ static char *dup_n(const char *s, size_t n)
  * lines "p_model_norm_weight: PARAMETER target='model.norm.weight'". */
 static void read_signature(struct gf_weights *w, const struct gf_graph *g)
 {
-    char *sig = extra_meta(g->extra, 16, "pkg.torch.export.ExportedProgram.graph_signature");
+    char *sig = graph_meta(g, "pkg.torch.export.ExportedProgram.graph_signature");
     for (char *line = sig, *next; line && *line && !w->oom; line = next) {
         next = strchr(line, '\n');
         next = next ? next + 1 : line + strlen(line);
@@ -226,7 +223,7 @@ static bool is_param_target(const struct gf_weights *w, const char *name)
  * without the op, '/' as '.'. */
 static char *module_of(const struct gf_node *n)
 {
-    char *scopes = node_meta(n, "pkg.torch.onnx.name_scopes");
+    const char *scopes = gf_node_metadata(n, "pkg.torch.onnx.name_scopes");
     if (scopes) {
         const char *item[2] = {NULL, NULL}; /* the last two quoted items */
         size_t len[2] = {0, 0};
@@ -238,9 +235,7 @@ static char *module_of(const struct gf_node *n)
             item[1] = p + 1, len[1] = (size_t)(q - p - 1);
             p = q + 1;
         }
-        char *mod = item[0] && len[0] ? dup_n(item[0], len[0]) : NULL;
-        free(scopes);
-        return mod;
+        return item[0] && len[0] ? dup_n(item[0], len[0]) : NULL;
     }
     const char *name = n->name, *last = name ? strrchr(name, '/') : NULL;
     if (!name || name[0] != '/' || last == name)
@@ -335,7 +330,7 @@ static void add(struct gf_weights *w, const char *name, size_t len, const struct
 static int fx_params(const struct gf_weights *w, const struct gf_node *n, const char **found,
                      int max)
 {
-    char *fx = w->n_sig ? node_meta(n, "pkg.torch.onnx.fx_node") : NULL;
+    const char *fx = w->n_sig ? gf_node_metadata(n, "pkg.torch.onnx.fx_node") : NULL;
     const char *args = fx ? strstr(fx, "(args = (") : NULL;
     int k = 0;
     for (const char *p = args; p && (p = strstr(p, "%p_")) && k < max;) {
@@ -349,7 +344,6 @@ static int fx_params(const struct gf_weights *w, const struct gf_node *n, const 
                 break;
             }
     }
-    free(fx);
     return fx ? k : -1;
 }
 
