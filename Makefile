@@ -5,22 +5,42 @@ BUILD   ?= build
 SAN     ?=
 CFLAGS  ?= -O2 -g
 override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
-override CFLAGS += -DGF_OPENCL
 override CFLAGS += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
 override LDFLAGS += $(SAN)
-LIBS    := -lprotobuf-c -lyaml -lopenblas -lOpenCL -lm -lpthread
+
+# ---- backends: the CPU's is always built; one block per other backend ------
+# A switch is 1 (built, the default) or 0: GF_OPENCL=0 builds without OpenCL
+# (no OpenCL headers, library or ICD needed; --backend opencl then says so).
+# kernels/registry.c lists each backend under its switch (docs/backends.md).
+BACKEND_SRC  := $(wildcard kernels/cpu/*.c)
+BACKEND_OBJ  :=
+BACKEND_LIBS :=
+BACKEND_PKGS :=
+BACKEND_OFF  :=
+
+GF_OPENCL ?= 1
+override CFLAGS += -DGF_OPENCL=$(GF_OPENCL)
+ifeq ($(GF_OPENCL),1)
+BACKEND_SRC  += $(wildcard kernels/opencl/*.c)
+BACKEND_OBJ  += $(BUILD)/obj/gen/cl_sources.o
+BACKEND_LIBS += -lOpenCL
+BACKEND_PKGS += pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo
+else
+BACKEND_OFF  += tests/test_opencl_%.c
+endif
+
+LIBS    := -lprotobuf-c -lyaml -lopenblas $(BACKEND_LIBS) -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \
             libcmocka-dev libonnx-testdata graphviz libopenblas-dev wamerican \
-            pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers clinfo
+            $(BACKEND_PKGS)
 ONNX_PROTO := /usr/include/onnx/onnx.proto
 
-LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c kernels/cpu/*.c kernels/opencl/*.c \
-                     executor/*.c)
+LIB_SRC := $(wildcard graph/*.c passes/*.c kernels/*.c executor/*.c) $(BACKEND_SRC)
 LIB_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(BUILD)/obj/gen/onnx.pb-c.o \
-           $(BUILD)/obj/gen/cl_sources.o
+           $(BACKEND_OBJ)
 CL_SRC  := $(wildcard kernels/opencl/*.cl)
-TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+TESTS   := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(BACKEND_OFF),$(wildcard tests/test_*.c)))
 HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h kernels/gf_kernels.h \
            executor/gf_exec.h executor/gf_tune.h
 
@@ -92,7 +112,7 @@ Description: ONNX graph fusion, execution and training
 Version: $(GF_VERSION)
 Requires.private: libprotobuf-c yaml-0.1 openblas
 Libs: -L$${libdir} -lgraphfuse
-Libs.private: -lOpenCL -lm -lpthread
+Libs.private: $(BACKEND_LIBS) -lm -lpthread
 Cflags: -I$${includedir}/graphfuse
 endef
 export PC_TEXT

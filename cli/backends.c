@@ -1,6 +1,7 @@
 /*
- * graphfuse backends — the backends compiled in, whether each is available
- * and why not, their devices, and which one `--backend auto` picks.
+ * graphfuse backends — the backends the registry lists, whether each is
+ * built and available and why not, their devices, which of them each is
+ * the default on, and what `--backend auto` picks.
  */
 #include <stdio.h>
 #include <string.h>
@@ -19,24 +20,25 @@ static void print_device(const struct gf_device_info *d)
            (double)d->memory / (1024.0 * 1024.0 * 1024.0), d->compute_units, d->driver);
 }
 
-/* One backend: its devices, or why it has none. */
-static void print_backend(const struct gf_backend_ops *ops)
+/* One backend: its devices (and which it is the default on), or why it
+ * has none. */
+static void print_backend(const char *name)
 {
     struct gf_device_info d[MAX_DEVICES];
-    size_t n = ops->list_devices(d, MAX_DEVICES);
+    size_t n = gf_backend_devices(name, d, MAX_DEVICES);
     if (n == 0) {
-        /* opening says why (no platform, no device) */
+        /* opening says why (not built, no platform, no device) */
         struct gf_backend *be;
-        enum gf_status st = gf_backend_open(ops->name, NULL, &be);
+        enum gf_status st = gf_backend_open(name, NULL, &be);
         const char *why = st != GF_OK ? gf_last_error() : "it lists no devices";
         char prefix[64];
-        snprintf(prefix, sizeof(prefix), "backend '%s' is not available: ", ops->name);
+        snprintf(prefix, sizeof(prefix), "backend '%s' is not available: ", name);
         if (strncmp(why, prefix, strlen(prefix)) == 0)
             why += strlen(prefix);
-        printf("%s: not available: %s\n", ops->name, why);
+        printf("%s: not available: %s\n", name, why);
         return;
     }
-    printf("%s: available, %zu device%s\n", ops->name, n, n == 1 ? "" : "s");
+    printf("%s: available, %zu device%s\n", name, n, n == 1 ? "" : "s");
     for (size_t i = 0; i < n && i < MAX_DEVICES; i++)
         print_device(&d[i]);
 }
@@ -51,10 +53,8 @@ int cmd_backends(int argc, char **argv)
     }
     if (argc > 0)
         return cli_usage("backends", "unexpected argument '%s'", argv[0]);
-    size_t n;
-    const struct gf_backend_ops *const *all = gf_backend_all(&n);
-    for (size_t i = 0; i < n; i++)
-        print_backend(all[i]);
+    for (size_t i = 0; gf_backend_name(i); i++)
+        print_backend(gf_backend_name(i));
     struct gf_backend *be;
     enum gf_status st = gf_backend_open("auto", NULL, &be);
     if (st != GF_OK)

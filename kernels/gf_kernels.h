@@ -52,7 +52,7 @@ struct gf_backend;
 struct gf_device_info;
 
 struct gf_backend_ops {
-    const char *name;    /* "cpu", "opencl", "cuda" */
+    const char *name;    /* "cpu", "opencl", ... */
     /* Opens the backend on a device chosen by name (NULL: its default). */
     enum gf_status (*init)(struct gf_backend *be, const char *device);
     void (*free)(struct gf_backend *be);
@@ -72,7 +72,9 @@ struct gf_backend_ops {
     /* Device-to-device copy of n bytes. */
     enum gf_status (*copy)(struct gf_backend *be, void *dst, const void *src, size_t n);
     /* Devices this backend can run on, without opening it: fills up to max
-     * entries and returns how many exist (0: none, e.g. no OpenCL platform). */
+     * entries and returns how many exist (0: none, e.g. no OpenCL platform);
+     * is_default is the backend's own claim (gf_backend_devices: the
+     * registry's view). */
     size_t (*list_devices)(struct gf_device_info *out, size_t max);
     /* Driver/runtime version of the open device (autotune cache key). */
     const char *(*driver_version)(const struct gf_backend *be);
@@ -86,7 +88,9 @@ struct gf_device_info {
     uint64_t memory;      /* bytes of global memory */
     int compute_units;
     bool is_gpu;
-    bool is_default;      /* this backend is the default on this device */
+    /* `--backend auto` may pick this backend on this device; false: opt-in
+     * there, it runs only when asked for by name (docs/backends.md) */
+    bool is_default;
 };
 
 struct gf_backend {
@@ -98,17 +102,24 @@ struct gf_backend {
 };
 
 /* The backend named `name` on its default device, opened on first use;
- * NULL if unknown or unavailable. */
+ * NULL if unknown or unavailable.  NULL names the CPU backend. */
 struct gf_backend *gf_backend_get(const char *name);
-/* Opens a backend for a run.  name: "cpu", "opencl", "cuda", "auto", or
- * NULL for $GRAPHFUSE_BACKEND (else "auto").  "auto" takes the best
- * available default (a GPU backend when one has a GPU, else the CPU).
- * device: chosen by (a substring of) its name, NULL for the default.  A
- * backend asked for by name that is unavailable (not built, no platform,
- * no such device) is an error naming what is missing; never a fallback.
- * Backends stay open until exit. */
+/* Opens a backend for a run.  name: a backend's name ("cpu", "opencl"),
+ * "auto", or NULL for $GRAPHFUSE_BACKEND (else "auto").  "auto" takes the
+ * first device, in the registry's order, that a backend is the default on
+ * and that is a GPU, else the CPU.  device: chosen by (a substring of) its
+ * name, NULL for the default.  A backend asked for by name that is
+ * unavailable (not built, no platform, no such device) is an error naming
+ * what is missing; never a fallback.  Backends stay open until exit. */
 enum gf_status gf_backend_open(const char *name, const char *device, struct gf_backend **out);
-/* Every backend compiled in, available or not (for `graphfuse backends`). */
+/* Name of the i-th backend the registry lists, built or not (NULL past the
+ * last): `graphfuse backends` walks them. */
+const char *gf_backend_name(size_t i);
+/* Devices of backend `name`, without opening it: fills up to max entries
+ * and returns how many exist (0: none, or the backend is not built;
+ * gf_backend_open says why).  is_default as "auto" sees it. */
+size_t gf_backend_devices(const char *name, struct gf_device_info *out, size_t max);
+/* Every backend compiled in, available or not, in the registry's order. */
 const struct gf_backend_ops *const *gf_backend_all(size_t *n);
 
 /* One configuration knob of a tunable kernel (used by the autotuner). */

@@ -1,4 +1,6 @@
-/* The backend table and the kernel registry: CPU backend first. */
+/* The backend list and the kernel registry (generic over the backends:
+ * each folder exports a descriptor, kernels/backend.h), kernel views and
+ * errors, and the thread pool of gf_parallel_for. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -7,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu/cpu.h"
+#include "backend.h"
 
 /* ---- views ------------------------------------------------------------- */
 
@@ -40,141 +42,134 @@ enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st
     return gf_error(st, "node #%d (%s): %s", n ? n->id : -1, n ? n->op_type : "?", msg);
 }
 
-/* ---- CPU backend: host memory, 64-byte aligned ---------------------------- */
+/* ---- the backends ------------------------------------------------------------ */
 
-static enum gf_status cpu_init(struct gf_backend *be, const char *device)
+/*
+ * Every backend, one line each: X(build switch, descriptor, name, how to
+ * build it).  A switch is 1 or 0 (the Makefile's GF_<NAME>); with 0 the
+ * backend is listed but not built, and asking for it says how to build it.
+ * The first is the reference every other falls back to per node; where two
+ * claim a device, the one listed first is the default there (see
+ * docs/backends.md).
+ */
+#define GF_CPU 1
+#define BACKENDS(X)                                                                       \
+    X(GF_CPU, gf_cpu_backend, "cpu", "")                                                  \
+    X(GF_OPENCL, gf_opencl_backend, "opencl", "GF_OPENCL=1 with ocl-icd-opencl-dev")
+
+#define BUILT_1(desc, nm, lacks) &desc
+#define BUILT_0(desc, nm, lacks) &(const struct gf_backend_desc){.name = nm, .missing = lacks}
+#define BUILT(on, ...) BUILT_(on, __VA_ARGS__)
+#define BUILT_(on, ...) BUILT_##on(__VA_ARGS__)
+#define DECLARE(on, desc, ...) extern const struct gf_backend_desc desc;
+#define ENTRY(on, desc, nm, lacks) BUILT(on, desc, nm, lacks),
+
+BACKENDS(DECLARE)
+static const struct gf_backend_desc *const backends[] = {BACKENDS(ENTRY)};
+#define N_BACKENDS (sizeof(backends) / sizeof(backends[0]))
+
+static const struct gf_backend_desc *desc_named(const char *name)
 {
-    (void)device;
-    if (be->n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        be->n_threads = n > 0 ? (int)n : 1;
-    }
-    return GF_OK;
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            return backends[i];
+    return NULL;
 }
 
-static void cpu_free(struct gf_backend *be)
+const char *gf_backend_name(size_t i)
 {
-    (void)be;
+    return i < N_BACKENDS ? backends[i]->name : NULL;
 }
 
-static void *cpu_alloc(struct gf_backend *be, size_t bytes)
+static const struct gf_backend_ops *built[N_BACKENDS];
+static size_t n_built;
+static pthread_once_t built_once = PTHREAD_ONCE_INIT;
+
+static void list_built(void)
 {
-    (void)be;
-    void *p = NULL;
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
-        gf_error(GF_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
-        return NULL;
-    }
-    return p;
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (backends[i]->ops)
+            built[n_built++] = backends[i]->ops;
 }
-
-static void cpu_release(struct gf_backend *be, void *p)
-{
-    (void)be;
-    free(p);
-}
-
-static enum gf_status cpu_copy(struct gf_backend *be, void *dst, const void *src, size_t n)
-{
-    (void)be;
-    if (n)
-        memcpy(dst, src, n);
-    return GF_OK;
-}
-
-static enum gf_status cpu_sync(struct gf_backend *be)
-{
-    (void)be;
-    return GF_OK;
-}
-
-static const char *cpu_device_name(const struct gf_backend *be)
-{
-    (void)be;
-    return "host CPU";
-}
-
-static void *cpu_view(struct gf_backend *be, void *base, size_t off, size_t n)
-{
-    (void)be;
-    (void)n;
-    return (unsigned char *)base + off;
-}
-
-static size_t cpu_list_devices(struct gf_device_info *out, size_t max)
-{
-    if (max == 0)
-        return 1;
-    memset(out, 0, sizeof(*out));
-    snprintf(out->platform, sizeof(out->platform), "host");
-    snprintf(out->name, sizeof(out->name), "host CPU");
-    snprintf(out->driver, sizeof(out->driver), "graphfuse %s", GF_VERSION);
-    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-    out->memory = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0;
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    out->compute_units = n > 0 ? (int)n : 1;
-    out->is_default = true;
-    return 1;
-}
-
-static const char *cpu_driver_version(const struct gf_backend *be)
-{
-    (void)be;
-    return "graphfuse " GF_VERSION;
-}
-
-static const struct gf_backend_ops cpu_ops = {
-    .name = "cpu",
-    .init = cpu_init,
-    .free = cpu_free,
-    .alloc = cpu_alloc,
-    .release = cpu_release,
-    .copy_in = cpu_copy,
-    .copy_out = cpu_copy,
-    .sync = cpu_sync,
-    .device_name = cpu_device_name,
-    .view = cpu_view,
-    .view_release = NULL,
-    .copy = cpu_copy,
-    .list_devices = cpu_list_devices,
-    .driver_version = cpu_driver_version,
-};
-
-static struct gf_backend cpu_backend = {.ops = &cpu_ops, .align = 64, .host_memory = true};
-static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
-
-static void cpu_open(void)
-{
-    cpu_init(&cpu_backend, NULL);
-}
-
-#ifdef GF_OPENCL
-/* kernels/opencl/backend.c */
-extern const struct gf_backend_ops gf_opencl_ops;
-enum gf_status gf_opencl_open(const char *device, struct gf_backend **out);
-#endif
-
-static const struct gf_backend_ops *const all_backends[] = {
-    &cpu_ops,
-#ifdef GF_OPENCL
-    &gf_opencl_ops,
-#endif
-};
 
 const struct gf_backend_ops *const *gf_backend_all(size_t *n)
 {
-    *n = sizeof(all_backends) / sizeof(all_backends[0]);
-    return all_backends;
+    pthread_once(&built_once, list_built);
+    *n = n_built;
+    return built;
+}
+
+#define MAX_DEVICES 32
+
+/* Whether backend j (built) claims a device named `name`. */
+static bool claims(size_t j, const char *name)
+{
+    struct gf_device_info d[MAX_DEVICES];
+    size_t n = backends[j]->ops->list_devices(d, MAX_DEVICES);
+    for (size_t k = 0; k < n && k < MAX_DEVICES; k++)
+        if (strcmp(d[k].name, name) == 0 && backends[j]->is_default_on(&d[k]))
+            return true;
+    return false;
+}
+
+/* Devices of backend i with is_default as `auto` sees it: the backend's
+ * claim, dropped where a backend listed before it claims a device of the
+ * same name.  Returns how many exist (0: none, or not built). */
+static size_t devices_of(size_t i, struct gf_device_info *out, size_t max)
+{
+    const struct gf_backend_desc *b = backends[i];
+    if (!b->ops)
+        return 0;
+    size_t n = b->ops->list_devices(out, max);
+    for (size_t k = 0; k < n && k < max; k++) {
+        out[k].is_default = b->is_default_on(&out[k]);
+        for (size_t j = 0; j < i && out[k].is_default; j++)
+            if (backends[j]->ops && claims(j, out[k].name))
+                out[k].is_default = false;
+    }
+    return n;
+}
+
+size_t gf_backend_devices(const char *name, struct gf_device_info *out, size_t max)
+{
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        if (strcmp(backends[i]->name, name) == 0)
+            return devices_of(i, out, max);
+    return 0;
+}
+
+/* `--backend auto`: the first default device that is a GPU, in list order,
+ * else the first default device (the CPU's); with `device`, among those
+ * whose name contains it. */
+static enum gf_status open_auto(const char *device, struct gf_backend **out)
+{
+    const struct gf_backend_desc *pick = NULL;
+    char pick_dev[sizeof(((struct gf_device_info *)0)->name)] = "";
+    for (size_t i = 0; i < N_BACKENDS; i++) {
+        struct gf_device_info d[MAX_DEVICES];
+        size_t n = devices_of(i, d, MAX_DEVICES);
+        for (size_t k = 0; k < n && k < MAX_DEVICES; k++) {
+            if (!d[k].is_default || (device && !strstr(d[k].name, device)))
+                continue;
+            if (d[k].is_gpu)
+                return backends[i]->open(d[k].name, out);
+            if (!pick) {
+                pick = backends[i];
+                snprintf(pick_dev, sizeof(pick_dev), "%s", d[k].name);
+            }
+        }
+    }
+    if (pick)
+        return pick->open(pick_dev, out);
+    /* no backend is the default on such a device: the reference backend's
+     * message names the device it has */
+    return backends[0]->open(device, out);
 }
 
 struct gf_backend *gf_backend_get(const char *name)
 {
     struct gf_backend *be = NULL;
-    if (!name || strcmp(name, "cpu") == 0) {
-        pthread_once(&cpu_once, cpu_open);
-        return &cpu_backend;
-    }
-    return gf_backend_open(name, NULL, &be) == GF_OK ? be : NULL;
+    return gf_backend_open(name ? name : backends[0]->name, NULL, &be) == GF_OK ? be : NULL;
 }
 
 enum gf_status gf_backend_open(const char *name, const char *device, struct gf_backend **out)
@@ -184,99 +179,38 @@ enum gf_status gf_backend_open(const char *name, const char *device, struct gf_b
         const char *env = getenv("GRAPHFUSE_BACKEND");
         name = env && *env ? env : "auto";
     }
-    if (strcmp(name, "auto") == 0) {
-#ifdef GF_OPENCL
-        /* a GPU OpenCL device is the default over the host CPU */
-        struct gf_device_info d[16];
-        size_t nd = gf_opencl_ops.list_devices(d, 16);
-        for (size_t i = 0; i < nd && i < 16; i++)
-            if (d[i].is_default && (!device || strstr(d[i].name, device)))
-                return gf_opencl_open(device ? device : d[i].name, out);
-#endif
-        name = "cpu";
-    }
-    if (strcmp(name, "cpu") == 0) {
-        if (device && !strstr("host CPU", device))
-            return gf_error(GF_ERR_UNSUPPORTED, "backend 'cpu' has no device '%s' (it runs on "
-                            "'host CPU')", device);
-        pthread_once(&cpu_once, cpu_open);
-        *out = &cpu_backend;
-        return GF_OK;
-    }
-    if (strcmp(name, "opencl") == 0) {
-#ifdef GF_OPENCL
-        return gf_opencl_open(device, out);
-#else
-        return gf_error(GF_ERR_UNSUPPORTED, "backend 'opencl' is not available: graphfuse was "
-                        "built without OpenCL (install ocl-icd-opencl-dev and rebuild)");
-#endif
-    }
-    if (strcmp(name, "cuda") == 0)
-        return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda' is not available: this build has "
-                        "no CUDA backend");
-    return gf_error(GF_ERR_INVALID, "unknown backend '%s' (cpu, opencl, cuda or auto)", name);
+    if (strcmp(name, "auto") == 0)
+        return open_auto(device, out);
+    const struct gf_backend_desc *b = desc_named(name);
+    if (b && !b->ops)
+        return gf_error(GF_ERR_UNSUPPORTED, "backend '%s' is not available: graphfuse was built "
+                        "without it (make %s builds it)", name, b->missing);
+    if (b)
+        return b->open(device, out);
+    char names[256] = "";
+    for (size_t i = 0; i < N_BACKENDS; i++)
+        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s, ",
+                 backends[i]->name);
+    return gf_error(GF_ERR_INVALID, "unknown backend '%s' (%sor auto)", name, names);
 }
 
 /* ---- registry -------------------------------------------------------------- */
 
-/* The fused ops of domain graphfuse (cpu/fused_*.c). */
-extern const struct gf_kernel_table gf_cpu_fused_norm_table;
-extern const struct gf_kernel_table gf_cpu_fused_act_table;
-extern const struct gf_kernel_table gf_cpu_fused_matmul_table;
-extern const struct gf_kernel_table gf_cpu_fused_loss_table;
-extern const struct gf_kernel_table gf_cpu_fused_attn_table;
-/* ONNX Runtime contrib ops and opset-23 ops (cpu/contrib.c): adapters over
- * the fused kernels, for models written by optimize --target ort / onnx. */
-extern const struct gf_kernel_table gf_cpu_contrib_table;
-
-static const struct gf_kernel_table *const cpu_tables[] = {
-    &gf_cpu_elementwise_table,
-    &gf_cpu_reduce_table,
-    &gf_cpu_layout_table,
-    &gf_cpu_matmul_table,
-    &gf_cpu_grad_table,
-    &gf_cpu_fused_norm_table,
-    &gf_cpu_fused_act_table,
-    &gf_cpu_fused_matmul_table,
-    &gf_cpu_fused_loss_table,
-    &gf_cpu_fused_attn_table,
-    &gf_cpu_fused_grad_table,
-    &gf_cpu_contrib_table,
-};
-
-#ifdef GF_OPENCL
-/* kernels/opencl/tables.c */
-extern const struct gf_kernel_table *const gf_opencl_tables[];
-extern const size_t gf_opencl_n_tables;
-#endif
-
-/* The kernel tables of backend `name` (none for an unknown one). */
-static const struct gf_kernel_table *const *backend_tables(const char *name, size_t *n)
+/* The kernel tables of backend `name` (none for an unknown or absent one). */
+static const struct gf_kernel_table *const *backend_tables(const char *name)
 {
-    if (strcmp(name, "cpu") == 0) {
-        *n = sizeof(cpu_tables) / sizeof(cpu_tables[0]);
-        return cpu_tables;
-    }
-#ifdef GF_OPENCL
-    if (strcmp(name, "opencl") == 0) {
-        *n = gf_opencl_n_tables;
-        return gf_opencl_tables;
-    }
-#endif
-    *n = 0;
-    return NULL;
+    static const struct gf_kernel_table *const none[] = {NULL};
+    const struct gf_backend_desc *b = desc_named(name);
+    return b && b->tables ? b->tables : none;
 }
 
 const struct gf_kernel *gf_kernel_find(const struct gf_backend *be, const struct gf_node *n,
                                        const struct gf_tview *in, size_t n_in)
 {
-    size_t n_tab;
-    const struct gf_kernel_table *const *tables = backend_tables(be->ops->name, &n_tab);
     enum gf_dtype dt = n_in && (in[0].data || in[0].host) ? in[0].dtype : GF_UNDEFINED;
-    for (size_t t = 0; t < n_tab; t++) {
-        const struct gf_kernel_table *tab = tables[t];
-        for (size_t i = 0; i < tab->count; i++) {
-            const struct gf_kernel *k = &tab->kernels[i];
+    for (const struct gf_kernel_table *const *t = backend_tables(be->ops->name); *t; t++) {
+        for (size_t i = 0; i < (*t)->count; i++) {
+            const struct gf_kernel *k = &(*t)->kernels[i];
             if (k->op != n->op || (k->dtype != GF_UNDEFINED && k->dtype != dt))
                 continue;
             if (!k->supports || k->supports(n, in, n_in))
@@ -290,12 +224,10 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
 {
     static _Thread_local const struct gf_kernel *found[64];
     *n = 0;
-    size_t n_tab;
-    const struct gf_kernel_table *const *tables = backend_tables(backend, &n_tab);
-    for (size_t t = 0; t < n_tab; t++)
-        for (size_t i = 0; i < tables[t]->count && *n < 64; i++)
-            if (tables[t]->kernels[i].op == op)
-                found[(*n)++] = &tables[t]->kernels[i];
+    for (const struct gf_kernel_table *const *t = backend_tables(backend); *t; t++)
+        for (size_t i = 0; i < (*t)->count && *n < 64; i++)
+            if ((*t)->kernels[i].op == op)
+                found[(*n)++] = &(*t)->kernels[i];
     return found;
 }
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gf_half.h"
-#include "gf_kernels.h"
+#include "backend.h"
 
 /* ---- broadcasting ------------------------------------------------------ */
 
@@ -29,24 +29,6 @@ static inline void gf_bcast_strides(const struct gf_tview *in, const struct gf_t
         }
     }
 }
-
-/* Error naming the node: "node 'x' (Op): message". */
-enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st,
-                               const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-/* ---- the tables registry.c lists (one per family file) ------------------- */
-
-struct gf_kernel_table {
-    const struct gf_kernel *kernels;
-    size_t count;
-};
-
-extern const struct gf_kernel_table gf_cpu_elementwise_table; /* cpu/elementwise.c */
-extern const struct gf_kernel_table gf_cpu_reduce_table;      /* cpu/reduce.c */
-extern const struct gf_kernel_table gf_cpu_layout_table;      /* cpu/layout.c */
-extern const struct gf_kernel_table gf_cpu_matmul_table;      /* cpu/matmul.c */
-extern const struct gf_kernel_table gf_cpu_grad_table;        /* cpu/grad.c (backward ops) */
-extern const struct gf_kernel_table gf_cpu_fused_grad_table;  /* cpu/fused_grad.c */
 
 /* Shape logic of the layout ops, shared with other backends (cpu/layout.c). */
 /* axis in [-rank, rank) made non-negative; an error naming `what` otherwise. */

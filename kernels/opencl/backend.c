@@ -40,9 +40,9 @@ struct gf_cl_source_file {
 extern const struct gf_cl_source_file gf_cl_sources[];
 extern const size_t gf_cl_n_sources;
 
-/* What kernels/registry.c uses. */
+/* The descriptor kernels/registry.c lists (at the end), and its parts. */
 extern const struct gf_backend_ops gf_opencl_ops;
-enum gf_status gf_opencl_open(const char *device, struct gf_backend **out);
+static bool ocl_is_default_on(const struct gf_device_info *d);
 
 /* A built program and the kernels taken from it. */
 struct gf_cl_kern {
@@ -147,9 +147,15 @@ static void describe(cl_platform_id p, cl_device_id d, struct gf_device_info *in
     info->memory = mem;
     info->compute_units = (int)cu;
     info->is_gpu = (type & CL_DEVICE_TYPE_GPU) != 0;
-    /* OpenCL is the default backend on GPUs only: on a CPU device the
-     * native CPU kernels are faster */
-    info->is_default = info->is_gpu;
+    info->is_default = ocl_is_default_on(info);
+}
+
+/* OpenCL is the default backend on GPUs only: on a CPU device (PoCL) the
+ * native CPU kernels are faster.  A backend listed before it in the
+ * registry that claims the same GPU takes it (docs/backends.md). */
+static bool ocl_is_default_on(const struct gf_device_info *d)
+{
+    return d->is_gpu;
 }
 
 static size_t ocl_list_devices(struct gf_device_info *out, size_t max)
@@ -167,8 +173,9 @@ static size_t ocl_list_devices(struct gf_device_info *out, size_t max)
     return n;
 }
 
-/* The device whose name contains `want` (NULL: the first GPU, else the
- * first device); GF_ERR_UNSUPPORTED naming what exists otherwise. */
+/* The device whose name contains `want` (NULL: the first it is the default
+ * on, else the first device); GF_ERR_UNSUPPORTED naming what exists
+ * otherwise. */
 static enum gf_status pick_device(const char *want, cl_platform_id *pp, cl_device_id *pd)
 {
     cl_platform_id plats[MAX_PLATFORMS];
@@ -188,7 +195,7 @@ static enum gf_status pick_device(const char *want, cl_platform_id *pp, cl_devic
                 if (want)
                     found = strstr(info.name, want) != NULL;
                 else
-                    found = pass == 1 || info.is_gpu;
+                    found = pass == 1 || info.is_default;
                 if (found) {
                     *pp = plats[i];
                     *pd = devs[j];
@@ -303,7 +310,7 @@ static struct {
     size_t n;
 } opened = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
 
-enum gf_status gf_opencl_open(const char *device, struct gf_backend **out)
+static enum gf_status ocl_open(const char *device, struct gf_backend **out)
 {
     *out = NULL;
     cl_platform_id p;
@@ -464,6 +471,16 @@ const struct gf_backend_ops gf_opencl_ops = {
     .copy = ocl_copy,
     .list_devices = ocl_list_devices,
     .driver_version = ocl_driver_version,
+};
+
+extern const struct gf_kernel_table *const gf_opencl_tables[]; /* tables.c */
+
+const struct gf_backend_desc gf_opencl_backend = {
+    .name = "opencl",
+    .ops = &gf_opencl_ops,
+    .open = ocl_open,
+    .is_default_on = ocl_is_default_on,
+    .tables = gf_opencl_tables,
 };
 
 /* ---- the on-disk binary cache ---------------------------------------------- */

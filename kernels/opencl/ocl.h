@@ -26,6 +26,7 @@
 
 #include "gf_kernels.h"
 #include "../cpu/cpu.h" /* struct gf_kernel_table, gf_kernel_error */
+#include "backend.h"
 
 /* be->priv of an open OpenCL backend. */
 struct gf_cl {

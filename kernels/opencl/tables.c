@@ -1,4 +1,5 @@
-/* The OpenCL kernel tables, in lookup order (kernels/registry.c reads them). */
+/* The OpenCL kernel tables, in lookup order, NULL last (backend.c's
+ * descriptor): one line a family. */
 #include "ocl.h"
 
 extern const struct gf_kernel_table gf_opencl_elementwise_table; /* elementwise.c */
@@ -19,6 +20,5 @@ const struct gf_kernel_table *const gf_opencl_tables[] = {
     &gf_opencl_fused_attn_table,
     &gf_opencl_matmul_table,
     &gf_opencl_reduce_table,
+    NULL,
 };
-
-const size_t gf_opencl_n_tables = sizeof(gf_opencl_tables) / sizeof(gf_opencl_tables[0]);
