@@ -28,20 +28,6 @@ size_t gf_tview_bytes(const struct gf_tview *t)
     return gf_dtype_bytes(t->dtype, t->nelem);
 }
 
-enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st,
-                               const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    const struct gf_node *n = a->node;
-    if (n && n->name && *n->name)
-        return gf_error(st, "node '%s' (%s): %s", n->name, n->op_type, msg);
-    return gf_error(st, "node #%d (%s): %s", n ? n->id : -1, n ? n->op_type : "?", msg);
-}
-
 /* ---- the backends ------------------------------------------------------------ */
 
 /*

@@ -151,46 +151,10 @@ static double counted_weight(const struct labels *l, size_t n_pos, const struct 
     return sum;
 }
 
-enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
-                           bool *has_ii, int64_t *ii)
-{
-    const char *r = gf_node_attr_string(a->node, "reduction", "mean");
-    if (strcmp(r, "none") == 0)
-        *red = RED_NONE;
-    else if (strcmp(r, "sum") == 0)
-        *red = RED_SUM;
-    else if (strcmp(r, "mean") == 0)
-        *red = RED_MEAN;
-    else
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
-                               r);
-    int64_t s = gf_node_attr_int(a->node, "shift", 0);
-    if (s != 0 && s != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)s);
-    *shift = s;
-    *has_ii = gf_node_attr(a->node, "ignore_index") != NULL;
-    *ii = gf_node_attr_int(a->node, "ignore_index", 0);
-    return GF_OK;
-}
-
 static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red,
                                bool *shift, struct labels *l)
 {
     return fu_ce_attrs(a, red, shift, &l->has_ii, &l->ii);
-}
-
-enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
-                                        const int64_t *dims)
-{
-    enum gf_status st = fu_check_in(a, i, "label T", GF_UNDEFINED);
-    const struct gf_tview *t = &a->in[i];
-    if (st == GF_OK && t->dtype != GF_INT32 && t->dtype != GF_INT64)
-        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) is %s, expected int32 or "
-                               "int64", i, gf_dtype_name(t->dtype));
-    if (st == GF_OK && !fu_same_shape(t, rank, dims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) has shape %s, expected %s",
-                               i, FU_SHAPE(t), FU_DIMS(rank, dims));
-    return st;
 }
 
 /* Loss output: [n_pos] for reduction none (shape given), else a scalar. */

@@ -150,18 +150,6 @@ static enum gf_status check_dtype(const struct gf_kernel_args *a, const char *wh
                            gf_dtype_name(want));
 }
 
-/* Normalizes axis (in [-rank, rank-1]) into *out. */
-enum gf_status gf_norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
-                                int rank, int *out)
-{
-    *out = 0;
-    if (axis < -rank || axis >= rank)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s %" PRId64 " is out of range [%d, %d]", what,
-                               axis, -rank, rank - 1);
-    *out = (int)(axis < 0 ? axis + rank : axis);
-    return GF_OK;
-}
-
 /* An int list from input `slot` when given, else from attribute `attr`
  * (the form older opsets use; NULL: none).  *given: either was there. */
 static enum gf_status int_list(const struct gf_kernel_args *a, size_t slot, const char *attr,
@@ -692,45 +680,6 @@ static enum gf_status finish_copy(const struct gf_kernel_args *a, int rank, cons
     return st;
 }
 
-/* Reshape's target shape: 0 copies the input dimension (unless allowzero),
- * one -1 is inferred. */
-enum gf_status gf_reshape_dims(const struct gf_kernel_args *a, const int64_t *shape,
-                                   size_t n, int64_t *dims)
-{
-    const struct gf_tview *x = &a->in[0];
-    bool allowzero = gf_node_attr_int(a->node, "allowzero", 0) != 0;
-    int neg = -1;
-    int64_t known = 1;
-    for (int i = 0; i < (int)n; i++) {
-        int64_t v = shape[i];
-        if (v == 0 && !allowzero) {
-            if (i >= x->rank)
-                return gf_kernel_error(a, GF_ERR_INVALID, "shape[%d] is 0 (copy input dimension"
-                                       " %d) but the input has rank %d", i, i, x->rank);
-            v = x->dims[i];
-        }
-        if (v == -1 && neg >= 0)
-            return gf_kernel_error(a, GF_ERR_INVALID, "shape has more than one -1");
-        if (v == -1) {
-            neg = i;
-            continue;
-        }
-        if (v < -1 || __builtin_mul_overflow(known, v, &known))
-            return gf_kernel_error(a, GF_ERR_INVALID, "shape[%d] = %" PRId64 " is invalid", i, v);
-        dims[i] = v;
-    }
-    if (neg >= 0) {
-        if (known == 0 || x->nelem % (uint64_t)known)
-            return gf_kernel_error(a, GF_ERR_INVALID, "cannot infer the -1 of shape: %zu elements"
-                                   " are not a multiple of %" PRId64, x->nelem, known);
-        dims[neg] = (int64_t)x->nelem / known;
-    } else if ((uint64_t)known != x->nelem) {
-        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %" PRId64 " elements but the input"
-                               " has %zu", known, x->nelem);
-    }
-    return GF_OK;
-}
-
 static enum gf_status run_reshape(const struct gf_kernel_args *a)
 {
     int64_t shape[MAX_INTS], dims[GF_MAX_RANK];
@@ -762,24 +711,6 @@ static enum gf_status run_flatten(const struct gf_kernel_args *a)
     int ax = (int)(axis < 0 ? axis + x->rank : axis);
     int64_t dims[2] = {(int64_t)prod(x->dims, 0, ax), (int64_t)prod(x->dims, ax, x->rank)};
     return finish_copy(a, 2, dims);
-}
-
-/* Squeeze / Unsqueeze axes (input 1 from opset 13, attribute before),
- * normalized against `rank` with no repeats, marked in `hit`. */
-enum gf_status gf_axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
-                                int rank, bool hit[GF_MAX_RANK])
-{
-    memset(hit, 0, GF_MAX_RANK * sizeof(bool));
-    for (size_t i = 0; i < n; i++) {
-        int ax;
-        enum gf_status st = gf_norm_axis(a, "axis", axes[i], rank, &ax);
-        if (st)
-            return st;
-        if (hit[ax])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
-        hit[ax] = true;
-    }
-    return GF_OK;
 }
 
 static enum gf_status run_squeeze(const struct gf_kernel_args *a)
@@ -985,21 +916,9 @@ static enum gf_status run_tile(const struct gf_kernel_args *a)
     return GF_OK;
 }
 
-enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP, PAD_BAD };
-
-static enum pad_mode pad_mode(const struct gf_node *n)
-{
-    static const char *const names[] = {"constant", "reflect", "edge", "wrap"};
-    const char *m = gf_node_attr_string(n, "mode", "constant");
-    for (int i = 0; i < PAD_BAD; i++)
-        if (strcmp(m, names[i]) == 0)
-            return (enum pad_mode)i;
-    return PAD_BAD;
-}
-
 static bool sup_pad(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    return sup_move(n, in, n_in) && pad_mode(n) != PAD_BAD;
+    return sup_move(n, in, n_in) && gf_pad_mode_of(n) != PAD_BAD;
 }
 
 /* Source index for position x relative to the kept part [0, n) of an axis,
@@ -1047,53 +966,6 @@ static enum gf_status pad_value(const struct gf_kernel_args *a, void *buf)
     }
     if (gf_node_attr(a->node, "value"))
         store_f64(x->dtype, buf, gf_node_attr_float(a->node, "value", 0));
-    return GF_OK;
-}
-
-enum gf_status gf_pad_plan(const struct gf_kernel_args *a, const int64_t *pads, size_t np,
-                           const int64_t *axes_in, size_t na, bool has_axes, int *mode,
-                           int64_t *pb, int64_t *pe, int64_t *dims)
-{
-    const struct gf_tview *x = &a->in[0];
-    int r = x->rank;
-    enum gf_status st;
-    int64_t axes[GF_MAX_RANK];
-    if (!has_axes)
-        na = (size_t)r;
-    if (np != 2 * na || na > GF_MAX_RANK)
-        return gf_kernel_error(a, GF_ERR_INVALID, "pads has %zu entries, expected %zu (2 per axis)",
-                               np, 2 * na);
-    for (size_t i = 0; i < na; i++)
-        axes[i] = has_axes ? axes_in[i] : (int64_t)i;
-    bool seen[GF_MAX_RANK] = {false};
-    memset(pb, 0, (size_t)r * sizeof(*pb));
-    memset(pe, 0, (size_t)r * sizeof(*pe));
-    for (size_t i = 0; i < na; i++) {
-        int ax;
-        if ((st = gf_norm_axis(a, "axis", axes[i], r, &ax)))
-            return st;
-        if (seen[ax])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is listed twice", ax);
-        seen[ax] = true;
-        pb[ax] = pads[i];
-        pe[ax] = pads[i + na];
-    }
-    if ((*mode = (int)pad_mode(a->node)) == PAD_BAD)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "mode '%s'",
-                               gf_node_attr_string(a->node, "mode", ""));
-    for (int k = 0; k < x->rank; k++)
-        if (__builtin_add_overflow(x->dims[k], pb[k], &dims[k]) ||
-            __builtin_add_overflow(dims[k], pe[k], &dims[k]) || dims[k] < 0 ||
-            x->dims[k] + (pb[k] < 0 ? pb[k] : 0) + (pe[k] < 0 ? pe[k] : 0) < 0)
-            return gf_kernel_error(a, GF_ERR_INVALID, "pads %" PRId64 ", %" PRId64 " on axis %d"
-                                   " of size %" PRId64 " crop more than the axis", pb[k], pe[k],
-                                   k, x->dims[k]);
-    for (int k = 0; k < x->rank; k++) {
-        int64_t keep = x->dims[k] + (pb[k] < 0 ? pb[k] : 0) + (pe[k] < 0 ? pe[k] : 0);
-        if (keep == 0 && dims[k] > 0 && *mode != PAD_CONSTANT)
-            return gf_kernel_error(a, GF_ERR_INVALID, "cannot pad axis %d in mode '%s': it has "
-                                   "no elements", k, gf_node_attr_string(a->node, "mode", ""));
-    }
     return GF_OK;
 }
 
@@ -1426,32 +1298,32 @@ static enum gf_status run_gather_elements(const struct gf_kernel_args *a)
 
 /* ---- Scatter reductions: typed combine loops ----------------------------------------- */
 
-enum reduction { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN, RED_BAD };
+enum scatter_red { SR_NONE, SR_ADD, SR_MUL, SR_MAX, SR_MIN, SR_BAD };
 
-static enum reduction reduction_of(const struct gf_node *n)
+static enum scatter_red reduction_of(const struct gf_node *n)
 {
     static const char *const names[] = {"none", "add", "mul", "max", "min"};
     const char *s = gf_node_attr_string(n, "reduction", "none");
-    for (int i = 0; i < RED_BAD; i++)
+    for (int i = 0; i < SR_BAD; i++)
         if (strcmp(s, names[i]) == 0)
-            return (enum reduction)i;
-    return RED_BAD;
+            return (enum scatter_red)i;
+    return SR_BAD;
 }
 
 /* dst[i] = dst[i] (op) src[i] for n elements (unaligned memory). */
-typedef void (*combine_fn)(enum reduction r, char *dst, const char *src, size_t n);
+typedef void (*combine_fn)(enum scatter_red r, char *dst, const char *src, size_t n);
 
 /* Integers: add and mul wrap (computed unsigned: signed overflow is UB). */
 #define COMBINE_INT(NAME, T)                                                                  \
-    static void NAME(enum reduction r, char *dst, const char *src, size_t n)                 \
+    static void NAME(enum scatter_red r, char *dst, const char *src, size_t n)                 \
     {                                                                                         \
         for (size_t i = 0; i < n; i++) {                                                      \
             T x, y, z;                                                                        \
             memcpy(&x, dst + i * sizeof(T), sizeof(T));                                       \
             memcpy(&y, src + i * sizeof(T), sizeof(T));                                       \
-            z = r == RED_ADD   ? (T)((uint64_t)x + (uint64_t)y)                               \
-                : r == RED_MUL ? (T)((uint64_t)x * (uint64_t)y)                               \
-                : r == RED_MAX ? (x > y ? x : y)                                              \
+            z = r == SR_ADD   ? (T)((uint64_t)x + (uint64_t)y)                               \
+                : r == SR_MUL ? (T)((uint64_t)x * (uint64_t)y)                               \
+                : r == SR_MAX ? (x > y ? x : y)                                              \
                                : (x < y ? x : y);                                             \
             memcpy(dst + i * sizeof(T), &z, sizeof(T));                                       \
         }                                                                                     \
@@ -1459,16 +1331,16 @@ typedef void (*combine_fn)(enum reduction r, char *dst, const char *src, size_t 
 
 /* Floating point in compute type C (storage S); max/min propagate NaN. */
 #define COMBINE_REAL(NAME, S, C, TO_C, FROM_C)                                                \
-    static void NAME(enum reduction r, char *dst, const char *src, size_t n)                 \
+    static void NAME(enum scatter_red r, char *dst, const char *src, size_t n)                 \
     {                                                                                         \
         for (size_t i = 0; i < n; i++) {                                                      \
             S xs, ys;                                                                         \
             memcpy(&xs, dst + i * sizeof(S), sizeof(S));                                      \
             memcpy(&ys, src + i * sizeof(S), sizeof(S));                                      \
             C x = TO_C(xs), y = TO_C(ys);                                                     \
-            C z = r == RED_ADD   ? x + y                                                      \
-                  : r == RED_MUL ? x * y                                                      \
-                  : r == RED_MAX ? (isnan(x) || x > y ? x : y)                                \
+            C z = r == SR_ADD   ? x + y                                                      \
+                  : r == SR_MUL ? x * y                                                      \
+                  : r == SR_MAX ? (isnan(x) || x > y ? x : y)                                \
                                  : (isnan(x) || x < y ? x : y);                               \
             S zs = FROM_C(z);                                                                 \
             memcpy(dst + i * sizeof(S), &zs, sizeof(S));                                      \
@@ -1490,10 +1362,10 @@ COMBINE_REAL(combine_f16, uint16_t, float, gf_half_to_float, gf_float_to_half)
 COMBINE_REAL(combine_bf16, uint16_t, float, gf_bf16_to_float, gf_float_to_bf16)
 
 /* bool: add and max are "or", mul and min are "and". */
-static void combine_bool(enum reduction r, char *dst, const char *src, size_t n)
+static void combine_bool(enum scatter_red r, char *dst, const char *src, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        dst[i] = r == RED_ADD || r == RED_MAX ? (dst[i] || src[i]) : (dst[i] && src[i]);
+        dst[i] = r == SR_ADD || r == SR_MAX ? (dst[i] || src[i]) : (dst[i] && src[i]);
 }
 
 static combine_fn combine_for(enum gf_dtype t)
@@ -1518,22 +1390,22 @@ static combine_fn combine_for(enum gf_dtype t)
 
 static bool sup_scatter(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    enum reduction r = reduction_of(n);
-    return sup_move(n, in, n_in) && r != RED_BAD && (r == RED_NONE || combine_for(in[0].dtype));
+    enum scatter_red r = reduction_of(n);
+    return sup_move(n, in, n_in) && r != SR_BAD && (r == SR_NONE || combine_for(in[0].dtype));
 }
 
 /* Writes n updates at dst: a copy, or the node's reduction. */
-static void scatter_put(enum reduction r, combine_fn f, char *dst, const char *src, size_t n,
+static void scatter_put(enum scatter_red r, combine_fn f, char *dst, const char *src, size_t n,
                         size_t es)
 {
-    if (r == RED_NONE)
+    if (r == SR_NONE)
         memcpy(dst, src, n * es);
     else
         f(r, dst, src, n);
 }
 
 /* Common start of the scatters: updates typed like data, output = data. */
-static enum gf_status scatter_begin(const struct gf_kernel_args *a, enum reduction *r,
+static enum gf_status scatter_begin(const struct gf_kernel_args *a, enum scatter_red *r,
                                     combine_fn *f)
 {
     const struct gf_tview *x = &a->in[0];
@@ -1544,7 +1416,7 @@ static enum gf_status scatter_begin(const struct gf_kernel_args *a, enum reducti
         return st;
     *r = reduction_of(a->node);
     *f = combine_for(x->dtype);
-    if (*r == RED_BAD || (*r != RED_NONE && !*f))
+    if (*r == SR_BAD || (*r != SR_NONE && !*f))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "reduction '%s' on %s",
                                gf_node_attr_string(a->node, "reduction", ""),
                                gf_dtype_name(x->dtype));
@@ -1553,7 +1425,7 @@ static enum gf_status scatter_begin(const struct gf_kernel_args *a, enum reducti
 
 static enum gf_status run_scatter_elements(const struct gf_kernel_args *a)
 {
-    enum reduction r;
+    enum scatter_red r;
     combine_fn f;
     int ax;
     enum gf_status st = scatter_begin(a, &r, &f);
@@ -1671,7 +1543,7 @@ static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
 
 static enum gf_status run_scatter_nd(const struct gf_kernel_args *a)
 {
-    enum reduction r;
+    enum scatter_red r;
     combine_fn f;
     struct nd_map m;
     enum gf_status st = scatter_begin(a, &r, &f);

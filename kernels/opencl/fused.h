@@ -1,9 +1,8 @@
 /* Internal helpers of the fused-op OpenCL kernels (kernels/opencl/fused_*.c):
  * knob values, work-group shapes, program options (the storage type of
- * fp32 / fp16 / bf16 tensors, storage.cl), argument macros.  The
- * checks of inputs, outputs and attributes come from the CPU side
- * (kernels/cpu/fused.h) so that both backends reject the same nodes with
- * the same messages.
+ * fp32 / fp16 / bf16 tensors, storage.cl), argument macros.  The checks of
+ * inputs, outputs and attributes are every backend's (kernels/checks.h),
+ * so that all backends reject the same nodes with the same messages.
  *
  * Knobs: value 0 of a knob is "automatic" (a size chosen from the shapes
  * and the device); the others force a value.  Every value is valid for
@@ -17,10 +16,10 @@
 #ifndef GF_OCL_FUSED_H
 #define GF_OCL_FUSED_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../cpu/fused.h"
 #include "ocl.h"
 
 #define FCL_MAX_WG 1024u /* local-memory arrays in the .cl files have this size */

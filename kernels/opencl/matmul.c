@@ -31,7 +31,6 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "../cpu/fused.h"
 #include "ocl.h"
 
 #define MM_RANK 8 /* batch dims the kernel takes */

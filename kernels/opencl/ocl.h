@@ -25,8 +25,7 @@
 #include <CL/cl.h>
 
 #include "gf_kernels.h"
-#include "../cpu/cpu.h" /* struct gf_kernel_table, gf_kernel_error */
-#include "backend.h"
+#include "checks.h"
 
 /* be->priv of an open OpenCL backend. */
 struct gf_cl {

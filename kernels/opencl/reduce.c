@@ -31,7 +31,6 @@
 #include <limits.h>
 #include <stdio.h>
 
-#include "../cpu/fused.h"
 #include "ocl.h"
 
 #define FILE_CL "reduce.cl"

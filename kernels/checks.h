@@ -1,0 +1,184 @@
+/*
+ * checks.h — what every backend's kernels share (internal to kernels/):
+ * checks of a kernel's inputs and outputs that end in a GF_ERR_INVALID
+ * naming the node, broadcasting strides, and the per-op attribute and shape
+ * checks (checks.c, layout_checks.c), so that every backend accepts and
+ * rejects the same nodes with the same messages.  The rules shape inference
+ * shares live one level down, in graph/opcheck.h.
+ */
+#ifndef GF_CHECKS_H
+#define GF_CHECKS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+
+/* ---- broadcasting ------------------------------------------------------ */
+
+/* Element strides of `in` aligned to `out`'s rank per ONNX (numpy)
+ * broadcasting: 0 where `in` has size 1 (or lacks the axis). */
+static inline void gf_bcast_strides(const struct gf_tview *in, const struct gf_tview *out,
+                                    int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = out->rank - 1, j = in->rank - 1; i >= 0; i--, j--) {
+        if (j >= 0 && in->dims[j] != 1) {
+            strides[i] = s;
+            s *= in->dims[j];
+        } else {
+            strides[i] = 0;
+            if (j >= 0)
+                s *= in->dims[j];
+        }
+    }
+}
+
+/* ---- shapes, inputs, outputs ---------------------------------------------------------- */
+
+/* "[2,3,4]" for messages. */
+static inline const char *fu_shape_str(char *buf, size_t len, int rank, const int64_t *dims)
+{
+    size_t o = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? "," : "", (long long)dims[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+    return buf;
+}
+
+#define FU_SHAPE(t) fu_shape_str((char[128]){0}, 128, (t)->rank, (t)->dims)
+#define FU_DIMS(rank, dims) fu_shape_str((char[128]){0}, 128, rank, dims)
+
+static inline bool fu_same_shape(const struct gf_tview *t, int rank, const int64_t *dims)
+{
+    if (t->rank != rank)
+        return false;
+    for (int i = 0; i < rank; i++)
+        if (t->dims[i] != dims[i])
+            return false;
+    return true;
+}
+
+/* Input i is given (an omitted optional input has no dtype). */
+static inline bool fu_has(const struct gf_kernel_args *a, size_t i)
+{
+    return i < a->n_in && a->in[i].dtype != GF_UNDEFINED;
+}
+
+/* Output i is wanted. */
+static inline bool fu_has_out(const struct gf_kernel_args *a, size_t i)
+{
+    return i < a->n_out && a->out[i].dtype != GF_UNDEFINED;
+}
+
+/* Input i (named `name` in messages) is present, holds data, and has the
+ * element type `dt`. */
+static inline enum gf_status fu_check_in(const struct gf_kernel_args *a, size_t i,
+                                         const char *name, enum gf_dtype dt)
+{
+    if (!fu_has(a, i))
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is missing", name, i);
+    const struct gf_tview *t = &a->in[i];
+    if (t->nelem && !t->data)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) has no data", name, i);
+    if (dt != GF_UNDEFINED && t->dtype != dt)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected %s", name, i,
+                               gf_dtype_name(t->dtype), gf_dtype_name(dt));
+    return GF_OK;
+}
+
+/* Output i exists (unless optional and omitted) with dtype dt and shape
+ * dims[rank]. */
+static inline enum gf_status fu_check_out(const struct gf_kernel_args *a, size_t i,
+                                          enum gf_dtype dt, int rank, const int64_t *dims)
+{
+    if (!fu_has_out(a, i))
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", i);
+    const struct gf_tview *o = &a->out[i];
+    if (o->dtype != dt)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected %s", i,
+                               gf_dtype_name(o->dtype), gf_dtype_name(dt));
+    if (!fu_same_shape(o, rank, dims))
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has shape %s, expected %s", i,
+                               FU_SHAPE(o), FU_DIMS(rank, dims));
+    if (o->nelem && !o->data)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has no buffer", i);
+    return GF_OK;
+}
+
+/* t broadcasts (numpy rules) to shape dims[rank] without enlarging it. */
+static inline bool fu_bcasts_to(const struct gf_tview *t, int rank, const int64_t *dims)
+{
+    for (int i = 1; i <= t->rank; i++) {
+        int64_t d = t->dims[t->rank - i];
+        if (d != 1 && (i > rank || d != dims[rank - i]))
+            return false;
+    }
+    return true;
+}
+
+/* Element strides of t over shape dims[rank] (0 along broadcast axes);
+ * t must broadcast to it (fu_bcasts_to). */
+static inline void fu_strides(const struct gf_tview *t, int rank, const int64_t *dims,
+                              int64_t *st)
+{
+    struct gf_tview shape = {.dtype = t->dtype};
+    gf_tview_set_shape(&shape, rank, dims);
+    gf_bcast_strides(t, &shape, st);
+}
+
+/* Offset, under strides st, of element `flat` of shape dims[rank]. */
+static inline size_t fu_offset(int rank, const int64_t *dims, const int64_t *st, size_t flat)
+{
+    size_t off = 0;
+    for (int i = rank - 1; i >= 0 && flat; i--) {
+        size_t d = (size_t)dims[i];
+        off += flat % d * (size_t)st[i];
+        flat /= d;
+    }
+    return off;
+}
+
+/* Resolves a possibly negative axis against rank; false when out of range. */
+static inline bool fu_axis(int64_t axis, int rank, int *out)
+{
+    if (axis < -rank || axis >= rank)
+        return false;
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    return true;
+}
+
+/* ---- cross-entropy (checks.c) -------------------------------------------- */
+
+enum reduction { RED_NONE, RED_SUM, RED_MEAN };
+/* reduction, shift (0 or 1) and ignore_index (has_ii: given) of a node. */
+enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
+                           bool *has_ii, int64_t *ii);
+/* Input i is int32 / int64 labels of shape dims[rank]. */
+enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
+                                    const int64_t *dims);
+
+/* ---- the layout ops (layout_checks.c) ---------------------------------- */
+
+/* axis in [-rank, rank) made non-negative; an error naming `what` otherwise. */
+enum gf_status gf_norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
+                            int rank, int *out);
+/* Reshape's target dims from `shape` (0 copies, one -1 inferred). */
+enum gf_status gf_reshape_dims(const struct gf_kernel_args *a, const int64_t *shape, size_t n,
+                               int64_t *dims);
+/* Pad from its pads list (np entries) and axes (na, when has_axes): the
+ * mode (0 constant, 1 reflect, 2 edge, 3 wrap), pads per axis (begin pb,
+ * end pe; negative crops) and the output dims, checked. */
+enum gf_status gf_pad_plan(const struct gf_kernel_args *a, const int64_t *pads, size_t np,
+                           const int64_t *axes, size_t na, bool has_axes, int *mode,
+                           int64_t *pb, int64_t *pe, int64_t *dims);
+/* Pad's modes, from its `mode` attribute (PAD_BAD: none of these). */
+enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP, PAD_BAD };
+enum pad_mode gf_pad_mode_of(const struct gf_node *n);
+/* Squeeze / Unsqueeze axes normalized against rank, no repeats, marked in hit. */
+enum gf_status gf_axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
+                            int rank, bool hit[GF_MAX_RANK]);
+
+#endif /* GF_CHECKS_H */
