@@ -897,7 +897,17 @@ static const char usage[] =
     "                                  --external-data, initializers of BYTES (1024)\n"
     "                                  or more go to the side file OUT.data\n"
     "  train MODEL (--data DIR | --tokens FILE --batch B --seq T) [options]\n"
-    "                                  train (SGD / AdamW); see README.md, \"graphfuse train\"\n"
+    "      [--list-params] [--untie NAME[,NAME...]|all] [--disable P1,P2]\n"
+    "      [-o OUT.onnx] [--save-safetensors FILE] [--checkpoint FILE] [--resume CKPT]\n"
+    "                                  train (SGD / AdamW; every option: README.md,\n"
+    "                                  \"graphfuse train\"); --list-params: which\n"
+    "                                  initializers are trained (no data needed);\n"
+    "                                  --untie: parameters the exporter merged, trained\n"
+    "                                  apart; --disable: fusion patterns left out;\n"
+    "                                  Ctrl-C saves and exits 130\n"
+    "  export-weights MODEL|CHECKPOINT -o FILE.safetensors [--list]\n"
+    "                                  the parameters by PyTorch name and layout\n"
+    "                                  (load_state_dict takes the file)\n"
     "  generate MODEL [--chars S] [-n N] [--seed S]   sample words from a character model\n"
     "  backends                        the backends built in, their devices, and the\n"
     "                                  one --backend auto picks\n"
@@ -911,7 +921,7 @@ static const char usage[] =
     "  -V, --version                   print the version\n"
     "\n"
     "exit codes: 0 success, 1 a failed check, 2 bad usage or bad input,\n"
-    "            3 unsupported feature, 4 internal error\n";
+    "            3 unsupported feature, 4 internal error, 130 train interrupted\n";
 
 int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
 int cmd_backends(int argc, char **argv), cmd_tune(int argc, char **argv);
