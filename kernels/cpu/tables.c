@@ -17,6 +17,7 @@ extern const struct gf_kernel_table gf_cpu_fused_grad_table;
 /* ONNX Runtime contrib ops and opset-23 ops (contrib.c): adapters over the
  * fused kernels, for models written by optimize --target ort / onnx. */
 extern const struct gf_kernel_table gf_cpu_contrib_table;
+extern const struct gf_kernel_table gf_cpu_optim_table; /* optim.c: optimizer ops */
 
 const struct gf_kernel_table *const gf_cpu_tables[] = {
     &gf_cpu_elementwise_table,
@@ -31,5 +32,6 @@ const struct gf_kernel_table *const gf_cpu_tables[] = {
     &gf_cpu_fused_attn_table,
     &gf_cpu_fused_grad_table,
     &gf_cpu_contrib_table,
+    &gf_cpu_optim_table,
     NULL,
 };

@@ -10,6 +10,7 @@ extern const struct gf_kernel_table gf_opencl_fused_loss_table;  /* fused_loss.c
 extern const struct gf_kernel_table gf_opencl_fused_attn_table;  /* fused_attn.c */
 extern const struct gf_kernel_table gf_opencl_matmul_table;      /* matmul.c */
 extern const struct gf_kernel_table gf_opencl_reduce_table;      /* reduce.c */
+extern const struct gf_kernel_table gf_opencl_optim_table;       /* optim.c */
 
 const struct gf_kernel_table *const gf_opencl_tables[] = {
     &gf_opencl_elementwise_table,
@@ -20,5 +21,6 @@ const struct gf_kernel_table *const gf_opencl_tables[] = {
     &gf_opencl_fused_attn_table,
     &gf_opencl_matmul_table,
     &gf_opencl_reduce_table,
+    &gf_opencl_optim_table,
     NULL,
 };

@@ -1,0 +1,78 @@
+/*
+ * exec_priv.h — what the executor's files share and the public header
+ * leaves out (internal to executor/): a session's device memory for the
+ * trainer, ops run outside any graph, the optimizer on a backend, and the
+ * host <-> device traffic counters of `train --profile`.
+ */
+#ifndef GF_EXEC_PRIV_H
+#define GF_EXEC_PRIV_H
+
+#include "gf_exec.h"
+#include "gf_kernels.h"
+
+/* Bytes copied between the host and a device backend (0 on the CPU). */
+struct gf_traffic {
+    uint64_t h2d, d2h;
+};
+
+/* ---- sessions (session.c) -------------------------------------------------------- */
+
+/* The backend the session runs on. */
+struct gf_backend *gf_session_get_backend(const struct gf_session *s);
+/* Value v, an initializer that is a graph input (a trained parameter),
+ * lives in backend memory `dev` (its size), which the caller keeps up to
+ * date: the session reads it there and never uploads it.  On the CPU dev is
+ * the host memory holding it (v->init->data).  Before the first run; kept
+ * across plans. */
+enum gf_status gf_session_bind_param(struct gf_session *s, const struct gf_value *v,
+                                     void *dev);
+/* Graph output i is written into backend memory `dev` (its size) instead
+ * of the planned block, and gf_session_run's outputs[i] does not copy it
+ * back: its data is dev on the CPU, NULL on a device. */
+enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev);
+/* Copies of the last run between host and device, and (with opts.profile)
+ * the time its nodes took, synchronized after each, and the whole run. */
+void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
+                         double *total_ms);
+
+/* ---- ops run outside a graph (optim.c) --------------------------------------------- */
+
+/* One node of a small model of the caller's, run on a backend with views
+ * the caller makes (no planning).  The kernel is looked up on first run;
+ * a backend without one runs the CPU kernel on host copies (counted in
+ * traffic).  Workspace is allocated on the backend and kept. */
+struct gf_devop {
+    struct gf_backend *be;
+    struct gf_node *node;
+    const struct gf_kernel *k;
+    bool staged;           /* no kernel on be: the CPU's, through host copies */
+    void *ws;
+    size_t ws_size;
+    struct gf_traffic *traffic; /* counters to add to (may be NULL) */
+};
+/* A node of op_type (domain graphfuse unless `domain`) in m, with n_in inputs
+ * and n_out outputs (placeholder values); NULL when out of memory. */
+struct gf_node *gf_devop_node(struct gf_model *m, const char *op_type, const char *domain,
+                              size_t n_in, size_t n_out);
+enum gf_status gf_devop_run(struct gf_devop *op, const struct gf_tview *in, size_t n_in,
+                            struct gf_tview *out, size_t n_out, int n_threads);
+void gf_devop_release(struct gf_devop *op);
+/* A view of n fp32 elements at `data` (backend memory), shaped [n] or
+ * [rows, cols] when rows > 0. */
+void gf_devop_view(struct gf_tview *t, void *data, size_t n, int64_t rows);
+
+/* ---- the optimizer on a backend (optim.c) ------------------------------------------ */
+
+/* Optimizer state for one flat fp32 range of n elements, allocated on be
+ * (zeroed): the trainer keeps every master parameter in one range. */
+enum gf_status gf_optim_new_on(const struct gf_optim_opts *o, struct gf_backend *be, size_t n,
+                               struct gf_traffic *traffic, struct gf_optim **out);
+/* One update of the range: params (n floats, backend memory) from grads
+ * multiplied by grad_scale (clipping; 1: none), at learning rate lr; counts
+ * the step.  One kernel launch (SGDStep or AdamWStep). */
+enum gf_status gf_optim_update(struct gf_optim *o, void *params, void *grads, double lr,
+                               double grad_scale, int n_threads);
+/* State buffer k of the range (backend memory, n floats). */
+void *gf_optim_state_mem(const struct gf_optim *o, size_t k);
+
+#endif /* GF_EXEC_PRIV_H */

@@ -1,0 +1,261 @@
+/*
+ * CPU kernels: the optimizer ops (graph/ops.def, "optimizer ops"), which
+ * the trainer runs on flat fp32 ranges holding every trained parameter
+ * (executor/train.c), and executor/optim.c's gf_optim_step per tensor.
+ * The arithmetic is torch.optim's, exactly as executor/optim.c computed it
+ * before these ops existed: fp32 tensors and state, the scalars of
+ * kernels/optim_ops.h, the same operation order, and a fused multiply-add
+ * where torch's vectorized CPU kernels use one (add with alpha, lerp).
+ *
+ * GradAccumulate(G, Acc?) -> Y, attributes scale (float, 1), transpose (0):
+ *   Y = (Acc, or +0 when absent) + G * scale, in fp32.  transpose=1: G is
+ *   [c, r] and read as its transpose (Y, Acc [r, c]): a tied copy stored
+ *   transposed adds its gradient to its master's.  Y may be Acc (in place).
+ * GradNorm(X) -> N: float64 [1], sqrt of the sum of (double)x^2 taken in
+ *   index order (here sequentially, as torch's clip_grad_norm_ would in
+ *   double); other backends add in a fixed tree order.
+ * SGDStep(P, G, hyper, Buf?) -> P', Buf' (torch.optim.SGD, one tensor):
+ *   g = (0 + G) * grad_scale
+ *   g = g + wd * p                       (wd != 0)
+ *   buf = g (step 0), else buf = momentum * buf + (1 - dampening) * g
+ *   g = g + momentum * buf (nesterov), else g = buf      (momentum != 0)
+ *   p = p - lr * g
+ * AdamWStep(P, G, M, V, hyper) -> P', M', V' (torch.optim.AdamW):
+ *   g = (0 + G) * grad_scale
+ *   p = p * (1 - lr * wd)                (wd != 0)
+ *   m = lerp(m, g, 1 - beta1)            = m + (1 - beta1) * (g - m)
+ *   v = v * beta2 + (1 - beta2) * g * g
+ *   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ *   with t = step + 1.
+ * The updates write in place (P' is P, and so on).  "0 + G" turns a -0
+ * gradient into +0, as a gradient accumulated from +0 has it.  hyper:
+ * kernels/optim_ops.h.  Elementwise loops split over threads (each element
+ * computes the same whichever thread takes it); GradNorm runs on one.
+ */
+#include "cpu.h"
+#include "optim_ops.h"
+
+#define GRAIN 16384 /* elements worth a thread */
+
+static bool is_f32(const struct gf_tview *t)
+{
+    return t->dtype == GF_FLOAT;
+}
+
+/* ---- GradAccumulate --------------------------------------------------------------- */
+
+struct acc_ctx {
+    float *y;
+    const float *acc, *g;
+    float scale;
+    size_t r, c; /* transposed: Y is [r, c], G [c, r] */
+};
+
+static void acc_chunk(void *p, size_t b, size_t e)
+{
+    const struct acc_ctx *c = p;
+    for (size_t i = b; i < e; i++)
+        c->y[i] = (c->acc ? c->acc[i] : 0.0f) + c->g[i] * c->scale;
+}
+
+static void acc_rows_t(void *p, size_t b, size_t e)
+{
+    const struct acc_ctx *c = p;
+    for (size_t a = b; a < e; a++)
+        for (size_t k = 0; k < c->c; k++)
+            c->y[a * c->c + k] = (c->acc ? c->acc[a * c->c + k] : 0.0f) +
+                                 c->g[k * c->r + a] * c->scale;
+}
+
+static bool acc_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 1 || !is_f32(&in[0]) || (n_in > 1 && in[1].dtype != GF_UNDEFINED &&
+                                         !is_f32(&in[1])))
+        return false;
+    return !gf_node_attr_int(n, "transpose", 0) || in[0].rank == 2;
+}
+
+static enum gf_status acc_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *g = &a->in[0], *acc = a->n_in > 1 && a->in[1].data ? &a->in[1] : NULL;
+    struct gf_tview *y = &a->out[0];
+    bool tr = gf_node_attr_int(a->node, "transpose", 0) != 0;
+    if (y->nelem != g->nelem || (acc && acc->nelem != y->nelem) || y->dtype != GF_FLOAT)
+        return gf_kernel_error(a, GF_ERR_INVALID, "gradient of %zu elements, accumulator of "
+                               "%zu, output of %zu", g->nelem, acc ? acc->nelem : y->nelem,
+                               y->nelem);
+    if (tr && (y->rank != 2 || y->dims[0] != g->dims[1] || y->dims[1] != g->dims[0]))
+        return gf_kernel_error(a, GF_ERR_INVALID, "transpose: the output is not the "
+                               "gradient's transpose");
+    struct acc_ctx c = {y->data, acc ? acc->data : NULL, g->data,
+                        gf_node_attr_float(a->node, "scale", 1.0f), 0, 0};
+    if (!tr) {
+        gf_parallel_for(a->n_threads, y->nelem, GRAIN, acc_chunk, &c);
+        return GF_OK;
+    }
+    c.r = (size_t)y->dims[0];
+    c.c = (size_t)y->dims[1];
+    gf_parallel_for(a->n_threads, c.r, c.c ? GRAIN / c.c + 1 : 1, acc_rows_t, &c);
+    return GF_OK;
+}
+
+/* ---- GradNorm ------------------------------------------------------------------------- */
+
+static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 1 && is_f32(&in[0]);
+}
+
+static enum gf_status norm_run(const struct gf_kernel_args *a)
+{
+    const float *x = a->in[0].data;
+    struct gf_tview *o = &a->out[0];
+    if (o->dtype != GF_DOUBLE || o->nelem != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "the norm is one float64");
+    double sum = 0;
+    for (size_t i = 0; i < a->in[0].nelem; i++)
+        sum += (double)x[i] * x[i];
+    *(double *)o->data = sqrt(sum);
+    return GF_OK;
+}
+
+/* ---- the updates ---------------------------------------------------------------------- */
+
+/* hyper: a float64 vector of `len` values the host can read. */
+static const double *hyper_of(const struct gf_kernel_args *a, size_t i, size_t len)
+{
+    const struct gf_tview *h = &a->in[i];
+    if (h->dtype != GF_DOUBLE || h->nelem != len || !(h->host || h->data)) {
+        gf_kernel_error(a, GF_ERR_INVALID, "hyper is not %zu float64 values", len);
+        return NULL;
+    }
+    return h->host ? h->host : h->data;
+}
+
+/* Every one of n tensors (ins, then outs) has `nelem` fp32 elements. */
+static enum gf_status same_sizes(const struct gf_kernel_args *a, const size_t *ins, size_t n_ins,
+                                 size_t n_outs)
+{
+    size_t want = a->in[0].nelem;
+    for (size_t i = 0; i < n_ins + n_outs; i++) {
+        const struct gf_tview *t = i < n_ins ? &a->in[ins[i]] : &a->out[i - n_ins];
+        if (t->nelem != want || t->dtype != GF_FLOAT)
+            return gf_kernel_error(a, GF_ERR_INVALID, "%s %zu is not %zu float elements",
+                                   i < n_ins ? "input" : "output",
+                                   i < n_ins ? ins[i] : i - n_ins, want);
+    }
+    return GF_OK;
+}
+
+struct sgd_ctx {
+    float *p, *buf;                     /* written */
+    const float *p0, *buf0, *grad;      /* read (p0 may be p: in place) */
+    struct gf_sgd_scalars s;
+};
+
+static void sgd_chunk(void *ctx, size_t b, size_t e)
+{
+    const struct sgd_ctx *c = ctx;
+    const struct gf_sgd_scalars *s = &c->s;
+    for (size_t i = b; i < e; i++) {
+        const float p = c->p0[i];
+        float g = (0.0f + c->grad[i]) * s->grad_scale;
+        if (s->decay_on)
+            g = fmaf(s->wd, p, g);
+        if (s->momentum_on) {
+            const float buf = s->first ? g : fmaf(s->damp, g, c->buf0[i] * s->mom);
+            c->buf[i] = buf;
+            g = s->nesterov ? fmaf(s->mom, buf, g) : buf;
+        }
+        c->p[i] = fmaf(s->neg_lr, g, p);
+    }
+}
+
+static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 3 && is_f32(&in[0]) && is_f32(&in[1]) && in[2].dtype == GF_DOUBLE;
+}
+
+static enum gf_status sgd_run(const struct gf_kernel_args *a)
+{
+    const double *h = hyper_of(a, 2, GF_SGD_HYPER);
+    if (!h)
+        return GF_ERR_INVALID;
+    struct sgd_ctx c = {.p = a->out[0].data, .p0 = a->in[0].data, .grad = a->in[1].data};
+    gf_sgd_scalars(h, &c.s);
+    bool buf = a->n_in > 3 && a->in[3].data && a->n_out > 1 && a->out[1].data;
+    if (c.s.momentum_on && !buf)
+        return gf_kernel_error(a, GF_ERR_INVALID, "momentum without a momentum buffer");
+    static const size_t with_buf[] = {0, 1, 3}, no_buf[] = {0, 1};
+    enum gf_status st = same_sizes(a, buf ? with_buf : no_buf, buf ? 3 : 2, buf ? 2 : 1);
+    if (st != GF_OK)
+        return st;
+    c.buf = buf ? a->out[1].data : NULL;
+    c.buf0 = buf ? a->in[3].data : NULL;
+    gf_parallel_for(a->n_threads, a->in[0].nelem, GRAIN, sgd_chunk, &c);
+    return GF_OK;
+}
+
+struct adamw_ctx {
+    float *p, *m, *v;                   /* written */
+    const float *p0, *m0, *v0, *grad;   /* read (may be the same: in place) */
+    struct gf_adamw_scalars s;
+};
+
+static void adamw_chunk(void *ctx, size_t b, size_t e)
+{
+    const struct adamw_ctx *c = ctx;
+    const struct gf_adamw_scalars *s = &c->s;
+    for (size_t i = b; i < e; i++) {
+        const float g = (0.0f + c->grad[i]) * s->grad_scale;
+        float p = c->p0[i];
+        if (s->decay_on)
+            p = p * s->decay;
+        const float m0 = c->m0[i];
+        const float m = s->small ? fmaf(s->w, g - m0, m0) : fmaf(s->w - 1.0f, g - m0, g);
+        const float v = c->v0[i] * s->b2 + s->one_b2 * g * g;
+        const float denom = sqrtf(v) / s->bc2_sqrt + s->eps;
+        c->m[i] = m;
+        c->v[i] = v;
+        c->p[i] = p + s->step_size * (m / denom);
+    }
+}
+
+static bool adamw_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 5 && is_f32(&in[0]) && in[4].dtype == GF_DOUBLE;
+}
+
+static enum gf_status adamw_run(const struct gf_kernel_args *a)
+{
+    const double *h = hyper_of(a, 4, GF_ADAMW_HYPER);
+    if (!h)
+        return GF_ERR_INVALID;
+    static const size_t ins[] = {0, 1, 2, 3};
+    enum gf_status st = same_sizes(a, ins, 4, 3);
+    if (st != GF_OK)
+        return st;
+    struct adamw_ctx c = {a->out[0].data, a->out[1].data, a->out[2].data, a->in[0].data,
+                          a->in[2].data, a->in[3].data, a->in[1].data, {0}};
+    gf_adamw_scalars(h, &c.s);
+    gf_parallel_for(a->n_threads, a->in[0].nelem, GRAIN, adamw_chunk, &c);
+    return GF_OK;
+}
+
+/* ==== the table ====================================================================== */
+
+static const struct gf_kernel kernels[] = {
+    {.op = GF_OP_GRAD_ACCUMULATE, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = acc_supports, .run = acc_run},
+    {.op = GF_OP_GRAD_NORM, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = norm_supports, .run = norm_run},
+    {.op = GF_OP_SGD_STEP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = sgd_supports, .run = sgd_run},
+    {.op = GF_OP_ADAMW_STEP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = adamw_supports, .run = adamw_run},
+};
+
+const struct gf_kernel_table gf_cpu_optim_table = {kernels, sizeof(kernels) / sizeof(kernels[0])};

@@ -1,0 +1,259 @@
+/* OpenCL kernels of the optimizer ops (graph/ops.def, "optimizer ops";
+ * definitions: kernels/cpu/optim.c; device code: optim.cl):
+ *
+ *   GradAccumulate   elementwise, or transposed through 32 x 32 tiles
+ *   GradNorm         two passes: partial sums per group, then one group
+ *   SGDStep AdamWStep elementwise; hyper read on the host (its `host` copy),
+ *                    the scalars of kernels/optim_ops.h passed as arguments
+ *
+ * fp32 only.  Each element is computed as the CPU computes it (optim.cl);
+ * GradNorm sums in double (float with compensation on a device without
+ * cl_khr_fp64, or with GRAPHFUSE_CL_FP64=0), in a fixed order.  Its
+ * workspace holds the partial sums: one per group of the first pass.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ocl.h"
+#include "optim_ops.h"
+
+#define FILE_CL "optim.cl"
+#define WG 256
+
+/* Whether sums of squares are in double: the device has cl_khr_fp64 and
+ * GRAPHFUSE_CL_FP64 is not 0. */
+static bool use_fp64(const struct gf_kernel_args *a)
+{
+    const char *env = getenv("GRAPHFUSE_CL_FP64");
+    if (env && strcmp(env, "0") == 0)
+        return false;
+    char ext[4096] = "";
+    clGetDeviceInfo(gf_cl_of(a->backend)->device, CL_DEVICE_EXTENSIONS, sizeof(ext) - 1, ext,
+                    NULL);
+    return strstr(ext, "cl_khr_fp64") != NULL;
+}
+
+static cl_kernel kernel(const struct gf_kernel_args *a, const char *name, bool fp64)
+{
+    char opts[64];
+    snprintf(opts, sizeof(opts), "-DWG=%d -DGF_FP64=%d", WG, fp64 ? 1 : 0);
+    cl_kernel k = gf_cl_kernel(a->backend, FILE_CL, name, opts);
+    if (!k)
+        gf_cl_fail(a, name);
+    return k;
+}
+
+static bool f32(const struct gf_tview *t)
+{
+    return t->dtype == GF_FLOAT;
+}
+
+/* ---- GradAccumulate ------------------------------------------------------------------- */
+
+static bool acc_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 1 || !f32(&in[0]) || (n_in > 1 && in[1].dtype != GF_UNDEFINED && !f32(&in[1])))
+        return false;
+    return !gf_node_attr_int(n, "transpose", 0) || in[0].rank == 2;
+}
+
+static enum gf_status acc_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *g = &a->in[0];
+    const struct gf_tview *acc = a->n_in > 1 && a->in[1].data ? &a->in[1] : NULL;
+    struct gf_tview *y = &a->out[0];
+    bool tr = gf_node_attr_int(a->node, "transpose", 0) != 0;
+    if (y->nelem != g->nelem || (acc && acc->nelem != y->nelem) || y->dtype != GF_FLOAT)
+        return gf_kernel_error(a, GF_ERR_INVALID, "gradient of %zu elements, accumulator of "
+                               "%zu, output of %zu", g->nelem, acc ? acc->nelem : y->nelem,
+                               y->nelem);
+    if (tr && (y->rank != 2 || y->dims[0] != g->dims[1] || y->dims[1] != g->dims[0] ||
+               y->dims[0] > INT32_MAX || y->dims[1] > INT32_MAX))
+        return gf_kernel_error(a, GF_ERR_INVALID, "transpose: the output is not the "
+                               "gradient's transpose");
+    if (!y->nelem)
+        return GF_OK;
+    float scale = gf_node_attr_float(a->node, "scale", 1.0f);
+    cl_int has = acc != NULL;
+    cl_mem am = acc ? acc->data : g->data;
+    cl_kernel k = kernel(a, tr ? "grad_acc_t" : "grad_acc", false);
+    if (!k)
+        return GF_ERR_INTERNAL;
+    if (!tr) {
+        cl_ulong n = y->nelem;
+        size_t global = gf_cl_grid(a, y->nelem, WG), local = WG;
+        if (!gf_cl_args(k, 6, sizeof(cl_mem), &y->data, sizeof(cl_mem), &am, sizeof(cl_mem),
+                        &g->data, sizeof(float), &scale, sizeof(cl_int), &has, sizeof(n), &n))
+            return gf_cl_fail(a, "grad_acc");
+        return gf_cl_run(a, k, 1, &global, &local);
+    }
+    cl_int r = (cl_int)y->dims[0], c = (cl_int)y->dims[1];
+    size_t global[2] = {((size_t)c + 31) / 32 * 32, ((size_t)r + 31) / 32 * 8};
+    size_t local[2] = {32, 8};
+    if (!gf_cl_args(k, 7, sizeof(cl_mem), &y->data, sizeof(cl_mem), &am, sizeof(cl_mem),
+                    &g->data, sizeof(float), &scale, sizeof(cl_int), &has, sizeof(r), &r,
+                    sizeof(c), &c))
+        return gf_cl_fail(a, "grad_acc_t");
+    return gf_cl_run(a, k, 2, global, local);
+}
+
+/* ---- GradNorm ------------------------------------------------------------------------- */
+
+static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 1 && f32(&in[0]);
+}
+
+/* Groups of the first pass (the same for every run on a device and size). */
+static size_t norm_groups(const struct gf_kernel_args *a)
+{
+    return gf_cl_grid(a, a->in[0].nelem, WG) / WG;
+}
+
+static size_t norm_workspace(const struct gf_kernel_args *a)
+{
+    return norm_groups(a) * sizeof(double);
+}
+
+static enum gf_status norm_run(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct gf_tview *o = &a->out[0];
+    if (o->dtype != GF_DOUBLE || o->nelem != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "the norm is one float64");
+    bool fp64 = use_fp64(a);
+    cl_kernel k1 = kernel(a, "sumsq_part", fp64), k2 = k1 ? kernel(a, "sumsq_final", fp64) : NULL;
+    if (!k2)
+        return GF_ERR_INTERNAL;
+    cl_ulong n = x->nelem;
+    cl_uint np = (cl_uint)norm_groups(a);
+    size_t global = (size_t)np * WG, local = WG;
+    cl_mem xm = x->data, ws = a->workspace;
+    if (!xm) { /* empty: the sum of nothing */
+        np = 0;
+        xm = ws;
+    }
+    enum gf_status st = GF_OK;
+    if (np && !gf_cl_args(k1, 3, sizeof(cl_mem), &xm, sizeof(n), &n, sizeof(cl_mem), &ws))
+        return gf_cl_fail(a, "sumsq_part");
+    if (np)
+        st = gf_cl_run(a, k1, 1, &global, &local);
+    if (st != GF_OK)
+        return st;
+    if (!gf_cl_args(k2, 3, sizeof(cl_mem), &ws, sizeof(np), &np, sizeof(cl_mem), &o->data))
+        return gf_cl_fail(a, "sumsq_final");
+    global = WG;
+    return gf_cl_run(a, k2, 1, &global, &local);
+}
+
+/* ---- the updates ---------------------------------------------------------------------- */
+
+static const double *hyper_of(const struct gf_kernel_args *a, size_t i, size_t len)
+{
+    const struct gf_tview *h = &a->in[i];
+    if (h->dtype != GF_DOUBLE || h->nelem != len || !h->host) {
+        gf_kernel_error(a, GF_ERR_INVALID, "hyper is not %zu float64 values on the host", len);
+        return NULL;
+    }
+    return h->host;
+}
+
+static bool same_size(const struct gf_tview *t, size_t n)
+{
+    return t->dtype == GF_FLOAT && t->nelem == n;
+}
+
+static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 3 && f32(&in[0]) && f32(&in[1]) && in[2].dtype == GF_DOUBLE && in[2].host;
+}
+
+static enum gf_status sgd_run(const struct gf_kernel_args *a)
+{
+    const double *h = hyper_of(a, 2, GF_SGD_HYPER);
+    if (!h)
+        return GF_ERR_INVALID;
+    struct gf_sgd_scalars s;
+    gf_sgd_scalars(h, &s);
+    size_t n = a->in[0].nelem;
+    bool buf = a->n_in > 3 && a->in[3].data && a->n_out > 1 && a->out[1].data;
+    if (s.momentum_on && !buf)
+        return gf_kernel_error(a, GF_ERR_INVALID, "momentum without a momentum buffer");
+    if (!same_size(&a->in[1], n) || !same_size(&a->out[0], n) ||
+        (buf && (!same_size(&a->in[3], n) || !same_size(&a->out[1], n))))
+        return gf_kernel_error(a, GF_ERR_INVALID, "operands are not all %zu floats", n);
+    if (!n)
+        return GF_OK;
+    cl_kernel k = kernel(a, "sgd_step", false);
+    if (!k)
+        return GF_ERR_INTERNAL;
+    cl_mem b = buf ? a->out[1].data : a->out[0].data, b0 = buf ? a->in[3].data : a->in[0].data;
+    cl_ulong cn = n;
+    cl_int decay_on = s.decay_on, mom_on = s.momentum_on && buf, nest = s.nesterov,
+           first = s.first;
+    if (!gf_cl_args(k, 15, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &b, sizeof(cl_mem),
+                    &a->in[0].data, sizeof(cl_mem), &b0, sizeof(cl_mem), &a->in[1].data,
+                    sizeof(cn), &cn, sizeof(cl_int), &decay_on, sizeof(cl_int), &mom_on,
+                    sizeof(cl_int), &nest, sizeof(cl_int), &first, sizeof(float), &s.wd,
+                    sizeof(float), &s.mom, sizeof(float), &s.damp, sizeof(float), &s.neg_lr,
+                    sizeof(float), &s.grad_scale))
+        return gf_cl_fail(a, "sgd_step");
+    size_t global = gf_cl_grid(a, n, WG), local = WG;
+    return gf_cl_run(a, k, 1, &global, &local);
+}
+
+static bool adamw_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in == 5 && f32(&in[0]) && in[4].dtype == GF_DOUBLE && in[4].host;
+}
+
+static enum gf_status adamw_run(const struct gf_kernel_args *a)
+{
+    const double *h = hyper_of(a, 4, GF_ADAMW_HYPER);
+    if (!h)
+        return GF_ERR_INVALID;
+    size_t n = a->in[0].nelem;
+    for (size_t i = 0; i < 4 + 3; i++)
+        if (!same_size(i < 4 ? &a->in[i] : &a->out[i - 4], n))
+            return gf_kernel_error(a, GF_ERR_INVALID, "operands are not all %zu floats", n);
+    if (!n)
+        return GF_OK;
+    struct gf_adamw_scalars s;
+    gf_adamw_scalars(h, &s);
+    cl_kernel k = kernel(a, "adamw_step", false);
+    if (!k)
+        return GF_ERR_INTERNAL;
+    cl_ulong cn = n;
+    cl_int decay_on = s.decay_on, small = s.small;
+    if (!gf_cl_args(k, 18, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &a->out[1].data,
+                    sizeof(cl_mem), &a->out[2].data, sizeof(cl_mem), &a->in[0].data,
+                    sizeof(cl_mem), &a->in[2].data, sizeof(cl_mem), &a->in[3].data,
+                    sizeof(cl_mem), &a->in[1].data, sizeof(cn), &cn, sizeof(cl_int), &decay_on,
+                    sizeof(cl_int), &small, sizeof(float), &s.decay, sizeof(float), &s.w,
+                    sizeof(float), &s.b2, sizeof(float), &s.one_b2, sizeof(float), &s.step_size,
+                    sizeof(float), &s.bc2_sqrt, sizeof(float), &s.eps, sizeof(float),
+                    &s.grad_scale))
+        return gf_cl_fail(a, "adamw_step");
+    size_t global = gf_cl_grid(a, n, WG), local = WG;
+    return gf_cl_run(a, k, 1, &global, &local);
+}
+
+/* ==== the table ====================================================================== */
+
+static const struct gf_kernel kernels[] = {
+    {.op = GF_OP_GRAD_ACCUMULATE, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = acc_supports, .run = acc_run},
+    {.op = GF_OP_GRAD_NORM, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = norm_supports, .workspace = norm_workspace, .run = norm_run},
+    {.op = GF_OP_SGD_STEP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = sgd_supports, .run = sgd_run},
+    {.op = GF_OP_ADAMW_STEP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
+     .supports = adamw_supports, .run = adamw_run},
+};
+
+const struct gf_kernel_table gf_opencl_optim_table = {kernels,
+                                                      sizeof(kernels) / sizeof(kernels[0])};
