@@ -33,11 +33,6 @@
 #include <unistd.h>
 
 #include "gf_exec.h"
-/* struct gf_extra, for the graph's metadata_props only (the torch.export
- * graph signature, read_signature below): GraphProto.metadata_props is kept
- * among the preserved unknown fields and graph/ has no accessor for it yet.
- * Node metadata goes through gf_node_metadata. */
-#include "internal.h"
 
 #define STATE_PREFIX "graphfuse." /* checkpoint state: graphfuse.optim.*, graphfuse.train.* */
 #define MAX_DEPTH 8               /* Identity / Cast / Transpose chains followed */
@@ -67,73 +62,7 @@ struct gf_weights {
     bool oom;
 };
 
-/* ---- the graph's metadata_props (preserved unknown fields) ---------------------- */
 
-static bool varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    *v = 0;
-    for (int shift = 0; *p < end && shift < 64; shift += 7) {
-        uint8_t b = *(*p)++;
-        *v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80))
-            return true;
-    }
-    return false;
-}
-
-/* Key (field 1) and value (field 2) of a StringStringEntryProto. */
-static bool entry_kv(const uint8_t *p, size_t len, struct gf_bytes *key, struct gf_bytes *val)
-{
-    const uint8_t *end = p + len;
-    *key = *val = (struct gf_bytes){NULL, 0};
-    while (p < end) {
-        uint64_t tag, n;
-        if (!varint(&p, end, &tag))
-            return false;
-        switch (tag & 7) {
-        case 0: if (!varint(&p, end, &n)) return false; break;
-        case 1: if (end - p < 8) return false; p += 8; break;
-        case 5: if (end - p < 4) return false; p += 4; break;
-        case 2:
-            if (!varint(&p, end, &n) || n > (uint64_t)(end - p))
-                return false;
-            if (tag >> 3 == 1)
-                *key = (struct gf_bytes){p, (size_t)n};
-            else if (tag >> 3 == 2)
-                *val = (struct gf_bytes){p, (size_t)n};
-            p += n;
-            break;
-        default: return false;
-        }
-    }
-    return key->data != NULL;
-}
-
-/* Value of the graph's metadata_props entry `key` (GraphProto field 16), as
- * a malloc'ed string; NULL if absent.  Until graph/ has gf_graph_metadata. */
-static char *graph_meta(const struct gf_graph *g, const char *key)
-{
-    const struct gf_extra *x = g->extra;
-    size_t kl = strlen(key);
-    for (unsigned i = 0; x && i < x->n; i++) {
-        const ProtobufCMessageUnknownField *f = &x->fields[i];
-        const uint8_t *p = f->data, *end = f->data + f->len; /* [length varint][entry] */
-        uint64_t len;
-        struct gf_bytes k, v;
-        if (f->tag != 16 || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED ||
-            !varint(&p, end, &len) || len != (uint64_t)(end - p) ||
-            !entry_kv(p, (size_t)len, &k, &v) || k.len != kl || memcmp(k.data, key, kl))
-            continue;
-        char *s = malloc(v.len + 1);
-        if (s) {
-            if (v.len)
-                memcpy(s, v.data, v.len);
-            s[v.len] = 0;
-        }
-        return s;
-    }
-    return NULL;
-}
 
 /* ---- names --------------------------------------------------------------------- */
 
@@ -179,7 +108,8 @@ static char *dup_n(const char *s, size_t n)
  * lines "p_model_norm_weight: PARAMETER target='model.norm.weight'". */
 static void read_signature(struct gf_weights *w, const struct gf_graph *g)
 {
-    char *sig = graph_meta(g, "pkg.torch.export.ExportedProgram.graph_signature");
+    const char *sig_text = gf_graph_metadata(g, "pkg.torch.export.ExportedProgram.graph_signature");
+    char *sig = sig_text ? strdup(sig_text) : NULL;
     for (char *line = sig, *next; line && *line && !w->oom; line = next) {
         next = strchr(line, '\n');
         next = next ? next + 1 : line + strlen(line);

@@ -458,6 +458,9 @@ const struct gf_attr *gf_node_attr(const struct gf_node *n, const char *name);
  * written by the dynamo exporter), copied into the model's arena; NULL when
  * absent. */
 const char *gf_node_metadata(const struct gf_node *n, const char *key);
+/* The same for the graph's metadata_props (e.g. the dynamo exporter's
+ * "pkg.torch.export.ExportedProgram.graph_signature"). */
+const char *gf_graph_metadata(const struct gf_graph *g, const char *key);
 int64_t gf_node_attr_int(const struct gf_node *n, const char *name, int64_t dflt);
 float gf_node_attr_float(const struct gf_node *n, const char *name, float dflt);
 /* String attribute as a C string (borrowed: STRING attributes are always

@@ -858,23 +858,23 @@ static bool read_bytes_field(const uint8_t *p, const uint8_t *end, uint32_t fiel
     return false;
 }
 
-const char *gf_node_metadata(const struct gf_node *n, const char *key)
+/* metadata_props entry `key` among unknown fields x (field number `tag`),
+ * copied into m's arena. */
+static const char *extra_metadata(const struct gf_extra *x, uint32_t tag, struct gf_model *m,
+                                  const char *key)
 {
-    /* NodeProto.metadata_props (field 9, ONNX 1.16) is newer than the
-     * schema we build against: it is kept among the unknown fields */
     size_t klen = strlen(key);
-    for (unsigned i = 0; n->extra && i < n->extra->n; i++) {
-        const ProtobufCMessageUnknownField *f = &n->extra->fields[i];
+    for (unsigned i = 0; x && m && i < x->n; i++) {
+        const ProtobufCMessageUnknownField *f = &x->fields[i];
         const uint8_t *k, *v, *p = f->data, *end = f->data + f->len;
         size_t kl, vl;
         uint64_t mlen; /* the data starts with the field's length */
-        if (f->tag != 9 || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED ||
+        if (f->tag != tag || f->wire_type != PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED ||
             !read_varint(&p, end, &mlen) || mlen != (uint64_t)(end - p) ||
             !read_bytes_field(p, end, 1, &k, &kl) || kl != klen || memcmp(k, key, klen) != 0 ||
             !read_bytes_field(p, end, 2, &v, &vl))
             continue;
-        struct gf_model *m = n->graph ? n->graph->model : NULL;
-        char *out = m ? gf_model_alloc(m, vl + 1) : NULL;
+        char *out = gf_model_alloc(m, vl + 1);
         if (!out)
             return NULL;
         memcpy(out, v, vl);
@@ -882,6 +882,19 @@ const char *gf_node_metadata(const struct gf_node *n, const char *key)
         return out;
     }
     return NULL;
+}
+
+/* NodeProto.metadata_props (field 9) and GraphProto.metadata_props (field
+ * 16), ONNX 1.16, are newer than the schema we build against: they are
+ * kept among the unknown fields. */
+const char *gf_node_metadata(const struct gf_node *n, const char *key)
+{
+    return extra_metadata(n->extra, 9, n->graph ? n->graph->model : NULL, key);
+}
+
+const char *gf_graph_metadata(const struct gf_graph *g, const char *key)
+{
+    return extra_metadata(g->extra, 16, g->model, key);
 }
 
 const struct gf_attr *gf_node_attr(const struct gf_node *n, const char *name)
