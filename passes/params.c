@@ -20,8 +20,9 @@
  *                    the node is not a MatMul/Gemm/Gather/Conv: masks and
  *                    RoPE tables, whose shape carries the sequence length;
  *       positional   (constant) when the other value only comes from
- *                    integers made float (position ids, Range, shapes):
- *                    RoPE's inv_freq;
+ *                    integers made float (position ids, Range, shapes, or
+ *                    a Cast of an integer vector: positions an export with
+ *                    static shapes builds from constants): RoPE's inv_freq;
  *   - a parameter on any path is a parameter; no combining node at all:
  *     unused (a constant).
  *
@@ -60,6 +61,16 @@ static bool candidate(const struct gf_value *v)
     return v->init && is_float(v->init->dtype) && v->init->nelem >= 2;
 }
 
+/* Cast (or CastLike) of an integer tensor of 2+ elements to float. */
+static bool int_vector_cast(const struct gf_node *n)
+{
+    const struct gf_value *x = n->n_inputs ? n->inputs[0] : NULL;
+    return (n->op == GF_OP_CAST || n->op == GF_OP_CAST_LIKE) && x &&
+           x->type.kind == GF_TYPE_TENSOR && !is_float(x->type.dtype) &&
+           x->type.dtype != GF_BOOL && gf_type_numel(&x->type) != 0 &&
+           gf_type_numel(&x->type) != 1;
+}
+
 /* One pass in graph order; flags[v->id]. */
 static void dependences(const struct gf_graph *g, unsigned char *flags)
 {
@@ -92,8 +103,11 @@ static void dependences(const struct gf_graph *g, unsigned char *flags)
             unsigned char fy = any;
             if (float_value(y)) {
                 fy |= f;
-                /* a float made from integers that depend on the inputs */
-                if (!(f & (DEP_CAND | DEP_DATA)) && any && n->op != GF_OP_GATHER)
+                /* a float made from integers that depend on the inputs, or
+                 * a Cast of an integer vector (positions built from
+                 * constants when the export has static shapes) */
+                if (!(f & (DEP_CAND | DEP_DATA)) &&
+                    ((any && n->op != GF_OP_GATHER) || int_vector_cast(n)))
                     fy |= DEP_POS;
             }
             flags[y->id] = fy;
