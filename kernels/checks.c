@@ -18,6 +18,65 @@ enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st
     return gf_error(st, "node #%d (%s): %s", n ? n->id : -1, n ? n->op_type : "?", msg);
 }
 
+/* ---- axes, reductions ---------------------------------------------------- */
+
+enum gf_status gf_axis_attr(const struct gf_kernel_args *a, int64_t dflt, int rank, int *ax)
+{
+    return gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", dflt), rank, ax);
+}
+
+/* Empty axes reduce everything, or nothing with noop_with_empty_axes.  Axes
+ * come from input 1 (ReduceSum-13, the others from 18) or else from the
+ * attribute (older opsets). */
+enum gf_status gf_reduce_axes(const struct gf_kernel_args *a, bool *red)
+{
+    int rank = a->in[0].rank;
+    const struct gf_tview *ax = gf_has_input(a, 1) && a->in[1].nelem ? &a->in[1] : NULL;
+    const void *p = ax ? gf_host_bytes(a, ax) : NULL;
+    size_t n = 0;
+    const int64_t *attr = NULL;
+    if (ax && !gf_is_index_type(ax->dtype))
+        return gf_kernel_error(a, GF_ERR_INVALID, "axes (input 1) must be int32 or int64, not %s",
+                               gf_dtype_name(ax->dtype));
+    if (ax && !p)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "axes (input 1) are not on the host");
+    if (ax)
+        n = ax->nelem;
+    else
+        attr = gf_node_attr_ints(a->node, "axes", &n);
+    bool all = n == 0 && gf_node_attr_int(a->node, "noop_with_empty_axes", 0) == 0;
+    for (int i = 0; i < rank; i++)
+        red[i] = all;
+    for (size_t k = 0; k < n; k++) {
+        int64_t v = ax ? gf_int_at(ax, p, k) : attr[k];
+        int i;
+        if (!fu_axis(v, rank, &i))
+            return gf_kernel_error(a, GF_ERR_INVALID,
+                                   "axes[%zu] = %lld is out of range [%d, %d] for rank %d", k,
+                                   (long long)v, -rank, rank - 1, rank);
+        if (red[i])
+            return gf_kernel_error(a, GF_ERR_INVALID, "axes[%zu] = %lld repeats axis %d", k,
+                                   (long long)v, i);
+        red[i] = true;
+    }
+    return GF_OK;
+}
+
+enum gf_status gf_check_out_count(const struct gf_kernel_args *a, size_t i, enum gf_dtype dt,
+                                  size_t nelem)
+{
+    if (i >= a->n_out || (!a->out[i].data && nelem))
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", i);
+    const struct gf_tview *o = &a->out[i];
+    if (o->dtype != dt)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected %s", i,
+                               gf_dtype_name(o->dtype), gf_dtype_name(dt));
+    if (o->nelem != nelem)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has %zu elements, expected %zu", i,
+                               o->nelem, nelem);
+    return GF_OK;
+}
+
 /* ---- cross-entropy ------------------------------------------------------- */
 
 enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,

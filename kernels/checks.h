@@ -150,6 +150,17 @@ static inline bool fu_axis(int64_t axis, int rank, int *out)
     return true;
 }
 
+/* ---- axes, reductions (checks.c) ---------------------------------------- */
+
+/* The "axis" attribute (default dflt) resolved against rank. */
+enum gf_status gf_axis_attr(const struct gf_kernel_args *a, int64_t dflt, int rank, int *ax);
+/* red[i]: axis i of input 0 is reduced (Reduce*: axes from input 1 on the
+ * host, or the attribute; noop_with_empty_axes). */
+enum gf_status gf_reduce_axes(const struct gf_kernel_args *a, bool *red);
+/* Output i has dtype dt and nelem elements (and a buffer if any). */
+enum gf_status gf_check_out_count(const struct gf_kernel_args *a, size_t i, enum gf_dtype dt,
+                                  size_t nelem);
+
 /* ---- cross-entropy (checks.c) -------------------------------------------- */
 
 enum reduction { RED_NONE, RED_SUM, RED_MEAN };
@@ -162,23 +173,99 @@ enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, in
 
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 
+#define GF_MAX_INTS (2 * GF_MAX_RANK) /* longest int list read (Pad's pads) */
+
+/* int32 or int64 (indices). */
+bool gf_is_index_type(enum gf_dtype t);
+/* Input i is given: data, a host copy, or an empty tensor (which may have none). */
+bool gf_has_input(const struct gf_kernel_args *a, size_t i);
+/* Inputs 0..n-1 are given; else "input %zu is missing". */
+enum gf_status gf_require_inputs(const struct gf_kernel_args *a, size_t n);
+/* t's bytes readable on the host: its host copy, or its data on a backend
+ * of host memory; NULL when neither. */
+const void *gf_host_bytes(const struct gf_kernel_args *a, const struct gf_tview *t);
+/* Element i of integer tensor t whose bytes are at p. */
+int64_t gf_int_at(const struct gf_tview *t, const void *p, size_t i);
+/* Product of dims[from..to). */
+size_t gf_dims_prod(const int64_t *dims, int from, int to);
+/* Row-major element strides of dims[rank]. */
+void gf_strides_of(int rank, const int64_t *dims, int64_t *stride);
+/* Output k has shape dims[rank] and a buffer. */
+enum gf_status gf_check_out_dims(const struct gf_kernel_args *a, size_t k, int rank,
+                                 const int64_t *dims);
+/* "%s is %s, expected %s" unless got == want. */
+enum gf_status gf_check_dtype(const struct gf_kernel_args *a, const char *what,
+                              enum gf_dtype got, enum gf_dtype want);
+/* An int list (at most GF_MAX_INTS values) from input `slot` when given
+ * (0: none; read on the host), else from attribute `attr` (the form older
+ * opsets use; NULL: none).  *given: either was there. */
+enum gf_status gf_int_list(const struct gf_kernel_args *a, size_t slot, const char *attr,
+                           const char *what, int64_t *buf, size_t *n, bool *given);
+/* The model's ai.onnx opset (the newest when it imports none). */
+int64_t gf_node_opset(const struct gf_node *n);
 /* axis in [-rank, rank) made non-negative; an error naming `what` otherwise. */
 enum gf_status gf_norm_axis(const struct gf_kernel_args *a, const char *what, int64_t axis,
                             int rank, int *out);
 /* Reshape's target dims from `shape` (0 copies, one -1 inferred). */
 enum gf_status gf_reshape_dims(const struct gf_kernel_args *a, const int64_t *shape, size_t n,
                                int64_t *dims);
-/* Pad from its pads list (np entries) and axes (na, when has_axes): the
- * mode (0 constant, 1 reflect, 2 edge, 3 wrap), pads per axis (begin pb,
- * end pe; negative crops) and the output dims, checked. */
-enum gf_status gf_pad_plan(const struct gf_kernel_args *a, const int64_t *pads, size_t np,
-                           const int64_t *axes, size_t na, bool has_axes, int *mode,
-                           int64_t *pb, int64_t *pe, int64_t *dims);
-/* Pad's modes, from its `mode` attribute (PAD_BAD: none of these). */
-enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP, PAD_BAD };
-enum pad_mode gf_pad_mode_of(const struct gf_node *n);
 /* Squeeze / Unsqueeze axes normalized against rank, no repeats, marked in hit. */
 enum gf_status gf_axes_mask(const struct gf_kernel_args *a, const int64_t *axes, size_t n,
                             int rank, bool hit[GF_MAX_RANK]);
+/* Output shape of Reshape, Flatten, Squeeze or Unsqueeze of input 0. */
+enum gf_status gf_view_dims(const struct gf_kernel_args *a, int *rank, int64_t *dims);
+/* Transpose's permutation (perm, default reversed) and output dims. */
+enum gf_status gf_transpose_perm(const struct gf_kernel_args *a, int *perm, int64_t *dims);
+/* Slice of data dims xdims[r] (starts, ends, axes, steps at inputs base..
+ * base + 3, or the attributes): per axis the first element, the step (1
+ * where at most one element is taken) and the count. */
+enum gf_status gf_slice_plan(const struct gf_kernel_args *a, size_t base, int r,
+                             const int64_t *xdims, int64_t *first, int64_t *step,
+                             int64_t *dims);
+/* Expand's output dims: input 0 broadcast with the shape input. */
+enum gf_status gf_expand_dims(const struct gf_kernel_args *a, int *rank, int64_t *dims);
+/* Pad's modes, from its `mode` attribute (PAD_BAD: none of these). */
+enum pad_mode { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP, PAD_BAD };
+enum pad_mode gf_pad_mode_of(const struct gf_node *n);
+/* Pad from its pads list (np entries) and axes (na, when has_axes): the
+ * mode, pads per axis (begin pb, end pe; negative crops) and the output
+ * dims, checked. */
+enum gf_status gf_pad_plan(const struct gf_kernel_args *a, const int64_t *pads, size_t np,
+                           const int64_t *axes, size_t na, bool has_axes, int *mode,
+                           int64_t *pb, int64_t *pe, int64_t *dims);
+/* Concat: the axis and the output dims, inputs and output 0 checked. */
+enum gf_status gf_concat_dims(const struct gf_kernel_args *a, int *axis, int64_t *dims);
+/* Split: the axis, every output size checked against input 0. */
+enum gf_status gf_split_axis(const struct gf_kernel_args *a, int *axis);
+/* Size of Split output j along an axis of size dim. */
+enum gf_status gf_split_size(const struct gf_kernel_args *a, int64_t dim, size_t j,
+                             int64_t *size);
+/* Split output j: its dims, checked unless *omitted (no buffer, no elements). */
+enum gf_status gf_split_out(const struct gf_kernel_args *a, int axis, size_t j, int64_t *dims,
+                            bool *omitted);
+/* "indices element 4 (value 9) is out of range [-3, 2] for data axis 1". */
+enum gf_status gf_index_error(const struct gf_kernel_args *a, const char *what, size_t pos,
+                              int64_t v, int64_t dim, int axis);
+/* Every index of `ind` in [-dim, dim), when its values are on the host. */
+enum gf_status gf_check_indices(const struct gf_kernel_args *a, const struct gf_tview *ind,
+                                int64_t dim, int axis);
+/* Gather: the axis and the output dims, checked (the indices too when on
+ * the host). */
+enum gf_status gf_gather_dims(const struct gf_kernel_args *a, int *axis, int64_t *dims);
+/* GatherND / ScatterND: indices [B..., N..., k] address slices of data
+ * [B..., D0..Dk-1, S...] (B: batch_dims axes shared by both). */
+struct gf_nd_plan {
+    int b, k;
+    int rank;                       /* of the gathered slices */
+    int64_t dims[GF_MAX_RANK];      /* their dims (when rank <= GF_MAX_RANK) */
+    size_t tuples, per_batch;       /* index tuples in all, in one batch */
+    size_t slice, batch;            /* data elements of a slice, of a batch */
+};
+/* The plan with b batch axes; the indices checked (on the host). */
+enum gf_status gf_nd_plan(const struct gf_kernel_args *a, int b, struct gf_nd_plan *p);
+/* GatherND's plan (batch_dims), output 0 checked. */
+enum gf_status gf_gather_nd_plan(const struct gf_kernel_args *a, struct gf_nd_plan *p);
+/* Input i is a 1-D int64 shape equal to output 0's (the backward ops). */
+enum gf_status gf_check_shape_input(const struct gf_kernel_args *a, size_t i);
 
 #endif /* GF_CHECKS_H */

@@ -94,40 +94,6 @@ static enum gf_status same_type(const struct gf_kernel_args *a, size_t i, enum g
                            gf_dtype_name(a->in[i].dtype), gf_dtype_name(dt));
 }
 
-/* The int64 shape input i must be the output's shape. */
-static enum gf_status check_shape_input(const struct gf_kernel_args *a, size_t i)
-{
-    const struct gf_tview *s = &a->in[i], *o = &a->out[0];
-    if (!is_index(s) || s->rank != 1 || s->nelem != (size_t)o->rank)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu must be a 1-D int64 shape of %d "
-                               "elements", i, o->rank);
-    for (int d = 0; d < o->rank; d++)
-        if (idx_at(s, (size_t)d) != o->dims[d])
-            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu gives dim %d as %lld, the "
-                                   "output has %lld", i, d, (long long)idx_at(s, (size_t)d),
-                                   (long long)o->dims[d]);
-    return GF_OK;
-}
-
-/* An axis attribute normalized for rank r. */
-static enum gf_status get_axis(const struct gf_kernel_args *a, int64_t dflt, int r, int *ax)
-{
-    int64_t v = gf_node_attr_int(a->node, "axis", dflt), w = v < 0 ? v + r : v;
-    if (w < 0 || w >= r)
-        return gf_kernel_error(a, GF_ERR_INVALID, "axis %lld out of range for rank %d",
-                               (long long)v, r);
-    *ax = (int)w;
-    return GF_OK;
-}
-
-static size_t prod(const int64_t *d, int from, int to)
-{
-    size_t p = 1;
-    for (int i = from; i < to; i++)
-        p *= (size_t)d[i];
-    return p;
-}
-
 /* ==== SumToShape ============================================================ */
 
 /* X's axes merged into runs that are all kept (target dim = X dim) or all
@@ -238,7 +204,7 @@ static bool s2s_plan(const struct gf_tview *x, const struct gf_tview *y, struct 
 static enum gf_status s2s_run(const struct gf_kernel_args *a)
 {
     enum gf_status st = need_in(a, 2);
-    if (st != GF_OK || (st = check_shape_input(a, 1)) != GF_OK)
+    if (st != GF_OK || (st = gf_check_shape_input(a, 1)) != GF_OK)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     struct s2s_ctx c = {.x = x->data, .y = y->data};
@@ -427,12 +393,12 @@ static enum gf_status smx_run(const struct gf_kernel_args *a)
     enum gf_status st = ew_check(a);
     const struct gf_tview *g = &a->in[0];
     int ax = 0;
-    if (st != GF_OK || (st = get_axis(a, -1, g->rank, &ax)) != GF_OK)
+    if (st != GF_OK || (st = gf_axis_attr(a, -1, g->rank, &ax)) != GF_OK)
         return st;
     if (a->in[1].rank != g->rank || memcmp(a->in[1].dims, g->dims, sizeof(int64_t) * g->rank))
         return gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
     struct smx_ctx c = {.g = g->data, .y = a->in[1].data, .dx = a->out[0].data,
-                        .n = (size_t)g->dims[ax], .inner = prod(g->dims, ax + 1, g->rank),
+                        .n = (size_t)g->dims[ax], .inner = gf_dims_prod(g->dims, ax + 1, g->rank),
                         .log = a->node->op == GF_OP_LOG_SOFTMAX_GRAD};
     size_t lines = c.n ? g->nelem / c.n : 0;
     gf_parallel_for(threads(a), lines, grain_for(2 * c.n),
@@ -489,16 +455,16 @@ static enum gf_status gg_run(const struct gf_kernel_args *a)
 {
     enum gf_status st = need_in(a, 3);
     int ax = 0;
-    if (st != GF_OK || (st = check_shape_input(a, 1)) != GF_OK)
+    if (st != GF_OK || (st = gf_check_shape_input(a, 1)) != GF_OK)
         return st;
     const struct gf_tview *g = &a->in[0], *o = &a->out[0];
     if ((st = check_out(a, 0, g->dtype, o->nelem)) != GF_OK ||
-        (st = get_axis(a, 0, o->rank, &ax)) != GF_OK ||
+        (st = gf_axis_attr(a, 0, o->rank, &ax)) != GF_OK ||
         (st = check_indices(a, &a->in[2], o->dims[ax])) != GF_OK)
         return st;
     struct gg_ctx c = {.g = g->data, .out = o->data, .idx = &a->in[2],
-                       .pre = prod(o->dims, 0, ax), .n = (size_t)o->dims[ax],
-                       .post = prod(o->dims, ax + 1, o->rank), .ni = a->in[2].nelem};
+                       .pre = gf_dims_prod(o->dims, 0, ax), .n = (size_t)o->dims[ax],
+                       .post = gf_dims_prod(o->dims, ax + 1, o->rank), .ni = a->in[2].nelem};
     if (g->nelem != c.pre * c.ni * c.post)
         return gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, expected %zu",
                                g->nelem, c.pre * c.ni * c.post);
@@ -552,11 +518,11 @@ static enum gf_status ge_run(const struct gf_kernel_args *a)
 {
     enum gf_status st = need_in(a, 3);
     int ax = 0;
-    if (st != GF_OK || (st = check_shape_input(a, 1)) != GF_OK)
+    if (st != GF_OK || (st = gf_check_shape_input(a, 1)) != GF_OK)
         return st;
     const struct gf_tview *g = &a->in[0], *o = &a->out[0], *idx = &a->in[2];
     if ((st = check_out(a, 0, g->dtype, o->nelem)) != GF_OK ||
-        (st = get_axis(a, 0, o->rank, &ax)) != GF_OK ||
+        (st = gf_axis_attr(a, 0, o->rank, &ax)) != GF_OK ||
         (st = check_indices(a, idx, o->dims[ax])) != GF_OK)
         return st;
     bool fits = idx->rank == o->rank && g->nelem == idx->nelem;
@@ -667,7 +633,7 @@ static enum gf_status sg_axes(const struct gf_kernel_args *a, int64_t *first, in
 static enum gf_status sg_run(const struct gf_kernel_args *a)
 {
     enum gf_status st = need_in(a, 4);
-    if (st != GF_OK || (st = check_shape_input(a, 1)) != GF_OK)
+    if (st != GF_OK || (st = gf_check_shape_input(a, 1)) != GF_OK)
         return st;
     const struct gf_tview *g = &a->in[0], *o = &a->out[0];
     int64_t first[GF_MAX_RANK], step[GF_MAX_RANK];
@@ -785,7 +751,7 @@ static size_t ln_block(const struct gf_kernel_args *a, size_t *rows)
     int ax = (int)(axis < 0 ? axis + x->rank : axis);
     if (ax < 0 || ax >= x->rank)
         ax = x->rank > 0 ? x->rank - 1 : 0;
-    size_t d = prod(x->dims, ax, x->rank);
+    size_t d = gf_dims_prod(x->dims, ax, x->rank);
     *rows = d ? x->nelem / d : 0;
     return d;
 }
@@ -867,7 +833,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
     const struct gf_tview *g = &a->in[0], *x = &a->in[1];
     int ax = 0;
     if (st != GF_OK || (st = same_type(a, 1, g->dtype)) != GF_OK ||
-        (st = get_axis(a, -1, x->rank, &ax)) != GF_OK ||
+        (st = gf_axis_attr(a, -1, x->rank, &ax)) != GF_OK ||
         (st = check_out(a, 0, g->dtype, x->nelem)) != GF_OK)
         return st;
     if (g->nelem != x->nelem)
@@ -1039,7 +1005,7 @@ static enum gf_status nll_run(const struct gf_kernel_args *a)
     enum gf_status st = need_in(a, 3);
     const struct gf_tview *o = &a->out[0];
     struct loss_ctx c;
-    if (st != GF_OK || (st = check_shape_input(a, 1)) != GF_OK ||
+    if (st != GF_OK || (st = gf_check_shape_input(a, 1)) != GF_OK ||
         (st = check_out(a, 0, a->in[0].dtype, o->nelem)) != GF_OK ||
         (st = loss_setup(a, o->dims, o->rank, &c)) != GF_OK)
         return st;

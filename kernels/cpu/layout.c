@@ -24,34 +24,8 @@
 #include "cpu.h"
 
 #define GRAIN 16384                /* elements worth a thread */
-#define MAX_INTS (2 * GF_MAX_RANK) /* longest int list read into a buffer (pads) */
 
-/* ---- small helpers ------------------------------------------------------ */
-
-static int64_t node_opset(const struct gf_node *n)
-{
-    int64_t v = n->graph && n->graph->model ? gf_model_opset(n->graph->model, "") : 0;
-    return v > 0 ? v : 23;
-}
-
-/* Input i is given: data, or an empty tensor (which may have none). */
-static bool has_input(const struct gf_kernel_args *a, size_t i)
-{
-    return i < a->n_in && (a->in[i].data || (a->in[i].rank > 0 && a->in[i].nelem == 0));
-}
-
-static enum gf_status require_inputs(const struct gf_kernel_args *a, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!has_input(a, i))
-            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu is missing", i);
-    return GF_OK;
-}
-
-static bool is_index_type(enum gf_dtype t)
-{
-    return t == GF_INT32 || t == GF_INT64;
-}
+/* ---- small helpers (the shape checks: kernels/layout_checks.c) ---------- */
 
 /* Element types moved as opaque blocks: fixed size, not packed. */
 static bool is_movable(enum gf_dtype t)
@@ -62,19 +36,7 @@ static bool is_movable(enum gf_dtype t)
 /* Element i of an integer tensor (indices, shapes, axes: int32/int64). */
 static int64_t ival(const struct gf_tview *t, size_t i)
 {
-    const char *p = t->data;
-    if (t->dtype == GF_INT64) {
-        int64_t v;
-        memcpy(&v, p + 8 * i, 8);
-        return v;
-    }
-    if (t->dtype == GF_INT32) {
-        int32_t v;
-        memcpy(&v, p + 4 * i, 4);
-        return v;
-    }
-    struct gf_tensor tmp = {.dtype = t->dtype, .nelem = t->nelem, .data = t->data};
-    return gf_tensor_get_i64(&tmp, i);
+    return gf_int_at(t, t->data, i);
 }
 
 static double fval(const struct gf_tview *t, size_t i)
@@ -93,106 +55,10 @@ static size_t max_sz(size_t a, size_t b)
     return a > b ? a : b;
 }
 
-static size_t prod(const int64_t *dims, int from, int to)
-{
-    size_t p = 1;
-    for (int k = from; k < to; k++)
-        p *= (size_t)dims[k];
-    return p;
-}
-
 /* Row-major element strides of a view. */
 static void strides_of(const struct gf_tview *t, int64_t *stride)
 {
-    int64_t s = 1;
-    for (int k = t->rank - 1; k >= 0; k--) {
-        stride[k] = s;
-        s *= t->dims[k];
-    }
-}
-
-static const char *fmt_dims(char *buf, size_t len, int rank, const int64_t *dims)
-{
-    size_t n = (size_t)snprintf(buf, len, "[");
-    for (int k = 0; k < rank && n < len; k++)
-        n += (size_t)snprintf(buf + n, len - n, "%s%" PRId64, k ? "," : "", dims[k]);
-    if (n < len)
-        snprintf(buf + n, len - n, "]");
-    return buf;
-}
-
-/* Output k must have the shape the inputs give (and a buffer). */
-static enum gf_status check_out(const struct gf_kernel_args *a, size_t k, int rank,
-                                const int64_t *dims)
-{
-    if (k >= a->n_out)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", k);
-    const struct gf_tview *o = &a->out[k];
-    bool same = o->rank == rank;
-    for (int i = 0; same && i < rank; i++)
-        same = o->dims[i] == dims[i];
-    char want[200], got[200];
-    if (!same)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has shape %s but the inputs give %s",
-                               k, fmt_dims(got, sizeof(got), o->rank, o->dims),
-                               fmt_dims(want, sizeof(want), rank, dims));
-    if (!o->data && o->nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has no buffer", k);
-    return GF_OK;
-}
-
-static enum gf_status check_dtype(const struct gf_kernel_args *a, const char *what,
-                                  enum gf_dtype got, enum gf_dtype want)
-{
-    if (got == want)
-        return GF_OK;
-    return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, expected %s", what, gf_dtype_name(got),
-                           gf_dtype_name(want));
-}
-
-/* An int list from input `slot` when given, else from attribute `attr`
- * (the form older opsets use; NULL: none).  *given: either was there. */
-static enum gf_status int_list(const struct gf_kernel_args *a, size_t slot, const char *attr,
-                               const char *what, int64_t *buf, size_t *n, bool *given)
-{
-    const int64_t *v = NULL;
-    size_t count = 0;
-    *given = true;
-    if (slot && has_input(a, slot))
-        count = a->in[slot].nelem;
-    else if (attr && gf_node_attr(a->node, attr))
-        v = gf_node_attr_ints(a->node, attr, &count);
-    else
-        *given = false;
-    if (count > MAX_INTS)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s has %zu values; at most %d are supported",
-                               what, count, MAX_INTS);
-    for (size_t i = 0; i < count; i++)
-        buf[i] = v ? v[i] : ival(&a->in[slot], i);
-    *n = count;
-    return GF_OK;
-}
-
-/* "indices element 4 (value 9) is out of range [-3, 2] for data axis 1". */
-static enum gf_status index_error(const struct gf_kernel_args *a, const char *what, size_t pos,
-                                  int64_t v, int64_t dim, int axis)
-{
-    return gf_kernel_error(a, GF_ERR_INVALID,
-                           "%s element %zu (value %" PRId64 ") is out of range [%" PRId64
-                           ", %" PRId64 "] for data axis %d",
-                           what, pos, v, -dim, dim - 1, axis);
-}
-
-/* Every element of `ind` must index an axis of size dim. */
-static enum gf_status check_indices(const struct gf_kernel_args *a, const struct gf_tview *ind,
-                                    int64_t dim, int axis)
-{
-    for (size_t i = 0; i < ind->nelem; i++) {
-        int64_t v = ival(ind, i);
-        if (v < -dim || v >= dim)
-            return index_error(a, "indices", i, v, dim, axis);
-    }
-    return GF_OK;
+    gf_strides_of(t->rank, t->dims, stride);
 }
 
 /* ---- copies and fills ------------------------------------------------------ */
@@ -423,7 +289,7 @@ static void remap_rows(void *ctx, size_t begin, size_t end)
 static void remap_run(const struct gf_kernel_args *a, struct remap *r)
 {
     int last = r->rank - 1;
-    size_t n = (size_t)r->dims[last], rows = prod(r->dims, 0, last);
+    size_t n = (size_t)r->dims[last], rows = gf_dims_prod(r->dims, 0, last);
     if (!n || !rows)
         return;
     const int64_t *inner = r->off[last];
@@ -466,8 +332,8 @@ static enum gf_status run_constant(const struct gf_kernel_args *a)
     enum gf_status st;
     if (at && at->t) {
         const struct gf_tensor *t = at->t;
-        if ((st = check_out(a, 0, t->rank, t->dims)) ||
-            (st = check_dtype(a, "output 0", a->out[0].dtype, t->dtype)))
+        if ((st = gf_check_out_dims(a, 0, t->rank, t->dims)) ||
+            (st = gf_check_dtype(a, "output 0", a->out[0].dtype, t->dtype)))
             return st;
         if (t->nbytes != gf_tview_bytes(&a->out[0]) || (t->nbytes && !t->data))
             return gf_kernel_error(a, GF_ERR_INVALID, "value tensor holds %zu bytes, not %zu",
@@ -480,8 +346,8 @@ static enum gf_status run_constant(const struct gf_kernel_args *a)
             continue;
         bool is_float = value_attrs[i].dtype == GF_FLOAT, list = value_attrs[i].list;
         int64_t len = list ? (int64_t)at->n : 1;
-        if ((st = check_out(a, 0, list, &len)) ||
-            (st = check_dtype(a, "output 0", a->out[0].dtype, value_attrs[i].dtype)))
+        if ((st = gf_check_out_dims(a, 0, list, &len)) ||
+            (st = gf_check_dtype(a, "output 0", a->out[0].dtype, value_attrs[i].dtype)))
             return st;
         const void *src = is_float ? (list ? (const void *)at->floats : &at->f)
                                    : (list ? (const void *)at->ints : &at->i);
@@ -495,12 +361,12 @@ static bool sup_constant_of_shape(const struct gf_node *n, const struct gf_tview
                                   size_t n_in)
 {
     const struct gf_attr *v = gf_node_attr(n, "value");
-    return n_in >= 1 && is_index_type(in[0].dtype) && (!v || (v->t && is_movable(v->t->dtype)));
+    return n_in >= 1 && gf_is_index_type(in[0].dtype) && (!v || (v->t && is_movable(v->t->dtype)));
 }
 
 static enum gf_status run_constant_of_shape(const struct gf_kernel_args *a)
 {
-    enum gf_status st = require_inputs(a, 1);
+    enum gf_status st = gf_require_inputs(a, 1);
     if (st)
         return st;
     const struct gf_tview *shape = &a->in[0];
@@ -512,7 +378,7 @@ static enum gf_status run_constant_of_shape(const struct gf_kernel_args *a)
         if ((dims[i] = ival(shape, i)) < 0)
             return gf_kernel_error(a, GF_ERR_INVALID, "input element %zu is %" PRId64
                                    ", a dimension must be >= 0", i, dims[i]);
-    if ((st = check_out(a, 0, (int)shape->nelem, dims)))
+    if ((st = gf_check_out_dims(a, 0, (int)shape->nelem, dims)))
         return st;
     static const uint8_t zero[16];
     const void *val = zero;
@@ -521,7 +387,7 @@ static enum gf_status run_constant_of_shape(const struct gf_kernel_args *a)
         if (v->t->nelem != 1 || !v->t->data)
             return gf_kernel_error(a, GF_ERR_INVALID, "value must hold one element, not %zu",
                                    v->t->nelem);
-        if ((st = check_dtype(a, "output 0", a->out[0].dtype, v->t->dtype)))
+        if ((st = gf_check_dtype(a, "output 0", a->out[0].dtype, v->t->dtype)))
             return st;
         val = v->t->data;
     }
@@ -543,9 +409,9 @@ static enum gf_status run_shape(const struct gf_kernel_args *a)
     start = clamp64(start < 0 ? start + r : start, 0, r);
     end = clamp64(end < 0 ? end + r : end, 0, r);
     int64_t n = end > start ? end - start : 0;
-    enum gf_status st = check_out(a, 0, 1, &n);
+    enum gf_status st = gf_check_out_dims(a, 0, 1, &n);
     if (st == GF_OK)
-        st = check_dtype(a, "output 0", a->out[0].dtype, GF_INT64);
+        st = gf_check_dtype(a, "output 0", a->out[0].dtype, GF_INT64);
     if (st == GF_OK && n)
         memcpy(a->out[0].data, a->in[0].dims + start, (size_t)n * 8);
     return st;
@@ -556,9 +422,9 @@ static enum gf_status run_size(const struct gf_kernel_args *a)
     if (a->n_in < 1)
         return gf_kernel_error(a, GF_ERR_INVALID, "input 0 is missing");
     int64_t n = (int64_t)a->in[0].nelem;
-    enum gf_status st = check_out(a, 0, 0, NULL);
+    enum gf_status st = gf_check_out_dims(a, 0, 0, NULL);
     if (st == GF_OK)
-        st = check_dtype(a, "output 0", a->out[0].dtype, GF_INT64);
+        st = gf_check_dtype(a, "output 0", a->out[0].dtype, GF_INT64);
     if (st == GF_OK)
         memcpy(a->out[0].data, &n, 8);
     return st;
@@ -587,7 +453,7 @@ static bool sup_range(const struct gf_node *n, const struct gf_tview *in, size_t
             return gf_kernel_error(a, GF_ERR_INVALID, "start %g, limit %g, delta %g give "    \
                                    "no finite element count", (double)s, (double)l, (double)d);\
         int64_t n = c > 0 ? (int64_t)c : 0;                                                    \
-        enum gf_status st = check_out(a, 0, 1, &n);                                            \
+        enum gf_status st = gf_check_out_dims(a, 0, 1, &n);                                            \
         for (int64_t i = 0; st == GF_OK && i < n; i++) {                                       \
             T v = s + (T)i * d;                                                                \
             memcpy((char *)a->out[0].data + i * (int64_t)sizeof(T), &v, sizeof(T));            \
@@ -607,7 +473,7 @@ static enum gf_status range_int(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INVALID, "limit - start overflows");
     int64_t n = diff / d + (diff % d != 0 && (diff > 0) == (d > 0)); /* ceil */
     n = n > 0 ? n : 0;
-    enum gf_status st = check_out(a, 0, 1, &n);
+    enum gf_status st = gf_check_out_dims(a, 0, 1, &n);
     if (st)
         return st;
     size_t es = gf_dtype_size(a->out[0].dtype);
@@ -624,7 +490,7 @@ static enum gf_status range_int(const struct gf_kernel_args *a)
 
 static enum gf_status run_range(const struct gf_kernel_args *a)
 {
-    enum gf_status st = require_inputs(a, 3);
+    enum gf_status st = gf_require_inputs(a, 3);
     if (st)
         return st;
     for (size_t i = 0; i < 3; i++) {
@@ -632,10 +498,10 @@ static enum gf_status run_range(const struct gf_kernel_args *a)
         if (a->in[i].nelem != 1)
             return gf_kernel_error(a, GF_ERR_INVALID, "%s must be a scalar (it has %zu elements)",
                                    names[i], a->in[i].nelem);
-        if ((st = check_dtype(a, names[i], a->in[i].dtype, a->in[0].dtype)))
+        if ((st = gf_check_dtype(a, names[i], a->in[i].dtype, a->in[0].dtype)))
             return st;
     }
-    if ((st = check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype)))
+    if ((st = gf_check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype)))
         return st;
     switch (a->in[0].dtype) {
     case GF_FLOAT: return range_f32(a);
@@ -663,7 +529,7 @@ static bool sup_move(const struct gf_node *n, const struct gf_tview *in, size_t 
         return false;
     unsigned slots = index_slots(n->op);
     for (size_t i = 1; i < n_in && i < 8; i++)
-        if ((slots >> i & 1) && in[i].data && !is_index_type(in[i].dtype))
+        if ((slots >> i & 1) && in[i].data && !gf_is_index_type(in[i].dtype))
             return false;
     return true;
 }
@@ -672,215 +538,66 @@ static bool sup_move(const struct gf_node *n, const struct gf_tview *in, size_t 
 
 static enum gf_status finish_copy(const struct gf_kernel_args *a, int rank, const int64_t *dims)
 {
-    enum gf_status st = check_out(a, 0, rank, dims);
+    enum gf_status st = gf_check_out_dims(a, 0, rank, dims);
     if (st == GF_OK)
-        st = check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype);
+        st = gf_check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype);
     if (st == GF_OK)
         copy_bytes(a, a->out[0].data, a->in[0].data, gf_tview_bytes(&a->in[0]));
     return st;
 }
 
-static enum gf_status run_reshape(const struct gf_kernel_args *a)
+/* Reshape Flatten Squeeze Unsqueeze */
+static enum gf_status run_view(const struct gf_kernel_args *a)
 {
-    int64_t shape[MAX_INTS], dims[GF_MAX_RANK];
-    size_t n;
-    bool given;
-    enum gf_status st = require_inputs(a, 1);
-    if (st || (st = int_list(a, 1, "shape", "shape", shape, &n, &given)))
-        return st;
-    if (!given)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 'shape' is missing");
-    if (n > GF_MAX_RANK)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %zu entries; rank %d at most", n,
-                               GF_MAX_RANK);
-    if ((st = gf_reshape_dims(a, shape, n, dims)))
-        return st;
-    return finish_copy(a, (int)n, dims);
-}
-
-static enum gf_status run_flatten(const struct gf_kernel_args *a)
-{
-    enum gf_status st = require_inputs(a, 1);
-    if (st)
-        return st;
-    const struct gf_tview *x = &a->in[0];
-    int64_t axis = gf_node_attr_int(a->node, "axis", 1);
-    if (axis < -x->rank || axis > x->rank)
-        return gf_kernel_error(a, GF_ERR_INVALID, "axis %" PRId64 " is out of range [%d, %d]",
-                               axis, -x->rank, x->rank);
-    int ax = (int)(axis < 0 ? axis + x->rank : axis);
-    int64_t dims[2] = {(int64_t)prod(x->dims, 0, ax), (int64_t)prod(x->dims, ax, x->rank)};
-    return finish_copy(a, 2, dims);
-}
-
-static enum gf_status run_squeeze(const struct gf_kernel_args *a)
-{
-    const struct gf_tview *x = &a->in[0];
-    int64_t axes[MAX_INTS], dims[GF_MAX_RANK];
-    size_t n;
-    bool given, hit[GF_MAX_RANK];
-    enum gf_status st = require_inputs(a, 1);
-    if (st || (st = int_list(a, 1, "axes", "axes", axes, &n, &given)) ||
-        (st = gf_axes_mask(a, axes, n, x->rank, hit)))
-        return st;
-    int r = 0;
-    for (int k = 0; k < x->rank; k++) {
-        if (given && hit[k] && x->dims[k] != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "cannot squeeze axis %d of size %" PRId64,
-                                   k, x->dims[k]);
-        if (!(given ? hit[k] : x->dims[k] == 1))
-            dims[r++] = x->dims[k];
-    }
-    return finish_copy(a, r, dims);
-}
-
-static enum gf_status run_unsqueeze(const struct gf_kernel_args *a)
-{
-    const struct gf_tview *x = &a->in[0];
-    int64_t axes[MAX_INTS], dims[GF_MAX_RANK];
-    size_t n;
-    bool given, hit[GF_MAX_RANK];
-    enum gf_status st = require_inputs(a, 1);
-    if (st || (st = int_list(a, 1, "axes", "axes", axes, &n, &given)))
-        return st;
-    if (!given)
-        return gf_kernel_error(a, GF_ERR_INVALID, "axes are missing");
-    int r = x->rank + (int)n; /* output rank */
-    if (r > GF_MAX_RANK)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", r, GF_MAX_RANK);
-    if ((st = gf_axes_mask(a, axes, n, r, hit)))
-        return st;
-    for (int k = 0, j = 0; k < r; k++)
-        dims[k] = hit[k] ? 1 : x->dims[j++];
-    return finish_copy(a, r, dims);
+    int r;
+    int64_t dims[GF_MAX_RANK];
+    enum gf_status st = gf_view_dims(a, &r, dims);
+    return st ? st : finish_copy(a, r, dims);
 }
 
 /* ---- Transpose, Slice, Expand, Tile, Pad: remaps -------------------------------- */
 
 static enum gf_status run_transpose(const struct gf_kernel_args *a)
 {
-    enum gf_status st = require_inputs(a, 1);
     const struct gf_tview *x = &a->in[0];
     int r = x->rank, perm[GF_MAX_RANK];
-    bool seen[GF_MAX_RANK] = {false};
-    size_t np;
-    const int64_t *p = gf_node_attr_ints(a->node, "perm", &np);
-    if (st)
-        return st;
-    if (p && np != (size_t)r)
-        return gf_kernel_error(a, GF_ERR_INVALID, "perm has %zu entries for rank %d", np, r);
-    for (int k = 0; k < r; k++) {
-        int64_t v = p ? p[k] : r - 1 - k;
-        if (v < 0 || v >= r || seen[v])
-            return gf_kernel_error(a, GF_ERR_INVALID, "perm is not a permutation of 0..%d "
-                                   "(entry %d is %" PRId64 ")", r - 1, k, v);
-        seen[v] = true;
-        perm[k] = (int)v;
-    }
     int64_t dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    strides_of(x, stride);
-    for (int k = 0; k < r; k++)
-        dims[k] = x->dims[perm[k]];
     struct remap m;
-    if ((st = check_out(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+    enum gf_status st = gf_transpose_perm(a, perm, dims);
+    if (st || (st = gf_check_out_dims(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
         return st;
+    strides_of(x, stride);
     for (int k = 0; k < r; k++)
         remap_linear(&m, k, 0, stride[perm[k]]);
     remap_run(a, &m);
     return GF_OK;
 }
 
-/* One axis of Slice, clamped per the spec: first index and count. */
-static void slice_axis(int64_t d, int64_t start, int64_t end, int64_t step, int64_t *first,
-                       int64_t *count)
-{
-    start = start < 0 ? start + d : start;
-    end = end < 0 ? end + d : end;
-    uint64_t diff, s;
-    if (step > 0) {
-        start = clamp64(start, 0, d);
-        end = clamp64(end, 0, d);
-        diff = end > start ? (uint64_t)(end - start) : 0;
-        s = (uint64_t)step;
-    } else {
-        start = clamp64(start, 0, d - 1);
-        end = clamp64(end, -1, d - 1);
-        diff = start > end ? (uint64_t)(start - end) : 0;
-        s = (uint64_t)(-(step + 1)) + 1; /* -step, also for INT64_MIN */
-    }
-    *first = d > 0 ? start : 0;
-    *count = d > 0 ? (int64_t)(diff / s + (diff % s != 0)) : 0;
-}
-
 static enum gf_status run_slice(const struct gf_kernel_args *a)
 {
-    int64_t starts[MAX_INTS], ends[MAX_INTS], axes[MAX_INTS], steps[MAX_INTS];
-    size_t ns, ne, na = 0, nst = 0;
-    bool g, has_axes, has_steps;
-    enum gf_status st = require_inputs(a, 1);
-    if (st || (st = int_list(a, 1, "starts", "starts", starts, &ns, &g)) ||
-        (st = int_list(a, 2, "ends", "ends", ends, &ne, &g)) ||
-        (st = int_list(a, 3, "axes", "axes", axes, &na, &has_axes)) ||
-        (st = int_list(a, 4, NULL, "steps", steps, &nst, &has_steps)))
-        return st;
-    if (ne != ns || (has_axes && na != ns) || (has_steps && nst != ns))
-        return gf_kernel_error(a, GF_ERR_INVALID, "starts, ends, axes and steps have %zu, %zu, "
-                               "%zu and %zu entries", ns, ne, na, nst);
     const struct gf_tview *x = &a->in[0];
     int r = x->rank;
-    int64_t first[GF_MAX_RANK] = {0}, step[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    bool done[GF_MAX_RANK] = {false};
-    for (int k = 0; k < r; k++) {
-        step[k] = 1;
-        dims[k] = x->dims[k];
-    }
-    for (size_t i = 0; i < ns; i++) {
-        int ax;
-        if ((st = gf_norm_axis(a, "axis", has_axes ? axes[i] : (int64_t)i, r, &ax)))
-            return st;
-        if (done[ax])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axis %d is sliced twice", ax);
-        done[ax] = true;
-        step[ax] = has_steps ? steps[i] : 1;
-        if (step[ax] == 0)
-            return gf_kernel_error(a, GF_ERR_INVALID, "steps[%zu] is 0", i);
-        slice_axis(x->dims[ax], starts[i], ends[i], step[ax], &first[ax], &dims[ax]);
-    }
+    int64_t first[GF_MAX_RANK], step[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
     struct remap m;
-    if ((st = check_out(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+    enum gf_status st = gf_require_inputs(a, 1);
+    if (st || (st = gf_slice_plan(a, 1, r, x->dims, first, step, dims)) ||
+        (st = gf_check_out_dims(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
         return st;
     strides_of(x, stride);
-    /* with 2+ elements |step| < dim; with fewer the step is unused (and may
-     * be INT64_MIN, whose product would overflow) */
     for (int k = 0; k < r; k++)
-        remap_linear(&m, k, first[k] * stride[k], dims[k] > 1 ? step[k] * stride[k] : 0);
+        remap_linear(&m, k, first[k] * stride[k], step[k] * stride[k]);
     remap_run(a, &m);
     return GF_OK;
 }
 
 static enum gf_status run_expand(const struct gf_kernel_args *a)
 {
-    int64_t shape[MAX_INTS], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    size_t ns;
-    bool given;
-    enum gf_status st = require_inputs(a, 2);
-    if (st || (st = int_list(a, 1, NULL, "shape", shape, &ns, &given)))
-        return st;
     const struct gf_tview *x = &a->in[0];
-    int r = x->rank > (int)ns ? x->rank : (int)ns;
-    if (r > GF_MAX_RANK)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shape has %zu entries; rank %d at most", ns,
-                               GF_MAX_RANK);
-    for (int k = 0; k < r; k++) {
-        int kx = k - (r - x->rank), ks = k - (r - (int)ns);
-        int64_t d = kx >= 0 ? x->dims[kx] : 1, s = ks >= 0 ? shape[ks] : 1;
-        if (s < 0 || (d != s && d != 1 && s != 1))
-            return gf_kernel_error(a, GF_ERR_INVALID, "cannot broadcast input dimension %" PRId64
-                                   " to shape entry %" PRId64 " (output axis %d)", d, s, k);
-        dims[k] = d == 1 ? s : d;
-    }
+    int r;
+    int64_t dims[GF_MAX_RANK], stride[GF_MAX_RANK];
     struct remap m;
-    if ((st = check_out(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+    enum gf_status st = gf_expand_dims(a, &r, dims);
+    if (st || (st = gf_check_out_dims(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
         return st;
     gf_bcast_strides(x, &a->out[0], stride);
     for (int k = 0; k < r; k++)
@@ -891,11 +608,11 @@ static enum gf_status run_expand(const struct gf_kernel_args *a)
 
 static enum gf_status run_tile(const struct gf_kernel_args *a)
 {
-    int64_t rep[MAX_INTS], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
+    int64_t rep[GF_MAX_INTS], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
     size_t n;
     bool given;
-    enum gf_status st = require_inputs(a, 2);
-    if (st || (st = int_list(a, 1, NULL, "repeats", rep, &n, &given)))
+    enum gf_status st = gf_require_inputs(a, 2);
+    if (st || (st = gf_int_list(a, 1, NULL, "repeats", rep, &n, &given)))
         return st;
     const struct gf_tview *x = &a->in[0];
     if (n != (size_t)x->rank)
@@ -906,7 +623,7 @@ static enum gf_status run_tile(const struct gf_kernel_args *a)
             return gf_kernel_error(a, GF_ERR_INVALID, "repeats[%d] = %" PRId64 " is invalid", k,
                                    rep[k]);
     struct remap m;
-    if ((st = check_out(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
+    if ((st = gf_check_out_dims(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
         return st;
     strides_of(x, stride);
     for (int k = 0; k < m.rank && x->rank; k++)
@@ -947,10 +664,10 @@ static enum gf_status pad_lists(const struct gf_kernel_args *a, int64_t *pads, s
                                 int64_t *axes, size_t *na, bool *has_axes)
 {
     bool given;
-    enum gf_status st = int_list(a, 1, "pads", "pads", pads, np, &given);
+    enum gf_status st = gf_int_list(a, 1, "pads", "pads", pads, np, &given);
     if (st == GF_OK && !given)
-        st = int_list(a, 0, "paddings", "paddings", pads, np, &given);
-    return st ? st : int_list(a, 3, NULL, "axes", axes, na, has_axes);
+        st = gf_int_list(a, 0, "paddings", "paddings", pads, np, &given);
+    return st ? st : gf_int_list(a, 3, NULL, "axes", axes, na, has_axes);
 }
 
 /* The pad value: input 2 (opset 11+), attribute `value` (before), or 0. */
@@ -958,8 +675,8 @@ static enum gf_status pad_value(const struct gf_kernel_args *a, void *buf)
 {
     const struct gf_tview *x = &a->in[0];
     memset(buf, 0, 16);
-    if (has_input(a, 2) && a->in[2].nelem) {
-        enum gf_status st = check_dtype(a, "constant_value", a->in[2].dtype, x->dtype);
+    if (gf_has_input(a, 2) && a->in[2].nelem) {
+        enum gf_status st = gf_check_dtype(a, "constant_value", a->in[2].dtype, x->dtype);
         if (st == GF_OK)
             memcpy(buf, a->in[2].data, gf_dtype_size(x->dtype));
         return st;
@@ -974,17 +691,17 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     int mode;
     int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    int64_t pads[MAX_INTS], axes[MAX_INTS];
+    int64_t pads[GF_MAX_INTS], axes[GF_MAX_INTS];
     size_t np = 0, na = 0;
     bool has_axes = false;
     _Alignas(16) uint8_t fill[16];
-    enum gf_status st = require_inputs(a, 1);
+    enum gf_status st = gf_require_inputs(a, 1);
     if (st || (st = pad_lists(a, pads, &np, axes, &na, &has_axes)) ||
         (st = gf_pad_plan(a, pads, np, axes, na, has_axes, &mode, pb, pe, dims)) ||
         (st = pad_value(a, fill)))
         return st;
     struct remap m;
-    if ((st = check_out(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
+    if ((st = gf_check_out_dims(a, 0, x->rank, dims)) || (st = remap_init(a, &m, x->rank, dims)))
         return st;
     m.fill = fill;
     strides_of(x, stride);
@@ -1005,38 +722,15 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
 
 static enum gf_status run_concat(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *x0 = &a->in[0];
-    enum gf_status st = require_inputs(a, a->n_in);
-    if (st || a->n_in == 0)
-        return st ? st : gf_kernel_error(a, GF_ERR_INVALID, "no inputs");
-    if (!gf_node_attr(a->node, "axis") && node_opset(a->node) >= 4)
-        return gf_kernel_error(a, GF_ERR_INVALID, "attribute 'axis' is missing");
-    int r = x0->rank, ax;
-    if ((st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 1), r, &ax)))
-        return st;
+    int ax;
     int64_t dims[GF_MAX_RANK];
-    memcpy(dims, x0->dims, sizeof(dims));
-    dims[ax] = 0;
-    for (size_t j = 0; j < a->n_in; j++) {
-        const struct gf_tview *x = &a->in[j];
-        bool same = x->rank == r && x->dtype == x0->dtype;
-        for (int k = 0; same && k < r; k++)
-            same = k == ax || x->dims[k] == x0->dims[k];
-        char s0[200], sj[200];
-        if (!same)
-            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu (%s %s) does not match input 0 "
-                                   "(%s %s) off axis %d", j, gf_dtype_name(x->dtype),
-                                   fmt_dims(sj, sizeof(sj), x->rank, x->dims),
-                                   gf_dtype_name(x0->dtype), fmt_dims(s0, sizeof(s0), r, x0->dims),
-                                   ax);
-        dims[ax] += x->dims[ax];
-    }
-    if ((st = check_out(a, 0, r, dims)) ||
-        (st = check_dtype(a, "output 0", a->out[0].dtype, x0->dtype)))
+    enum gf_status st = gf_concat_dims(a, &ax, dims);
+    if (st)
         return st;
     /* out: [outer, dims[ax] * inner]; input j fills columns [pos, pos + dj) * inner */
-    size_t es = gf_dtype_size(x0->dtype), outer = prod(dims, 0, ax);
-    size_t inner = prod(dims, ax + 1, r), pitch = (size_t)dims[ax] * inner * es, pos = 0;
+    int r = a->in[0].rank;
+    size_t es = gf_dtype_size(a->in[0].dtype), outer = gf_dims_prod(dims, 0, ax);
+    size_t inner = gf_dims_prod(dims, ax + 1, r), pitch = (size_t)dims[ax] * inner * es, pos = 0;
     for (size_t j = 0; j < a->n_in; j++) {
         size_t len = (size_t)a->in[j].dims[ax] * inner * es;
         copy_blocks(a, (char *)a->out[0].data + pos, pitch, a->in[j].data, len, len, outer);
@@ -1045,76 +739,25 @@ static enum gf_status run_concat(const struct gf_kernel_args *a)
     return GF_OK;
 }
 
-/* Size of Split output j: from the split list (input 1, or attribute
- * before opset 13), num_outputs (opset 18: ceil chunks, the last smaller),
- * or equal parts. */
-static enum gf_status split_size(const struct gf_kernel_args *a, int64_t dim, size_t j,
-                                 int64_t *size)
-{
-    size_t n = a->n_out, count = 0;
-    const int64_t *list = gf_node_attr_ints(a->node, "split", &count);
-    bool from_input = has_input(a, 1);
-    if (from_input || list) {
-        count = from_input ? a->in[1].nelem : count;
-        if (gf_node_attr(a->node, "num_outputs"))
-            return gf_kernel_error(a, GF_ERR_INVALID, "both split and num_outputs are given");
-        if (count != n)
-            return gf_kernel_error(a, GF_ERR_INVALID, "split has %zu entries for %zu outputs",
-                                   count, n);
-        *size = from_input ? ival(&a->in[1], j) : list[j];
-    } else if (gf_node_attr(a->node, "num_outputs")) {
-        int64_t k = gf_node_attr_int(a->node, "num_outputs", 0);
-        if (k != (int64_t)n)
-            return gf_kernel_error(a, GF_ERR_INVALID, "num_outputs is %" PRId64 " but the node "
-                                   "has %zu outputs", k, n);
-        int64_t chunk = (dim + k - 1) / k;
-        *size = clamp64(dim - (int64_t)j * chunk, 0, chunk);
-    } else {
-        if (dim % (int64_t)n)
-            return gf_kernel_error(a, GF_ERR_INVALID, "axis of size %" PRId64 " does not split "
-                                   "into %zu equal parts", dim, n);
-        *size = dim / (int64_t)n;
-    }
-    if (*size < 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "split[%zu] = %" PRId64 " is negative", j,
-                               *size);
-    return GF_OK;
-}
-
 static enum gf_status run_split(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    enum gf_status st = require_inputs(a, 1);
     int ax;
-    if (st || (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
+    enum gf_status st = gf_split_axis(a, &ax);
+    if (st)
         return st;
-    if (a->n_out == 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "no outputs");
-    int64_t dim = x->dims[ax], total = 0, size;
-    for (size_t j = 0; j < a->n_out; j++) {
-        if ((st = split_size(a, dim, j, &size)))
-            return st;
-        total += size;
-    }
-    if (total != dim)
-        return gf_kernel_error(a, GF_ERR_INVALID, "split sizes add up to %" PRId64 ", not %" PRId64,
-                               total, dim);
     /* x: [outer, dim * inner]; output j takes columns [pos, pos + size) * inner */
-    size_t es = gf_dtype_size(x->dtype), outer = prod(x->dims, 0, ax);
-    size_t inner = prod(x->dims, ax + 1, x->rank), pitch = (size_t)dim * inner * es, pos = 0;
+    size_t es = gf_dtype_size(x->dtype), outer = gf_dims_prod(x->dims, 0, ax);
+    size_t inner = gf_dims_prod(x->dims, ax + 1, x->rank);
+    size_t pitch = (size_t)x->dims[ax] * inner * es, pos = 0;
     for (size_t j = 0; j < a->n_out; j++) {
         int64_t dims[GF_MAX_RANK];
-        memcpy(dims, x->dims, sizeof(dims));
-        split_size(a, dim, j, &dims[ax]);
-        size_t len = (size_t)dims[ax] * inner * es;
-        if (!a->out[j].data && !a->out[j].nelem) { /* omitted */
-            pos += len;
-            continue;
-        }
-        if ((st = check_out(a, j, x->rank, dims)) ||
-            (st = check_dtype(a, "output", a->out[j].dtype, x->dtype)))
+        bool omitted;
+        if ((st = gf_split_out(a, ax, j, dims, &omitted)))
             return st;
-        copy_blocks(a, a->out[j].data, len, (const char *)x->data + pos, pitch, len, outer);
+        size_t len = (size_t)dims[ax] * inner * es;
+        if (!omitted)
+            copy_blocks(a, a->out[j].data, len, (const char *)x->data + pos, pitch, len, outer);
         pos += len;
     }
     return GF_OK;
@@ -1155,20 +798,20 @@ static void trilu_rows(void *ctx, size_t begin, size_t end)
 static enum gf_status run_trilu(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    enum gf_status st = require_inputs(a, 1);
+    enum gf_status st = gf_require_inputs(a, 1);
     if (st)
         return st;
     if (x->rank < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "input has rank %d; Trilu needs 2 or more",
                                x->rank);
     int64_t k = 0;
-    if (has_input(a, 1)) {
+    if (gf_has_input(a, 1)) {
         if (a->in[1].nelem != 1)
             return gf_kernel_error(a, GF_ERR_INVALID, "k must be a scalar (it has %zu elements)",
                                    a->in[1].nelem);
         k = ival(&a->in[1], 0);
     }
-    if ((st = check_out(a, 0, x->rank, x->dims)))
+    if ((st = gf_check_out_dims(a, 0, x->rank, x->dims)))
         return st;
     int64_t n = x->dims[x->rank - 2], m = x->dims[x->rank - 1];
     struct trilu_job j = {x->data, a->out[0].data, gf_dtype_size(x->dtype), n, m,
@@ -1185,24 +828,15 @@ static enum gf_status run_trilu(const struct gf_kernel_args *a)
 static enum gf_status run_gather(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
-    enum gf_status st = require_inputs(a, 2);
-    int ax;
-    if (st || (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), x->rank, &ax)))
-        return st;
-    int r = x->rank, q = ind->rank;
-    if (r - 1 + q > GF_MAX_RANK)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", r - 1 + q,
-                               GF_MAX_RANK);
-    /* out: x dims before axis, indices dims, x dims after axis */
+    int ax, r = x->rank;
     int64_t dims[GF_MAX_RANK], view[GF_MAX_RANK], stride[GF_MAX_RANK];
-    memcpy(dims, x->dims, (size_t)ax * sizeof(int64_t));
-    memcpy(dims + ax, ind->dims, (size_t)q * sizeof(int64_t));
-    memcpy(dims + ax + q, x->dims + ax + 1, (size_t)(r - ax - 1) * sizeof(int64_t));
+    struct remap m;
+    enum gf_status st = gf_gather_dims(a, &ax, dims);
+    if (st)
+        return st;
     memcpy(view, x->dims, sizeof(view));
     view[ax] = (int64_t)ind->nelem; /* remapped as [before, N, after] */
-    struct remap m;
-    if ((st = check_out(a, 0, r - 1 + q, dims)) ||
-        (st = check_indices(a, ind, x->dims[ax], ax)) || (st = remap_init(a, &m, r, view)))
+    if ((st = remap_init(a, &m, r, view)))
         return st;
     strides_of(x, stride);
     for (int k = 0; k < r; k++)
@@ -1231,7 +865,7 @@ static enum gf_status check_elements(const struct gf_kernel_args *a, int *ax)
         if (k != *ax && ind->dims[k] > x->dims[k])
             return gf_kernel_error(a, GF_ERR_INVALID, "indices dimension %d is %" PRId64
                                    ", larger than data's %" PRId64, k, ind->dims[k], x->dims[k]);
-    return check_indices(a, ind, x->dims[*ax], *ax);
+    return gf_check_indices(a, ind, x->dims[*ax], *ax);
 }
 
 /* Walks the elements of `ind`: data element offset of each. */
@@ -1286,9 +920,9 @@ static void gather_elems_range(void *ctx, size_t begin, size_t end)
 
 static enum gf_status run_gather_elements(const struct gf_kernel_args *a)
 {
-    enum gf_status st = require_inputs(a, 2);
+    enum gf_status st = gf_require_inputs(a, 2);
     int ax;
-    if (st || (st = check_out(a, 0, a->in[1].rank, a->in[1].dims)) ||
+    if (st || (st = gf_check_out_dims(a, 0, a->in[1].rank, a->in[1].dims)) ||
         (st = check_elements(a, &ax)))
         return st;
     struct gather_elems_job j = {a, ax};
@@ -1409,10 +1043,10 @@ static enum gf_status scatter_begin(const struct gf_kernel_args *a, enum scatter
                                     combine_fn *f)
 {
     const struct gf_tview *x = &a->in[0];
-    enum gf_status st = require_inputs(a, 3);
-    if (st || (st = check_dtype(a, "updates", a->in[2].dtype, x->dtype)) ||
-        (st = check_out(a, 0, x->rank, x->dims)) ||
-        (st = check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
+    enum gf_status st = gf_require_inputs(a, 3);
+    if (st || (st = gf_check_dtype(a, "updates", a->in[2].dtype, x->dtype)) ||
+        (st = gf_check_out_dims(a, 0, x->rank, x->dims)) ||
+        (st = gf_check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
         return st;
     *r = reduction_of(a->node);
     *f = combine_for(x->dtype);
@@ -1432,14 +1066,9 @@ static enum gf_status run_scatter_elements(const struct gf_kernel_args *a)
     if (st || (st = check_elements(a, &ax)))
         return st;
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1], *upd = &a->in[2];
-    char want[200], got[200];
-    bool same = upd->rank == ind->rank;
-    for (int k = 0; same && k < ind->rank; k++)
-        same = upd->dims[k] == ind->dims[k];
-    if (!same)
+    if (!fu_same_shape(upd, ind->rank, ind->dims))
         return gf_kernel_error(a, GF_ERR_INVALID, "updates have shape %s, indices %s",
-                               fmt_dims(got, sizeof(got), upd->rank, upd->dims),
-                               fmt_dims(want, sizeof(want), ind->rank, ind->dims));
+                               FU_SHAPE(upd), FU_SHAPE(ind));
     size_t es = gf_dtype_size(x->dtype);
     copy_bytes(a, a->out[0].data, x->data, gf_tview_bytes(x));
     /* sequential: repeated indices combine in order */
@@ -1453,53 +1082,28 @@ static enum gf_status run_scatter_elements(const struct gf_kernel_args *a)
 
 /* ---- GatherND and ScatterND ------------------------------------------------------ */
 
-/* indices [B..., N..., k] address slices of data [B..., D0..Dk-1, S...]
- * (B: batch_dims axes shared by both). */
+/* A plan (kernels/layout_checks.c) and the data strides. */
 struct nd_map {
     const struct gf_tview *x, *ind;
-    int b, k;
-    size_t n_per_batch;             /* N: tuples per batch */
-    size_t slice;                   /* S: elements per slice */
-    size_t batch_stride;            /* data elements per batch */
+    struct gf_nd_plan p;
     int64_t dstride[GF_MAX_RANK];
 };
 
-static enum gf_status nd_init(const struct gf_kernel_args *a, struct nd_map *m, int b)
+static void nd_map_init(const struct gf_kernel_args *a, struct nd_map *m)
 {
-    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
-    int q = ind->rank, r = x->rank;
-    if (q < 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "indices must have rank >= 1");
-    int64_t k = ind->dims[q - 1];
-    if (b < 0 || b >= q || b >= r)
-        return gf_kernel_error(a, GF_ERR_INVALID, "batch_dims %d must be in [0, %d)", b,
-                               q < r ? q : r);
-    if (k > r - b)
-        return gf_kernel_error(a, GF_ERR_INVALID, "index tuples of length %" PRId64 " exceed "
-                               "the %d data axes after the batch", k, r - b);
-    for (int j = 0; j < b; j++)
-        if (ind->dims[j] != x->dims[j])
-            return gf_kernel_error(a, GF_ERR_INVALID, "batch dimension %d differs: indices %"
-                                   PRId64 ", data %" PRId64, j, ind->dims[j], x->dims[j]);
-    *m = (struct nd_map){x, ind, b, (int)k, prod(ind->dims, b, q - 1),
-                         prod(x->dims, b + (int)k, r), prod(x->dims, b, r), {0}};
-    strides_of(x, m->dstride);
-    for (size_t t = 0; t * (size_t)k < ind->nelem; t++)
-        for (int j = 0; j < k; j++) {
-            int64_t v = ival(ind, t * (size_t)k + (size_t)j), d = x->dims[b + j];
-            if (v < -d || v >= d)
-                return index_error(a, "indices", t * (size_t)k + (size_t)j, v, d, b + j);
-        }
-    return GF_OK;
+    m->x = &a->in[0];
+    m->ind = &a->in[1];
+    strides_of(m->x, m->dstride);
 }
 
 /* Data element offset of tuple t (indices already checked). */
 static size_t nd_offset(const struct nd_map *m, size_t t)
 {
-    size_t off = m->n_per_batch ? t / m->n_per_batch * m->batch_stride : 0;
-    for (int j = 0; j < m->k; j++) {
-        int64_t v = ival(m->ind, t * (size_t)m->k + (size_t)j), d = m->x->dims[m->b + j];
-        off += (size_t)((v < 0 ? v + d : v) * m->dstride[m->b + j]);
+    const struct gf_nd_plan *p = &m->p;
+    size_t off = p->per_batch ? t / p->per_batch * p->batch : 0;
+    for (int j = 0; j < p->k; j++) {
+        int64_t v = ival(m->ind, t * (size_t)p->k + (size_t)j), d = m->x->dims[p->b + j];
+        off += (size_t)((v < 0 ? v + d : v) * m->dstride[p->b + j]);
     }
     return off;
 }
@@ -1512,32 +1116,22 @@ struct gather_nd_job {
 static void gather_nd_range(void *ctx, size_t begin, size_t end)
 {
     const struct gather_nd_job *j = ctx;
-    size_t es = gf_dtype_size(j->m->x->dtype), len = j->m->slice * es;
+    size_t es = gf_dtype_size(j->m->x->dtype), len = j->m->p.slice * es;
     for (size_t t = begin; t < end; t++)
         memcpy(j->dst + t * len, (const char *)j->m->x->data + nd_offset(j->m, t) * es, len);
 }
 
 static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
     struct nd_map m;
-    enum gf_status st = require_inputs(a, 2);
-    if (st || (st = nd_init(a, &m, (int)gf_node_attr_int(a->node, "batch_dims", 0))))
+    enum gf_status st = gf_gather_nd_plan(a, &m.p);
+    if (st)
         return st;
-    /* out: indices dims but the last, then the slice dims */
-    int64_t dims[2 * GF_MAX_RANK];
-    int q = ind->rank, n = q - 1 + x->rank - m.b - m.k;
-    memcpy(dims, ind->dims, (size_t)(q - 1) * sizeof(int64_t));
-    memcpy(dims + q - 1, x->dims + m.b + m.k, (size_t)(x->rank - m.b - m.k) * sizeof(int64_t));
-    if (n > GF_MAX_RANK)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output rank %d is over %d", n, GF_MAX_RANK);
-    if ((st = check_out(a, 0, n, dims)) ||
-        (st = check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
-        return st;
-    size_t tuples = m.k ? ind->nelem / (size_t)m.k : prod(ind->dims, 0, q - 1);
+    nd_map_init(a, &m);
     struct gather_nd_job j = {&m, a->out[0].data};
-    if (m.slice)
-        gf_parallel_for(a->n_threads, tuples, max_sz(1, GRAIN / m.slice), gather_nd_range, &j);
+    if (m.p.slice)
+        gf_parallel_for(a->n_threads, m.p.tuples, max_sz(1, GRAIN / m.p.slice), gather_nd_range,
+                        &j);
     return GF_OK;
 }
 
@@ -1547,25 +1141,24 @@ static enum gf_status run_scatter_nd(const struct gf_kernel_args *a)
     combine_fn f;
     struct nd_map m;
     enum gf_status st = scatter_begin(a, &r, &f);
-    if (st || (st = nd_init(a, &m, 0)))
+    if (st || (st = gf_nd_plan(a, 0, &m.p)))
         return st;
+    nd_map_init(a, &m);
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1], *upd = &a->in[2];
     /* updates: indices dims but the last, then the slice dims */
-    int q = ind->rank, n = q - 1 + x->rank - m.k;
+    int q = ind->rank, n = q - 1 + x->rank - m.p.k;
     bool same = upd->rank == n;
     for (int k = 0; same && k < n; k++)
-        same = upd->dims[k] == (k < q - 1 ? ind->dims[k] : x->dims[m.k + k - (q - 1)]);
-    char got[200];
+        same = upd->dims[k] == (k < q - 1 ? ind->dims[k] : x->dims[m.p.k + k - (q - 1)]);
     if (!same)
         return gf_kernel_error(a, GF_ERR_INVALID, "updates have shape %s; indices and data "
-                               "need rank %d", fmt_dims(got, sizeof(got), upd->rank, upd->dims),
-                               n);
-    size_t es = gf_dtype_size(x->dtype), tuples = prod(ind->dims, 0, q - 1);
+                               "need rank %d", FU_SHAPE(upd), n);
+    size_t es = gf_dtype_size(x->dtype), tuples = gf_dims_prod(ind->dims, 0, q - 1);
     copy_bytes(a, a->out[0].data, x->data, gf_tview_bytes(x));
     /* sequential: repeated tuples combine in order */
-    for (size_t t = 0; t < tuples && m.slice; t++)
+    for (size_t t = 0; t < tuples && m.p.slice; t++)
         scatter_put(r, f, (char *)a->out[0].data + nd_offset(&m, t) * es,
-                    (const char *)upd->data + t * m.slice * es, m.slice, es);
+                    (const char *)upd->data + t * m.p.slice * es, m.p.slice, es);
     return GF_OK;
 }
 
@@ -1597,7 +1190,7 @@ static bool one_hot_index(const struct gf_tview *t, size_t i, int64_t *v)
 static enum gf_status run_one_hot(const struct gf_kernel_args *a)
 {
     const struct gf_tview *ind = &a->in[0], *depth = &a->in[1], *vals = &a->in[2];
-    enum gf_status st = require_inputs(a, 3);
+    enum gf_status st = gf_require_inputs(a, 3);
     if (st)
         return st;
     if (depth->nelem != 1)
@@ -1620,10 +1213,10 @@ static enum gf_status run_one_hot(const struct gf_kernel_args *a)
     memcpy(dims, ind->dims, (size_t)ax * sizeof(int64_t));
     dims[ax] = D;
     memcpy(dims + ax + 1, ind->dims + ax, (size_t)(ind->rank - ax) * sizeof(int64_t));
-    if ((st = check_out(a, 0, R, dims)) ||
-        (st = check_dtype(a, "output 0", a->out[0].dtype, vals->dtype)))
+    if ((st = gf_check_out_dims(a, 0, R, dims)) ||
+        (st = gf_check_dtype(a, "output 0", a->out[0].dtype, vals->dtype)))
         return st;
-    size_t es = gf_dtype_size(vals->dtype), inner = prod(ind->dims, ax, ind->rank);
+    size_t es = gf_dtype_size(vals->dtype), inner = gf_dims_prod(ind->dims, ax, ind->rank);
     const char *off = vals->data, *on = off + es;
     char *out = a->out[0].data;
     fill_par(a, out, off, es, a->out[0].nelem);
@@ -1644,6 +1237,9 @@ static enum gf_status run_one_hot(const struct gf_kernel_args *a)
 #define KERNEL(OP, NAME, SUPPORTS, WORKSPACE)                                               \
     {.op = GF_OP_##OP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "cpu_" #NAME,       \
      .supports = SUPPORTS, .workspace = WORKSPACE, .run = run_##NAME}
+#define VIEW(OP, NAME)                                                                      \
+    {.op = GF_OP_##OP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "cpu_" #NAME,       \
+     .supports = sup_move, .run = run_view}
 
 static const struct gf_kernel kernels[] = {
     KERNEL(CONSTANT, constant, sup_constant, NULL),
@@ -1652,10 +1248,10 @@ static const struct gf_kernel kernels[] = {
     KERNEL(SIZE, size, NULL, NULL),
     KERNEL(RANGE, range, sup_range, NULL),
     KERNEL(TRANSPOSE, transpose, sup_move, remap_ws),
-    KERNEL(RESHAPE, reshape, sup_move, NULL),
-    KERNEL(FLATTEN, flatten, sup_move, NULL),
-    KERNEL(SQUEEZE, squeeze, sup_move, NULL),
-    KERNEL(UNSQUEEZE, unsqueeze, sup_move, NULL),
+    VIEW(RESHAPE, reshape),
+    VIEW(FLATTEN, flatten),
+    VIEW(SQUEEZE, squeeze),
+    VIEW(UNSQUEEZE, unsqueeze),
     KERNEL(CONCAT, concat, sup_move, NULL),
     KERNEL(SPLIT, split, sup_move, NULL),
     KERNEL(SLICE, slice, sup_move, remap_ws),

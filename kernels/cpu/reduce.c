@@ -37,57 +37,11 @@ static size_t grain_for(size_t cost)
 
 /* ---- small shared helpers ---------------------------------------------- */
 
-static bool is_index_type(enum gf_dtype t)
-{
-    return t == GF_INT32 || t == GF_INT64;
-}
-
 /* Element i of an integer input (axes, k, axis, labels). */
 static int64_t idx_get(const struct gf_tview *t, size_t i)
 {
     struct gf_tensor tmp = {.dtype = t->dtype, .nelem = t->nelem, .data = t->data};
     return gf_tensor_get_i64(&tmp, i);
-}
-
-/* Resolves a possibly negative axis; false when outside [-rank, rank-1]. */
-static bool norm_axis(int64_t axis, int rank, int *out)
-{
-    if (axis < -rank || axis >= rank)
-        return false;
-    *out = (int)(axis < 0 ? axis + rank : axis);
-    return true;
-}
-
-static enum gf_status axis_error(const struct gf_kernel_args *a, const char *what, int64_t v,
-                                 int rank)
-{
-    return gf_kernel_error(a, GF_ERR_INVALID, "%s %lld is out of range [%d, %d] for rank %d", what,
-                           (long long)v, -rank, rank - 1, rank);
-}
-
-/* The "axis" attribute (default dflt) resolved against input 0's rank. */
-static enum gf_status get_axis(const struct gf_kernel_args *a, int64_t dflt, int *ax)
-{
-    int64_t axis = gf_node_attr_int(a->node, "axis", dflt);
-    if (!norm_axis(axis, a->in[0].rank, ax))
-        return axis_error(a, "axis", axis, a->in[0].rank);
-    return GF_OK;
-}
-
-/* Output i must exist with this dtype and element count. */
-static enum gf_status check_out(const struct gf_kernel_args *a, size_t i, enum gf_dtype dt,
-                                size_t nelem)
-{
-    if (i >= a->n_out || (!a->out[i].data && nelem))
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", i);
-    const struct gf_tview *o = &a->out[i];
-    if (o->dtype != dt)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected %s", i,
-                               gf_dtype_name(o->dtype), gf_dtype_name(dt));
-    if (o->nelem != nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has %zu elements, expected %zu", i,
-                               o->nelem, nelem);
-    return GF_OK;
 }
 
 /* A tensor seen as [outer, n, inner] around one axis. */
@@ -641,52 +595,16 @@ static size_t red_workspace(const struct gf_kernel_args *a)
     return nt > 1 ? (nt * nt + 2 * nt) * sizeof(union acc) : 0;
 }
 
-/* red[i] = axis i is reduced.  Empty axes reduce everything, or nothing
- * with noop_with_empty_axes (each output then folds its one element:
- * ReduceSumSquare gives x * x, ReduceL1 |x|, as the ONNX function bodies of
- * these ops do).  Axes come from input 1 (ReduceSum-13, the others from
- * 18) or else from the attribute (older opsets). */
-static enum gf_status red_axes(const struct gf_kernel_args *a, bool *red)
-{
-    int rank = a->in[0].rank;
-    const struct gf_tview *ax = a->n_in > 1 && a->in[1].data && a->in[1].nelem ? &a->in[1] : NULL;
-    size_t n = 0;
-    const int64_t *attr = NULL;
-    if (ax && !is_index_type(ax->dtype))
-        return gf_kernel_error(a, GF_ERR_INVALID, "axes (input 1) must be int32 or int64, not %s",
-                               gf_dtype_name(ax->dtype));
-    if (ax)
-        n = ax->nelem;
-    else
-        attr = gf_node_attr_ints(a->node, "axes", &n);
-    bool all = n == 0 && gf_node_attr_int(a->node, "noop_with_empty_axes", 0) == 0;
-    for (int i = 0; i < rank; i++)
-        red[i] = all;
-    for (size_t k = 0; k < n; k++) {
-        int64_t v = ax ? idx_get(ax, k) : attr[k];
-        int i;
-        if (!norm_axis(v, rank, &i))
-            return gf_kernel_error(a, GF_ERR_INVALID,
-                                   "axes[%zu] = %lld is out of range [%d, %d] for rank %d", k,
-                                   (long long)v, -rank, rank - 1, rank);
-        if (red[i])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axes[%zu] = %lld repeats axis %d", k,
-                                   (long long)v, i);
-        red[i] = true;
-    }
-    return GF_OK;
-}
-
 static enum gf_status red_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     bool red[GF_MAX_RANK];
-    enum gf_status st = red_axes(a, red);
+    enum gf_status st = gf_reduce_axes(a, red);
     if (st != GF_OK)
         return st;
     struct red_plan p;
     red_plan_init(&p, x, red);
-    if ((st = check_out(a, 0, x->dtype, p.nout)) != GF_OK || p.nout == 0)
+    if ((st = gf_check_out_count(a, 0, x->dtype, p.nout)) != GF_OK || p.nout == 0)
         return st;
     int nt = n_threads(a);
     struct red_ctx c = {.p = &p, .ty = &red_types[x->dtype], .op = a->node->op,
@@ -756,11 +674,11 @@ static enum gf_status arg_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     int ax;
-    enum gf_status st = get_axis(a, 0, &ax);
+    enum gf_status st = gf_axis_attr(a, 0, a->in[0].rank, &ax);
     if (st != GF_OK)
         return st;
     struct axis3 s = split_at(x, ax);
-    if ((st = check_out(a, 0, GF_INT64, s.outer * s.inner)) != GF_OK || s.outer * s.inner == 0)
+    if ((st = gf_check_out_count(a, 0, GF_INT64, s.outer * s.inner)) != GF_OK || s.outer * s.inner == 0)
         return st;
     if (s.n == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "axis %d has size 0: no element to select", ax);
@@ -853,7 +771,7 @@ static enum gf_status tk_get_k(const struct gf_kernel_args *a, int64_t *k)
 {
     if (a->n_in > 1 && a->in[1].data) {
         const struct gf_tview *t = &a->in[1];
-        if (!is_index_type(t->dtype) || t->nelem != 1)
+        if (!gf_is_index_type(t->dtype) || t->nelem != 1)
             return gf_kernel_error(a, GF_ERR_INVALID,
                                    "K (input 1) must hold one int64, got %zu %s elements",
                                    t->nelem, gf_dtype_name(t->dtype));
@@ -873,7 +791,7 @@ static enum gf_status topk_run(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     int ax;
     int64_t k = 0;
-    enum gf_status st = get_axis(a, -1, &ax);
+    enum gf_status st = gf_axis_attr(a, -1, a->in[0].rank, &ax);
     if (st != GF_OK || (st = tk_get_k(a, &k)) != GF_OK)
         return st;
     struct axis3 s = split_at(x, ax);
@@ -881,8 +799,8 @@ static enum gf_status topk_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INVALID, "k = %lld is out of range [0, %zu] (axis %d)",
                                (long long)k, s.n, ax);
     size_t nout = s.outer * (size_t)k * s.inner;
-    if ((st = check_out(a, 0, x->dtype, nout)) != GF_OK ||
-        (st = check_out(a, 1, GF_INT64, nout)) != GF_OK || nout == 0)
+    if ((st = gf_check_out_count(a, 0, x->dtype, nout)) != GF_OK ||
+        (st = gf_check_out_count(a, 1, GF_INT64, nout)) != GF_OK || nout == 0)
         return st;
     struct tk_ctx c = {x->data, a->out[0].data, a->out[1].data, s, (size_t)k,
                        gf_node_attr_int(a->node, "largest", 1) != 0};
@@ -933,14 +851,14 @@ static const item_fn cs_blocks[GF_DTYPE_COUNT] = {NUM_TYPES(CS_ENTRY)};
 static enum gf_status cumsum_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0], *t = a->n_in > 1 ? &a->in[1] : NULL;
-    if (!t || !t->data || !is_index_type(t->dtype) || t->nelem != 1 || t->rank > 1)
+    if (!t || !t->data || !gf_is_index_type(t->dtype) || t->nelem != 1 || t->rank > 1)
         return gf_kernel_error(a, GF_ERR_INVALID,
                                "axis (input 1) must be one int32 or int64 value");
     int64_t axis = idx_get(t, 0);
     int ax;
-    if (!norm_axis(axis, x->rank, &ax))
-        return axis_error(a, "axis", axis, x->rank);
-    enum gf_status st = check_out(a, 0, x->dtype, x->nelem);
+    enum gf_status st = gf_norm_axis(a, "axis", axis, x->rank, &ax);
+    if (st == GF_OK)
+        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
     if (st != GF_OK || x->nelem == 0)
         return st;
     struct cs_ctx c = {x->data, a->out[0].data, split_at(x, ax),
@@ -1019,7 +937,7 @@ static enum gf_status smx_run(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     bool old = onnx_opset(a) < 13;
     int ax;
-    enum gf_status st = get_axis(a, old ? 1 : -1, &ax);
+    enum gf_status st = gf_axis_attr(a, old ? 1 : -1, a->in[0].rank, &ax);
     if (st != GF_OK)
         return st;
     struct axis3 s = split_at(x, ax);
@@ -1027,7 +945,7 @@ static enum gf_status smx_run(const struct gf_kernel_args *a)
         s.n *= s.inner;
         s.inner = 1;
     }
-    if ((st = check_out(a, 0, x->dtype, x->nelem)) != GF_OK || x->nelem == 0)
+    if ((st = gf_check_out_count(a, 0, x->dtype, x->nelem)) != GF_OK || x->nelem == 0)
         return st;
     struct smx_ctx c = {a->node->op, x->data, a->out[0].data, s};
     run_items(n_threads(a), colblk_count(s), s.n * colblk_width(s), smx_blocks[x->dtype], &c);
@@ -1160,7 +1078,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     int ax;
-    enum gf_status st = get_axis(a, -1, &ax);
+    enum gf_status st = gf_axis_attr(a, -1, a->in[0].rank, &ax);
     if (st != GF_OK)
         return st;
     if (a->n_in < 2 || !a->in[1].data)
@@ -1175,7 +1093,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
         c.b = a->in[2].data;
         st = ln_param(a, 2, "B", &block, &c.bb);
     }
-    if (st != GF_OK || (st = check_out(a, 0, x->dtype, x->nelem)) != GF_OK ||
+    if (st != GF_OK || (st = gf_check_out_count(a, 0, x->dtype, x->nelem)) != GF_OK ||
         (st = ln_stat_out(a, 1, rows, &c.mean, &c.mean_dt)) != GF_OK ||
         (st = ln_stat_out(a, 2, rows, &c.inv, &c.inv_dt)) != GF_OK)
         return st;
@@ -1248,7 +1166,7 @@ static enum gf_status loss_check_inputs(const struct gf_kernel_args *a)
     if (x->rank < 2)
         return gf_kernel_error(a, GF_ERR_INVALID,
                                "scores (input 0) must be [N, C, d1...], got rank %d", x->rank);
-    if (!t || !is_index_type(t->dtype) || t->rank != x->rank - 1 || (t->nelem && !t->data))
+    if (!t || !gf_is_index_type(t->dtype) || t->rank != x->rank - 1 || (t->nelem && !t->data))
         return gf_kernel_error(a, GF_ERR_INVALID,
                                "labels (input 1) must be int32/int64 of rank %d", x->rank - 1);
     for (int i = 0; i < t->rank; i++)
@@ -1304,10 +1222,10 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
     size_t npos = a->in[1].nelem;
     c.d = (size_t)x->dims[0] ? npos / (size_t)x->dims[0] : 1;
     if ((st = loss_check_labels(a, &c)) != GF_OK ||
-        (st = check_out(a, 0, x->dtype, none ? npos : 1)) != GF_OK)
+        (st = gf_check_out_count(a, 0, x->dtype, none ? npos : 1)) != GF_OK)
         return st;
     if (c.softmax && a->n_out > 1 && a->out[1].data) {
-        if ((st = check_out(a, 1, x->dtype, x->nelem)) != GF_OK)
+        if ((st = gf_check_out_count(a, 1, x->dtype, x->nelem)) != GF_OK)
             return st;
         c.logp = a->out[1].data;
     }

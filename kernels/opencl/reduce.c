@@ -171,78 +171,10 @@ static enum gf_status check_in(const struct gf_kernel_args *a, size_t i, const c
     return st;
 }
 
-/* Output i has type dt and nelem elements. */
-static enum gf_status check_out(const struct gf_kernel_args *a, size_t i, enum gf_dtype dt,
-                                size_t nelem)
-{
-    if (i >= a->n_out || (!a->out[i].data && nelem))
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is missing", i);
-    const struct gf_tview *o = &a->out[i];
-    if (o->dtype != dt)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu is %s, expected %s", i,
-                               gf_dtype_name(o->dtype), gf_dtype_name(dt));
-    if (o->nelem != nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output %zu has %zu elements, expected %zu", i,
-                               o->nelem, nelem);
-    return GF_OK;
-}
-
-static bool is_index_type(enum gf_dtype t)
-{
-    return t == GF_INT32 || t == GF_INT64;
-}
-
-/* Element i of a host int32 / int64 tensor. */
-static int64_t host_idx(const struct gf_tview *t, size_t i)
-{
-    return t->dtype == GF_INT32 ? ((const int32_t *)t->host)[i] : ((const int64_t *)t->host)[i];
-}
-
-static bool norm_axis(int64_t axis, int rank, int *out)
-{
-    if (axis < -rank || axis >= rank)
-        return false;
-    *out = (int)(axis < 0 ? axis + rank : axis);
-    return true;
-}
-
-static enum gf_status get_axis(const struct gf_kernel_args *a, int rank, int64_t dflt, int *ax)
-{
-    int64_t axis = gf_node_attr_int(a->node, "axis", dflt);
-    if (!norm_axis(axis, rank, ax))
-        return gf_kernel_error(a, GF_ERR_INVALID, "axis %lld is out of range [%d, %d] for rank "
-                               "%d", (long long)axis, -rank, rank - 1, rank);
-    return GF_OK;
-}
-
-static size_t prod(const int64_t *d, int from, int to)
-{
-    size_t p = 1;
-    for (int i = from; i < to; i++)
-        p *= (size_t)d[i];
-    return p;
-}
-
 /* Input i is absent, empty, or holds a host copy (shape-like inputs). */
 static bool host_or_empty(const struct gf_tview *in, size_t n_in, size_t i)
 {
     return i >= n_in || in[i].dtype == GF_UNDEFINED || in[i].nelem == 0 || in[i].host;
-}
-
-/* The int64 shape input i (with a host copy) is the output's shape. */
-static enum gf_status check_shape_input(const struct gf_kernel_args *a, size_t i)
-{
-    const struct gf_tview *s = &a->in[i], *o = &a->out[0];
-    if (!is_index_type(s->dtype) || s->rank != 1 || s->nelem != (size_t)o->rank ||
-        (s->nelem && !s->host))
-        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu must be a 1-D int64 shape of %d "
-                               "elements", i, o->rank);
-    for (int d = 0; d < o->rank; d++)
-        if (host_idx(s, (size_t)d) != o->dims[d])
-            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu gives dim %d as %lld, the "
-                                   "output has %lld", i, d, (long long)host_idx(s, (size_t)d),
-                                   (long long)o->dims[d]);
-    return GF_OK;
 }
 
 /* ==== Reduce{Sum,Mean,Max}, SumToShape ============================================== */
@@ -292,7 +224,7 @@ static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf
 {
     struct red_geom g;
     red_plan(x, reduce, &g);
-    enum gf_status st = check_out(a, 0, x->dtype, (size_t)g.nout);
+    enum gf_status st = gf_check_out_count(a, 0, x->dtype, (size_t)g.nout);
     if (st != GF_OK || g.nout == 0)
         return st;
     bool cols = (g.nk > 0 && g.kstr[g.nk - 1] == 1) || g.nred < 32;
@@ -312,38 +244,6 @@ static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf
     return gf_cl_run(a, k, 2, global, local);
 }
 
-/* Reduced axes from input 1 (host copy) or the attribute, as the CPU. */
-static enum gf_status red_axes(const struct gf_kernel_args *a, bool *red)
-{
-    int rank = a->in[0].rank;
-    const struct gf_tview *ax =
-        a->n_in > 1 && a->in[1].dtype != GF_UNDEFINED && a->in[1].nelem ? &a->in[1] : NULL;
-    size_t n = 0;
-    const int64_t *attr = NULL;
-    if (ax && (!is_index_type(ax->dtype) || !ax->host))
-        return gf_kernel_error(a, GF_ERR_INVALID, "axes (input 1) must be int32 or int64 known "
-                               "on the host, not %s", gf_dtype_name(ax->dtype));
-    if (ax)
-        n = ax->nelem;
-    else
-        attr = gf_node_attr_ints(a->node, "axes", &n);
-    bool all = n == 0 && gf_node_attr_int(a->node, "noop_with_empty_axes", 0) == 0;
-    for (int i = 0; i < rank; i++)
-        red[i] = all;
-    for (size_t k = 0; k < n; k++) {
-        int64_t v = ax ? host_idx(ax, k) : attr[k];
-        int i;
-        if (!norm_axis(v, rank, &i))
-            return gf_kernel_error(a, GF_ERR_INVALID, "axes[%zu] = %lld is out of range [%d, "
-                                   "%d] for rank %d", k, (long long)v, -rank, rank - 1, rank);
-        if (red[i])
-            return gf_kernel_error(a, GF_ERR_INVALID, "axes[%zu] = %lld repeats axis %d", k,
-                                   (long long)v, i);
-        red[i] = true;
-    }
-    return GF_OK;
-}
-
 static enum gf_status red_run(const struct gf_kernel_args *a)
 {
     bool red[GF_MAX_RANK];
@@ -351,7 +251,7 @@ static enum gf_status red_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
-        st = red_axes(a, red);
+        st = gf_reduce_axes(a, red);
     if (st != GF_OK)
         return st;
     int op = a->node->op == GF_OP_REDUCE_MEAN ? 1 : a->node->op == GF_OP_REDUCE_MAX ? 2 : 0;
@@ -373,7 +273,7 @@ static enum gf_status s2s_run(const struct gf_kernel_args *a)
     if (st == GF_OK && a->n_in < 2)
         st = gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing");
     if (st == GF_OK)
-        st = check_shape_input(a, 1);
+        st = gf_check_shape_input(a, 1);
     if (st == GF_OK)
         st = check_sizes(a);
     if (st != GF_OK)
@@ -420,7 +320,7 @@ static enum gf_status sum_run(const struct gf_kernel_args *a)
     if (st == GF_OK && a->n_in == 0)
         st = gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
     if (st == GF_OK)
-        st = check_out(a, 0, a->in[0].dtype, y->nelem);
+        st = gf_check_out_count(a, 0, a->in[0].dtype, y->nelem);
     for (size_t i = 0; st == GF_OK && i < a->n_in; i++) {
         char name[32];
         snprintf(name, sizeof(name), "input %zu", i);
@@ -481,7 +381,7 @@ static void axis_rows(const struct gf_tview *x, int ax, bool coerce, size_t *n, 
                       size_t *rows)
 {
     *n = (size_t)x->dims[ax];
-    *inner = prod(x->dims, ax + 1, x->rank);
+    *inner = gf_dims_prod(x->dims, ax + 1, x->rank);
     if (coerce) { /* before opset 13: [prod(dims[:axis]), prod(dims[axis:])] */
         *n *= *inner;
         *inner = 1;
@@ -524,9 +424,9 @@ static enum gf_status smx_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
-        st = get_axis(a, x->rank, old ? 1 : -1, &ax);
+        st = gf_axis_attr(a, old ? 1 : -1, x->rank, &ax);
     if (st == GF_OK)
-        st = check_out(a, 0, x->dtype, x->nelem);
+        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
     if (st != GF_OK || x->nelem == 0)
         return st;
     size_t n, inner, rows;
@@ -547,11 +447,11 @@ static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
-        st = get_axis(a, g->rank, -1, &ax);
+        st = gf_axis_attr(a, -1, g->rank, &ax);
     if (st == GF_OK && !fu_same_shape(y, g->rank, g->dims))
         st = gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
     if (st == GF_OK)
-        st = check_out(a, 0, g->dtype, g->nelem);
+        st = gf_check_out_count(a, 0, g->dtype, g->nelem);
     if (st != GF_OK || g->nelem == 0)
         return st;
     size_t n, inner, rows;
@@ -595,7 +495,7 @@ static enum gf_status ln_param(const struct gf_kernel_args *a, const struct gf_t
         g->dims[i] = (cl_int)x->dims[ax + i];
         st[i] = (cl_int)s[i];
     }
-    *full = t->nelem == prod(x->dims, ax, x->rank);
+    *full = t->nelem == gf_dims_prod(x->dims, ax, x->rank);
     return GF_OK;
 }
 
@@ -607,7 +507,7 @@ static enum gf_status ln_stat_out(const struct gf_kernel_args *a, size_t i, size
     if (i >= a->n_out || !a->out[i].data)
         return GF_OK;
     *m = a->out[i].data;
-    return check_out(a, i, GF_FLOAT, rows);
+    return gf_check_out_count(a, i, GF_FLOAT, rows);
 }
 
 static enum gf_status ln_run(const struct gf_kernel_args *a)
@@ -620,7 +520,7 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
-        st = get_axis(a, x->rank, -1, &ax);
+        st = gf_axis_attr(a, -1, x->rank, &ax);
     if (st == GF_OK && (a->n_in < 2 || !fu_has(a, 1)))
         st = gf_kernel_error(a, GF_ERR_INVALID, "Scale (input 1) is missing");
     if (st == GF_OK)
@@ -629,9 +529,9 @@ static enum gf_status ln_run(const struct gf_kernel_args *a)
         b = a->in[2].data;
         st = ln_param(a, &a->in[2], "B (input 2)", x, ax, &g, g.sb, &g.bfull);
     }
-    size_t n = prod(x->dims, ax, x->rank), rows = prod(x->dims, 0, ax);
+    size_t n = gf_dims_prod(x->dims, ax, x->rank), rows = gf_dims_prod(x->dims, 0, ax);
     if (st == GF_OK)
-        st = check_out(a, 0, x->dtype, x->nelem);
+        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
     if (st == GF_OK)
         st = ln_stat_out(a, 1, rows, &mean);
     if (st == GF_OK)
@@ -666,8 +566,8 @@ static void lng_block(const struct gf_kernel_args *a, size_t *rows, size_t *n, i
     *ax = (int)(axis < 0 ? axis + x->rank : axis);
     if (*ax < 0 || *ax >= x->rank)
         *ax = x->rank > 0 ? x->rank - 1 : 0;
-    *n = prod(x->dims, *ax, x->rank);
-    *rows = prod(x->dims, 0, *ax);
+    *n = gf_dims_prod(x->dims, *ax, x->rank);
+    *rows = gf_dims_prod(x->dims, 0, *ax);
 }
 
 static size_t lng_parts(size_t rows)
@@ -735,16 +635,16 @@ static enum gf_status lng_run(const struct gf_kernel_args *a)
     const struct gf_tview *g = &a->in[0], *x = &a->in[1];
     if (st == GF_OK) {
         lng_block(a, &rows, &n, &ax);
-        st = get_axis(a, x->rank, -1, &ax);
+        st = gf_axis_attr(a, -1, x->rank, &ax);
     }
     if (st == GF_OK && g->nelem != x->nelem)
         st = gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, X %zu", g->nelem,
                              x->nelem);
     if (st == GF_OK)
-        st = check_out(a, 0, x->dtype, x->nelem);
+        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
     for (size_t k = 1; st == GF_OK && k < a->n_out && k < 3; k++)
         if (a->out[k].data)
-            st = check_out(a, k, x->dtype, n);
+            st = gf_check_out_count(a, k, x->dtype, n);
     if (st == GF_OK)
         st = ln_param(a, &a->in[2], "Scale (input 2)", x, ax, &geo, geo.sw, &geo.wfull);
     if (st == GF_OK)
@@ -810,7 +710,7 @@ static enum gf_status loss_geom_of(const struct gf_kernel_args *a, const int64_t
     if (sr < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "scores must be [N, C, d1...], got rank %d",
                                sr);
-    if (!is_index_type(t->dtype) || t->rank != sr - 1 || (t->nelem && !t->data))
+    if (!gf_is_index_type(t->dtype) || t->rank != sr - 1 || (t->nelem && !t->data))
         return gf_kernel_error(a, GF_ERR_INVALID, "labels must be int32/int64 of rank %d",
                                sr - 1);
     for (int i = 0; i < t->rank; i++)
@@ -833,7 +733,7 @@ static enum gf_status labels_host_check(const struct gf_kernel_args *a,
                                         const struct gf_tview *t, const struct loss_geom *g)
 {
     for (size_t i = 0; t->host && i < t->nelem; i++) {
-        int64_t v = host_idx(t, i);
+        int64_t v = gf_int_at(t, t->host, i);
         if ((g->has_ii && v == g->ii) || (v >= 0 && v < g->c))
             continue;
         return gf_kernel_error(a, GF_ERR_INVALID, "labels element %zu is %lld: outside [0, %d)%s",
@@ -898,10 +798,10 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = labels_host_check(a, &a->in[1], &g);
     if (st == GF_OK)
-        st = check_out(a, 0, x->dtype, g.reduction == 0 ? (size_t)g.npos : 1);
+        st = gf_check_out_count(a, 0, x->dtype, g.reduction == 0 ? (size_t)g.npos : 1);
     if (st == GF_OK && sce && a->n_out > 1 && a->out[1].data) {
         logp = a->out[1].data;
-        st = check_out(a, 1, x->dtype, x->nelem);
+        st = gf_check_out_count(a, 1, x->dtype, x->nelem);
     }
     if (st == GF_OK && !ws)
         st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
@@ -987,7 +887,7 @@ static enum gf_status sceg_run(const struct gf_kernel_args *a)
     if (st == GF_OK)
         st = check_in(a, 1, "scores");
     if (st == GF_OK)
-        st = check_out(a, 0, x->dtype, x->nelem);
+        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
     if (st == GF_OK)
         st = lossg_setup(a, x->dims, x->rank, &g);
     if (st != GF_OK)
@@ -1013,9 +913,9 @@ static enum gf_status nllg_run(const struct gf_kernel_args *a)
     const struct gf_tview *o = &a->out[0];
     enum gf_status st = lossg_check(a);
     if (st == GF_OK)
-        st = check_shape_input(a, 1);
+        st = gf_check_shape_input(a, 1);
     if (st == GF_OK)
-        st = check_out(a, 0, a->in[0].dtype, o->nelem);
+        st = gf_check_out_count(a, 0, a->in[0].dtype, o->nelem);
     if (st == GF_OK)
         st = lossg_setup(a, o->dims, o->rank, &g);
     if (st != GF_OK || o->nelem == 0)
