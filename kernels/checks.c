@@ -18,6 +18,93 @@ enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st
     return gf_error(st, "node #%d (%s): %s", n ? n->id : -1, n ? n->op_type : "?", msg);
 }
 
+/* ---- elementwise ---------------------------------------------------------- */
+
+enum gf_status gf_ew_begin(const struct gf_kernel_args *a, size_t n_in, bool *empty)
+{
+    *empty = a->n_out >= 1 && a->out[0].nelem == 0;
+    if (*empty)
+        return GF_OK;
+    if (a->n_out < 1 || !a->out[0].data)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output 0 is missing");
+    enum gf_status st = GF_OK;
+    for (size_t k = 0; k < n_in && st == GF_OK; k++)
+        st = gf_ew_check_in(a, k);
+    return st;
+}
+
+enum gf_status gf_ew_check_in(const struct gf_kernel_args *a, size_t k)
+{
+    if (k >= a->n_in || (!a->in[k].data && a->in[k].nelem))
+        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu is missing", k);
+    return GF_OK;
+}
+
+enum gf_status gf_ew_bcast(const struct gf_kernel_args *a, int k, const struct gf_tview *t,
+                           const struct gf_tview *out, int64_t *st)
+{
+    bool ok = t->rank <= out->rank; /* (fu_bcasts_to takes extra leading 1s) */
+    for (int d = 0; ok && d < t->rank; d++) {
+        int64_t od = out->dims[out->rank - t->rank + d];
+        ok = t->dims[d] == od || t->dims[d] == 1;
+    }
+    if (!ok)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input %d of shape %s does not broadcast to "
+                               "the output shape %s", k, FU_SHAPE(t), FU_SHAPE(out));
+    gf_bcast_strides(t, out, st);
+    return GF_OK;
+}
+
+enum gf_status gf_ew_check_dtype(const struct gf_kernel_args *a, const char *what,
+                                 enum gf_dtype got, enum gf_dtype want)
+{
+    if (got == want)
+        return GF_OK;
+    return gf_kernel_error(a, GF_ERR_INVALID, "%s has type %s, expected %s", what,
+                           gf_dtype_name(got), gf_dtype_name(want));
+}
+
+enum gf_status gf_ew_check_count(const struct gf_kernel_args *a, const struct gf_tview *x,
+                                 const struct gf_tview *y)
+{
+    if (x->nelem == y->nelem)
+        return GF_OK;
+    return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
+                           x->nelem, y->nelem);
+}
+
+enum gf_status gf_where_check(const struct gf_kernel_args *a)
+{
+    enum gf_dtype dt = a->in[1].dtype;
+    enum gf_status st = gf_ew_check_dtype(a, "input 0 (condition)", a->in[0].dtype, GF_BOOL);
+    if (st == GF_OK)
+        st = gf_ew_check_dtype(a, "input 2", a->in[2].dtype, dt);
+    if (st == GF_OK)
+        st = gf_ew_check_dtype(a, "output 0", a->out[0].dtype, dt);
+    return st;
+}
+
+enum gf_status gf_clip_bound_check(const struct gf_kernel_args *a, size_t k, const char *name)
+{
+    if (k >= a->n_in || !a->in[k].data)
+        return GF_OK;
+    char what[32];
+    snprintf(what, sizeof(what), "input %zu (%s)", k, name);
+    enum gf_status st = gf_ew_check_dtype(a, what, a->in[k].dtype, a->in[0].dtype);
+    if (st == GF_OK && a->in[k].nelem != 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s must be a scalar, not of shape %s", what,
+                               FU_SHAPE(&a->in[k]));
+    return st;
+}
+
+enum gf_status gf_cast_check(const struct gf_kernel_args *a)
+{
+    const struct gf_attr *to = gf_node_attr(a->node, "to");
+    if (a->node->op == GF_OP_CAST && to && to->type == GF_ATTR_INT)
+        return gf_ew_check_dtype(a, "output 0", a->out[0].dtype, (enum gf_dtype)to->i);
+    return GF_OK;
+}
+
 /* ---- axes, reductions ---------------------------------------------------- */
 
 enum gf_status gf_axis_attr(const struct gf_kernel_args *a, int64_t dflt, int rank, int *ax)

@@ -150,6 +150,29 @@ static inline bool fu_axis(int64_t axis, int rank, int *out)
     return true;
 }
 
+/* ---- elementwise (checks.c) ----------------------------------------------- */
+
+/* Output 0 and inputs 0..n_in-1 are there; *empty: output 0 has no
+ * elements (nothing to do, nothing else checked). */
+enum gf_status gf_ew_begin(const struct gf_kernel_args *a, size_t n_in, bool *empty);
+/* Input k is there (data, or no elements). */
+enum gf_status gf_ew_check_in(const struct gf_kernel_args *a, size_t k);
+/* Input k (t) broadcasts to out's shape (numpy rules); its strides into st. */
+enum gf_status gf_ew_bcast(const struct gf_kernel_args *a, int k, const struct gf_tview *t,
+                           const struct gf_tview *out, int64_t *st);
+/* "%s has type %s, expected %s" unless got == want. */
+enum gf_status gf_ew_check_dtype(const struct gf_kernel_args *a, const char *what,
+                                 enum gf_dtype got, enum gf_dtype want);
+/* x (input 0) and y (output 0) have as many elements. */
+enum gf_status gf_ew_check_count(const struct gf_kernel_args *a, const struct gf_tview *x,
+                                 const struct gf_tview *y);
+/* Where: the condition is bool, X, Y and the output of one type. */
+enum gf_status gf_where_check(const struct gf_kernel_args *a);
+/* Clip's bound k (1: min, 2: max), when given: a scalar of input 0's type. */
+enum gf_status gf_clip_bound_check(const struct gf_kernel_args *a, size_t k, const char *name);
+/* Cast: the output has the type of attribute `to`. */
+enum gf_status gf_cast_check(const struct gf_kernel_args *a);
+
 /* ---- axes, reductions (checks.c) ---------------------------------------- */
 
 /* The "axis" attribute (default dflt) resolved against rank. */

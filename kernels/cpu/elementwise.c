@@ -65,15 +65,6 @@ struct ew_job {
     struct ew_param p;
 };
 
-static void ew_shape_str(const struct gf_tview *t, char *buf, size_t len)
-{
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < t->rank && k < len; d++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-    if (k < len)
-        snprintf(buf + k, len - k, "]");
-}
-
 /* Merges the output axes: size-1 axes go, and an axis joins the one inside
  * it when every input's strides are contiguous across the pair. */
 static void ew_merge_axes(struct ew_job *j, const struct gf_tview *out,
@@ -114,20 +105,9 @@ static enum gf_status ew_prepare(const struct gf_kernel_args *a, struct ew_job *
     j->n_in = n_in;
     for (int k = 0; k < n_in; k++) {
         const struct gf_tview *t = &ins[k];
-        bool ok = t->rank <= out->rank;
-        for (int d = 0; ok && d < t->rank; d++) {
-            int64_t od = out->dims[out->rank - t->rank + d];
-            ok = t->dims[d] == od || t->dims[d] == 1;
-        }
-        if (!ok) {
-            char s1[128], s2[128];
-            ew_shape_str(t, s1, sizeof(s1));
-            ew_shape_str(out, s2, sizeof(s2));
-            return gf_kernel_error(a, GF_ERR_INVALID,
-                                   "input %d of shape %s does not broadcast to the output "
-                                   "shape %s", k, s1, s2);
-        }
-        gf_bcast_strides(t, out, st[k]);
+        enum gf_status s = gf_ew_bcast(a, k, t, out, st[k]);
+        if (s != GF_OK)
+            return s;
         j->in[k] = t->data;
         j->in_dt[k] = t->dtype;
         j->in_size[k] = gf_dtype_size(t->dtype);
@@ -669,57 +649,19 @@ static bool ew_pick(struct ew_job *j, const struct ew_op *op, enum gf_dtype dt)
 
 /* ---- shared checks ------------------------------------------------------- */
 
-/* The model's ai.onnx opset; unknown counts as the newest. */
-static int64_t ew_opset(const struct gf_kernel_args *a)
-{
-    const struct gf_graph *g = a->node ? a->node->graph : NULL;
-    int64_t v = g && g->model ? gf_model_opset(g->model, "") : 0;
-    return v > 0 ? v : INT64_MAX;
-}
-
 /* Input k, or NULL where it is omitted. */
 static const struct gf_tview *ew_in(const struct gf_kernel_args *a, size_t k)
 {
     return k < a->n_in && a->in[k].data ? &a->in[k] : NULL;
 }
 
-/* Output 0 present: GF_OK, and *empty when it has no elements. */
-static enum gf_status ew_check_out(const struct gf_kernel_args *a, bool *empty)
-{
-    *empty = a->n_out >= 1 && a->out[0].nelem == 0;
-    if (*empty)
-        return GF_OK;
-    if (a->n_out < 1 || !a->out[0].data)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output 0 is missing");
-    return GF_OK;
-}
-
-static enum gf_status ew_check_in(const struct gf_kernel_args *a, size_t k)
-{
-    if (!ew_in(a, k))
-        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu is missing", k);
-    return GF_OK;
-}
-
-static enum gf_status ew_check_dtype(const struct gf_kernel_args *a, const char *what,
-                                     enum gf_dtype got, enum gf_dtype want)
-{
-    if (got == want)
-        return GF_OK;
-    return gf_kernel_error(a, GF_ERR_INVALID, "%s has type %s, expected %s", what,
-                           gf_dtype_name(got), gf_dtype_name(want));
-}
-
 /* out = in: same type and element count. */
 static enum gf_status ew_copy(const struct gf_kernel_args *a, const struct gf_tview *in,
                               const struct gf_tview *out)
 {
-    enum gf_status st = ew_check_dtype(a, "output 0", out->dtype, in->dtype);
-    if (st != GF_OK)
+    enum gf_status st = gf_ew_check_dtype(a, "output 0", out->dtype, in->dtype);
+    if (st != GF_OK || (st = gf_ew_check_count(a, in, out)))
         return st;
-    if (in->nelem != out->nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
-                               in->nelem, out->nelem);
     if (in->data != out->data)
         memmove(out->data, in->data, gf_tview_bytes(out));
     return GF_OK;
@@ -731,7 +673,7 @@ static enum gf_status ew_legacy_bcast(const struct gf_kernel_args *a, const stru
                                       struct gf_tview *b)
 {
     const struct gf_attr *ax = gf_node_attr(a->node, "axis");
-    if (ew_opset(a) >= 7 || !gf_node_attr_int(a->node, "broadcast", 0) || !ax)
+    if (gf_node_opset(a->node) >= 7 || !gf_node_attr_int(a->node, "broadcast", 0) || !ax)
         return GF_OK;
     int64_t axis = ax->i < 0 ? ax->i + x->rank : ax->i;
     int64_t rank = x->rank - axis;
@@ -823,12 +765,12 @@ static enum gf_status ew_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INVALID, "fmod=%lld is neither 0 nor 1",
                                (long long)fmod);
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
+    enum gf_status st = gf_ew_begin(a, 0, &empty);
     if (st != GF_OK || empty)
         return st;
     struct gf_tview v[2] = {{0}};
     for (int k = 0; k < op->n_in; k++) {
-        if ((st = ew_check_in(a, (size_t)k)) != GF_OK)
+        if ((st = gf_ew_check_in(a, (size_t)k)) != GF_OK)
             return st;
         v[k] = a->in[k];
     }
@@ -844,11 +786,10 @@ static enum gf_status ew_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no CPU kernel for type %s",
                                gf_dtype_name(dt));
     }
-    if ((st = ew_check_dtype(a, "output 0", a->out[0].dtype, op->bool_out ? GF_BOOL : dt)))
+    if ((st = gf_ew_check_dtype(a, "output 0", a->out[0].dtype, op->bool_out ? GF_BOOL : dt)))
         return st;
-    if (op->n_in == 1 && v[0].nelem != a->out[0].nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
-                               v[0].nelem, a->out[0].nelem);
+    if (op->n_in == 1 && (st = gf_ew_check_count(a, &v[0], &a->out[0])))
+        return st;
     if (op->n_in == 2 && ((st = ew_legacy_bcast(a, &v[0], &v[1])) ||
                           (st = ew_check_operand(a, op, &v[0], &v[1]))))
         return st;
@@ -873,7 +814,7 @@ static bool ew_supports(const struct gf_node *n, const struct gf_tview *in, size
 static enum gf_status ew_variadic_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
+    enum gf_status st = gf_ew_begin(a, 0, &empty);
     if (st != GF_OK || empty)
         return st;
     const struct gf_tview *out = &a->out[0];
@@ -882,8 +823,8 @@ static enum gf_status ew_variadic_run(const struct gf_kernel_args *a)
     for (size_t k = 0; k < a->n_in; k++) {
         char what[32];
         snprintf(what, sizeof(what), "input %zu", k);
-        if ((st = ew_check_in(a, k)) ||
-            (st = ew_check_dtype(a, what, a->in[k].dtype, out->dtype)))
+        if ((st = gf_ew_check_in(a, k)) ||
+            (st = gf_ew_check_dtype(a, what, a->in[k].dtype, out->dtype)))
             return st;
     }
     struct ew_job j = {0};
@@ -931,18 +872,9 @@ static enum gf_status ew_clip_bound(const struct gf_kernel_args *a, size_t k, co
         *has = true;
     }
     const struct gf_tview *b = ew_in(a, k);
-    if (!b)
-        return GF_OK;
-    char what[32], shape[128];
-    snprintf(what, sizeof(what), "input %zu (%s)", k, name);
-    enum gf_status st = ew_check_dtype(a, what, b->dtype, dt);
-    if (st != GF_OK)
+    enum gf_status st = gf_clip_bound_check(a, k, name);
+    if (!b || st != GF_OK)
         return st;
-    if (b->nelem != 1) {
-        ew_shape_str(b, shape, sizeof(shape));
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s must be a scalar, not of shape %s", what,
-                               shape);
-    }
     if (lt != dt) {
         double v;
         ew_conv[dt].rdf(b->data, 0, 1, &v);
@@ -957,8 +889,8 @@ static enum gf_status ew_clip_bound(const struct gf_kernel_args *a, size_t k, co
 static enum gf_status ew_clip_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = gf_ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     struct ew_job j = {0};
     const struct gf_tview *x = &a->in[0];
@@ -967,11 +899,10 @@ static enum gf_status ew_clip_run(const struct gf_kernel_args *a)
                                gf_dtype_name(x->dtype));
     if ((st = ew_clip_bound(a, 1, "min", &j.p.has_lo, j.p.lo)) ||
         (st = ew_clip_bound(a, 2, "max", &j.p.has_hi, j.p.hi)) ||
-        (st = ew_check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
+        (st = gf_ew_check_dtype(a, "output 0", a->out[0].dtype, x->dtype)))
         return st;
-    if (x->nelem != a->out[0].nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
-                               x->nelem, a->out[0].nelem);
+    if ((st = gf_ew_check_count(a, x, &a->out[0])))
+        return st;
     if ((st = ew_prepare(a, &j, x, 1, &a->out[0])))
         return st;
     ew_exec(a, &j, a->out[0].nelem);
@@ -999,17 +930,10 @@ static ew_loop ew_where_loop(enum gf_dtype t)
 static enum gf_status ew_where_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty)
+    enum gf_status st = gf_ew_begin(a, 3, &empty);
+    if (st != GF_OK || empty || (st = gf_where_check(a)))
         return st;
-    for (size_t k = 0; k < 3; k++)
-        if ((st = ew_check_in(a, k)))
-            return st;
     enum gf_dtype dt = a->in[1].dtype;
-    if ((st = ew_check_dtype(a, "input 0 (condition)", a->in[0].dtype, GF_BOOL)) ||
-        (st = ew_check_dtype(a, "input 2", a->in[2].dtype, dt)) ||
-        (st = ew_check_dtype(a, "output 0", a->out[0].dtype, dt)))
-        return st;
     struct ew_job j = {.loop = ew_where_loop(dt)};
     if (!j.loop)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no CPU kernel for type %s",
@@ -1038,9 +962,9 @@ static bool ew_castable(enum gf_dtype from, enum gf_dtype to)
 static enum gf_status ew_cast_bf16_truncate(const struct gf_kernel_args *a,
                                             const struct gf_tview *x, const struct gf_tview *out)
 {
-    if (x->nelem != out->nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
-                               x->nelem, out->nelem);
+    enum gf_status st = gf_ew_check_count(a, x, out);
+    if (st)
+        return st;
     const uint32_t *src = x->data;
     uint16_t *dst = out->data;
     for (size_t i = 0; i < x->nelem; i++) {
@@ -1054,23 +978,20 @@ static enum gf_status ew_cast_bf16_truncate(const struct gf_kernel_args *a,
 static enum gf_status ew_cast_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = gf_ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *out = &a->out[0];
-    const struct gf_attr *to = gf_node_attr(a->node, "to");
-    if (a->node->op == GF_OP_CAST && to && to->type == GF_ATTR_INT &&
-        (st = ew_check_dtype(a, "output 0", out->dtype, (enum gf_dtype)to->i)))
+    if ((st = gf_cast_check(a)))
         return st;
     if (x->dtype == out->dtype)
         return ew_copy(a, x, out);
     if (!ew_castable(x->dtype, out->dtype))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no CPU cast from %s to %s",
                                gf_dtype_name(x->dtype), gf_dtype_name(out->dtype));
-    if (x->nelem != out->nelem)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
-                               x->nelem, out->nelem);
-    if (x->dtype == GF_FLOAT && out->dtype == GF_BFLOAT16 && ew_opset(a) < 19)
+    if ((st = gf_ew_check_count(a, x, out)))
+        return st;
+    if (x->dtype == GF_FLOAT && out->dtype == GF_BFLOAT16 && gf_node_opset(a->node) < 19)
         return ew_cast_bf16_truncate(a, x, out);
     struct ew_job j = {.loop = ew_cast_loop};
     j.p.flag = ew_is_int(x->dtype) && ew_is_int(out->dtype);
@@ -1093,8 +1014,8 @@ static bool ew_cast_supports(const struct gf_node *n, const struct gf_tview *in,
 static enum gf_status ew_identity_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = gf_ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     return ew_copy(a, &a->in[0], &a->out[0]);
 }
@@ -1151,7 +1072,7 @@ static enum gf_status ew_dropout_mode(const struct gf_kernel_args *a, double *ra
                                       bool *train)
 {
     *ratio = gf_node_attr_float(a->node, "ratio", 0.5f);
-    *train = ew_opset(a) < 7 && gf_node_attr_int(a->node, "is_test", 0) == 0;
+    *train = gf_node_opset(a->node) < 7 && gf_node_attr_int(a->node, "is_test", 0) == 0;
     const struct gf_tview *r = ew_in(a, 1), *t = ew_in(a, 2);
     if (r && !ew_numeric(r->dtype))
         return gf_kernel_error(a, GF_ERR_INVALID, "input 1 (ratio) has type %s",
@@ -1160,7 +1081,7 @@ static enum gf_status ew_dropout_mode(const struct gf_kernel_args *a, double *ra
         return gf_kernel_error(a, GF_ERR_INVALID, "input %d (%s) must be a scalar",
                                r && r->nelem != 1 ? 1 : 2,
                                r && r->nelem != 1 ? "ratio" : "training_mode");
-    enum gf_status st = t ? ew_check_dtype(a, "input 2 (training_mode)", t->dtype, GF_BOOL)
+    enum gf_status st = t ? gf_ew_check_dtype(a, "input 2 (training_mode)", t->dtype, GF_BOOL)
                           : GF_OK;
     if (st != GF_OK)
         return st;
@@ -1180,8 +1101,8 @@ static enum gf_status ew_dropout_run(const struct gf_kernel_args *a)
 {
     bool empty, train;
     double ratio;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)) ||
+    enum gf_status st = gf_ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty ||
         (st = ew_dropout_mode(a, &ratio, &train)))
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];

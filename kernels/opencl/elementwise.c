@@ -71,74 +71,16 @@ static enum gf_status ew_launch(const struct gf_kernel_args *a, cl_kernel k, siz
     return gf_cl_run(a, k, 1, &global, &wg);
 }
 
-/* ---- checks (as kernels/cpu/elementwise.c) --------------------------------------- */
+/* ---- checks (kernels/checks.c has the shared ones) ------------------------------------ */
 
-/* Output 0 present; *empty when it has no elements. */
-static enum gf_status ew_check_out(const struct gf_kernel_args *a, bool *empty)
+/* gf_ew_begin, and an output the kernels can index with int. */
+static enum gf_status ew_begin(const struct gf_kernel_args *a, size_t n_in, bool *empty)
 {
-    *empty = a->n_out >= 1 && a->out[0].nelem == 0;
-    if (*empty)
-        return GF_OK;
-    if (a->n_out < 1 || !a->out[0].data)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output 0 is missing");
-    if (a->out[0].nelem > INT_MAX)
+    enum gf_status st = gf_ew_begin(a, n_in, empty);
+    if (st == GF_OK && !*empty && a->out[0].nelem > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "output 0 has %zu elements; the OpenCL "
                                "kernels take fewer than 2^31", a->out[0].nelem);
-    return GF_OK;
-}
-
-static enum gf_status ew_check_in(const struct gf_kernel_args *a, size_t k)
-{
-    if (k >= a->n_in || (!a->in[k].data && a->in[k].nelem))
-        return gf_kernel_error(a, GF_ERR_INVALID, "input %zu is missing", k);
-    return GF_OK;
-}
-
-static enum gf_status ew_check_dtype(const struct gf_kernel_args *a, const char *what,
-                                     enum gf_dtype got, enum gf_dtype want)
-{
-    if (got == want)
-        return GF_OK;
-    return gf_kernel_error(a, GF_ERR_INVALID, "%s has type %s, expected %s", what,
-                           gf_dtype_name(got), gf_dtype_name(want));
-}
-
-static enum gf_status ew_check_count(const struct gf_kernel_args *a, const struct gf_tview *x,
-                                     const struct gf_tview *y)
-{
-    if (x->nelem == y->nelem)
-        return GF_OK;
-    return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, output 0 has %zu",
-                           x->nelem, y->nelem);
-}
-
-static void ew_shape_str(const struct gf_tview *t, char *buf, size_t len)
-{
-    size_t k = (size_t)snprintf(buf, len, "[");
-    for (int d = 0; d < t->rank && k < len; d++)
-        k += (size_t)snprintf(buf + k, len - k, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-    if (k < len)
-        snprintf(buf + k, len - k, "]");
-}
-
-/* Input k broadcasts to out's shape (numpy rules); its strides into st. */
-static enum gf_status ew_bcast(const struct gf_kernel_args *a, int k, const struct gf_tview *t,
-                               const struct gf_tview *out, int64_t *st)
-{
-    bool ok = t->rank <= out->rank;
-    for (int d = 0; ok && d < t->rank; d++) {
-        int64_t od = out->dims[out->rank - t->rank + d];
-        ok = t->dims[d] == od || t->dims[d] == 1;
-    }
-    if (!ok) {
-        char s1[128], s2[128];
-        ew_shape_str(t, s1, sizeof(s1));
-        ew_shape_str(out, s2, sizeof(s2));
-        return gf_kernel_error(a, GF_ERR_INVALID, "input %d of shape %s does not broadcast to "
-                               "the output shape %s", k, s1, s2);
-    }
-    gf_bcast_strides(t, out, st);
-    return GF_OK;
+    return st;
 }
 
 /* Element-size suffix of the type-generic kernels ("1", "2", "4", "8"). */
@@ -210,14 +152,14 @@ static bool un_supports(const struct gf_node *n, const struct gf_tview *in, size
 static enum gf_status un_run(const struct gf_kernel_args *a)
 {
     bool empty, grad = a->n_in == 2;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)) || (grad && (st = ew_check_in(a, 1))))
+    enum gf_status st = ew_begin(a, grad ? 2 : 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    if ((st = ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
-        (st = ew_check_count(a, x, y)))
+    if ((st = gf_ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
+        (st = gf_ew_check_count(a, x, y)))
         return st;
-    if (grad && ((st = ew_check_dtype(a, "input 1", a->in[1].dtype, x->dtype))))
+    if (grad && ((st = gf_ew_check_dtype(a, "input 1", a->in[1].dtype, x->dtype))))
         return st;
     if (grad && a->in[1].nelem != x->nelem)
         return gf_kernel_error(a, GF_ERR_INVALID, "input 1 has %zu elements, the gradient %zu",
@@ -249,12 +191,12 @@ static bool isx_supports(const struct gf_node *n, const struct gf_tview *in, siz
 static enum gf_status isx_run(const struct gf_kernel_args *a)
 {
     bool empty, inf = a->node->op == GF_OP_IS_INF;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    if ((st = ew_check_dtype(a, "output 0", y->dtype, GF_BOOL)) ||
-        (st = ew_check_count(a, x, y)))
+    if ((st = gf_ew_check_dtype(a, "output 0", y->dtype, GF_BOOL)) ||
+        (st = gf_ew_check_count(a, x, y)))
         return st;
     const char *name = inf ? "un_isinf" : "un_isnan";
     size_t wg;
@@ -382,7 +324,7 @@ static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct bin_
     const struct gf_tview *out = &a->out[0];
     int64_t st[3][GF_MAX_RANK] = {{0}};
     enum gf_status s;
-    if ((s = ew_bcast(a, kx, x, out, st[0])) || (s = ew_bcast(a, kb, b, out, st[1])))
+    if ((s = gf_ew_bcast(a, kx, x, out, st[0])) || (s = gf_ew_bcast(a, kb, b, out, st[1])))
         return s;
     cl_int n = (cl_int)out->nelem;
     size_t wg;
@@ -417,13 +359,13 @@ static enum gf_status bin_run(const struct gf_kernel_args *a)
 {
     const struct bin_op *op = bin_find(a->node->op);
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
+    enum gf_status st = ew_begin(a, 0, &empty);
     if (st != GF_OK || empty)
         return st;
     if (a->n_in == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
     for (size_t k = 0; k < a->n_in; k++) {
-        if ((st = ew_check_in(a, k)))
+        if ((st = gf_ew_check_in(a, k)))
             return st;
         if (a->in[k].dtype != a->in[0].dtype && !pow_half_float(a->node, a->in, k))
             return gf_kernel_error(a, GF_ERR_INVALID, "inputs 0 and %zu differ in type (%s, "
@@ -434,10 +376,10 @@ static enum gf_status bin_run(const struct gf_kernel_args *a)
     if (!bin_sfx(op, dt))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no OpenCL kernel for type %s",
                                gf_dtype_name(dt));
-    if ((st = ew_check_dtype(a, "output 0", a->out[0].dtype, op->bool_out ? GF_BOOL : dt)))
+    if ((st = gf_ew_check_dtype(a, "output 0", a->out[0].dtype, op->bool_out ? GF_BOOL : dt)))
         return st;
     if (a->n_in == 1) { /* Max / Min of one input */
-        if ((st = ew_check_count(a, &a->in[0], &a->out[0])))
+        if ((st = gf_ew_check_count(a, &a->in[0], &a->out[0])))
             return st;
         return a->backend->ops->copy(a->backend, a->out[0].data, a->in[0].data,
                                      gf_tview_bytes(&a->out[0]));
@@ -463,18 +405,9 @@ static enum gf_status clip_bound(const struct gf_kernel_args *a, size_t k, const
     const struct gf_attr *at = gf_node_attr(a->node, name);
     *v = at && at->type == GF_ATTR_FLOAT ? at->f : dflt;
     *t = NULL;
-    if (k >= a->n_in || !a->in[k].data)
-        return GF_OK;
-    char what[32];
-    snprintf(what, sizeof(what), "input %zu (%s)", k, name);
-    enum gf_status st = ew_check_dtype(a, what, a->in[k].dtype, a->in[0].dtype);
-    if (st == GF_OK && a->in[k].nelem != 1) {
-        char shape[128];
-        ew_shape_str(&a->in[k], shape, sizeof(shape));
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s must be a scalar, not of shape %s", what,
-                               shape);
-    }
-    *t = a->in[k].data;
+    enum gf_status st = gf_clip_bound_check(a, k, name);
+    if (st == GF_OK && k < a->n_in)
+        *t = a->in[k].data;
     return st;
 }
 
@@ -487,16 +420,16 @@ static bool clip_supports(const struct gf_node *n, const struct gf_tview *in, si
 static enum gf_status clip_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     cl_mem lo_t, hi_t;
     cl_float lo, hi;
     if ((st = clip_bound(a, 1, "min", -FLT_MAX, &lo_t, &lo)) ||
         (st = clip_bound(a, 2, "max", FLT_MAX, &hi_t, &hi)) ||
-        (st = ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
-        (st = ew_check_count(a, x, y)))
+        (st = gf_ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
+        (st = gf_ew_check_count(a, x, y)))
         return st;
     size_t wg;
     int vec;
@@ -521,17 +454,10 @@ static bool where_supports(const struct gf_node *n, const struct gf_tview *in, s
 static enum gf_status where_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty)
+    enum gf_status st = ew_begin(a, 3, &empty);
+    if (st != GF_OK || empty || (st = gf_where_check(a)))
         return st;
-    for (size_t k = 0; k < 3; k++)
-        if ((st = ew_check_in(a, k)))
-            return st;
     enum gf_dtype dt = a->in[1].dtype;
-    if ((st = ew_check_dtype(a, "input 0 (condition)", a->in[0].dtype, GF_BOOL)) ||
-        (st = ew_check_dtype(a, "input 2", a->in[2].dtype, dt)) ||
-        (st = ew_check_dtype(a, "output 0", a->out[0].dtype, dt)))
-        return st;
     const char *sfx = size_sfx(dt);
     if (!sfx)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no OpenCL kernel for type %s",
@@ -539,7 +465,7 @@ static enum gf_status where_run(const struct gf_kernel_args *a)
     const struct gf_tview *out = &a->out[0];
     int64_t st3[3][GF_MAX_RANK];
     for (int k = 0; k < 3; k++)
-        if ((st = ew_bcast(a, k, &a->in[k], out, st3[k])))
+        if ((st = gf_ew_bcast(a, k, &a->in[k], out, st3[k])))
             return st;
     struct gf_cl_nd nd;
     if (!gf_cl_nd_init(&nd, out->rank, out->dims, 3, st3))
@@ -559,14 +485,6 @@ static enum gf_status where_run(const struct gf_kernel_args *a)
 }
 
 /* ---- Cast, CastLike, Identity ------------------------------------------------------- */
-
-/* The model's ai.onnx opset; unknown counts as the newest. */
-static int64_t ew_opset(const struct gf_kernel_args *a)
-{
-    const struct gf_graph *g = a->node ? a->node->graph : NULL;
-    int64_t v = g && g->model ? gf_model_opset(g->model, "") : 0;
-    return v > 0 ? v : INT64_MAX;
-}
 
 static const char *cast_sfx(enum gf_dtype t)
 {
@@ -600,8 +518,8 @@ static bool cast_supports(const struct gf_node *n, const struct gf_tview *in, si
 static enum gf_status copy_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    enum gf_status st = ew_check_dtype(a, "output 0", y->dtype, x->dtype);
-    if (st || (st = ew_check_count(a, x, y)))
+    enum gf_status st = gf_ew_check_dtype(a, "output 0", y->dtype, x->dtype);
+    if (st || (st = gf_ew_check_count(a, x, y)))
         return st;
     return a->backend->ops->copy(a->backend, y->data, x->data, gf_tview_bytes(y));
 }
@@ -609,24 +527,22 @@ static enum gf_status copy_run(const struct gf_kernel_args *a)
 static enum gf_status cast_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    const struct gf_attr *to = gf_node_attr(a->node, "to");
-    if (a->node->op == GF_OP_CAST && to && to->type == GF_ATTR_INT &&
-        (st = ew_check_dtype(a, "output 0", y->dtype, (enum gf_dtype)to->i)))
+    if ((st = gf_cast_check(a)))
         return st;
     if (x->dtype == y->dtype)
         return copy_run(a);
     if (!cast_sfx(x->dtype) || !cast_sfx(y->dtype))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no OpenCL cast from %s to %s",
                                gf_dtype_name(x->dtype), gf_dtype_name(y->dtype));
-    if ((st = ew_check_count(a, x, y)))
+    if ((st = gf_ew_check_count(a, x, y)))
         return st;
     char name[32];
     snprintf(name, sizeof(name), "cast_%s_%s", cast_sfx(x->dtype), cast_sfx(y->dtype));
-    if (x->dtype == GF_FLOAT && y->dtype == GF_BFLOAT16 && ew_opset(a) < 19)
+    if (x->dtype == GF_FLOAT && y->dtype == GF_BFLOAT16 && gf_node_opset(a->node) < 19)
         snprintf(name, sizeof(name), "cast_f32_bf16_trunc");
     size_t wg;
     int vec;
@@ -647,8 +563,8 @@ static bool identity_supports(const struct gf_node *n, const struct gf_tview *in
 static enum gf_status identity_run(const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = ew_check_out(a, &empty);
-    if (st != GF_OK || empty || (st = ew_check_in(a, 0)))
+    enum gf_status st = ew_begin(a, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     return copy_run(a);
 }
