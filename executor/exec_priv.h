@@ -20,16 +20,17 @@ struct gf_traffic {
 /* The backend the session runs on. */
 struct gf_backend *gf_session_get_backend(const struct gf_session *s);
 /* Value v, an initializer that is a graph input (a trained parameter),
- * lives in backend memory `dev` (its size), which the caller keeps up to
- * date: the session reads it there and never uploads it.  On the CPU dev is
- * the host memory holding it (v->init->data).  Before the first run; kept
- * across plans. */
+ * lives in backend memory `dev` of `bytes` (its size), which the caller
+ * keeps up to date: the session reads it there and never uploads it.  On
+ * the CPU dev is the host memory holding it (v->init->data).  Kept across
+ * plans. */
 enum gf_status gf_session_bind_param(struct gf_session *s, const struct gf_value *v,
-                                     void *dev);
-/* Graph output i is written into backend memory `dev` (its size) instead
- * of the planned block, and gf_session_run's outputs[i] does not copy it
- * back: its data is dev on the CPU, NULL on a device. */
-enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev);
+                                     void *dev, size_t bytes);
+/* Graph output i is written into backend memory `dev` of `bytes` instead of
+ * the planned block, and gf_session_run's outputs[i] does not copy it back:
+ * its data is dev on the CPU, NULL on a device.  A run whose plan gives the
+ * output another size fails (GF_ERR_INTERNAL, naming it). */
+enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev, size_t bytes);
 /* Copies of the last run between host and device, and (with opts.profile)
  * the time its nodes took, synchronized after each, and the whole run. */
 void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
@@ -60,6 +61,9 @@ void gf_devop_release(struct gf_devop *op);
 /* A view of n fp32 elements at `data` (backend memory), shaped [n] or
  * [rows, cols] when rows > 0. */
 void gf_devop_view(struct gf_tview *t, void *data, size_t n, int64_t rows);
+/* n zeroed floats of backend memory (at least one); NULL when out of it.
+ * The zeros a device needs count as traffic. */
+void *gf_exec_zeroed(struct gf_backend *be, size_t n, struct gf_traffic *traffic);
 
 /* ---- the optimizer on a backend (optim.c) ------------------------------------------ */
 

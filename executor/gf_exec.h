@@ -113,8 +113,13 @@ bool gf_tensor_allclose(const struct gf_tensor *got, const struct gf_tensor *wan
  * The trainer differentiates a copy of the model (gf_pass_autodiff), runs
  * forward and backward in one session, and updates the parameters in
  * place (initializers that are graph inputs: variables of the session).
- * Optimizer formulas are torch.optim's, in fp32 with fp32 state; see
- * README.md, "Training". */
+ * Parameters, gradients and optimizer state stay on the session's backend
+ * for the whole run; the optimizer, clipping and the NaN/Inf check are
+ * kernels there (the optimizer ops of graph/ops.def), and a step copies
+ * only the batch in and the loss and gradient norm out.  The host copies
+ * of the weights are brought up to date when read (gf_trainer_get_param,
+ * exports, checkpoints).  Optimizer formulas are torch.optim's, in fp32
+ * with fp32 state; see README.md, "Training". */
 
 enum gf_optim_kind {
     GF_OPTIM_SGD,   /* torch.optim.SGD: momentum, dampening, nesterov, L2 weight decay */
@@ -225,7 +230,8 @@ struct gf_param_info {
     size_t nelem;
     const char *tied_to;  /* master's name, or NULL */
     bool transposed;      /* the copy holds the master's transpose */
-    float *data;          /* current values (the session reads them in place) */
+    float *data;          /* current values (on a device backend downloaded by this call
+                             when the device's are newer) */
 };
 size_t gf_trainer_param_count(const struct gf_trainer *t);
 /* Every float initializer of the training model's forward graph as
@@ -258,7 +264,11 @@ enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
 /* Steps taken so far (restored by a checkpoint). */
 int64_t gf_trainer_get_step(const struct gf_trainer *t);
 /* The session profile of the last micro-batch (exec.profile) and its memory:
- * the planned activation block holds forward and backward values. */
+ * the planned activation block holds forward and backward values; then one
+ * line on the last step: "train profile: step S: T ms, kernels K ms (graph
+ * G, optimizer O), outside kernels X ms (P%); copied host->device B bytes
+ * (batch N), device->host D bytes" (kernels: each node and optimizer
+ * kernel, synchronized after it; outside: the host's time around them). */
 void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f);
 /* The backend the trainer runs on, the nodes that ran on the CPU because it
  * has no kernel for them (gf_session_print_fallbacks) and the autotuning

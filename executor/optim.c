@@ -254,8 +254,7 @@ enum gf_status gf_optim_new(const struct gf_optim_opts *o, size_t n, const size_
     return GF_OK;
 }
 
-/* n zeroed floats of backend memory. */
-static void *zeroed(struct gf_backend *be, size_t n, struct gf_traffic *traffic)
+void *gf_exec_zeroed(struct gf_backend *be, size_t n, struct gf_traffic *traffic)
 {
     size_t bytes = n * sizeof(float), chunk = bytes < (64u << 20) ? bytes : 64u << 20;
     void *mem = be->ops->alloc(be, bytes ? bytes : sizeof(float));
@@ -298,7 +297,7 @@ enum gf_status gf_optim_new_on(const struct gf_optim_opts *o, struct gf_backend 
     }
     op->sizes[0] = n;
     for (size_t k = 0; k < op->n_state; k++)
-        if (!(op->mem[k] = zeroed(be, n, traffic))) {
+        if (!(op->mem[k] = gf_exec_zeroed(be, n, traffic))) {
             gf_optim_free(op);
             return gf_error(GF_ERR_NOMEM, "out of %s memory for the optimizer state (%zu "
                             "floats)", be->ops->name, op->n_state * n);

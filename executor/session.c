@@ -15,21 +15,28 @@
  * always runs on the CPU while planning.  A node the backend has no kernel
  * for runs on the CPU: its inputs are copied to a host staging area and its
  * outputs back; gf_session_print_fallbacks lists such nodes.
+ *
+ * The trainer keeps parameters and gradients on the device: it binds each
+ * parameter to its own memory (gf_session_bind_param: never uploaded) and
+ * has the gradient outputs written where it wants them
+ * (gf_session_bind_output: V_EXT values, outside the block, not copied
+ * back), so a training run copies only the batch in and the loss out.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "gf_exec.h"
-#include "gf_kernels.h"
+#include "exec_priv.h"
 #include "gf_tune.h"
 
 #define ALIGN 64
 
 /* V_CONST: computed while planning (a shape computation that inference
- * resolved, or a node whose inputs are all constant); data in s->consts. */
-enum vkind { V_NONE, V_INIT, V_INPUT, V_ACT, V_CONST };
+ * resolved, or a node whose inputs are all constant); data in s->consts.
+ * V_EXT: a node's output written into memory the caller bound
+ * (gf_session_bind_output), not into the block. */
+enum vkind { V_NONE, V_INIT, V_INPUT, V_ACT, V_CONST, V_EXT };
 
 struct vinfo {
     enum vkind kind;
@@ -45,6 +52,16 @@ struct vinfo {
     void *dev;       /* backend memory (the CPU: the same as data, or block + offset) */
     bool dev_owned;  /* dev came from be->alloc (else a view, or host memory) */
     bool on_device;  /* a device step reads it: uploaded (device backends) */
+    bool ext;        /* dev is the caller's (a bound parameter or output): data, if
+                        any, is no copy of it */
+};
+
+/* A parameter or graph output in memory of the caller's. */
+struct binding {
+    const struct gf_value *v; /* the parameter; NULL for an output */
+    size_t out;               /* the output's index */
+    void *dev;
+    size_t bytes;             /* of dev */
 };
 
 struct step {
@@ -72,6 +89,8 @@ struct gf_session {
     struct gf_exec_opts o;
     size_t n_inputs;
     struct gf_value **inputs;
+    struct binding *binds;
+    size_t n_binds;
     /* plan */
     bool planned;
     int64_t *key; /* dtype, rank, dims of each input, and small int values */
@@ -97,6 +116,7 @@ struct gf_session {
     double op_ms[GF_OP_COUNT];
     int op_calls[GF_OP_COUNT];
     double total_ms;
+    struct gf_traffic traffic; /* host <-> device copies of the last run */
     /* autotuning (opts.tune_cache, opts.autotune): opened on the first node
      * with a choice; counts of the last plan */
     struct gf_tuner *tuner;
@@ -190,8 +210,71 @@ void gf_session_free(struct gf_session *s)
     drop_plan(s);
     gf_tuner_free(s->tuner);
     gf_model_free(s->outm);
+    free(s->binds);
     free(s->inputs);
     free(s);
+}
+
+struct gf_backend *gf_session_get_backend(const struct gf_session *s)
+{
+    return s->be;
+}
+
+static enum gf_status add_binding(struct gf_session *s, struct binding b)
+{
+    for (size_t i = 0; i < s->n_binds; i++)
+        if (b.v ? s->binds[i].v == b.v : !s->binds[i].v && s->binds[i].out == b.out) {
+            s->binds[i].dev = b.dev;
+            s->planned = false; /* re-plan: the value moves */
+            return GF_OK;
+        }
+    struct binding *nb = realloc(s->binds, (s->n_binds + 1) * sizeof(*nb));
+    if (!nb)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    s->binds = nb;
+    s->binds[s->n_binds++] = b;
+    s->planned = false;
+    return GF_OK;
+}
+
+enum gf_status gf_session_bind_param(struct gf_session *s, const struct gf_value *v, void *dev,
+                                     size_t bytes)
+{
+    if (!v || !v->init || !v->is_input || v->graph != s->g || v->init->nbytes != bytes)
+        return gf_error(GF_ERR_INTERNAL, "bind: '%s' is no parameter of %zu bytes of the "
+                        "session's graph", v ? v->name : "?", bytes);
+    return add_binding(s, (struct binding){v, 0, dev, bytes});
+}
+
+enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev, size_t bytes)
+{
+    if (i >= s->g->n_outputs)
+        return gf_error(GF_ERR_INTERNAL, "bind: no graph output %zu", i);
+    return add_binding(s, (struct binding){NULL, i, dev, bytes});
+}
+
+void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
+                         double *total_ms)
+{
+    double k = 0;
+    for (int op = 0; op < GF_OP_COUNT; op++)
+        k += s->op_ms[op];
+    *tr = s->traffic;
+    *kernel_ms = k;
+    *total_ms = s->total_ms;
+}
+
+/* Host <-> device copies, counted for the profile. */
+static enum gf_status to_device(struct gf_session *s, void *dst, const void *src, size_t n)
+{
+    s->traffic.h2d += s->device ? n : 0;
+    return s->be->ops->copy_in(s->be, dst, src, n);
+}
+
+static enum gf_status to_host(struct gf_session *s, void *dst, const void *src, size_t n)
+{
+    s->traffic.d2h += s->device ? n : 0;
+    return s->be->ops->copy_out(s->be, dst, src, n);
 }
 
 size_t gf_session_input_count(const struct gf_session *s)
@@ -835,6 +918,8 @@ static enum gf_status assign_memory(struct gf_session *s)
                 continue;
             struct vinfo *vi = &s->v[v->id];
             struct vinfo *src = NULL;
+            if (vi->kind == V_EXT) /* the caller's memory */
+                continue;
             for (size_t i = 0; i < n->n_inputs; i++) {
                 struct gf_value *x = n->inputs[i];
                 struct vinfo *xi = x ? &s->v[x->id] : NULL;
@@ -964,7 +1049,8 @@ static void device_view(const struct gf_session *s, const struct gf_value *v, bo
     }
     const struct vinfo *vi = &s->v[v->id];
     view_of(vi, planning ? (vi->bytes ? (void *)1 : NULL) : vi->dev, t);
-    t->host = vi->kind == V_ACT ? NULL : vi->data;
+    /* a bound parameter's host copy is stale on a device */
+    t->host = vi->kind == V_ACT || vi->kind == V_EXT || (vi->ext && s->device) ? NULL : vi->data;
 }
 
 /* On a device backend: the backend's kernel for each step still to run,
@@ -1154,6 +1240,8 @@ static enum gf_status bind_memory(struct gf_session *s)
             if (!vi->dev)
                 return GF_ERR_NOMEM;
         } else if (vi->kind == V_INIT || vi->kind == V_CONST || vi->kind == V_INPUT) {
+            if (vi->ext) /* a bound parameter: the caller's memory */
+                continue;
             vi->dev = vi->data;
             if (!s->device || !vi->on_device || !vi->bytes)
                 continue;
@@ -1161,10 +1249,35 @@ static enum gf_status bind_memory(struct gf_session *s)
                 return GF_ERR_NOMEM;
             vi->dev_owned = true;
             enum gf_status st = vi->kind == V_INPUT ? GF_OK
-                              : be->ops->copy_in(be, vi->dev, vi->data, vi->bytes);
+                              : to_device(s, vi->dev, vi->data, vi->bytes);
             if (st != GF_OK)
                 return st;
         }
+    }
+    return GF_OK;
+}
+
+/* Bound graph outputs that a node computes go to the caller's memory
+ * (V_EXT); one that is a constant, an input or a parameter is copied
+ * there after each run (run_steps). */
+static enum gf_status bind_outputs(struct gf_session *s)
+{
+    for (size_t b = 0; b < s->n_binds; b++) {
+        if (s->binds[b].v)
+            continue;
+        const struct gf_value *v = s->g->outputs[s->binds[b].out];
+        struct vinfo *vi = &s->v[v->id];
+        if (vi->bytes != s->binds[b].bytes)
+            return gf_error(GF_ERR_INTERNAL, "output '%s' has %zu bytes (%s), its buffer %zu",
+                            v->name, vi->bytes, gf_dtype_name(vi->dtype), s->binds[b].bytes);
+        if (vi->kind == V_EXT && vi->dev != s->binds[b].dev)
+            return gf_error(GF_ERR_UNSUPPORTED, "output '%s' is bound to two buffers",
+                            v->name);
+        if (vi->kind != V_ACT)
+            continue;
+        vi->kind = V_EXT;
+        vi->ext = true;
+        vi->dev = s->binds[b].dev;
     }
     return GF_OK;
 }
@@ -1210,6 +1323,11 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         s->v[s->inputs[i]->id].kind = V_INPUT;
         s->v[s->inputs[i]->id].data = in[i]->data;
     }
+    for (size_t b = 0; b < s->n_binds; b++)
+        if (s->binds[b].v) {
+            s->v[s->binds[b].v->id].ext = true;
+            s->v[s->binds[b].v->id].dev = s->binds[b].dev;
+        }
     /* the CPU backend: one workspace, the largest any kernel asks for */
     s->ws_size = 0;
     for (size_t k = 0; !s->device && k < s->n_steps; k++)
@@ -1227,7 +1345,7 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
             return GF_ERR_NOMEM;
     }
-    if ((st = assign_memory(s)) != GF_OK)
+    if ((st = bind_outputs(s)) != GF_OK || (st = assign_memory(s)) != GF_OK)
         return st;
     size_t total = s->block_size + s->ws_size;
     if (s->o.max_memory && total > s->o.max_memory)
@@ -1262,11 +1380,29 @@ static enum gf_status upload_inputs(struct gf_session *s)
         struct vinfo *vi = &s->v[v->id];
         if (!vi->dev_owned || !(vi->kind == V_INPUT || (vi->kind == V_INIT && v->is_input)))
             continue;
-        enum gf_status st = s->be->ops->copy_in(s->be, vi->dev, vi->data, vi->bytes);
+        enum gf_status st = to_device(s, vi->dev, vi->data, vi->bytes);
         if (st != GF_OK)
             return st;
     }
     return GF_OK;
+}
+
+/* Bound outputs no node of the plan writes (a folded constant, an input, a
+ * parameter): copied into the caller's memory after the run. */
+static enum gf_status fill_bound_outputs(struct gf_session *s)
+{
+    enum gf_status st = GF_OK;
+    for (size_t b = 0; b < s->n_binds && st == GF_OK; b++) {
+        if (s->binds[b].v)
+            continue;
+        const struct vinfo *vi = &s->v[s->g->outputs[s->binds[b].out]->id];
+        if (vi->kind == V_EXT || !vi->bytes)
+            continue;
+        st = vi->ext || (vi->dev_owned && vi->kind != V_INPUT)
+           ? s->be->ops->copy(s->be, s->binds[b].dev, vi->dev, vi->bytes)
+           : to_device(s, s->binds[b].dev, vi->data, vi->bytes);
+    }
+    return st;
 }
 
 /* Copies value v into host memory at dst. */
@@ -1275,8 +1411,8 @@ static enum gf_status read_value(struct gf_session *s, const struct gf_value *v,
     const struct vinfo *vi = &s->v[v->id];
     if (!vi->bytes)
         return GF_OK;
-    if (vi->kind == V_ACT)
-        return s->be->ops->copy_out(s->be, dst, vi->dev, vi->bytes);
+    if (vi->kind == V_ACT || vi->ext)
+        return to_host(s, dst, vi->dev, vi->bytes);
     memcpy(dst, vi->data, vi->bytes);
     return GF_OK;
 }
@@ -1294,7 +1430,7 @@ static enum gf_status check_finite(struct gf_session *s, const struct gf_node *n
         void *h = malloc(bytes);
         if (!h)
             return gf_error(GF_ERR_NOMEM, "out of memory checking '%s'", n->outputs[o]->name);
-        enum gf_status st = s->be->ops->copy_out(s->be, h, t->data, bytes);
+        enum gf_status st = to_host(s, h, t->data, bytes);
         for (size_t i = 0; st == GF_OK && i < t->nelem && bad == SIZE_MAX; i++)
             if (!isfinite(t->dtype == GF_FLOAT ? ((const float *)h)[i] : ((const double *)h)[i]))
                 bad = i;
@@ -1321,7 +1457,7 @@ static enum gf_status run_on_host(struct gf_session *s, const struct step *st,
     size_t need = 0;
     for (size_t i = 0; i < n->n_inputs + n->n_outputs; i++) {
         const struct gf_value *x = i < n->n_inputs ? n->inputs[i] : n->outputs[i - n->n_inputs];
-        if (x && (i >= n->n_inputs || s->v[x->id].kind == V_ACT))
+        if (x && (i >= n->n_inputs || s->v[x->id].kind == V_ACT || s->v[x->id].ext))
             need += (s->v[x->id].bytes + ALIGN - 1) / ALIGN * ALIGN;
     }
     if (need > s->stage_size) {
@@ -1342,7 +1478,7 @@ static enum gf_status run_on_host(struct gf_session *s, const struct step *st,
             continue;
         }
         const struct vinfo *xi = &s->v[x->id];
-        if (is_in && xi->kind != V_ACT) {
+        if (is_in && xi->kind != V_ACT && !xi->ext) {
             view_of(xi, xi->data, t);
         } else {
             view_of(xi, p, t);
@@ -1361,8 +1497,8 @@ static enum gf_status run_on_host(struct gf_session *s, const struct step *st,
         rc = st->cpu->run(&a);
     for (size_t o = 0; o < n->n_outputs && rc == GF_OK; o++)
         if (n->outputs[o] && s->v[n->outputs[o]->id].bytes)
-            rc = s->be->ops->copy_in(s->be, s->v[n->outputs[o]->id].dev, out[o].data,
-                                     out[o].nelem ? gf_tview_bytes(&out[o]) : 0);
+            rc = to_device(s, s->v[n->outputs[o]->id].dev, out[o].data,
+                           out[o].nelem ? gf_tview_bytes(&out[o]) : 0);
     return rc;
 }
 
@@ -1408,9 +1544,31 @@ static enum gf_status run_steps(struct gf_session *s)
         }
     }
     if (st == GF_OK)
+        st = fill_bound_outputs(s);
+    if (st == GF_OK)
         st = s->be->ops->sync(s->be);
     s->total_ms = now_ms() - t_start;
     return st;
+}
+
+/* A tensor header in the outputs' arena for data that lies elsewhere. */
+static struct gf_tensor *bound_tensor(struct gf_session *s, const char *name,
+                                      const struct vinfo *vi, void *data)
+{
+    struct gf_tensor *t = gf_model_alloc(s->outm, sizeof(*t));
+    int64_t *dims = gf_model_alloc(s->outm, (size_t)(vi->rank + 1) * sizeof(*dims));
+    if (!t || !dims)
+        return NULL;
+    memset(t, 0, sizeof(*t));
+    memcpy(dims, vi->dims, (size_t)vi->rank * sizeof(*dims));
+    t->name = name;
+    t->dtype = vi->dtype;
+    t->rank = vi->rank;
+    t->dims = dims;
+    t->nelem = vi->nelem;
+    t->nbytes = data ? vi->bytes : 0;
+    t->data = data;
+    return t;
 }
 
 static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***outputs,
@@ -1424,6 +1582,15 @@ static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***
     for (size_t i = 0; i < g->n_outputs; i++) {
         struct gf_value *v = g->outputs[i];
         const struct vinfo *vi = &s->v[v->id];
+        void *bound = NULL;
+        for (size_t b = 0; b < s->n_binds && !bound; b++)
+            if (!s->binds[b].v && s->binds[b].out == i)
+                bound = s->binds[b].dev;
+        if (bound) { /* in the caller's memory: a header only */
+            if (!(s->outs[i] = bound_tensor(s, v->name, vi, s->device ? NULL : bound)))
+                return gf_error(GF_ERR_NOMEM, "out of memory");
+            continue;
+        }
         s->outs[i] = gf_tensor_new(s->outm, v->name, vi->dtype, vi->rank, vi->dims, NULL);
         if (!s->outs[i])
             return GF_ERR_NOMEM;
@@ -1457,6 +1624,7 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
     enum gf_status st = check_symbols(s, inputs);
     if (st != GF_OK)
         return st;
+    memset(&s->traffic, 0, sizeof(s->traffic));
     int64_t *key = NULL;
     size_t key_len = 0;
     if ((st = plan_key(s, inputs, &key, &key_len)) != GF_OK)

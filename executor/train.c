@@ -6,11 +6,27 @@
  * optimizer state.  Data loading (folders of TensorProto files, token
  * files) closes the file.
  *
- * Buffers (n = a parameter's element count):
- *   p->t->data   [n]  the parameter, read in place by the session
- *   gacc[g]      [n]  group g's gradient: the mean over micro-batches of
- *                     the sum over its tied copies (transposed back)
- *   optimizer    [n] x 0..2 fp32 state per group (optim.c)
+ * Training stays on the session's backend: parameters, gradients and the
+ * optimizer state are flat fp32 buffers of backend memory, allocated once;
+ * the session reads each parameter from, and writes each gradient into, a
+ * view of them; the accumulation, the gradient norm (which is also the
+ * NaN/Inf check), clipping, the update and the tied copies are kernels
+ * (the optimizer ops of graph/ops.def), a few launches for all parameters.
+ * Per step only the batch goes in and the loss and the norm come out.  The
+ * parameters' host copies (p->t->data) are refreshed from the device when
+ * someone reads them: exports, checkpoints, gf_trainer_get_param, and the
+ * diagnosis of a NaN.  On the CPU the buffers are host memory and the host
+ * copies are views of P: nothing is copied at all.
+ *
+ * Buffers (n_m: elements of the masters, n_all: of every parameter, each
+ * parameter at an offset aligned for a view; the gaps stay zero):
+ *   P        [n_all]  the parameters: masters in group order, then copies
+ *   G        [n_all]  the gradient outputs of one micro-batch; with one
+ *                     micro-batch also the accumulator (tied copies' added
+ *                     into their master's, transposed back)
+ *   A        [n_m]    with several micro-batches: the mean of their
+ *                     gradients (else G)
+ *   optimizer [n_m] x 0..2  fp32 state (optim.c)
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,7 +38,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "gf_exec.h"
+#include "exec_priv.h"
 #include "gf_passes.h"
 
 #define STATE_NAME "graphfuse.train.state"
@@ -38,6 +54,16 @@ struct param {
     bool transposed;     /* holds the master's transpose (both 2-D) */
     size_t group;        /* optimizer tensor it belongs to */
     size_t grad_out;     /* graph output holding its gradient */
+    size_t off;          /* elements into P and G (and A, for a master) */
+    void *pv, *gv;       /* views of P and G (backend memory) */
+};
+
+/* Where a step's time and bytes went (train --profile). */
+struct step_prof {
+    double ms, graph_ms, optim_ms; /* wall; nodes; trainer kernels (synchronized) */
+    struct gf_traffic traffic;    /* every copy of the step */
+    size_t batch_bytes;           /* of which the batches' tensors */
+    int micro;
 };
 
 struct gf_trainer {
@@ -52,9 +78,17 @@ struct gf_trainer {
     size_t n_params;
     struct param *p;
     size_t n_groups;
-    float **gdata;        /* n_groups: the master's data */
-    float **gacc;         /* n_groups: gradients */
-    size_t *gsize;
+    struct gf_backend *be;  /* the session's */
+    bool device;            /* be is no host memory: P, G, A live on the device */
+    size_t n_m, n_all;      /* elements of the masters, of every parameter */
+    void *P, *G, *A;        /* the flat buffers (A NULL: G accumulates) */
+    void *norm;             /* one double of backend memory: GradNorm's output */
+    struct gf_model *ops;   /* the nodes of the trainer's kernels */
+    struct gf_devop acc, acc_t, gnorm, transpose;
+    struct gf_traffic traffic; /* copies of the trainer's own (and its kernels') */
+    bool host_stale;        /* P moved on since the host copies were refreshed */
+    float *host_tmp;        /* staging of one tensor's state (checkpoints) */
+    struct step_prof prof;  /* the last step */
     struct gf_optim *opt;
     int64_t step;
     bool diverged;        /* the last step met a NaN or Inf */
@@ -488,42 +522,209 @@ static enum gf_status differentiate(struct gf_trainer *t)
     return st;
 }
 
-/* Parameters get writable, aligned copies in the training model's arena
- * (loaded data may be mapped read-only or unaligned). */
-static enum gf_status own_params(struct gf_trainer *t)
+/* ---- parameters, gradients and state on the backend ------------------------------ */
+
+/* n elements rounded up to the backend's view alignment. */
+static size_t aligned(const struct gf_trainer *t, size_t n)
 {
-    for (size_t i = 0; i < t->n_params; i++) {
-        struct param *p = &t->p[i];
-        const struct gf_tensor *src = p->v->init;
-        struct gf_tensor *c = gf_tensor_new(t->m, p->name, GF_FLOAT, src->rank, src->dims,
-                                            src->data);
-        if (!c)
-            return gf_error(GF_ERR_NOMEM, "out of memory copying '%s'", p->name);
-        enum gf_status st = gf_value_set_initializer(p->v, c);
-        if (st != GF_OK)
-            return st;
-        p->t = c;
+    size_t a = t->be->align / sizeof(float);
+    return a > 1 ? (n + a - 1) / a * a : n;
+}
+
+/* Offsets into P and G: masters first, in group order, then the copies. */
+static void layout(struct gf_trainer *t)
+{
+    size_t off = 0;
+    for (int copies = 0; copies < 2; copies++) {
+        for (size_t i = 0; i < t->n_params; i++)
+            if ((t->p[i].master >= 0) == copies) {
+                t->p[i].off = off;
+                off += aligned(t, t->p[i].nelem);
+            }
+        if (!copies)
+            t->n_m = off;
     }
+    t->n_all = off;
+}
+
+static float *at(void *base, size_t off)
+{
+    return (float *)base + off;
+}
+
+/* A view of n floats at element `off` of backend buffer `base`. */
+static void *view_at(struct gf_trainer *t, void *base, size_t off, size_t n)
+{
+    if (!n)
+        return NULL;
+    void *v = t->be->ops->view(t->be, base, off * sizeof(float), n * sizeof(float));
+    if (!v && !t->device)
+        v = at(base, off);
+    return v;
+}
+
+static void release_view(struct gf_trainer *t, void *v)
+{
+    if (v && t->device && t->be->ops->view_release)
+        t->be->ops->view_release(t->be, v);
+}
+
+/* Host <-> backend copies of n floats at element `off` of buffer `base`
+ * (outside the step: not counted). */
+static enum gf_status read_slice(struct gf_trainer *t, float *host, void *base, size_t off,
+                                 size_t n)
+{
+    if (!t->device) {
+        memcpy(host, at(base, off), n * sizeof(float));
+        return GF_OK;
+    }
+    void *v = view_at(t, base, off, n);
+    enum gf_status st = !n ? GF_OK : v ? t->be->ops->copy_out(t->be, host, v, n * sizeof(float))
+                                       : GF_ERR_NOMEM;
+    release_view(t, v);
+    return st;
+}
+
+static enum gf_status write_slice(struct gf_trainer *t, void *base, size_t off,
+                                  const float *host, size_t n)
+{
+    if (!t->device) {
+        memmove(at(base, off), host, n * sizeof(float));
+        return GF_OK;
+    }
+    void *v = view_at(t, base, off, n);
+    enum gf_status st = !n ? GF_OK : v ? t->be->ops->copy_in(t->be, v, host, n * sizeof(float))
+                                       : GF_ERR_NOMEM;
+    release_view(t, v);
+    return st;
+}
+
+/* The parameter's host tensor: on a device a writable copy in the training
+ * model's arena (loaded data may be mapped read-only or unaligned), which
+ * refresh_host brings up to date; on the CPU a header over its bytes in P,
+ * which the session and the optimizer share. */
+static enum gf_status own_param(struct gf_trainer *t, struct param *p)
+{
+    const struct gf_tensor *src = p->v->init;
+    struct gf_tensor *c;
+    if (t->device) {
+        c = gf_tensor_new(t->m, p->name, GF_FLOAT, src->rank, src->dims, src->data);
+    } else {
+        c = gf_model_alloc(t->m, sizeof(*c));
+        int64_t *dims = gf_model_alloc(t->m, (size_t)(src->rank + 1) * sizeof(*dims));
+        if (c && dims) {
+            memset(c, 0, sizeof(*c));
+            memcpy(dims, src->dims, (size_t)src->rank * sizeof(*dims));
+            *c = (struct gf_tensor){.name = p->name, .dtype = GF_FLOAT, .rank = src->rank,
+                                    .dims = dims, .nelem = src->nelem, .nbytes = src->nbytes,
+                                    .data = at(t->P, p->off)};
+            memcpy(c->data, src->data, src->nbytes);
+        } else {
+            c = NULL;
+        }
+    }
+    if (!c)
+        return gf_error(GF_ERR_NOMEM, "out of memory copying '%s'", p->name);
+    enum gf_status st = gf_value_set_initializer(p->v, c);
+    if (st != GF_OK)
+        return st;
+    p->t = c;
+    return t->device ? write_slice(t, t->P, p->off, c->data, p->nelem) : GF_OK;
+}
+
+/* The nodes of the trainer's own kernels. */
+static enum gf_status make_ops(struct gf_trainer *t)
+{
+    float scale = t->o.accumulate > 1 ? (float)(1.0 / t->o.accumulate) : 1.0f;
+    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose};
+    static const char *const types[] = {"GradAccumulate", "GradAccumulate", "GradNorm",
+                                        "Transpose"};
+    static const int64_t perm[2] = {1, 0};
+    if (!(t->ops = gf_model_new(8, "trainer")))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < 4; i++) {
+        ops[i]->be = t->be;
+        ops[i]->traffic = &t->traffic;
+        ops[i]->node = gf_devop_node(t->ops, types[i], i == 3 ? "" : NULL, i < 2 ? 2 : 1, 1);
+        if (!ops[i]->node)
+            return gf_error(GF_ERR_NOMEM, "out of memory");
+    }
+    if (gf_node_set_attr_float(t->acc.node, "scale", scale) != GF_OK ||
+        gf_node_set_attr_float(t->acc_t.node, "scale", scale) != GF_OK ||
+        gf_node_set_attr_int(t->acc_t.node, "transpose", 1) != GF_OK ||
+        gf_node_set_attr_ints(t->transpose.node, "perm", 2, perm) != GF_OK)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
     return GF_OK;
 }
 
-static enum gf_status alloc_groups(struct gf_trainer *t)
+/* P, G (and A) on the session's backend; every parameter and gradient
+ * output bound to its view; the optimizer state beside them. */
+static enum gf_status setup_device(struct gf_trainer *t)
 {
-    t->gdata = calloc(t->n_groups + 1, sizeof(*t->gdata));
-    t->gacc = calloc(t->n_groups + 1, sizeof(*t->gacc));
-    t->gsize = calloc(t->n_groups + 1, sizeof(*t->gsize));
-    if (!t->gdata || !t->gacc || !t->gsize)
-        return gf_error(GF_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < t->n_params; i++) {
+    t->be = gf_session_get_backend(t->s);
+    t->device = !t->be->host_memory;
+    layout(t);
+    size_t big = 0;
+    for (size_t i = 0; i < t->n_params; i++)
+        big = t->p[i].nelem > big ? t->p[i].nelem : big;
+    if (!(t->P = gf_exec_zeroed(t->be, t->n_all, NULL)) ||
+        !(t->G = gf_exec_zeroed(t->be, t->n_all, NULL)) ||
+        (t->o.accumulate > 1 && !(t->A = gf_exec_zeroed(t->be, t->n_m, NULL))) ||
+        !(t->norm = t->be->ops->alloc(t->be, sizeof(double))) ||
+        !(t->host_tmp = malloc((big + 1) * sizeof(float))))
+        return gf_error(GF_ERR_NOMEM, "out of %s memory for %zu parameters and their "
+                        "gradients", t->be->ops->name, t->n_all);
+    enum gf_status st = make_ops(t);
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
         struct param *p = &t->p[i];
-        if (p->master >= 0)
-            continue;
-        t->gdata[p->group] = p->t->data;
-        t->gsize[p->group] = p->nelem;
-        if (!(t->gacc[p->group] = calloc(p->nelem, sizeof(float))))
-            return gf_error(GF_ERR_NOMEM, "out of memory for the gradients");
+        size_t bytes = p->nelem * sizeof(float);
+        p->pv = view_at(t, t->P, p->off, p->nelem);
+        p->gv = view_at(t, t->G, p->off, p->nelem);
+        if ((!p->pv || !p->gv) && p->nelem)
+            return gf_error(GF_ERR_NOMEM, "no view of '%s' in the parameters' buffers: %s",
+                            p->name, gf_last_error());
+        if ((st = own_param(t, p)) == GF_OK &&
+            (st = gf_session_bind_param(t->s, p->v, p->pv, bytes)) == GF_OK)
+            st = gf_session_bind_output(t->s, p->grad_out, p->gv, bytes);
     }
-    return gf_optim_new(&t->o.optim, t->n_groups, t->gsize, &t->opt);
+    if (st == GF_OK)
+        st = gf_optim_new_on(&t->o.optim, t->be, t->n_m, &t->traffic, &t->opt);
+    return st;
+}
+
+static void free_device(struct gf_trainer *t)
+{
+    if (!t->be)
+        return;
+    for (size_t i = 0; t->p && i < t->n_params; i++) {
+        release_view(t, t->p[i].pv);
+        release_view(t, t->p[i].gv);
+    }
+    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose};
+    for (int i = 0; i < 4; i++)
+        if (ops[i]->be)
+            gf_devop_release(ops[i]);
+    void *bufs[] = {t->P, t->G, t->A, t->norm};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i])
+            t->be->ops->release(t->be, bufs[i]);
+    gf_model_free(t->ops);
+    free(t->host_tmp);
+}
+
+/* The host copies of the parameters from P (a device only, when stale). */
+static enum gf_status refresh_host(const struct gf_trainer *ct)
+{
+    struct gf_trainer *t = (struct gf_trainer *)ct; /* a cache of P: not the trainer's state */
+    enum gf_status st = GF_OK;
+    if (!t->device || !t->host_stale)
+        return GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++)
+        st = t->be->ops->copy_out(t->be, t->p[i].t->data, t->p[i].pv,
+                                  t->p[i].nelem * sizeof(float));
+    if (st == GF_OK)
+        t->host_stale = false;
+    return st;
 }
 
 static enum gf_status check_opts(const struct gf_trainer_opts *o)
@@ -600,11 +801,9 @@ static enum gf_status build(struct gf_trainer *t, const struct gf_model *m)
         st = training_graph(t, false);
     }
     if (st == GF_OK)
-        st = own_params(t);
-    if (st == GF_OK)
-        st = alloc_groups(t);
-    if (st == GF_OK)
         st = gf_session_new(t->m, &t->o.exec, &t->s);
+    if (st == GF_OK)
+        st = setup_device(t);
     return st;
 }
 
@@ -642,11 +841,7 @@ void gf_trainer_free(struct gf_trainer *t)
         return;
     gf_session_free(t->s);
     gf_optim_free(t->opt);
-    for (size_t g = 0; t->gacc && g < t->n_groups; g++)
-        free(t->gacc[g]);
-    free(t->gacc);
-    free(t->gdata);
-    free(t->gsize);
+    free_device(t);
     drop_graph(t);
     for (size_t i = 0; i < t->n_untied; i++)
         free(t->untied[i]);
@@ -674,6 +869,7 @@ size_t gf_trainer_param_count(const struct gf_trainer *t)
 void gf_trainer_get_param(const struct gf_trainer *t, size_t i, struct gf_param_info *p)
 {
     const struct param *q = &t->p[i];
+    refresh_host(t); /* a failed download leaves the last values */
     *p = (struct gf_param_info){q->name, q->nelem, q->master >= 0 ? t->p[q->master].name : NULL,
                                 q->transposed, q->t->data};
 }
@@ -696,6 +892,19 @@ int64_t gf_trainer_get_step(const struct gf_trainer *t)
 void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f)
 {
     gf_session_print_profile(t->s, f);
+    const struct step_prof *p = &t->prof;
+    if (!p->micro)
+        return;
+    /* kernels: each node and each of the trainer's kernels, synchronized
+     * after it; outside: the host's own time around and between them */
+    double kernels = p->graph_ms + p->optim_ms, outside = p->ms - kernels;
+    fprintf(f, "train profile: step %lld: %.3f ms, kernels %.3f ms (graph %.3f, optimizer "
+            "%.3f), outside kernels %.3f ms (%.1f%%); copied host->device %llu bytes (batch "
+            "%zu), device->host %llu bytes\n", (long long)t->step - 1, p->ms, kernels,
+            p->graph_ms, p->optim_ms, outside > 0 ? outside : 0.0,
+            p->ms > 0 && outside > 0 ? 100.0 * outside / p->ms : 0.0,
+            (unsigned long long)p->traffic.h2d, p->batch_bytes,
+            (unsigned long long)p->traffic.d2h);
 }
 
 void gf_trainer_print_backend(const struct gf_trainer *t, FILE *f)
@@ -728,7 +937,9 @@ static enum gf_status diagnose(struct gf_trainer *t, struct gf_tensor *const *in
     struct gf_session *s = NULL;
     struct gf_tensor **out;
     size_t n_out;
-    enum gf_status st = gf_session_new(t->m, &eo, &s);
+    enum gf_status st = refresh_host(t); /* that session reads the host copies */
+    if (st == GF_OK)
+        st = gf_session_new(t->m, &eo, &s);
     if (st == GF_OK)
         st = gf_session_run(s, gf_session_input_count(s), in, &out, &n_out);
     char msg[1024];
@@ -742,95 +953,186 @@ static enum gf_status diagnose(struct gf_trainer *t, struct gf_tensor *const *in
                     "or Inf when the micro-batch ran again", (long long)t->step, what);
 }
 
-/* The loss and every gradient of one micro-batch must be finite. */
-static enum gf_status check_outputs(struct gf_trainer *t, struct gf_tensor **out,
-                                    struct gf_tensor *const *in, float *loss)
+static int n_threads(const struct gf_trainer *t)
 {
+    return t->o.exec.n_threads > 0 ? t->o.exec.n_threads : t->be->n_threads;
+}
+
+/* One of the trainer's kernels; with --profile synchronized and timed. */
+static enum gf_status devop(struct gf_trainer *t, struct gf_devop *op, const struct gf_tview *in,
+                            size_t n_in, struct gf_tview *out)
+{
+    double t0 = t->o.exec.profile ? now_ms() : 0;
+    enum gf_status st = gf_devop_run(op, in, n_in, out, 1, n_threads(t));
+    if (st == GF_OK && t->o.exec.profile) {
+        st = t->be->ops->sync(t->be);
+        t->prof.optim_ms += now_ms() - t0;
+    }
+    return st;
+}
+
+/* The gradient the optimizer reads: A, or G with one micro-batch. */
+static void *grad_acc(const struct gf_trainer *t)
+{
+    return t->A ? t->A : t->G;
+}
+
+/* After micro-batch k: with several, G's masters into A ((A or 0) +
+ * G / K); then each tied copy's gradient into its master's (transposed
+ * back), in parameter order, as the mean of the sum over the copies needs. */
+static enum gf_status accumulate(struct gf_trainer *t, int k)
+{
+    struct gf_tview in[2], out;
+    enum gf_status st = GF_OK;
+    if (t->A) {
+        gf_devop_view(&in[0], t->G, t->n_m, 0);
+        gf_devop_view(&in[1], k ? t->A : NULL, k ? t->n_m : 0, 0);
+        gf_devop_view(&out, t->A, t->n_m, 0);
+        st = devop(t, &t->acc, in, 2, &out);
+    }
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        const struct param *p = &t->p[i], *q = &t->p[p->master < 0 ? 0 : p->master];
+        if (p->master < 0)
+            continue;
+        void *dst = t->A ? view_at(t, t->A, q->off, q->nelem) : q->gv;
+        if (!dst)
+            return GF_ERR_NOMEM;
+        gf_devop_view(&in[0], p->gv, p->nelem, p->transposed ? p->t->dims[0] : 0);
+        gf_devop_view(&in[1], dst, q->nelem, p->transposed ? q->t->dims[0] : 0);
+        gf_devop_view(&out, dst, q->nelem, p->transposed ? q->t->dims[0] : 0);
+        st = devop(t, p->transposed ? &t->acc_t : &t->acc, in, 2, &out);
+        if (t->A)
+            release_view(t, dst);
+    }
+    return st;
+}
+
+/* Tied copies take their master's new values (transposed or not). */
+static enum gf_status sync_ties(struct gf_trainer *t)
+{
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        const struct param *p = &t->p[i], *q = &t->p[p->master < 0 ? 0 : p->master];
+        if (p->master < 0)
+            continue;
+        if (!p->transposed) {
+            st = t->be->ops->copy(t->be, p->pv, q->pv, p->nelem * sizeof(float));
+            continue;
+        }
+        struct gf_tview in, out;
+        gf_devop_view(&in, q->pv, q->nelem, q->t->dims[0]);
+        gf_devop_view(&out, p->pv, p->nelem, p->t->dims[0]);
+        st = devop(t, &t->transpose, &in, 1, &out);
+    }
+    return st;
+}
+
+/* GradNorm of the accumulated gradient (one float64 back to the host). */
+static enum gf_status grad_norm(struct gf_trainer *t, double *norm)
+{
+    struct gf_tview in, out;
+    gf_devop_view(&in, grad_acc(t), t->n_m, 0);
+    gf_devop_view(&out, t->norm, 1, 0);
+    out.dtype = GF_DOUBLE;
+    enum gf_status st = devop(t, &t->gnorm, &in, 1, &out);
+    if (st != GF_OK)
+        return st;
+    if (!t->device) {
+        *norm = *(const double *)t->norm;
+        return GF_OK;
+    }
+    t->traffic.d2h += sizeof(double);
+    return t->be->ops->copy_out(t->be, norm, t->norm, sizeof(double));
+}
+
+/* Micro-batch `in` forward and backward: the loss in *loss, the gradients
+ * in G; the session's time and copies added to the step's profile. */
+static enum gf_status run_one(struct gf_trainer *t, struct gf_tensor *const *in, float *loss)
+{
+    struct gf_tensor **out;
+    size_t n_out;
+    enum gf_status st = gf_session_run(t->s, gf_session_input_count(t->s), in, &out, &n_out);
+    struct gf_traffic tr;
+    double kernel_ms, total_ms;
+    gf_session_last_run(t->s, &tr, &kernel_ms, &total_ms);
+    t->prof.traffic.h2d += tr.h2d;
+    t->prof.traffic.d2h += tr.d2h;
+    t->prof.graph_ms += kernel_ms;
+    t->prof.micro++;
+    for (size_t i = 0; i < gf_session_input_count(t->s); i++)
+        t->prof.batch_bytes += in[i]->nbytes;
+    if (st != GF_OK)
+        return st;
     const struct gf_tensor *l = out[t->loss_out];
-    if (l->dtype != GF_FLOAT || l->nelem != 1)
+    if (l->dtype != GF_FLOAT || l->nelem != 1 || !l->data)
         return gf_error(GF_ERR_INVALID, "loss '%s' is not one float", t->loss_name);
     *loss = *(const float *)l->data;
-    char what[1100];
-    if (!isfinite(*loss)) {
-        snprintf(what, sizeof(what), "the loss '%s' (%g)", t->loss_name, *loss);
-        return diagnose(t, in, what);
-    }
-    for (size_t i = 0; i < t->n_params; i++) {
-        const struct gf_tensor *g = out[t->p[i].grad_out];
-        if (g->dtype != GF_FLOAT || g->nelem != t->p[i].nelem)
-            return gf_error(GF_ERR_INTERNAL, "gradient of '%s' has %zu elements, the parameter "
-                            "%zu", t->p[i].name, g->nelem, t->p[i].nelem);
-        if (!all_finite(g->data, g->nelem)) {
-            snprintf(what, sizeof(what), "the gradient of '%s'", t->p[i].name);
-            return diagnose(t, in, what);
-        }
-    }
     return GF_OK;
 }
 
-/* gacc[group] += scale * gradient, transposing a transposed copy's back. */
-static void accumulate(struct gf_trainer *t, struct gf_tensor **out, float scale)
+/* The accumulated gradient is not finite: the step's first `upto`
+ * micro-batches run again (the data rewound to `at`) until one's gradients
+ * hold a NaN or Inf, which diagnose() traces to its node. */
+static enum gf_status find_bad_gradient(struct gf_trainer *t, struct gf_data *d,
+                                        const struct gf_data *from, int upto, double norm)
 {
-    for (size_t i = 0; i < t->n_params; i++) {
-        const struct param *p = &t->p[i];
-        const float *g = out[p->grad_out]->data;
-        float *acc = t->gacc[p->group];
-        if (!p->transposed) {
-            for (size_t k = 0; k < p->nelem; k++)
-                acc[k] += g[k] * scale;
-            continue;
+    d->cursor = from->cursor;
+    d->rng = from->rng;
+    char what[1100];
+    for (int k = 0; k < upto; k++) {
+        struct gf_tensor *const *in;
+        float loss;
+        enum gf_status st = gf_data_next(d, &in);
+        if (st == GF_OK)
+            st = run_one(t, in, &loss);
+        for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+            const struct param *p = &t->p[i];
+            float *g = t->device ? t->host_tmp : at(t->G, p->off);
+            if (t->device)
+                st = t->be->ops->copy_out(t->be, g, p->gv, p->nelem * sizeof(float));
+            if (st == GF_OK && !all_finite(g, p->nelem)) {
+                snprintf(what, sizeof(what), "the gradient of '%s'", p->name);
+                return diagnose(t, in, what);
+            }
         }
-        size_t r = (size_t)p->t->dims[1], c = (size_t)p->t->dims[0]; /* master [r, c] */
-        for (size_t a = 0; a < r; a++)
-            for (size_t b = 0; b < c; b++)
-                acc[a * c + b] += g[b * r + a] * scale;
+        if (st != GF_OK)
+            return st;
     }
+    t->diverged = true;
+    return gf_error(GF_ERR_INVALID, "step %lld: the gradient is not finite (global norm %g), "
+                    "yet no micro-batch's gradients held a NaN or Inf when run again",
+                    (long long)t->step, norm);
 }
 
-/* Tied copies take their master's new values. */
-static void sync_ties(struct gf_trainer *t)
-{
-    for (size_t i = 0; i < t->n_params; i++) {
-        struct param *p = &t->p[i];
-        if (p->master < 0)
-            continue;
-        const float *src = t->p[p->master].t->data;
-        float *dst = p->t->data;
-        if (!p->transposed) {
-            memcpy(dst, src, p->nelem * sizeof(float));
-            continue;
-        }
-        size_t r = (size_t)p->t->dims[1], c = (size_t)p->t->dims[0];
-        for (size_t a = 0; a < r; a++)
-            for (size_t b = 0; b < c; b++)
-                dst[b * r + a] = src[a * c + b];
-    }
-}
-
-/* Forward and backward of the step's micro-batches; gacc receives the mean
- * gradient, *loss the mean loss. */
+/* Forward and backward of the step's micro-batches; the accumulated
+ * gradient (A, or G) receives their mean, *loss the mean loss.  A loss that
+ * is not finite stops the step, named (the gradients of the micro-batches
+ * before it first, as they would have been checked before it ran). */
 static enum gf_status run_micro_batches(struct gf_trainer *t, struct gf_data *d, double *loss,
                                         size_t *tokens)
 {
     int K = t->o.accumulate;
-    float scale = K > 1 ? (float)(1.0 / K) : 1.0f;
-    for (size_t g = 0; g < t->n_groups; g++)
-        memset(t->gacc[g], 0, t->gsize[g] * sizeof(float));
+    const struct gf_data start = {.cursor = d->cursor, .rng = d->rng};
     *loss = 0;
     *tokens = 0;
     for (int k = 0; k < K; k++) {
         struct gf_tensor *const *in;
-        struct gf_tensor **out;
-        size_t n_out;
         float l;
+        double norm;
         enum gf_status st = gf_data_next(d, &in);
         if (st == GF_OK)
-            st = gf_session_run(t->s, gf_session_input_count(t->s), in, &out, &n_out);
-        if (st == GF_OK)
-            st = check_outputs(t, out, in, &l);
+            st = run_one(t, in, &l);
         if (st != GF_OK)
             return st;
-        accumulate(t, out, scale);
+        if (!isfinite(l)) {
+            if (k > 0 && (st = grad_norm(t, &norm)) == GF_OK && !isfinite(norm))
+                return find_bad_gradient(t, d, &start, k, norm);
+            char what[1100];
+            snprintf(what, sizeof(what), "the loss '%s' (%g)", t->loss_name, l);
+            return st != GF_OK ? st : diagnose(t, in, what);
+        }
+        if ((st = accumulate(t, k)) != GF_OK)
+            return st;
         *loss += l;
         *tokens += gf_data_tokens(d);
     }
@@ -838,25 +1140,60 @@ static enum gf_status run_micro_batches(struct gf_trainer *t, struct gf_data *d,
     return GF_OK;
 }
 
+/* The gradient norm (also the NaN / Inf check: nothing is updated when it
+ * is not finite), torch's clipping coefficient, the update, the copies. */
+static enum gf_status update(struct gf_trainer *t, struct gf_data *d,
+                             const struct gf_data *from, struct gf_train_stats *st)
+{
+    double norm;
+    enum gf_status s = grad_norm(t, &norm);
+    if (s != GF_OK)
+        return s;
+    if (!isfinite(norm))
+        return find_bad_gradient(t, d, from, t->o.accumulate, norm);
+    st->grad_norm = norm;
+    float coef = 1.0f;
+    if (t->o.clip_grad_norm > 0) { /* torch.nn.utils.clip_grad_norm_, in float */
+        coef = (float)t->o.clip_grad_norm / ((float)norm + 1e-6f);
+        coef = coef > 1.0f ? 1.0f : coef;
+    }
+    double t0 = t->o.exec.profile ? now_ms() : 0;
+    s = gf_optim_update(t->opt, t->P, grad_acc(t), st->lr, coef, n_threads(t));
+    if (s == GF_OK && t->o.exec.profile) {
+        s = t->be->ops->sync(t->be);
+        t->prof.optim_ms += now_ms() - t0;
+    }
+    if (s == GF_OK)
+        s = sync_ties(t);
+    t->host_stale = t->device;
+    return s;
+}
+
 enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
                                struct gf_train_stats *st)
 {
     memset(st, 0, sizeof(*st));
+    memset(&t->prof, 0, sizeof(t->prof));
+    memset(&t->traffic, 0, sizeof(t->traffic));
     double t0 = now_ms();
     st->step = t->step;
     st->lr = gf_lr_at(t->o.schedule, t->o.optim.lr, t->o.min_lr, t->o.warmup, t->o.steps,
                       t->step);
     t->diverged = false;
+    const struct gf_data start = {.cursor = d->cursor, .rng = d->rng};
     enum gf_status s = run_micro_batches(t, d, &st->loss, &st->tokens);
+    if (s == GF_OK)
+        s = update(t, d, &start, st);
+    if (s == GF_OK && t->o.exec.profile)
+        s = t->be->ops->sync(t->be);
+    t->prof.traffic.h2d += t->traffic.h2d;
+    t->prof.traffic.d2h += t->traffic.d2h;
     if (s != GF_OK) {
         st->diverged = t->diverged;
         return s;
     }
-    st->grad_norm = gf_clip_grad_norm(t->n_groups, t->gacc, t->gsize, t->o.clip_grad_norm);
-    gf_optim_step(t->opt, t->gdata, (const float *const *)t->gacc, st->lr);
-    sync_ties(t);
     t->step++;
-    st->ms = now_ms() - t0;
+    st->ms = t->prof.ms = now_ms() - t0;
     return GF_OK;
 }
 
@@ -878,7 +1215,12 @@ static enum gf_status set_init(struct gf_model *m, const char *name, const struc
 static enum gf_status export_model(const struct gf_trainer *t, struct gf_model **out)
 {
     struct gf_model *m = NULL;
-    enum gf_status st = gf_model_load_buffer(t->orig, t->orig_len, t->dir, NULL, &m);
+    enum gf_status st = refresh_host(t);
+    if (st != GF_OK) {
+        *out = NULL;
+        return st;
+    }
+    st = gf_model_load_buffer(t->orig, t->orig_len, t->dir, NULL, &m);
     if (st == GF_OK)
         st = apply_untie(t, m->graph);
     for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
@@ -916,16 +1258,20 @@ static void state_name(const struct gf_trainer *t, size_t k, const char *param, 
     snprintf(buf, len, "graphfuse.optim.%s.%s", gf_optim_state_name(t->opt, k), param);
 }
 
-/* The optimizer buffers of every group, under its master's name. */
-static enum gf_status add_optim_state(const struct gf_trainer *t, struct gf_model *m)
+/* The optimizer buffers of every group, under its master's name (read
+ * from the backend one tensor at a time). */
+static enum gf_status add_optim_state(const struct gf_trainer *ct, struct gf_model *m)
 {
+    struct gf_trainer *t = (struct gf_trainer *)ct; /* host_tmp: staging only */
     char name[1200];
     enum gf_status st = GF_OK;
     for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
         const struct param *p = &t->p[i];
         for (size_t k = 0; st == GF_OK && p->master < 0 && k < gf_optim_state_count(t->opt); k++) {
             state_name(t, k, p->name, name, sizeof(name));
-            st = set_init(m, name, p->t, gf_optim_get_state(t->opt, p->group, k));
+            st = read_slice(t, t->host_tmp, gf_optim_state_mem(t->opt, k), p->off, p->nelem);
+            if (st == GF_OK)
+                st = set_init(m, name, p->t, t->host_tmp);
         }
     }
     return st;
@@ -1001,12 +1347,18 @@ enum gf_status gf_trainer_load_checkpoint(struct gf_trainer *t, struct gf_data *
     if (st != GF_OK)
         return st;
     st = check_state(t, c, path, &x);
+    /* the parameters' host copies, then P; the state through host_tmp */
     for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
         const struct param *p = &t->p[i];
         st = restore(c, path, p->name, p->t, p->t->data);
+        if (st == GF_OK && t->device)
+            st = write_slice(t, t->P, p->off, p->t->data, p->nelem);
         for (size_t k = 0; st == GF_OK && p->master < 0 && k < gf_optim_state_count(t->opt); k++) {
             state_name(t, k, p->name, name, sizeof(name));
-            st = restore(c, path, name, p->t, gf_optim_get_state(t->opt, p->group, k));
+            st = restore(c, path, name, p->t, t->host_tmp);
+            if (st == GF_OK)
+                st = write_slice(t, gf_optim_state_mem(t->opt, k), p->off, t->host_tmp,
+                                 p->nelem);
         }
     }
     if (st == GF_OK) {
@@ -1016,7 +1368,8 @@ enum gf_status gf_trainer_load_checkpoint(struct gf_trainer *t, struct gf_data *
             d->cursor = (uint64_t)x[4];
             d->rng = (uint64_t)x[5];
         }
-        sync_ties(t);
+        st = sync_ties(t);
+        t->host_stale = t->device;
     }
     gf_model_free(c);
     return st;

@@ -472,6 +472,233 @@ static void grad_accumulate(void **state)
         }
 }
 
+/* ---- the trainer on every backend ---------------------------------------------------- */
+
+static const char *const backends[] = {"cpu", "opencl"};
+
+static bool have(const char *be)
+{
+    return strcmp(be, "cpu") == 0 || opencl();
+}
+
+/* gpt2_tiny (a tied, transposed lm head), AdamW with clipping and two
+ * micro-batches per step, fused, on backend `be`. */
+static struct gf_trainer *gpt2_trainer(const char *be, struct gf_model **m, struct gf_data **d)
+{
+    struct gf_trainer_opts o;
+    gf_trainer_opts_init(&o, GF_OPTIM_ADAMW);
+    o.steps = STEPS;
+    o.clip_grad_norm = 0.5;
+    o.accumulate = 2;
+    o.fuse = true;
+    o.exec.backend = be;
+    struct gf_trainer *t;
+    if (gf_model_load("models/gpt2_tiny/legacy/model.onnx", NULL, m) != GF_OK ||
+        gf_trainer_new(*m, &o, &t) != GF_OK ||
+        gf_data_open_dir(t, "models/gpt2_tiny/train_data", d) != GF_OK)
+        fail_msg("gpt2_tiny on %s: %s", be, gf_last_error());
+    return t;
+}
+
+static void steps(struct gf_trainer *t, struct gf_data *d, int n, double *loss, double *norm)
+{
+    for (int i = 0; i < n; i++) {
+        struct gf_train_stats st;
+        if (gf_trainer_step(t, d, &st) != GF_OK)
+            fail_msg("step %d: %s", i, gf_last_error());
+        loss[i] = st.loss;
+        norm[i] = st.grad_norm;
+    }
+}
+
+/* Every parameter, as the trainer's host copies hold them. */
+static float *params(const struct gf_trainer *t, size_t *n)
+{
+    size_t total = 0;
+    struct gf_param_info p;
+    for (size_t i = 0; i < gf_trainer_param_count(t); i++) {
+        gf_trainer_get_param(t, i, &p);
+        total += p.nelem;
+    }
+    float *all = malloc(total * sizeof(float) + 1), *at = all;
+    for (size_t i = 0; i < gf_trainer_param_count(t); i++, at += p.nelem) {
+        gf_trainer_get_param(t, i, &p);
+        memcpy(at, p.data, p.nelem * sizeof(float));
+    }
+    *n = total;
+    return all;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The device trains as the CPU does: losses within 1e-6, gradient norms
+ * within 1e-5, and the tied copy still the transpose of its master. */
+static void device_matches_cpu(void **state)
+{
+    (void)state;
+    if (!opencl())
+        skip();
+    double loss[2][STEPS], norm[2][STEPS];
+    for (int b = 0; b < 2; b++) {
+        struct gf_model *m;
+        struct gf_data *d;
+        struct gf_trainer *t = gpt2_trainer(backends[b], &m, &d);
+        steps(t, d, STEPS, loss[b], norm[b]);
+        struct gf_param_info p, q;
+        bool tied = false;
+        for (size_t i = 0; i < gf_trainer_param_count(t); i++) {
+            gf_trainer_get_param(t, i, &p);
+            if (!p.tied_to)
+                continue;
+            for (size_t j = 0; j < gf_trainer_param_count(t); j++) {
+                gf_trainer_get_param(t, j, &q);
+                if (strcmp(q.name, p.tied_to) != 0)
+                    continue;
+                /* the copy holds the master's values (transposed: in another order) */
+                float *a = malloc(p.nelem * sizeof(float)), *c = malloc(p.nelem * sizeof(float));
+                memcpy(a, p.data, p.nelem * sizeof(float));
+                memcpy(c, q.data, p.nelem * sizeof(float));
+                qsort(a, p.nelem, sizeof(float), by_value);
+                qsort(c, p.nelem, sizeof(float), by_value);
+                if (memcmp(a, c, p.nelem * sizeof(float)) != 0)
+                    fail_msg("%s: %s is no copy of %s after training", backends[b], p.name,
+                             q.name);
+                tied = true;
+                free(a);
+                free(c);
+            }
+        }
+        assert_true(tied);
+        gf_data_free(d);
+        gf_trainer_free(t);
+        gf_model_free(m);
+    }
+    for (int i = 0; i < STEPS; i++) {
+        double rl = fabs(loss[1][i] - loss[0][i]) / fabs(loss[0][i]);
+        double rn = fabs(norm[1][i] - norm[0][i]) / fabs(norm[0][i]);
+        printf("  step %d: loss %.9g (OpenCL rel. %.2g), norm %.9g (rel. %.2g)\n", i,
+               loss[0][i], rl, norm[0][i], rn);
+        if (!(rl <= 1e-6) || !(rn <= 1e-5))
+            fail_msg("step %d: OpenCL loss %.9g / norm %.9g, the CPU's %.9g / %.9g", i,
+                     loss[1][i], norm[1][i], loss[0][i], norm[0][i]);
+    }
+}
+
+/* 3 steps, a checkpoint, a new trainer resuming it, 3 more: the same
+ * losses and weights, bit for bit, as 6 steps straight; on each backend. */
+static void checkpoint_resumes_exactly(void **state)
+{
+    (void)state;
+    const char *ckpt = "/tmp/gf_test_train_device.ckpt.onnx";
+    for (int b = 0; b < 2; b++) {
+        if (!have(backends[b]))
+            continue;
+        double l0[STEPS], n0[STEPS], l1[STEPS], n1[STEPS];
+        size_t np0, np1;
+        struct gf_model *m;
+        struct gf_data *d;
+        struct gf_trainer *t = gpt2_trainer(backends[b], &m, &d);
+        steps(t, d, STEPS, l0, n0);
+        float *p0 = params(t, &np0);
+        gf_data_free(d);
+        gf_trainer_free(t);
+        gf_model_free(m);
+        t = gpt2_trainer(backends[b], &m, &d);
+        steps(t, d, STEPS / 2, l1, n1);
+        assert_int_equal(gf_trainer_save_checkpoint(t, d, ckpt), GF_OK);
+        gf_data_free(d);
+        gf_trainer_free(t);
+        gf_model_free(m);
+        t = gpt2_trainer(backends[b], &m, &d);
+        assert_int_equal(gf_trainer_load_checkpoint(t, d, ckpt), GF_OK);
+        assert_int_equal(gf_trainer_get_step(t), STEPS / 2);
+        steps(t, d, STEPS - STEPS / 2, l1 + STEPS / 2, n1 + STEPS / 2);
+        float *p1 = params(t, &np1);
+        assert_memory_equal(l0, l1, sizeof(l0));
+        assert_memory_equal(n0, n1, sizeof(n0));
+        assert_int_equal(np0, np1);
+        assert_memory_equal(p0, p1, np0 * sizeof(float));
+        free(p0);
+        free(p1);
+        gf_data_free(d);
+        gf_trainer_free(t);
+        gf_model_free(m);
+    }
+    remove(ckpt);
+}
+
+/* A finite loss with a NaN gradient: the step stops naming the gradient and
+ * the node that made the NaN, with every micro-batch count, and leaves the
+ * parameters alone.  loss = mean(x @ w); the "gradient" sqrt(-w). */
+static void nan_gradient_named(void **state)
+{
+    (void)state;
+    for (int b = 0; b < 2; b++)
+        for (int acc = 1; acc <= 3; acc += 2) {
+            if (!have(backends[b]))
+                continue;
+            struct gf_model *m = gf_model_new(8, "nan");
+            assert_int_equal(gf_model_set_opset(m, "", 13), GF_OK);
+            struct gf_dim xd[2] = {{-1, "batch", NULL}, {32, NULL, NULL}};
+            struct gf_dim ld[1] = {{-1, "batch", NULL}};
+            struct gf_value *x = gf_graph_new_value(m->graph, "x", NULL);
+            struct gf_value *lab = gf_graph_new_value(m->graph, "labels", NULL);
+            gf_value_set_tensor_type(x, GF_FLOAT, 2, xd);
+            gf_value_set_tensor_type(lab, GF_INT64, 1, ld);
+            gf_graph_add_input(m->graph, x);
+            gf_graph_add_input(m->graph, lab);
+            float w[32 * 4];
+            for (int i = 0; i < 32 * 4; i++)
+                w[i] = 0.5f + (float)i / 64;
+            struct gf_tensor *wt = gf_tensor_new(m, "w.weight", GF_FLOAT, 2,
+                                                 (int64_t[]){32, 4}, w);
+            struct gf_value *W = gf_graph_add_initializer(m->graph, "w.weight", wt);
+            gf_graph_add_input(m->graph, W);
+            struct gf_value *v[6];
+            const char *names[] = {"p", "loss", "negw", "root", "w.weight_grad"};
+            for (int i = 0; i < 5; i++)
+                v[i] = gf_graph_new_value(m->graph, names[i], NULL);
+            struct gf_value *mm[2] = {x, W};
+            gf_graph_add_node(m->graph, "MatMul", "", "the_p", 2, mm, 1, &v[0]);
+            struct gf_node *rm = gf_graph_add_node(m->graph, "ReduceMean", "", "the_loss", 1,
+                                                   &v[0], 1, &v[1]);
+            gf_node_set_attr_int(rm, "keepdims", 0);
+            gf_graph_add_node(m->graph, "Neg", "", "the_negw", 1, &W, 1, &v[2]);
+            gf_graph_add_node(m->graph, "Sqrt", "", "the_root", 1, &v[2], 1, &v[3]);
+            gf_graph_add_node(m->graph, "Identity", "", "the_grad", 1, &v[3], 1, &v[4]);
+            gf_graph_add_output(m->graph, v[1]);
+            gf_graph_add_output(m->graph, v[4]);
+            struct gf_trainer_opts o;
+            gf_trainer_opts_init(&o, GF_OPTIM_SGD);
+            o.differentiated = true;
+            o.accumulate = acc;
+            o.exec.backend = backends[b];
+            struct gf_trainer *t;
+            struct gf_data *d;
+            if (gf_trainer_new(m, &o, &t) != GF_OK ||
+                gf_data_open_dir(t, "models/mlp/train_data", &d) != GF_OK)
+                fail_msg("%s: %s", backends[b], gf_last_error());
+            struct gf_train_stats st;
+            assert_int_equal(gf_trainer_step(t, d, &st), GF_ERR_INVALID);
+            assert_true(st.diverged);
+            const char *msg = gf_last_error();
+            if (!strstr(msg, "step 0: the gradient of 'w.weight' is not finite: node "
+                        "'the_root' (Sqrt) produced NaN"))
+                fail_msg("%s, %d micro-batches: %s", backends[b], acc, msg);
+            struct gf_param_info p;
+            gf_trainer_get_param(t, 0, &p);
+            assert_memory_equal(p.data, w, sizeof(w));
+            assert_int_equal(gf_trainer_get_step(t), 0);
+            gf_data_free(d);
+            gf_trainer_free(t);
+            gf_model_free(m);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -480,6 +707,9 @@ int main(void)
         cmocka_unit_test(public_optimizer),
         cmocka_unit_test(grad_norm),
         cmocka_unit_test(grad_accumulate),
+        cmocka_unit_test(device_matches_cpu),
+        cmocka_unit_test(checkpoint_resumes_exactly),
+        cmocka_unit_test(nan_gradient_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
