@@ -22,17 +22,13 @@
 #include <strings.h>
 
 #include "internal.h" /* gf_node_label */
+#include "opcheck.h"   /* the rules kernels share */
 
-#define MAX_RANK 64      /* ranks above this are treated as unknown */
+#define MAX_RANK GF_SHAPE_MAX_RANK /* ranks above this are treated as unknown */
 #define MAX_SV 4096      /* longest integer tensor tracked by value */
 #define LATEST_OPSET 23  /* assumed when the model imports no ai.onnx */
 
 /* ---- types --------------------------------------------------------------- */
-
-struct shape {
-    int rank; /* -1: unknown */
-    struct gf_dim d[MAX_RANK];
-};
 
 /* One element of a tracked integer tensor. */
 struct elem {
@@ -86,115 +82,48 @@ static enum gf_status fail(struct ctx *c, const struct gf_value *v, const char *
     return gf_error(GF_ERR_INVALID, "%s: %s", who, msg);
 }
 
-static void appendf(char *buf, size_t len, size_t *pos, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void appendf(char *buf, size_t len, size_t *pos, const char *fmt, ...)
-{
-    if (*pos >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *pos, len - *pos, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        *pos += (size_t)k;
-}
-
-static const char *dim_str(const struct gf_dim *d, char *buf, size_t len)
-{
-    if (d->value >= 0)
-        snprintf(buf, len, "%lld", (long long)d->value);
-    else
-        snprintf(buf, len, "%s", d->param ? d->param : "?");
-    return buf;
-}
-
-/* "[batch,4,?]", or "[*]" for an unknown rank. */
-static const char *shape_str(const struct shape *s, char *buf, size_t len)
-{
-    size_t pos = 0;
-    char one[64];
-    if (s->rank < 0) {
-        snprintf(buf, len, "[*]");
-        return buf;
-    }
-    appendf(buf, len, &pos, "[");
-    for (int i = 0; i < s->rank; i++)
-        appendf(buf, len, &pos, "%s%s", i ? "," : "", dim_str(&s->d[i], one, sizeof(one)));
-    appendf(buf, len, &pos, "]");
-    return buf;
-}
-
 /* ---- dims and shapes ----------------------------------------------------- */
-
-static struct gf_dim dim_of(int64_t v)
-{
-    return (struct gf_dim){.value = v};
-}
-
-static struct gf_dim dim_unknown(void)
-{
-    return (struct gf_dim){.value = -1};
-}
-
-static bool known(const struct gf_dim *d)
-{
-    return d->value >= 0;
-}
 
 static bool same_sym(const struct gf_dim *a, const struct gf_dim *b)
 {
-    return !known(a) && !known(b) && a->param && b->param && strcmp(a->param, b->param) == 0;
-}
-
-/* Two dims that must be equal: false on a contradiction; *out the more
- * precise of the two. */
-static bool unify_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
-{
-    if (known(a) && known(b) && a->value != b->value)
-        return false;
-    if (known(a) || (!known(b) && a->param))
-        *out = *a;
-    else
-        *out = *b;
-    return true;
+    return !gf_dim_known(a) && !gf_dim_known(b) && a->param && b->param && strcmp(a->param, b->param) == 0;
 }
 
 /* Multidirectional broadcast of one pair of dims. */
 static bool bcast_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
 {
-    if (known(a) && known(b)) {
+    if (gf_dim_known(a) && gf_dim_known(b)) {
         if (a->value == b->value || b->value == 1)
             *out = *a;
         else if (a->value == 1)
             *out = *b;
         else
             return false;
-    } else if (known(a)) {
+    } else if (gf_dim_known(a)) {
         *out = a->value == 1 ? *b : *a;
-    } else if (known(b)) {
+    } else if (gf_dim_known(b)) {
         *out = b->value == 1 ? *a : *b;
     } else if (same_sym(a, b)) {
         *out = *a;
     } else {
-        *out = dim_unknown();
+        *out = gf_dim_unknown();
     }
     return true;
 }
 
 /* Broadcasts a and b into out (which may alias a); false when incompatible. */
-static bool bcast_shapes(const struct shape *a, const struct shape *b, struct shape *out)
+static bool bcast_shapes(const struct gf_shape *a, const struct gf_shape *b, struct gf_shape *out)
 {
     if (a->rank < 0 || b->rank < 0) {
         out->rank = -1;
         return true;
     }
     int r = a->rank > b->rank ? a->rank : b->rank;
-    struct shape t;
+    struct gf_shape t;
     t.rank = r;
     for (int i = 0; i < r; i++) {
         int ia = i - (r - a->rank), ib = i - (r - b->rank);
-        struct gf_dim one = dim_of(1);
+        struct gf_dim one = gf_dim_of(1);
         const struct gf_dim *da = ia >= 0 ? &a->d[ia] : &one;
         const struct gf_dim *db = ib >= 0 ? &b->d[ib] : &one;
         if (!bcast_dim(da, db, &t.d[i]))
@@ -211,9 +140,9 @@ static struct gf_dim dims_product(const struct gf_dim *d, int n)
     const struct gf_dim *sym = NULL;
     bool unknown = false;
     for (int i = 0; i < n; i++) {
-        if (known(&d[i])) {
+        if (gf_dim_known(&d[i])) {
             if (__builtin_mul_overflow(p, d[i].value, &p))
-                return dim_unknown();
+                return gf_dim_unknown();
         } else if (d[i].param && !sym) {
             sym = &d[i];
         } else {
@@ -221,28 +150,28 @@ static struct gf_dim dims_product(const struct gf_dim *d, int n)
         }
     }
     if (p == 0)
-        return dim_of(0);
+        return gf_dim_of(0);
     if (unknown)
-        return dim_unknown();
+        return gf_dim_unknown();
     if (sym)
-        return p == 1 ? *sym : dim_unknown();
-    return dim_of(p);
+        return p == 1 ? *sym : gf_dim_unknown();
+    return gf_dim_of(p);
 }
 
-static void shape_unknown(struct shape *s)
+static void shape_unknown(struct gf_shape *s)
 {
     s->rank = -1;
 }
 
 /* A shape of `rank` unknown dims (rank < 0 or too large: unknown rank). */
-static void shape_blank(struct shape *s, int64_t rank)
+static void shape_blank(struct gf_shape *s, int64_t rank)
 {
     s->rank = rank >= 0 && rank <= MAX_RANK ? (int)rank : -1;
     for (int i = 0; i < s->rank; i++)
-        s->d[i] = dim_unknown();
+        s->d[i] = gf_dim_unknown();
 }
 
-static void shape_of(const struct gf_value *v, struct shape *s)
+static void shape_of(const struct gf_value *v, struct gf_shape *s)
 {
     s->rank = -1;
     if (!v || v->type.kind != GF_TYPE_TENSOR || v->type.rank < 0 ||
@@ -394,10 +323,10 @@ static enum gf_status norm_axes(struct ctx *c, const struct gf_value *v,
 /* Merges inferred dim `b` into the file's dim `a`. */
 static bool merge_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
 {
-    if (known(a) && known(b) && a->value != b->value)
+    if (gf_dim_known(a) && gf_dim_known(b) && a->value != b->value)
         return false;
     *out = *a;
-    if (!known(a) && (known(b) || (!a->param && b->param))) {
+    if (!gf_dim_known(a) && (gf_dim_known(b) || (!a->param && b->param))) {
         out->value = b->value;
         out->param = b->param;
     }
@@ -407,7 +336,7 @@ static bool merge_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_
 }
 
 /* True when v's type is already exactly (dt, s). */
-static bool type_is(const struct gf_value *v, enum gf_dtype dt, const struct shape *s)
+static bool type_is(const struct gf_value *v, enum gf_dtype dt, const struct gf_shape *s)
 {
     const struct gf_type *t = &v->type;
     if (t->kind != GF_TYPE_TENSOR || t->dtype != dt || t->rank != s->rank)
@@ -423,7 +352,7 @@ static bool type_is(const struct gf_value *v, enum gf_dtype dt, const struct sha
 
 /* Gives output i dtype dt and shape s, refining and checking the type the
  * value already has.  dt UNDEFINED / s->rank -1 mean "not known". */
-static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const struct shape *s)
+static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const struct gf_shape *s)
 {
     struct gf_value *v = out(c, i);
     char b1[256], b2[256];
@@ -433,7 +362,7 @@ static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const s
         return fail(c, v, "the model types it as a non-tensor, inference gives a tensor");
     if (v->type.kind == GF_TYPE_OTHER)
         return GF_OK;
-    struct shape old, res;
+    struct gf_shape old, res;
     enum gf_dtype odt = dtype_of(v);
     shape_of(v, &old);
     if (odt && dt && odt != dt)
@@ -441,12 +370,12 @@ static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const s
                     gf_dtype_name(dt));
     if (old.rank >= 0 && s->rank >= 0 && old.rank != s->rank)
         return fail(c, v, "the model says shape %s, inference gives %s",
-                    shape_str(&old, b1, sizeof(b1)), shape_str(s, b2, sizeof(b2)));
+                    gf_shape_str(&old, b1, sizeof(b1)), gf_shape_str(s, b2, sizeof(b2)));
     res = old.rank >= 0 ? old : *s;
     for (int k = 0; old.rank >= 0 && s->rank >= 0 && k < res.rank; k++)
         if (!merge_dim(&old.d[k], &s->d[k], &res.d[k]))
             return fail(c, v, "the model says shape %s, inference gives %s",
-                        shape_str(&old, b1, sizeof(b1)), shape_str(s, b2, sizeof(b2)));
+                        gf_shape_str(&old, b1, sizeof(b1)), gf_shape_str(s, b2, sizeof(b2)));
     if (!odt)
         odt = dt;
     if (!odt)
@@ -458,7 +387,7 @@ static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const s
 }
 
 /* Output i gets input j's dtype and the shape s. */
-static enum gf_status set_out_like(struct ctx *c, size_t i, size_t j, const struct shape *s)
+static enum gf_status set_out_like(struct ctx *c, size_t i, size_t j, const struct gf_shape *s)
 {
     return set_out(c, i, dtype_of(in(c, j)), s);
 }
@@ -484,7 +413,7 @@ static struct elem elem_of(int64_t v)
 
 static struct elem elem_from_dim(const struct gf_dim *d)
 {
-    if (known(d))
+    if (gf_dim_known(d))
         return elem_of(d->value);
     return (struct elem){.sym = d->param};
 }
@@ -493,7 +422,7 @@ static struct elem elem_from_dim(const struct gf_dim *d)
 static struct gf_dim dim_from_elem(const struct elem *e)
 {
     if (e->known)
-        return e->v >= 0 ? dim_of(e->v) : dim_unknown();
+        return e->v >= 0 ? gf_dim_of(e->v) : gf_dim_unknown();
     return (struct gf_dim){.value = -1, .param = e->sym};
 }
 
@@ -601,7 +530,7 @@ static enum gf_status int_list(struct ctx *c, size_t idx, const char *name, stru
     struct gf_value *v = in(c, idx);
     *l = (struct ilist){.len = -1};
     if (v) {
-        struct shape sh;
+        struct gf_shape sh;
         shape_of(v, &sh);
         if (sh.rank > 1)
             return fail(c, v, "expected a 1-D tensor, got rank %d", sh.rank);
@@ -609,7 +538,7 @@ static enum gf_status int_list(struct ctx *c, size_t idx, const char *name, stru
         l->s = sv_get(c, v);
         if (l->s)
             l->len = (int64_t)l->s->n;
-        else if (sh.rank == 1 && known(&sh.d[0]) && sh.d[0].value <= MAX_SV)
+        else if (sh.rank == 1 && gf_dim_known(&sh.d[0]) && sh.d[0].value <= MAX_SV)
             l->len = sh.d[0].value; /* longer: treated as unknown */
         else if (sh.rank == 0)
             l->len = 1;
@@ -653,13 +582,13 @@ static enum gf_status list_axes(struct ctx *c, const struct gf_value *v, const s
 /* Broadcasts inputs [first, first + count); with same_type, their element
  * types must agree.  *dt: the first known element type. */
 static enum gf_status broadcast_inputs(struct ctx *c, size_t first, size_t count,
-                                       bool same_type, struct shape *s, enum gf_dtype *dt)
+                                       bool same_type, struct gf_shape *s, enum gf_dtype *dt)
 {
     char b1[256], b2[256];
     *dt = GF_UNDEFINED;
     for (size_t i = first; i < first + count; i++) {
         struct gf_value *v;
-        struct shape x, prev = *s;
+        struct gf_shape x, prev = *s;
         if (need(c, i, &v))
             return GF_ERR_INVALID;
         enum gf_dtype t = dtype_of(v);
@@ -672,8 +601,8 @@ static enum gf_status broadcast_inputs(struct ctx *c, size_t first, size_t count
         if (i == first)
             *s = x;
         else if (!bcast_shapes(&prev, &x, s))
-            return fail(c, v, "cannot broadcast %s with %s", shape_str(&prev, b1, sizeof(b1)),
-                        shape_str(&x, b2, sizeof(b2)));
+            return fail(c, v, "cannot broadcast %s with %s", gf_shape_str(&prev, b1, sizeof(b1)),
+                        gf_shape_str(&x, b2, sizeof(b2)));
     }
     return GF_OK;
 }
@@ -685,14 +614,14 @@ static enum gf_status legacy_binary(struct ctx *c, enum gf_dtype dt)
     struct gf_value *a, *b;
     if (need(c, 0, &a) || need(c, 1, &b))
         return GF_ERR_INVALID;
-    struct shape s;
+    struct gf_shape s;
     shape_of(a, &s);
     return set_out(c, 0, dt ? dt : dtype_of(a), &s);
 }
 
 static enum gf_status binary(struct ctx *c, enum gf_dtype out_dt, bool same_type)
 {
-    struct shape s;
+    struct gf_shape s;
     enum gf_dtype dt;
     if (c->opset < 7)
         return legacy_binary(c, out_dt);
@@ -722,7 +651,7 @@ static enum gf_status infer_compare(struct ctx *c)
 /* Max Min Mean Sum */
 static enum gf_status infer_variadic(struct ctx *c)
 {
-    struct shape s;
+    struct gf_shape s;
     enum gf_dtype dt;
     if (c->n->n_inputs == 0)
         return fail(c, NULL, "needs at least one input");
@@ -733,7 +662,7 @@ static enum gf_status infer_variadic(struct ctx *c)
 
 static enum gf_status infer_where(struct ctx *c)
 {
-    struct shape s;
+    struct gf_shape s;
     enum gf_dtype dt;
     if (broadcast_inputs(c, 0, 3, false, &s, &dt))
         return GF_ERR_INVALID;
@@ -748,7 +677,7 @@ static enum gf_status infer_where(struct ctx *c)
 static enum gf_status infer_unary(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need(c, 0, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -759,7 +688,7 @@ static enum gf_status infer_unary(struct ctx *c)
 static enum gf_status infer_unary_bool(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need(c, 0, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -782,7 +711,7 @@ static enum gf_status infer_identity(struct ctx *c)
 static enum gf_status infer_dropout(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need(c, 0, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -811,7 +740,7 @@ static enum gf_dtype dtype_from_name(const char *s)
 static enum gf_status infer_cast(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     const struct gf_attr *a = gf_node_attr(c->n, "to");
     int64_t to = GF_UNDEFINED;
     if (need(c, 0, &x))
@@ -835,7 +764,7 @@ static enum gf_status infer_cast(struct ctx *c)
 static enum gf_status infer_cast_like(struct ctx *c)
 {
     struct gf_value *x, *like;
-    struct shape s;
+    struct gf_shape s;
     if (need(c, 0, &x) || need(c, 1, &like))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -844,7 +773,7 @@ static enum gf_status infer_cast_like(struct ctx *c)
 
 /* ---- constants and shape ops --------------------------------------------- */
 
-static enum gf_status tensor_shape(struct ctx *c, const struct gf_tensor *t, struct shape *s)
+static enum gf_status tensor_shape(struct ctx *c, const struct gf_tensor *t, struct gf_shape *s)
 {
     if (!t || t->rank < 0 || t->rank > MAX_RANK || (t->rank > 0 && !t->dims))
         return fail(c, NULL, "constant tensor has a bad shape");
@@ -852,7 +781,7 @@ static enum gf_status tensor_shape(struct ctx *c, const struct gf_tensor *t, str
     for (int i = 0; i < t->rank; i++) {
         if (t->dims[i] < 0)
             return fail(c, NULL, "constant tensor has a negative dim");
-        s->d[i] = dim_of(t->dims[i]);
+        s->d[i] = gf_dim_of(t->dims[i]);
     }
     return GF_OK;
 }
@@ -883,7 +812,7 @@ static enum gf_status infer_constant(struct ctx *c)
         {"value_strings", GF_ATTR_STRINGS, GF_STRING, 1},
     };
     const struct gf_attr *a = constant_attr(c->n);
-    struct shape s;
+    struct gf_shape s;
     if (!a)
         return fail(c, NULL, "no value attribute");
     if (strcmp(a->name, "sparse_value") == 0)
@@ -900,7 +829,7 @@ static enum gf_status infer_constant(struct ctx *c)
             return fail(c, NULL, "attribute '%s' is %s", a->name, gf_attr_type_name(a->type));
         shape_blank(&s, forms[i].rank);
         if (forms[i].rank == 1)
-            s.d[0] = dim_of((int64_t)a->n);
+            s.d[0] = gf_dim_of((int64_t)a->n);
         return set_out(c, 0, forms[i].dtype, &s);
     }
     return fail(c, NULL, "unknown attribute '%s'", a->name);
@@ -908,7 +837,7 @@ static enum gf_status infer_constant(struct ctx *c)
 
 /* A shape given as a tensor value (ConstantOfShape, Expand, Reshape). */
 static enum gf_status shape_from_list(struct ctx *c, const struct gf_value *v,
-                                      const struct ilist *l, struct shape *s)
+                                      const struct ilist *l, struct gf_shape *s)
 {
     if (l->len < 0 || l->len > MAX_RANK) {
         shape_unknown(s);
@@ -928,7 +857,7 @@ static enum gf_status infer_constant_of_shape(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist l;
-    struct shape s;
+    struct gf_shape s;
     enum gf_status st;
     const struct gf_attr *a = attr_typed(c, "value", GF_ATTR_TENSOR, &st);
     if (st || need(c, 0, &x) || int_list(c, 0, NULL, &l))
@@ -958,7 +887,7 @@ static enum gf_status shape_range(struct ctx *c, int rank, int *start, int *end)
 static enum gf_status infer_shape(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s, o;
+    struct gf_shape s, o;
     int b, e;
     if (need(c, 0, &x))
         return GF_ERR_INVALID;
@@ -967,7 +896,7 @@ static enum gf_status infer_shape(struct ctx *c)
     if (s.rank >= 0) {
         if (shape_range(c, s.rank, &b, &e))
             return GF_ERR_INVALID;
-        o.d[0] = dim_of(e - b);
+        o.d[0] = gf_dim_of(e - b);
     }
     return set_out(c, 0, GF_INT64, &o);
 }
@@ -975,7 +904,7 @@ static enum gf_status infer_shape(struct ctx *c)
 static enum gf_status infer_size(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape o = {.rank = 0};
+    struct gf_shape o = {.rank = 0};
     if (need(c, 0, &x))
         return GF_ERR_INVALID;
     return set_out(c, 0, GF_INT64, &o);
@@ -1007,15 +936,15 @@ static bool scalar_f64(struct ctx *c, const struct gf_value *v, double *d)
  * of a symbolic n has n elements. */
 static enum gf_status infer_range(struct ctx *c)
 {
-    struct shape o;
+    struct gf_shape o;
     double v[3];
     bool ok[3];
     if (need_all(c, 3))
         return GF_ERR_INVALID;
     for (size_t i = 0; i < 3; i++) {
-        struct shape s;
+        struct gf_shape s;
         shape_of(in(c, i), &s);
-        if (s.rank > 1 || (s.rank == 1 && known(&s.d[0]) && s.d[0].value != 1))
+        if (s.rank > 1 || (s.rank == 1 && gf_dim_known(&s.d[0]) && s.d[0].value != 1))
             return fail(c, in(c, i), "must be a scalar");
         ok[i] = scalar_f64(c, in(c, i), &v[i]);
     }
@@ -1026,7 +955,7 @@ static enum gf_status infer_range(struct ctx *c)
         double n = ceil((v[1] - v[0]) / v[2]);
         if (!(n < 9e18))
             return fail(c, NULL, "range too long");
-        o.d[0] = dim_of(n > 0 ? (int64_t)n : 0);
+        o.d[0] = gf_dim_of(n > 0 ? (int64_t)n : 0);
     } else if (ok[0] && ok[2] && v[0] == 0 && v[2] == 1) {
         const struct sval *limit = sv_get(c, in(c, 1));
         if (limit && limit->n == 1)
@@ -1042,7 +971,7 @@ static enum gf_status infer_range(struct ctx *c)
 static enum gf_status infer_matmul(struct ctx *c)
 {
     struct gf_value *va, *vb;
-    struct shape a, b, ba, bb, o;
+    struct gf_shape a, b, ba, bb, o;
     char s1[256], s2[256];
     if (need(c, 0, &va) || need(c, 1, &vb))
         return GF_ERR_INVALID;
@@ -1055,16 +984,16 @@ static enum gf_status infer_matmul(struct ctx *c)
     const struct gf_dim *ka = &a.d[a.rank - 1];
     const struct gf_dim *kb = &b.d[b.rank == 1 ? 0 : b.rank - 2];
     struct gf_dim k;
-    if (!unify_dim(ka, kb, &k))
-        return fail(c, vb, "inner dims differ: %s x %s", shape_str(&a, s1, sizeof(s1)),
-                    shape_str(&b, s2, sizeof(s2)));
+    if (!gf_dim_unify(ka, kb, &k))
+        return fail(c, vb, "inner dims differ: %s x %s", gf_shape_str(&a, s1, sizeof(s1)),
+                    gf_shape_str(&b, s2, sizeof(s2)));
     shape_blank(&ba, a.rank > 2 ? a.rank - 2 : 0);
     shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
     memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
     memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
     if (!bcast_shapes(&ba, &bb, &o))
         return fail(c, vb, "cannot broadcast batch dims of %s and %s",
-                    shape_str(&a, s1, sizeof(s1)), shape_str(&b, s2, sizeof(s2)));
+                    gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)));
     if (a.rank >= 2)
         o.d[o.rank++] = a.d[a.rank - 2];
     if (b.rank >= 2)
@@ -1076,7 +1005,7 @@ static enum gf_status infer_matmul(struct ctx *c)
 static enum gf_status infer_gemm(struct ctx *c)
 {
     struct gf_value *va, *vb, *vc = in(c, 2);
-    struct shape a, b, cc, o;
+    struct gf_shape a, b, cc, o;
     int64_t ta, tb;
     struct gf_dim k;
     if (need(c, 0, &va) || need(c, 1, &vb) || attr_int(c, "transA", 0, &ta) ||
@@ -1093,7 +1022,7 @@ static enum gf_status infer_gemm(struct ctx *c)
         o.d[0] = a.d[ta ? 1 : 0];
     if (b.rank == 2)
         o.d[1] = b.d[tb ? 0 : 1];
-    if (a.rank == 2 && b.rank == 2 && !unify_dim(&a.d[ta ? 0 : 1], &b.d[tb ? 1 : 0], &k))
+    if (a.rank == 2 && b.rank == 2 && !gf_dim_unify(&a.d[ta ? 0 : 1], &b.d[tb ? 1 : 0], &k))
         return fail(c, vb, "inner dims differ (transA=%lld, transB=%lld)", (long long)ta,
                     (long long)tb);
     shape_of(vc, &cc);
@@ -1101,7 +1030,7 @@ static enum gf_status infer_gemm(struct ctx *c)
         return fail(c, vc, "Gemm bias has rank %d", cc.rank);
     for (int i = 0; vc && i < cc.rank; i++) {
         const struct gf_dim *d = &cc.d[cc.rank - 1 - i], *m = &o.d[1 - i];
-        if (known(d) && known(m) && d->value != 1 && d->value != m->value)
+        if (gf_dim_known(d) && gf_dim_known(m) && d->value != 1 && d->value != m->value)
             return fail(c, vc, "bias dim %lld does not broadcast to %lld",
                         (long long)d->value, (long long)m->value);
     }
@@ -1180,12 +1109,12 @@ static void ein_implicit(const struct ein_term *ins, int n_in, struct ein_term *
 
 /* Binds each letter and the "..." dims of every operand. */
 static enum gf_status ein_bind(struct ctx *c, const struct ein_term *ins, int n_in,
-                               struct gf_dim *letter, bool *seen, struct shape *ell)
+                               struct gf_dim *letter, bool *seen, struct gf_shape *ell)
 {
     ell->rank = 0;
     for (int i = 0; i < n_in; i++) {
         struct gf_value *v = in(c, (size_t)i);
-        struct shape s, e;
+        struct gf_shape s, e;
         shape_of(v, &s);
         if (s.rank < 0)
             return GF_ERR_UNSUPPORTED; /* caller: result unknown */
@@ -1215,7 +1144,7 @@ static enum gf_status infer_einsum(struct ctx *c)
     struct ein_term ins[EIN_MAX_TERMS], o;
     struct gf_dim letter[128];
     bool seen[128] = {false}, has_out;
-    struct shape ell, res;
+    struct gf_shape ell, res;
     char eq[512];
     int n_in;
     if (!gf_node_attr(c->n, "equation"))
@@ -1255,7 +1184,7 @@ static enum gf_status infer_einsum(struct ctx *c)
 static enum gf_status infer_transpose(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s, o;
+    struct gf_shape s, o;
     const int64_t *perm;
     size_t n;
     bool used[MAX_RANK] = {false};
@@ -1281,56 +1210,56 @@ static enum gf_status infer_transpose(struct ctx *c)
 
 /* Reshape's -1 dim: the input's element count over the others', symbols
  * cancelling; unknown when undecidable; *bad when not divisible. */
-static struct gf_dim reshape_fill(const struct shape *s, const struct shape *o, int skip,
+static struct gf_dim reshape_fill(const struct gf_shape *s, const struct gf_shape *o, int skip,
                                   bool *bad)
 {
     const char *syms[MAX_RANK];
     int ns = 0, left = 0;
     int64_t pin = 1, pout = 1;
     for (int i = 0; i < s->rank; i++) {
-        if (known(&s->d[i])) {
+        if (gf_dim_known(&s->d[i])) {
             if (__builtin_mul_overflow(pin, s->d[i].value, &pin))
-                return dim_unknown();
+                return gf_dim_unknown();
         } else if (s->d[i].param) {
             syms[ns++] = s->d[i].param;
         } else {
-            return dim_unknown();
+            return gf_dim_unknown();
         }
     }
     for (int j = 0; j < o->rank; j++) {
         int k = 0;
         if (j == skip)
             continue;
-        if (known(&o->d[j])) {
+        if (gf_dim_known(&o->d[j])) {
             if (__builtin_mul_overflow(pout, o->d[j].value, &pout))
-                return dim_unknown();
+                return gf_dim_unknown();
             continue;
         }
         while (k < ns && (!syms[k] || !o->d[j].param || strcmp(syms[k], o->d[j].param)))
             k++;
         if (k == ns)
-            return dim_unknown();
+            return gf_dim_unknown();
         syms[k] = NULL;
     }
     for (int k = 0; k < ns; k++)
         left += syms[k] != NULL;
     if (pout == 0)
-        return dim_unknown();
+        return gf_dim_unknown();
     if (left == 0) {
         *bad = pin % pout != 0;
-        return dim_of(pin / pout);
+        return gf_dim_of(pin / pout);
     }
     for (int k = 0; left == 1 && pin == pout && k < ns; k++)
         if (syms[k])
             return (struct gf_dim){.value = -1, .param = syms[k]};
-    return dim_unknown();
+    return gf_dim_unknown();
 }
 
 /* Target dims of Reshape: 0 copies the input dim (unless allowzero), one
  * -1 is inferred.  *fill: index of the -1, or -1. */
-static enum gf_status reshape_target(struct ctx *c, const struct shape *s,
+static enum gf_status reshape_target(struct ctx *c, const struct gf_shape *s,
                                      const struct ilist *l, bool allowzero,
-                                     struct shape *o, int *fill)
+                                     struct gf_shape *o, int *fill)
 {
     *fill = -1;
     for (int j = 0; l->s && j < o->rank; j++) {
@@ -1342,12 +1271,12 @@ static enum gf_status reshape_target(struct ctx *c, const struct shape *s,
                 return fail(c, in(c, 1), "more than one -1 in the target shape");
             *fill = j;
         } else if (e->v == 0 && allowzero) {
-            o->d[j] = dim_of(0);
+            o->d[j] = gf_dim_of(0);
         } else if (e->v == 0) {
             if (s->rank >= 0 && j >= s->rank)
                 return fail(c, in(c, 1), "0 at index %d copies a dim of rank %d input", j,
                             s->rank);
-            o->d[j] = s->rank >= 0 ? s->d[j] : dim_unknown();
+            o->d[j] = s->rank >= 0 ? s->d[j] : gf_dim_unknown();
         } else {
             return fail(c, in(c, 1), "bad dim %lld in the target shape", (long long)e->v);
         }
@@ -1359,7 +1288,7 @@ static enum gf_status infer_reshape(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist l;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t allowzero;
     int fill;
     bool bad = false;
@@ -1377,16 +1306,16 @@ static enum gf_status infer_reshape(struct ctx *c)
     if (fill >= 0)
         o.d[fill] = reshape_fill(&s, &o, fill, &bad);
     struct gf_dim ni = dims_product(s.d, s.rank), no = dims_product(o.d, o.rank);
-    if (bad || (fill < 0 && s.rank >= 0 && known(&ni) && known(&no) && ni.value != no.value))
-        return fail(c, x, "cannot reshape %s into %s", shape_str(&s, b1, sizeof(b1)),
-                    shape_str(&o, b2, sizeof(b2)));
+    if (bad || (fill < 0 && s.rank >= 0 && gf_dim_known(&ni) && gf_dim_known(&no) && ni.value != no.value))
+        return fail(c, x, "cannot reshape %s into %s", gf_shape_str(&s, b1, sizeof(b1)),
+                    gf_shape_str(&o, b2, sizeof(b2)));
     return set_out_like(c, 0, 0, &o);
 }
 
 static enum gf_status infer_flatten(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis;
     int a = 0;
     if (need(c, 0, &x) || attr_int(c, "axis", 1, &axis))
@@ -1409,7 +1338,7 @@ static enum gf_status infer_squeeze(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist l;
-    struct shape s, o;
+    struct gf_shape s, o;
     bool drop[MAX_RANK];
     if (need(c, 0, &x) || int_list(c, 1, "axes", &l))
         return GF_ERR_INVALID;
@@ -1424,7 +1353,7 @@ static enum gf_status infer_squeeze(struct ctx *c)
         return GF_ERR_INVALID;
     o.rank = 0;
     for (int i = 0; i < s.rank; i++) {
-        if (!l.given && !known(&s.d[i])) {
+        if (!l.given && !gf_dim_known(&s.d[i])) {
             shape_unknown(&o); /* might be 1 or not */
             return set_out_like(c, 0, 0, &o);
         }
@@ -1432,7 +1361,7 @@ static enum gf_status infer_squeeze(struct ctx *c)
             o.d[o.rank++] = s.d[i];
             continue;
         }
-        if (known(&s.d[i]) && s.d[i].value != 1)
+        if (gf_dim_known(&s.d[i]) && s.d[i].value != 1)
             return fail(c, x, "cannot squeeze axis %d of size %lld", i,
                         (long long)s.d[i].value);
     }
@@ -1444,7 +1373,7 @@ static enum gf_status infer_unsqueeze(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist l;
-    struct shape s, o;
+    struct gf_shape s, o;
     bool add[MAX_RANK];
     if (need(c, 0, &x) || int_list(c, 1, "axes", &l))
         return GF_ERR_INVALID;
@@ -1461,7 +1390,7 @@ static enum gf_status infer_unsqueeze(struct ctx *c)
     if (list_axes(c, x, &l, o.rank, add))
         return GF_ERR_INVALID;
     for (int i = 0, j = 0; i < o.rank; i++)
-        o.d[i] = add[i] ? dim_of(1) : s.d[j++];
+        o.d[i] = add[i] ? gf_dim_of(1) : s.d[j++];
     return set_out_like(c, 0, 0, &o);
 }
 
@@ -1469,27 +1398,27 @@ static enum gf_status infer_unsqueeze(struct ctx *c)
 static struct gf_dim concat_axis_dim(struct ctx *c, int a)
 {
     int64_t sum = 0;
-    struct gf_dim only = dim_unknown();
+    struct gf_dim only = gf_dim_unknown();
     int n_unknown = 0;
     for (size_t i = 0; i < c->n->n_inputs; i++) {
-        struct shape s;
+        struct gf_shape s;
         shape_of(in(c, i), &s);
         if (s.rank <= a)
-            return dim_unknown();
-        if (!known(&s.d[a]))
+            return gf_dim_unknown();
+        if (!gf_dim_known(&s.d[a]))
             only = s.d[a], n_unknown++;
         else if (__builtin_add_overflow(sum, s.d[a].value, &sum))
-            return dim_unknown();
+            return gf_dim_unknown();
     }
     if (n_unknown == 0)
-        return dim_of(sum);
-    return n_unknown == 1 && sum == 0 ? only : dim_unknown();
+        return gf_dim_of(sum);
+    return n_unknown == 1 && sum == 0 ? only : gf_dim_unknown();
 }
 
 /* Concat: dims equal except along axis, where they add up. */
 static enum gf_status infer_concat(struct ctx *c)
 {
-    struct shape o, s;
+    struct gf_shape o, s;
     enum gf_dtype dt = GF_UNDEFINED;
     int64_t axis;
     int a = -1;
@@ -1520,9 +1449,9 @@ static enum gf_status infer_concat(struct ctx *c)
             continue;
         }
         for (int k = 0; k < s.rank; k++)
-            if (k != a && !unify_dim(&o.d[k], &s.d[k], &o.d[k]))
-                return fail(c, v, "shape %s does not match %s", shape_str(&s, b1, sizeof(b1)),
-                            shape_str(&o, b2, sizeof(b2)));
+            if (k != a && !gf_dim_unify(&o.d[k], &s.d[k], &o.d[k]))
+                return fail(c, v, "shape %s does not match %s", gf_shape_str(&s, b1, sizeof(b1)),
+                            gf_shape_str(&o, b2, sizeof(b2)));
     }
     if (o.rank >= 0)
         o.d[a] = concat_axis_dim(c, a);
@@ -1555,7 +1484,7 @@ static enum gf_status split_check(struct ctx *c, const struct ilist *l, size_t n
         if (v < 0 || __builtin_add_overflow(sum, v, &sum))
             return fail(c, in(c, 1), "bad split size %lld", (long long)v);
     }
-    if (all && known(d) && sum != d->value)
+    if (all && gf_dim_known(d) && sum != d->value)
         return fail(c, in(c, 0), "split sizes add up to %lld, dim is %lld", (long long)sum,
                     (long long)d->value);
     return GF_OK;
@@ -1565,13 +1494,13 @@ static enum gf_status split_check(struct ctx *c, const struct ilist *l, size_t n
 static enum gf_status split_equal(struct ctx *c, const struct gf_dim *d, size_t n, size_t i,
                                   struct gf_dim *o)
 {
-    if (!known(d)) {
-        *o = n == 1 ? *d : dim_unknown();
+    if (!gf_dim_known(d)) {
+        *o = n == 1 ? *d : gf_dim_unknown();
         return GF_OK;
     }
     int64_t chunk = d->value / (int64_t)n, v = d->value;
     if (v % (int64_t)n == 0) {
-        *o = dim_of(chunk);
+        *o = gf_dim_of(chunk);
         return GF_OK;
     }
     if (c->opset < 18)
@@ -1579,7 +1508,7 @@ static enum gf_status split_equal(struct ctx *c, const struct gf_dim *d, size_t 
     chunk++;
     if (v - chunk * (int64_t)(n - 1) < 0)
         return fail(c, in(c, 0), "dim %lld cannot split into %zu chunks", (long long)v, n);
-    *o = dim_of(i + 1 < n ? chunk : v - chunk * (int64_t)(n - 1));
+    *o = gf_dim_of(i + 1 < n ? chunk : v - chunk * (int64_t)(n - 1));
     return GF_OK;
 }
 
@@ -1589,7 +1518,7 @@ static enum gf_status infer_split(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist l;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis, num;
     size_t n_out = c->n->n_outputs;
     int a = 0;
@@ -1608,7 +1537,7 @@ static enum gf_status infer_split(struct ctx *c)
         int64_t v;
         o = s;
         if (s.rank >= 0 && l.given)
-            o.d[a] = list_at(&l, i, &v) ? dim_of(v) : dim_unknown();
+            o.d[a] = list_at(&l, i, &v) ? gf_dim_of(v) : gf_dim_unknown();
         else if (s.rank >= 0 && split_equal(c, &s.d[a], n_out, i, &o.d[a]))
             return GF_ERR_INVALID;
         if (set_out_like(c, i, 0, &o))
@@ -1644,11 +1573,11 @@ static struct gf_dim slice_dim(const struct gf_dim *d, bool ok, int64_t start, i
                                int64_t step)
 {
     int64_t first;
-    if (ok && known(d))
-        return dim_of(slice_count(d->value, start, end, step, &first));
+    if (ok && gf_dim_known(d))
+        return gf_dim_of(slice_count(d->value, start, end, step, &first));
     if (ok && start == 0 && end == INT64_MAX && step == 1)
         return *d;
-    return dim_unknown();
+    return gf_dim_unknown();
 }
 
 struct slice_args {
@@ -1675,7 +1604,7 @@ static enum gf_status infer_slice(struct ctx *c)
 {
     struct gf_value *x;
     struct slice_args sa;
-    struct shape s, o;
+    struct gf_shape s, o;
     bool seen[MAX_RANK] = {false};
     if (need(c, 0, &x) || slice_args(c, &sa))
         return GF_ERR_INVALID;
@@ -1712,7 +1641,7 @@ static enum gf_status infer_slice(struct ctx *c)
 static enum gf_status infer_gather(struct ctx *c)
 {
     struct gf_value *x, *vi;
-    struct shape s, idx, o;
+    struct gf_shape s, idx, o;
     int64_t axis;
     int a = 0;
     if (need(c, 0, &x) || need(c, 1, &vi) || attr_int(c, "axis", 0, &axis))
@@ -1741,7 +1670,7 @@ static enum gf_status infer_gather(struct ctx *c)
 static enum gf_status infer_gather_elements(struct ctx *c)
 {
     struct gf_value *x, *vi;
-    struct shape s, idx;
+    struct gf_shape s, idx;
     int64_t axis;
     int a = 0;
     if (need(c, 0, &x) || need(c, 1, &vi) || attr_int(c, "axis", 0, &axis))
@@ -1759,7 +1688,7 @@ static enum gf_status infer_gather_elements(struct ctx *c)
 static enum gf_status infer_gather_nd(struct ctx *c)
 {
     struct gf_value *x, *vi;
-    struct shape s, idx, o;
+    struct gf_shape s, idx, o;
     int64_t b;
     if (need(c, 0, &x) || need(c, 1, &vi) || attr_int(c, "batch_dims", 0, &b))
         return GF_ERR_INVALID;
@@ -1767,7 +1696,7 @@ static enum gf_status infer_gather_nd(struct ctx *c)
     shape_of(vi, &idx);
     if (idx.rank == 0)
         return fail(c, vi, "indices must have rank >= 1");
-    if (s.rank < 0 || idx.rank < 0 || !known(&idx.d[idx.rank - 1])) {
+    if (s.rank < 0 || idx.rank < 0 || !gf_dim_known(&idx.d[idx.rank - 1])) {
         shape_unknown(&o);
         return set_out_like(c, 0, 0, &o);
     }
@@ -1796,7 +1725,7 @@ static enum gf_status infer_expand(struct ctx *c)
 {
     struct gf_value *x = in(c, 0);
     struct ilist l;
-    struct shape s, t, o;
+    struct gf_shape s, t, o;
     char b1[256], b2[256];
     if (need_all(c, 2) || int_list(c, 1, NULL, &l))
         return GF_ERR_INVALID;
@@ -1804,8 +1733,8 @@ static enum gf_status infer_expand(struct ctx *c)
     if (shape_from_list(c, in(c, 1), &l, &t))
         return GF_ERR_INVALID;
     if (!bcast_shapes(&s, &t, &o))
-        return fail(c, x, "cannot expand %s to %s", shape_str(&s, b1, sizeof(b1)),
-                    shape_str(&t, b2, sizeof(b2)));
+        return fail(c, x, "cannot expand %s to %s", gf_shape_str(&s, b1, sizeof(b1)),
+                    gf_shape_str(&t, b2, sizeof(b2)));
     return set_out_like(c, 0, 0, &o);
 }
 
@@ -1814,7 +1743,7 @@ static enum gf_status infer_tile(struct ctx *c)
 {
     struct gf_value *x = in(c, 0);
     struct ilist l;
-    struct shape s, o;
+    struct gf_shape s, o;
     if (need_all(c, 2) || int_list(c, 1, NULL, &l))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -1827,10 +1756,10 @@ static enum gf_status infer_tile(struct ctx *c)
             continue;
         if (r < 0)
             return fail(c, in(c, 1), "negative repeat %lld", (long long)r);
-        if (r == 1 || (r == 0 && !known(&s.d[i])))
-            o.d[i] = r == 1 ? s.d[i] : dim_of(0);
-        else if (known(&s.d[i]) && !__builtin_mul_overflow(s.d[i].value, r, &p))
-            o.d[i] = dim_of(p);
+        if (r == 1 || (r == 0 && !gf_dim_known(&s.d[i])))
+            o.d[i] = r == 1 ? s.d[i] : gf_dim_of(0);
+        else if (gf_dim_known(&s.d[i]) && !__builtin_mul_overflow(s.d[i].value, r, &p))
+            o.d[i] = gf_dim_of(p);
     }
     return set_out_like(c, 0, 0, &o);
 }
@@ -1841,7 +1770,7 @@ static enum gf_status infer_pad(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist pads, axes;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t ax[MAX_RANK] = {0};
     bool seen[MAX_RANK] = {false};
     if (need(c, 0, &x) || int_list(c, 1, c->opset < 2 ? "paddings" : "pads", &pads) ||
@@ -1867,16 +1796,16 @@ static enum gf_status infer_pad(struct ctx *c)
         int a = (int)(ax[i] < 0 ? ax[i] + s.rank : ax[i]);
         int64_t b, e, r;
         if (!list_at(&pads, (size_t)i, &b) || !list_at(&pads, (size_t)(i + n), &e))
-            o.d[a] = dim_unknown();
+            o.d[a] = gf_dim_unknown();
         else if (b == 0 && e == 0)
             continue;
-        else if (!known(&s.d[a]) || __builtin_add_overflow(s.d[a].value, b, &r) ||
+        else if (!gf_dim_known(&s.d[a]) || __builtin_add_overflow(s.d[a].value, b, &r) ||
                  __builtin_add_overflow(r, e, &r))
-            o.d[a] = dim_unknown();
+            o.d[a] = gf_dim_unknown();
         else if (r < 0)
             return fail(c, x, "pads make axis %d negative", a);
         else
-            o.d[a] = dim_of(r);
+            o.d[a] = gf_dim_of(r);
     }
     return set_out_like(c, 0, 0, &o);
 }
@@ -1886,7 +1815,7 @@ static enum gf_status infer_one_hot(struct ctx *c)
 {
     struct gf_value *vi;
     struct ilist depth;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis, d;
     int a = 0;
     if (need_all(c, 3) || int_list(c, 1, NULL, &depth) || attr_int(c, "axis", -1, &axis))
@@ -1903,25 +1832,25 @@ static enum gf_status infer_one_hot(struct ctx *c)
         return GF_ERR_INVALID;
     o.rank = s.rank + 1;
     for (int i = 0, j = 0; i < o.rank; i++)
-        o.d[i] = i == a ? dim_unknown() : s.d[j++];
+        o.d[i] = i == a ? gf_dim_unknown() : s.d[j++];
     if (list_at(&depth, 0, &d) && d < 0)
         return fail(c, in(c, 1), "negative depth %lld", (long long)d);
     if (list_at(&depth, 0, &d))
-        o.d[a] = dim_of(d);
+        o.d[a] = gf_dim_of(d);
     return set_out_like(c, 0, 2, &o);
 }
 
 /* ---- reductions ---------------------------------------------------------- */
 
 /* Removes (or with keepdims sets to 1) the dims flagged in `axes`. */
-static void reduce_shape(const struct shape *s, const bool *axes, bool keepdims, struct shape *o)
+static void reduce_shape(const struct gf_shape *s, const bool *axes, bool keepdims, struct gf_shape *o)
 {
     o->rank = 0;
     for (int i = 0; i < s->rank; i++) {
         if (!axes[i])
             o->d[o->rank++] = s->d[i];
         else if (keepdims)
-            o->d[o->rank++] = dim_of(1);
+            o->d[o->rank++] = gf_dim_of(1);
     }
 }
 
@@ -1929,7 +1858,7 @@ static void reduce_shape(const struct shape *s, const bool *axes, bool keepdims,
 static enum gf_status infer_arg(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis, keep;
     bool flags[MAX_RANK] = {false};
     int a = 0;
@@ -1951,7 +1880,7 @@ static enum gf_status infer_top_k(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist kl;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis, k;
     int a = 0;
     if (need(c, 0, &x) || attr_int(c, "axis", -1, &axis))
@@ -1979,11 +1908,11 @@ static enum gf_status infer_top_k(struct ctx *c)
         return GF_ERR_INVALID;
     if (s.rank >= 0) {
         if (!list_at(&kl, 0, &k))
-            o.d[a] = dim_unknown();
-        else if (k < 0 || (known(&s.d[a]) && k > s.d[a].value))
+            o.d[a] = gf_dim_unknown();
+        else if (k < 0 || (gf_dim_known(&s.d[a]) && k > s.d[a].value))
             return fail(c, x, "k = %lld out of range for axis %d", (long long)k, a);
         else
-            o.d[a] = dim_of(k);
+            o.d[a] = gf_dim_of(k);
     }
     if (set_out_like(c, 0, 0, &o))
         return GF_ERR_INVALID;
@@ -1996,7 +1925,7 @@ static enum gf_status infer_reduce(struct ctx *c)
 {
     struct gf_value *x;
     struct ilist l;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t keep, noop;
     bool flags[MAX_RANK];
     if (need(c, 0, &x) || int_list(c, 1, "axes", &l) || attr_int(c, "keepdims", 1, &keep) ||
@@ -2030,7 +1959,7 @@ static enum gf_status infer_reduce(struct ctx *c)
 static enum gf_status infer_softmax(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     int64_t axis;
     int a = 0;
     if (need(c, 0, &x) || attr_int(c, "axis", c->opset < 13 ? 1 : -1, &axis))
@@ -2046,7 +1975,7 @@ static enum gf_status infer_softmax(struct ctx *c)
 static enum gf_status infer_layer_norm(struct ctx *c)
 {
     struct gf_value *x, *scale;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis, stash;
     bool flags[MAX_RANK] = {false};
     int a = 0;
@@ -2077,7 +2006,7 @@ static enum gf_status infer_layer_norm(struct ctx *c)
 static enum gf_status infer_loss(struct ctx *c)
 {
     struct gf_value *x, *t;
-    struct shape s, l, o;
+    struct gf_shape s, l, o;
     char red[16];
     char b1[256], b2[256];
     if (need(c, 0, &x) || need(c, 1, &t) || attr_str(c, "reduction", "mean", red, sizeof(red)))
@@ -2090,15 +2019,15 @@ static enum gf_status infer_loss(struct ctx *c)
         return fail(c, x, "rank %d, expected at least 2", s.rank);
     o = l;
     if (s.rank >= 0 && l.rank >= 0 && l.rank != s.rank - 1)
-        return fail(c, t, "labels %s do not fit scores %s", shape_str(&l, b1, sizeof(b1)),
-                    shape_str(&s, b2, sizeof(b2)));
+        return fail(c, t, "labels %s do not fit scores %s", gf_shape_str(&l, b1, sizeof(b1)),
+                    gf_shape_str(&s, b2, sizeof(b2)));
     for (int i = 0; s.rank >= 0 && i < s.rank - 1; i++) {
         const struct gf_dim *d = &s.d[i ? i + 1 : 0];
         if (o.rank < 0)
             o.d[i] = *d;
-        else if (!unify_dim(&l.d[i], d, &o.d[i]))
-            return fail(c, t, "labels %s do not fit scores %s", shape_str(&l, b1, sizeof(b1)),
-                        shape_str(&s, b2, sizeof(b2)));
+        else if (!gf_dim_unify(&l.d[i], d, &o.d[i]))
+            return fail(c, t, "labels %s do not fit scores %s", gf_shape_str(&l, b1, sizeof(b1)),
+                        gf_shape_str(&s, b2, sizeof(b2)));
     }
     if (o.rank < 0 && s.rank >= 0)
         o.rank = s.rank - 1;
@@ -2135,7 +2064,7 @@ static enum gf_status sv_constant(struct ctx *c)
 
 static enum gf_status sv_shape(struct ctx *c)
 {
-    struct shape x;
+    struct gf_shape x;
     struct sval *s;
     int b, e;
     shape_of(in(c, 0), &x);
@@ -2149,7 +2078,7 @@ static enum gf_status sv_shape(struct ctx *c)
 
 static enum gf_status sv_size(struct ctx *c)
 {
-    struct shape x;
+    struct gf_shape x;
     struct sval *s;
     shape_of(in(c, 0), &x);
     if (x.rank < 0 || !(s = sv_alloc(c, 0, 1)))
@@ -2174,7 +2103,7 @@ static void sv_copy_rank(struct ctx *c, int rank)
 /* Identity Reshape Squeeze Unsqueeze Flatten: the values are unchanged. */
 static enum gf_status sv_reshape(struct ctx *c)
 {
-    struct shape o;
+    struct gf_shape o;
     shape_of(out(c, 0), &o);
     sv_copy_rank(c, o.rank);
     return GF_OK;
@@ -2394,9 +2323,9 @@ static enum gf_status sv_range(struct ctx *c)
         if (!(v[i] = sv_get(c, in(c, (size_t)i))) || v[i]->n != 1 || !v[i]->e[0].known)
             return GF_OK;
     int64_t start = v[0]->e[0].v, delta = v[2]->e[0].v;
-    struct shape o;
+    struct gf_shape o;
     shape_of(out(c, 0), &o);
-    if (!is_int_dtype(dtype_of(out(c, 0))) || o.rank != 1 || !known(&o.d[0]) ||
+    if (!is_int_dtype(dtype_of(out(c, 0))) || o.rank != 1 || !gf_dim_known(&o.d[0]) ||
         o.d[0].value > MAX_SV || !(s = sv_alloc(c, 1, (size_t)o.d[0].value)))
         return GF_OK;
     for (size_t i = 0; i < s->n; i++)
@@ -2430,7 +2359,7 @@ static enum gf_status sv_constant_of_shape(struct ctx *c)
 
 /* Output 0: input `from`'s dtype and the shape held by int64 input `at`
  * (a forward tensor's shape, read from Shape(x)). */
-static enum gf_status bw_shape_input(struct ctx *c, size_t from, size_t at, struct shape *t)
+static enum gf_status bw_shape_input(struct ctx *c, size_t from, size_t at, struct gf_shape *t)
 {
     struct gf_value *v, *s;
     struct ilist l;
@@ -2444,7 +2373,7 @@ static enum gf_status bw_shape_input(struct ctx *c, size_t from, size_t at, stru
 /* SumToShape(X, shape): the target must broadcast to X (numpy rules). */
 static enum gf_status infer_sum_to_shape(struct ctx *c)
 {
-    struct shape x, t;
+    struct gf_shape x, t;
     char b1[256], b2[256];
     if (bw_shape_input(c, 0, 1, &t))
         return GF_ERR_INVALID;
@@ -2453,9 +2382,9 @@ static enum gf_status infer_sum_to_shape(struct ctx *c)
         return fail(c, in(c, 1), "target rank %d exceeds the input's %d", t.rank, x.rank);
     for (int i = 0; x.rank >= 0 && t.rank >= 0 && i < t.rank; i++) {
         const struct gf_dim *dt = &t.d[i], *dx = &x.d[x.rank - t.rank + i];
-        if (known(dt) && known(dx) && dt->value != 1 && dt->value != dx->value)
+        if (gf_dim_known(dt) && gf_dim_known(dx) && dt->value != 1 && dt->value != dx->value)
             return fail(c, in(c, 0), "%s cannot be summed to %s",
-                        shape_str(&x, b1, sizeof(b1)), shape_str(&t, b2, sizeof(b2)));
+                        gf_shape_str(&x, b1, sizeof(b1)), gf_shape_str(&t, b2, sizeof(b2)));
     }
     return GF_OK;
 }
@@ -2465,7 +2394,7 @@ static enum gf_status infer_sum_to_shape(struct ctx *c)
 static enum gf_status infer_bw_like_dy(struct ctx *c)
 {
     struct gf_value *dy, *y;
-    struct shape s, t;
+    struct gf_shape s, t;
     char b1[256], b2[256];
     if (need(c, 0, &dy) || need(c, 1, &y))
         return GF_ERR_INVALID;
@@ -2474,10 +2403,10 @@ static enum gf_status infer_bw_like_dy(struct ctx *c)
     if (c->n->op != GF_OP_DROPOUT_GRAD && s.rank >= 0 && t.rank >= 0) {
         bool same = s.rank == t.rank;
         for (int i = 0; same && i < s.rank; i++)
-            same = !known(&s.d[i]) || !known(&t.d[i]) || s.d[i].value == t.d[i].value;
+            same = !gf_dim_known(&s.d[i]) || !gf_dim_known(&t.d[i]) || s.d[i].value == t.d[i].value;
         if (!same)
             return fail(c, y, "shape %s differs from the gradient's %s",
-                        shape_str(&t, b1, sizeof(b1)), shape_str(&s, b2, sizeof(b2)));
+                        gf_shape_str(&t, b1, sizeof(b1)), gf_shape_str(&s, b2, sizeof(b2)));
     }
     if (c->n->op == GF_OP_SOFTMAX_GRAD || c->n->op == GF_OP_LOG_SOFTMAX_GRAD) {
         int64_t axis;
@@ -2492,7 +2421,7 @@ static enum gf_status infer_bw_like_dy(struct ctx *c)
  * the data shape given as input 1. */
 static enum gf_status infer_bw_scatter(struct ctx *c)
 {
-    struct shape t;
+    struct gf_shape t;
     return bw_shape_input(c, 0, 1, &t);
 }
 
@@ -2502,7 +2431,7 @@ static enum gf_status infer_bw_scatter(struct ctx *c)
 static enum gf_status infer_layer_norm_grad(struct ctx *c)
 {
     struct gf_value *dy, *x, *w;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis;
     int a = 0;
     if (need(c, 0, &dy) || need(c, 1, &x) || need(c, 2, &w) || attr_int(c, "axis", -1, &axis))
@@ -2527,7 +2456,7 @@ static enum gf_status infer_layer_norm_grad(struct ctx *c)
 static enum gf_status infer_sce_grad(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need_all(c, 3) || need(c, 1, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -2541,10 +2470,10 @@ static enum gf_status infer_sce_grad(struct ctx *c)
 /* LayerNorm's optional Mean and InvStdDev (outputs `first`, `first` + 1):
  * X's shape with the normalized axes (a..) set to 1, in the compute type
  * (float; double for a double X). */
-static enum gf_status infer_norm_stats(struct ctx *c, const struct shape *x, int a,
+static enum gf_status infer_norm_stats(struct ctx *c, const struct gf_shape *x, int a,
                                        size_t first)
 {
-    struct shape o;
+    struct gf_shape o;
     bool flags[MAX_RANK] = {false};
     enum gf_dtype dt = dtype_of(in(c, 0)) == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
     if (c->n->op != GF_OP_LAYER_NORM && c->n->op != GF_OP_ADD_LAYER_NORM)
@@ -2567,7 +2496,7 @@ static enum gf_status infer_norm_stats(struct ctx *c, const struct shape *x, int
 static enum gf_status infer_fused_norm(struct ctx *c)
 {
     struct gf_value *x, *r;
-    struct shape s, t;
+    struct gf_shape s, t;
     int64_t axis;
     int a = 0;
     char b1[256], b2[256];
@@ -2584,12 +2513,12 @@ static enum gf_status infer_fused_norm(struct ctx *c)
         if (s.rank < 0)
             s = t;
         else if (t.rank >= 0 && t.rank != s.rank)
-            return fail(c, r, "R %s must have X's shape %s", shape_str(&t, b1, sizeof(b1)),
-                        shape_str(&s, b2, sizeof(b2)));
+            return fail(c, r, "R %s must have X's shape %s", gf_shape_str(&t, b1, sizeof(b1)),
+                        gf_shape_str(&s, b2, sizeof(b2)));
         for (int i = 0; t.rank >= 0 && i < s.rank; i++)
-            if (!unify_dim(&s.d[i], &t.d[i], &s.d[i]))
+            if (!gf_dim_unify(&s.d[i], &t.d[i], &s.d[i]))
                 return fail(c, r, "R %s must have X's shape %s",
-                            shape_str(&t, b1, sizeof(b1)), shape_str(&s, b2, sizeof(b2)));
+                            gf_shape_str(&t, b1, sizeof(b1)), gf_shape_str(&s, b2, sizeof(b2)));
     }
     if (set_out_like(c, 0, 0, &s) || (add && set_out_like(c, 1, 0, &s)))
         return GF_ERR_INVALID;
@@ -2599,7 +2528,7 @@ static enum gf_status infer_fused_norm(struct ctx *c)
 /* SwiGLU GeGLU: G and U broadcast. */
 static enum gf_status infer_fused_glu(struct ctx *c)
 {
-    struct shape s;
+    struct gf_shape s;
     enum gf_dtype dt;
     if (broadcast_inputs(c, 0, 2, true, &s, &dt))
         return GF_ERR_INVALID;
@@ -2610,13 +2539,13 @@ static enum gf_status infer_fused_glu(struct ctx *c)
 static enum gf_status infer_fused_rope(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need_all(c, 3) || need(c, 0, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
     if (s.rank == 0)
         return fail(c, x, "RoPE input is a scalar");
-    if (s.rank > 0 && known(&s.d[s.rank - 1]) && s.d[s.rank - 1].value % 2)
+    if (s.rank > 0 && gf_dim_known(&s.d[s.rank - 1]) && s.d[s.rank - 1].value % 2)
         return fail(c, x, "last dim %lld is odd", (long long)s.d[s.rank - 1].value);
     return set_out_like(c, 0, 0, &s);
 }
@@ -2626,7 +2555,7 @@ static enum gf_status infer_fused_rope(struct ctx *c)
 static enum gf_status infer_fused_matmul(struct ctx *c)
 {
     struct gf_value *va, *vb;
-    struct shape a, b, ba, bb, o;
+    struct gf_shape a, b, ba, bb, o;
     int64_t ta, tb;
     struct gf_dim k, tmp;
     char s1[256], s2[256];
@@ -2645,9 +2574,9 @@ static enum gf_status infer_fused_matmul(struct ctx *c)
         tmp = a.d[a.rank - 1], a.d[a.rank - 1] = a.d[a.rank - 2], a.d[a.rank - 2] = tmp;
     if (tb)
         tmp = b.d[b.rank - 1], b.d[b.rank - 1] = b.d[b.rank - 2], b.d[b.rank - 2] = tmp;
-    if (!unify_dim(&a.d[a.rank - 1], &b.d[b.rank == 1 ? 0 : b.rank - 2], &k))
+    if (!gf_dim_unify(&a.d[a.rank - 1], &b.d[b.rank == 1 ? 0 : b.rank - 2], &k))
         return fail(c, vb, "inner dims differ: %s x %s (transA=%lld, transB=%lld)",
-                    shape_str(&a, s1, sizeof(s1)), shape_str(&b, s2, sizeof(s2)),
+                    gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)),
                     (long long)ta, (long long)tb);
     shape_blank(&ba, a.rank > 2 ? a.rank - 2 : 0);
     shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
@@ -2655,139 +2584,72 @@ static enum gf_status infer_fused_matmul(struct ctx *c)
     memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
     if (!bcast_shapes(&ba, &bb, &o))
         return fail(c, vb, "cannot broadcast batch dims of %s and %s",
-                    shape_str(&a, s1, sizeof(s1)), shape_str(&b, s2, sizeof(s2)));
+                    gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)));
     if (a.rank >= 2)
         o.d[o.rank++] = a.d[a.rank - 2];
     if (b.rank >= 2)
         o.d[o.rank++] = b.d[b.rank - 1];
     for (size_t i = 2; i < 4; i++) { /* Bias and Res broadcast to Y */
-        struct shape t, r;
+        struct gf_shape t, r;
         shape_of(in(c, i), &t);
         if (in(c, i) && !bcast_shapes(&o, &t, &r))
             return fail(c, in(c, i), "%s %s does not broadcast to %s", i == 2 ? "Bias" : "Res",
-                        shape_str(&t, s1, sizeof(s1)), shape_str(&o, s2, sizeof(s2)));
+                        gf_shape_str(&t, s1, sizeof(s1)), gf_shape_str(&o, s2, sizeof(s2)));
     }
     return set_out_like(c, 0, 0, &o);
 }
 
-/* reduction and shift of the cross-entropy ops. */
-static enum gf_status fused_ce_attrs(struct ctx *c, bool *none, int64_t *shift)
+/* The shape of input i (or NULL when it is omitted) for a rule. */
+static const struct gf_shape *rule_shape(struct ctx *c, size_t i, struct gf_shape *s)
 {
-    char red[16];
-    if (attr_str(c, "reduction", "mean", red, sizeof(red)) || attr_int(c, "shift", 0, shift))
-        return GF_ERR_INVALID;
-    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
-        return fail(c, NULL, "bad reduction '%s'", red);
-    if (*shift != 0 && *shift != 1)
-        return fail(c, NULL, "shift %lld is not 0 or 1", (long long)*shift);
-    *none = strcmp(red, "none") == 0;
-    return GF_OK;
+    if (!in(c, i))
+        return NULL;
+    shape_of(in(c, i), s);
+    return s;
 }
 
-/* shift=1: x [B, S, ...] and labels t [B, S]; o = [B * (S - 1)]. */
-static enum gf_status fused_shifted(struct ctx *c, const struct gf_value *x,
-                                    const struct gf_value *t, struct shape *xs, struct shape *o)
-{
-    struct shape ts;
-    char b1[256], b2[256];
-    shape_of(x, xs);
-    shape_of(t, &ts);
-    if (xs->rank >= 0 && xs->rank != 3)
-        return fail(c, x, "rank %d, expected 3 with shift=1", xs->rank);
-    if (ts.rank >= 0 && ts.rank != 2)
-        return fail(c, t, "labels of rank %d, expected [B, S] with shift=1", ts.rank);
-    shape_blank(o, 1);
-    struct gf_dim bs[2] = {dim_unknown(), dim_unknown()};
-    for (int i = 0; i < 2; i++) {
-        const struct gf_dim *dx = xs->rank == 3 ? &xs->d[i] : &bs[i];
-        if (!unify_dim(dx, ts.rank == 2 ? &ts.d[i] : dx, &bs[i]))
-            return fail(c, t, "labels %s do not fit %s", shape_str(&ts, b1, sizeof(b1)),
-                        shape_str(xs, b2, sizeof(b2)));
-    }
-    if (known(&bs[1]) && bs[1].value < 1)
-        return fail(c, x, "shift=1 needs S >= 1");
-    if (known(&bs[0]) && known(&bs[1]))
-        o->d[0] = dim_of(bs[0].value * (bs[1].value - 1));
-    else if (known(&bs[1]) && bs[1].value == 1)
-        o->d[0] = dim_of(0);
-    return GF_OK;
-}
-
-/* SoftmaxCrossEntropy: shift=0 is SoftmaxCrossEntropyLoss; shift=1 gives
- * Loss [B*(S-1)] (reduction none) or a scalar, LogP [B*(S-1), C]; the
- * gradient G (output 2) is like L. */
+/* SoftmaxCrossEntropy: Loss the positions (reduction none) or a scalar,
+ * LogP like L (shift=1: [B*(S-1), C]), the gradient G (output 2) like L;
+ * the checks are opcheck.c's. */
 static enum gf_status infer_fused_sce(struct ctx *c)
 {
     struct gf_value *x, *t;
-    struct shape s, o, lp;
-    bool none;
-    int64_t shift;
-    if (need(c, 0, &x) || need(c, 1, &t) || fused_ce_attrs(c, &none, &shift))
+    struct gf_shape s, ts, ws, o;
+    struct gf_sce_rule r;
+    if (need(c, 0, &x) || need(c, 1, &t))
         return GF_ERR_INVALID;
     shape_of(x, &s);
-    if (set_out_like(c, 2, 0, &s))
+    shape_of(t, &ts);
+    if (gf_rule_sce(c->n, &s, &ts, rule_shape(c, 2, &ws), &r))
         return GF_ERR_INVALID;
-    if (!shift)
-        return infer_loss(c);
-    if (fused_shifted(c, x, t, &s, &o))
-        return GF_ERR_INVALID;
-    shape_blank(&lp, 2);
-    lp.d[0] = o.d[0];
-    if (s.rank == 3)
-        lp.d[1] = s.d[2];
-    if (!none)
+    o = r.pos;
+    if (r.ce.red != GF_RED_NONE)
         o.rank = 0;
-    if (set_out_like(c, 0, 0, &o))
+    if (set_out_like(c, 0, 0, &o) || set_out_like(c, 1, 0, &r.logp))
         return GF_ERR_INVALID;
-    return set_out_like(c, 1, 0, &lp);
+    return set_out_like(c, 2, 0, &s);
 }
 
-/* LinearCrossEntropy: H [..., K] x W [K, V] (transB: [V, K]); Loss is
- * H's leading dims (shift=1: [B*(S-1)]) with reduction none, else a scalar;
- * the gradients dH, dW, dBias (outputs 1-3) like H, W, Bias. */
+/* LinearCrossEntropy: Loss the positions (reduction none) or a scalar; the
+ * gradients dH, dW, dBias (outputs 1-3) like H, W, Bias; the checks are
+ * opcheck.c's. */
 static enum gf_status infer_fused_lce(struct ctx *c)
 {
     struct gf_value *h, *w, *t;
-    struct shape hs, ws, ts, o;
-    bool none;
-    int64_t shift, tb;
-    struct gf_dim k;
-    char b1[256], b2[256];
-    if (need(c, 0, &h) || need(c, 1, &w) || need(c, 2, &t) ||
-        fused_ce_attrs(c, &none, &shift) || attr_int(c, "transB", 0, &tb))
+    struct gf_shape hs, ws, ts, bs, o;
+    struct gf_lce_rule r;
+    if (need(c, 0, &h) || need(c, 1, &w) || need(c, 2, &t))
         return GF_ERR_INVALID;
     shape_of(h, &hs);
     shape_of(w, &ws);
-    if (hs.rank == 0)
-        return fail(c, h, "H is a scalar");
-    if (ws.rank >= 0 && ws.rank != 2)
-        return fail(c, w, "W has rank %d, expected 2", ws.rank);
-    if (hs.rank > 0 && ws.rank == 2 && !unify_dim(&hs.d[hs.rank - 1], &ws.d[tb ? 1 : 0], &k))
-        return fail(c, w, "H %s and W %s differ in K (transB=%lld)",
-                    shape_str(&hs, b1, sizeof(b1)), shape_str(&ws, b2, sizeof(b2)),
-                    (long long)tb);
-    if (shift) {
-        if (fused_shifted(c, h, t, &hs, &o))
-            return GF_ERR_INVALID;
-    } else {
-        shape_of(t, &ts);
-        o = hs;
-        if (hs.rank > 0)
-            o.rank = hs.rank - 1;
-        if (hs.rank > 0 && ts.rank >= 0 && ts.rank != o.rank)
-            return fail(c, t, "labels %s do not fit H %s", shape_str(&ts, b1, sizeof(b1)),
-                        shape_str(&hs, b2, sizeof(b2)));
-        for (int i = 0; hs.rank > 0 && ts.rank >= 0 && i < o.rank; i++)
-            if (!unify_dim(&o.d[i], &ts.d[i], &o.d[i]))
-                return fail(c, t, "labels %s do not fit H %s", shape_str(&ts, b1, sizeof(b1)),
-                            shape_str(&hs, b2, sizeof(b2)));
-        if (hs.rank < 0)
-            o = ts;
-    }
-    if (!none)
+    shape_of(t, &ts);
+    if (gf_rule_lce(c->n, &hs, &ws, &ts, rule_shape(c, 3, &bs), &r))
+        return GF_ERR_INVALID;
+    o = r.pos;
+    if (r.ce.red != GF_RED_NONE)
         o.rank = 0;
     for (size_t i = 1; i < 4; i++) { /* dH, dW, dBias like H, W, Bias */
-        struct shape g;
+        struct gf_shape g;
         shape_of(in(c, i == 1 ? 0 : i == 2 ? 1 : 3), &g);
         if (set_out_like(c, i, 0, &g))
             return GF_ERR_INVALID;
@@ -2799,7 +2661,7 @@ static enum gf_status infer_fused_lce(struct ctx *c)
 static enum gf_status infer_fused_jsd(struct ctx *c)
 {
     struct gf_value *x, *y;
-    struct shape s, t, o;
+    struct gf_shape s, t, o;
     char b1[256], b2[256];
     if (need(c, 0, &x) || need(c, 1, &y))
         return GF_ERR_INVALID;
@@ -2809,29 +2671,27 @@ static enum gf_status infer_fused_jsd(struct ctx *c)
         return fail(c, x, "JSD input is a scalar");
     bool same = s.rank < 0 || t.rank < 0 || s.rank == t.rank;
     for (int i = 0; same && s.rank >= 0 && t.rank >= 0 && i < s.rank; i++)
-        same = unify_dim(&s.d[i], &t.d[i], &o.d[0]);
+        same = gf_dim_unify(&s.d[i], &t.d[i], &o.d[0]);
     if (!same)
-        return fail(c, y, "Y %s does not have X's shape %s", shape_str(&t, b1, sizeof(b1)),
-                    shape_str(&s, b2, sizeof(b2)));
+        return fail(c, y, "Y %s does not have X's shape %s", gf_shape_str(&t, b1, sizeof(b1)),
+                    gf_shape_str(&s, b2, sizeof(b2)));
     shape_blank(&o, 0);
     return set_out_like(c, 0, 0, &o);
 }
 
-/* Attention(Q, K, V, Mask?) -> O like Q with V's last dim. */
+/* Attention(Q, K, V, Mask?) -> O [b..., Sq, Dv] (opcheck.c). */
 static enum gf_status infer_fused_attn(struct ctx *c)
 {
-    struct gf_value *q, *v;
-    struct shape s, t, o;
-    if (need(c, 0, &q) || need(c, 1, &v) || need(c, 2, &v))
+    struct gf_shape q, k, v, m;
+    struct gf_attn_rule r;
+    if (need_all(c, 3))
         return GF_ERR_INVALID;
-    shape_of(q, &s);
-    shape_of(v, &t);
-    if (s.rank >= 0 && s.rank < 2)
-        return fail(c, q, "Q has rank %d, expected at least 2", s.rank);
-    o = s;
-    if (s.rank >= 2)
-        o.d[s.rank - 1] = t.rank >= 1 ? t.d[t.rank - 1] : dim_unknown();
-    return set_out_like(c, 0, 0, &o);
+    shape_of(in(c, 0), &q);
+    shape_of(in(c, 1), &k);
+    shape_of(in(c, 2), &v);
+    if (gf_rule_attention(c->n, &q, &k, &v, rule_shape(c, 3, &m), &r))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 0, 0, &r.o);
 }
 
 /* ---- ONNX Runtime contrib ops, opset-23 ops (optimize --target ort / onnx) -- */
@@ -2842,7 +2702,7 @@ static enum gf_status infer_fused_attn(struct ctx *c)
 static enum gf_status infer_skip_norm(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s, o;
+    struct gf_shape s, o;
     bool flags[MAX_RANK] = {false};
     if (need_all(c, 3) || need(c, 0, &x))
         return GF_ERR_INVALID;
@@ -2878,7 +2738,7 @@ static enum gf_status infer_ms_fused_matmul(struct ctx *c)
 static enum gf_status infer_rotary(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need_all(c, c->n->op == GF_OP_ROTARY_EMBEDDING ? 3 : 4) || need(c, 0, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -2895,7 +2755,7 @@ static enum gf_status infer_rotary(struct ctx *c)
 static enum gf_status infer_rms_norm_grad(struct ctx *c)
 {
     struct gf_value *dy, *x;
-    struct shape s, o;
+    struct gf_shape s, o;
     int64_t axis;
     int a = 0;
     if (need(c, 0, &dy) || need(c, 1, &x) || attr_int(c, "axis", -1, &axis))
@@ -2921,7 +2781,7 @@ static enum gf_status infer_rms_norm_grad(struct ctx *c)
 static enum gf_status infer_glu_grad(struct ctx *c)
 {
     struct gf_value *dy;
-    struct shape s;
+    struct gf_shape s;
     if (need_all(c, 3) || need(c, 0, &dy))
         return GF_ERR_INVALID;
     shape_of(dy, &s);
@@ -2934,7 +2794,7 @@ static enum gf_status infer_glu_grad(struct ctx *c)
 static enum gf_status infer_mme_grad(struct ctx *c)
 {
     struct gf_value *dy;
-    struct shape s, o;
+    struct gf_shape s, o;
     if (need_all(c, 2) || need(c, 0, &dy))
         return GF_ERR_INVALID;
     shape_of(dy, &s);
@@ -2950,14 +2810,17 @@ static enum gf_status infer_mme_grad(struct ctx *c)
     return set_out_like(c, 1, 0, &o);
 }
 
-/* CrossEntropyGrad(dLoss, G) -> dL like G. */
+/* CrossEntropyGrad(dLoss, G) -> dL like G (opcheck.c). */
 static enum gf_status infer_ce_grad(struct ctx *c)
 {
-    struct gf_value *g;
-    struct shape s;
-    if (need_all(c, 2) || need(c, 1, &g))
+    struct gf_shape d, s;
+    struct gf_ceg_rule r;
+    if (need_all(c, 2))
         return GF_ERR_INVALID;
-    shape_of(g, &s);
+    shape_of(in(c, 0), &d);
+    shape_of(in(c, 1), &s);
+    if (gf_rule_ce_grad(c->n, &d, &s, &r))
+        return GF_ERR_INVALID;
     return set_out_like(c, 0, 1, &s);
 }
 
@@ -2965,7 +2828,7 @@ static enum gf_status infer_ce_grad(struct ctx *c)
 static enum gf_status infer_jsd_grad(struct ctx *c)
 {
     struct gf_value *x;
-    struct shape s;
+    struct gf_shape s;
     if (need_all(c, 3) || need(c, 1, &x))
         return GF_ERR_INVALID;
     shape_of(x, &s);
@@ -2974,18 +2837,24 @@ static enum gf_status infer_jsd_grad(struct ctx *c)
     return set_out_like(c, 1, 1, &s);
 }
 
-/* AttentionGrad(dO, Q, K, V, Mask?, O) -> dQ, dK, dV like Q, K, V. */
+/* AttentionGrad(dO, Q, K, V, Mask?, O) -> dQ, dK, dV like Q, K, V; dO and
+ * O like Attention's O (opcheck.c). */
 static enum gf_status infer_attn_grad(struct ctx *c)
 {
-    struct shape s;
-    for (size_t i = 0; i < 3; i++) {
-        struct gf_value *x;
-        if (need(c, 1 + i, &x))
+    struct gf_shape s[3], d, m, o;
+    struct gf_attn_rule r;
+    struct gf_value *v;
+    if (need_all(c, 4) || need(c, 5, &v))
+        return GF_ERR_INVALID;
+    for (size_t i = 0; i < 3; i++)
+        shape_of(in(c, 1 + i), &s[i]);
+    shape_of(in(c, 0), &d);
+    shape_of(in(c, 5), &o);
+    if (gf_rule_attention_grad(c->n, &d, &s[0], &s[1], &s[2], rule_shape(c, 4, &m), &o, &r))
+        return GF_ERR_INVALID;
+    for (size_t i = 0; i < 3; i++)
+        if (set_out_like(c, i, 1 + i, &s[i]))
             return GF_ERR_INVALID;
-        shape_of(x, &s);
-        if (set_out_like(c, i, 1 + i, &s))
-            return GF_ERR_INVALID;
-    }
     return GF_OK;
 }
 

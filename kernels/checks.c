@@ -166,28 +166,6 @@ enum gf_status gf_check_out_count(const struct gf_kernel_args *a, size_t i, enum
 
 /* ---- cross-entropy ------------------------------------------------------- */
 
-enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
-                           bool *has_ii, int64_t *ii)
-{
-    const char *r = gf_node_attr_string(a->node, "reduction", "mean");
-    if (strcmp(r, "none") == 0)
-        *red = RED_NONE;
-    else if (strcmp(r, "sum") == 0)
-        *red = RED_SUM;
-    else if (strcmp(r, "mean") == 0)
-        *red = RED_MEAN;
-    else
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
-                               r);
-    int64_t s = gf_node_attr_int(a->node, "shift", 0);
-    if (s != 0 && s != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)s);
-    *shift = s;
-    *has_ii = gf_node_attr(a->node, "ignore_index") != NULL;
-    *ii = gf_node_attr_int(a->node, "ignore_index", 0);
-    return GF_OK;
-}
-
 enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
                                         const int64_t *dims)
 {
@@ -201,3 +179,233 @@ enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, in
                                i, FU_SHAPE(t), FU_DIMS(rank, dims));
     return st;
 }
+
+enum gf_status gf_check_labels_in(const struct gf_kernel_args *a, size_t i)
+{
+    enum gf_status st = fu_check_given(a, i, "label T", GF_UNDEFINED);
+    const struct gf_tview *t = &a->in[i];
+    if (st == GF_OK && t->dtype != GF_INT32 && t->dtype != GF_INT64)
+        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) is %s, expected int32 or "
+                               "int64", i, gf_dtype_name(t->dtype));
+    return st;
+}
+
+/* ---- the fused ops: inputs and outputs here, the rules in graph/opcheck.c --- */
+
+void gf_shape_of_view(const struct gf_tview *t, struct gf_shape *s)
+{
+    gf_shape_set(s, t->rank, t->dims);
+}
+
+int gf_shape_dims(const struct gf_shape *s, int64_t *dims)
+{
+    for (int i = 0; i < s->rank && i < GF_MAX_RANK; i++)
+        dims[i] = s->d[i].value;
+    return s->rank;
+}
+
+/* The shape of input i, or NULL where it is omitted. */
+static const struct gf_shape *in_shape(const struct gf_kernel_args *a, size_t i,
+                                       struct gf_shape *s)
+{
+    if (!fu_has(a, i))
+        return NULL;
+    gf_shape_of_view(&a->in[i], s);
+    return s;
+}
+
+/* Every given input holds data (run time: the plan checks did without). */
+static enum gf_status inputs_have_data(const struct gf_kernel_args *a)
+{
+    for (size_t i = 0; i < a->n_in; i++)
+        if (fu_has(a, i) && a->in[i].nelem && !a->in[i].data)
+            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu has no data", i);
+    return GF_OK;
+}
+
+enum gf_status gf_loss_check_run(const struct gf_kernel_args *a, enum gf_reduction red,
+                                 const struct gf_shape *pos)
+{
+    enum gf_status st = inputs_have_data(a);
+    if (st != GF_OK)
+        return st;
+    int64_t dims[GF_MAX_RANK];
+    int rank = red == GF_RED_NONE ? gf_shape_dims(pos, dims) : 0;
+    return fu_check_out(a, 0, a->in[0].dtype, rank, dims);
+}
+
+size_t gf_shape_numel(const struct gf_shape *s)
+{
+    size_t n = 1;
+    for (int i = 0; i < s->rank; i++)
+        n *= (size_t)s->d[i].value;
+    return n;
+}
+
+enum gf_status gf_sce_check(const struct gf_kernel_args *a, struct gf_sce_rule *r)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct gf_shape l, t, w;
+    enum gf_status st = fu_check_given(a, 0, "logits L", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = gf_check_labels_in(a, 1);
+    if (st == GF_OK && fu_has(a, 2))
+        st = fu_check_given(a, 2, "Wc", x->dtype);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(x, &l);
+    gf_shape_of_view(&a->in[1], &t);
+    return gf_rule_sce(a->node, &l, &t, in_shape(a, 2, &w), r);
+}
+
+enum gf_status gf_sce_check_run(const struct gf_kernel_args *a, const struct gf_sce_rule *r)
+{
+    const struct gf_tview *x = &a->in[0];
+    int64_t dims[GF_MAX_RANK];
+    enum gf_status st = gf_loss_check_run(a, r->ce.red, &r->pos);
+    if (st == GF_OK && fu_has_out(a, 1))
+        st = fu_check_out(a, 1, x->dtype, gf_shape_dims(&r->logp, dims), dims);
+    if (st == GF_OK && fu_has_out(a, 2))
+        st = fu_check_out(a, 2, x->dtype, x->rank, x->dims);
+    return st;
+}
+
+enum gf_status gf_lce_check(const struct gf_kernel_args *a, struct gf_lce_rule *r)
+{
+    const struct gf_tview *h = &a->in[0];
+    struct gf_shape hs, ws, ts, bs;
+    enum gf_status st = fu_check_given(a, 0, "H", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_given(a, 1, "W", h->dtype);
+    if (st == GF_OK)
+        st = gf_check_labels_in(a, 2);
+    if (st == GF_OK && fu_has(a, 3))
+        st = fu_check_given(a, 3, "Bias", h->dtype);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(h, &hs);
+    gf_shape_of_view(&a->in[1], &ws);
+    gf_shape_of_view(&a->in[2], &ts);
+    return gf_rule_lce(a->node, &hs, &ws, &ts, in_shape(a, 3, &bs), r);
+}
+
+enum gf_status gf_lce_train_check(const struct gf_kernel_args *a, const struct gf_lce_rule *r)
+{
+    if (r->ce.red == GF_RED_NONE)
+        return gf_kernel_error(a, GF_ERR_INVALID, "the gradient outputs need reduction mean or "
+                               "sum");
+    if (a->in[0].dtype != GF_FLOAT && a->in[0].dtype != GF_DOUBLE)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "the gradient outputs of %s H are not "
+                               "supported (float and double only)",
+                               gf_dtype_name(a->in[0].dtype));
+    if (fu_has_out(a, 3) && !fu_has(a, 3))
+        return gf_kernel_error(a, GF_ERR_INVALID, "dBias (output 3) needs Bias");
+    for (size_t k = 1; k < 4; k++) { /* dH, dW, dBias like H, W, Bias */
+        const struct gf_tview *like = &a->in[k == 1 ? 0 : k == 2 ? 1 : 3];
+        enum gf_status st = GF_OK;
+        if (fu_has_out(a, k) && (st = fu_check_out(a, k, like->dtype, like->rank, like->dims)))
+            return st;
+    }
+    return GF_OK;
+}
+
+enum gf_status gf_ce_grad_check(const struct gf_kernel_args *a, struct gf_ceg_rule *r)
+{
+    const struct gf_tview *g = &a->in[1];
+    struct gf_shape d, gs;
+    enum gf_status st = fu_check_in(a, 1, "G", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 0, "dLoss", g->dtype);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(&a->in[0], &d);
+    gf_shape_of_view(g, &gs);
+    if ((st = gf_rule_ce_grad(a->node, &d, &gs, r)))
+        return st;
+    return fu_check_out(a, 0, g->dtype, g->rank, g->dims);
+}
+
+/* JSD's X (input xi), Y (xi + 1), T? (xi + 2) and beta; the rows are the
+ * last axis of X. */
+static enum gf_status jsd_inputs(const struct gf_kernel_args *a, size_t xi, float *beta,
+                                 int64_t *ii)
+{
+    const struct gf_tview *x = &a->in[xi], *y = &a->in[xi + 1];
+    double b = gf_node_attr_float(a->node, "beta", 0.5f);
+    *beta = (float)b;
+    *ii = gf_node_attr_int(a->node, "ignore_index", -100);
+    enum gf_status st = fu_check_in(a, xi, "X", GF_UNDEFINED);
+    if (st == GF_OK && x->rank < 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
+    if (st == GF_OK && xi && (st = fu_check_in(a, 0, "dLoss", x->dtype)) == GF_OK &&
+        a->in[0].nelem != 1)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be a scalar",
+                             FU_SHAPE(&a->in[0]));
+    if (st == GF_OK && (st = fu_check_in(a, xi + 1, "Y", x->dtype)) == GF_OK &&
+        !fu_same_shape(y, x->rank, x->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s", FU_SHAPE(y),
+                             FU_SHAPE(x));
+    if (st == GF_OK && !(b >= 0 && b <= 1))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", b);
+    if (st == GF_OK && fu_has(a, xi + 2))
+        st = fu_check_label_shape(a, xi + 2, x->rank - 1, x->dims);
+    return st;
+}
+
+enum gf_status gf_jsd_check(const struct gf_kernel_args *a, float *beta, int64_t *ii)
+{
+    enum gf_status st = jsd_inputs(a, 0, beta, ii);
+    return st == GF_OK ? fu_check_out(a, 0, a->in[0].dtype, 0, NULL) : st;
+}
+
+enum gf_status gf_jsd_grad_check(const struct gf_kernel_args *a, float *beta, int64_t *ii)
+{
+    const struct gf_tview *x = &a->in[1];
+    enum gf_status st = jsd_inputs(a, 1, beta, ii);
+    for (size_t k = 0; k < 2 && st == GF_OK; k++) /* dX, dY like X */
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, x->dtype, x->rank, x->dims);
+    return st;
+}
+
+enum gf_status gf_attn_check(const struct gf_kernel_args *a, size_t qi, struct gf_attn_rule *r)
+{
+    static const char *const names[3] = {"Q", "K", "V"};
+    const struct gf_tview *q = &a->in[qi];
+    struct gf_shape s[3], m;
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; i < 3 && st == GF_OK; i++)
+        st = fu_check_given(a, qi + i, names[i], i ? q->dtype : GF_UNDEFINED);
+    if (st == GF_OK && fu_has(a, qi + 3))
+        st = fu_check_given(a, qi + 3, "Mask", q->dtype);
+    if (st != GF_OK)
+        return st;
+    for (size_t i = 0; i < 3; i++)
+        gf_shape_of_view(&a->in[qi + i], &s[i]);
+    if (qi == 0)
+        return gf_rule_attention(a->node, &s[0], &s[1], &s[2], in_shape(a, 3, &m), r);
+    /* AttentionGrad(dO, Q, K, V, Mask?, O) -> dQ?, dK?, dV? like Q, K, V */
+    struct gf_shape d, o;
+    if ((st = fu_check_given(a, 0, "dO", q->dtype)) ||
+        (st = fu_check_given(a, 5, "O", q->dtype)))
+        return st;
+    gf_shape_of_view(&a->in[0], &d);
+    gf_shape_of_view(&a->in[5], &o);
+    return gf_rule_attention_grad(a->node, &d, &s[0], &s[1], &s[2], in_shape(a, 4, &m), &o, r);
+}
+
+enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,
+                                 const struct gf_attn_rule *r)
+{
+    const struct gf_tview *q = &a->in[qi];
+    int64_t od[GF_MAX_RANK];
+    enum gf_status st = inputs_have_data(a);
+    if (qi == 0 || st != GF_OK)
+        return st != GF_OK ? st : fu_check_out(a, 0, q->dtype, gf_shape_dims(&r->o, od), od);
+    /* dQ?, dK?, dV? like Q, K, V */
+    for (size_t k = 0; k < 3 && st == GF_OK; k++)
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, q->dtype, a->in[1 + k].rank, a->in[1 + k].dims);
+    return st;
+}
+

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "opcheck.h"
 
 /* ---- broadcasting ------------------------------------------------------ */
 
@@ -73,20 +74,28 @@ static inline bool fu_has_out(const struct gf_kernel_args *a, size_t i)
     return i < a->n_out && a->out[i].dtype != GF_UNDEFINED;
 }
 
+/* Input i (named `name` in messages) is present and has the element type
+ * `dt` (GF_UNDEFINED: any); its data may be absent (workspace sizing). */
+static inline enum gf_status fu_check_given(const struct gf_kernel_args *a, size_t i,
+                                            const char *name, enum gf_dtype dt)
+{
+    if (!fu_has(a, i))
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is missing", name, i);
+    const struct gf_tview *t = &a->in[i];
+    if (dt != GF_UNDEFINED && t->dtype != dt)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected %s", name, i,
+                               gf_dtype_name(t->dtype), gf_dtype_name(dt));
+    return GF_OK;
+}
+
 /* Input i (named `name` in messages) is present, holds data, and has the
  * element type `dt`. */
 static inline enum gf_status fu_check_in(const struct gf_kernel_args *a, size_t i,
                                          const char *name, enum gf_dtype dt)
 {
-    if (!fu_has(a, i))
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is missing", name, i);
-    const struct gf_tview *t = &a->in[i];
-    if (t->nelem && !t->data)
+    if (fu_has(a, i) && a->in[i].nelem && !a->in[i].data)
         return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) has no data", name, i);
-    if (dt != GF_UNDEFINED && t->dtype != dt)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected %s", name, i,
-                               gf_dtype_name(t->dtype), gf_dtype_name(dt));
-    return GF_OK;
+    return fu_check_given(a, i, name, dt);
 }
 
 /* Output i exists (unless optional and omitted) with dtype dt and shape
@@ -184,15 +193,42 @@ enum gf_status gf_reduce_axes(const struct gf_kernel_args *a, bool *red);
 enum gf_status gf_check_out_count(const struct gf_kernel_args *a, size_t i, enum gf_dtype dt,
                                   size_t nelem);
 
-/* ---- cross-entropy (checks.c) -------------------------------------------- */
+/* ---- the fused ops (checks.c; their rules: graph/opcheck.h) --------------- */
 
-enum reduction { RED_NONE, RED_SUM, RED_MEAN };
-/* reduction, shift (0 or 1) and ignore_index (has_ii: given) of a node. */
-enum gf_status fu_ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
-                           bool *has_ii, int64_t *ii);
+/* Input i is int32 / int64 labels ("label T"). */
+enum gf_status gf_check_labels_in(const struct gf_kernel_args *a, size_t i);
 /* Input i is int32 / int64 labels of shape dims[rank]. */
 enum gf_status fu_check_label_shape(const struct gf_kernel_args *a, size_t i, int rank,
                                     const int64_t *dims);
+/* The rules' shapes of a view; the dims of a known shape (returns the rank). */
+void gf_shape_of_view(const struct gf_tview *t, struct gf_shape *s);
+int gf_shape_dims(const struct gf_shape *s, int64_t *dims);
+/* Elements of a known shape. */
+size_t gf_shape_numel(const struct gf_shape *s);
+/* The fused ops' checks come in two: their inputs' types and shapes and
+ * the rule (all that a workspace size may depend on: no data needed), then
+ * at run time the inputs' data and the outputs (_check_run). */
+/* SoftmaxCrossEntropy(L, T, Wc?) -> Loss, LogP?, G?. */
+enum gf_status gf_sce_check(const struct gf_kernel_args *a, struct gf_sce_rule *r);
+enum gf_status gf_sce_check_run(const struct gf_kernel_args *a, const struct gf_sce_rule *r);
+/* LinearCrossEntropy(H, W, T, Bias?) -> Loss (gf_loss_check_out), dH?, dW?,
+ * dBias? (gf_lce_train_check: reduction mean or sum; float). */
+enum gf_status gf_lce_check(const struct gf_kernel_args *a, struct gf_lce_rule *r);
+enum gf_status gf_lce_train_check(const struct gf_kernel_args *a, const struct gf_lce_rule *r);
+/* The inputs' data; output 0, the loss: the positions' shape with
+ * reduction none, else a scalar. */
+enum gf_status gf_loss_check_run(const struct gf_kernel_args *a, enum gf_reduction red,
+                                 const struct gf_shape *pos);
+/* CrossEntropyGrad(dLoss, G) -> dL: inputs, rule and output. */
+enum gf_status gf_ce_grad_check(const struct gf_kernel_args *a, struct gf_ceg_rule *r);
+/* JSD(X, Y, T?) -> Loss; JSDGrad(dLoss, X, Y, T?) -> dX?, dY?: inputs,
+ * outputs, beta and ignore_index. */
+enum gf_status gf_jsd_check(const struct gf_kernel_args *a, float *beta, int64_t *ii);
+enum gf_status gf_jsd_grad_check(const struct gf_kernel_args *a, float *beta, int64_t *ii);
+/* Attention (qi 0) -> O, or AttentionGrad (qi 1) -> dQ?, dK?, dV?. */
+enum gf_status gf_attn_check(const struct gf_kernel_args *a, size_t qi, struct gf_attn_rule *r);
+enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,
+                                 const struct gf_attn_rule *r);
 
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 

@@ -218,55 +218,35 @@ static void bwd_part(void *vc, size_t part, size_t b, size_t e)
 
 /* ---- checks ------------------------------------------------------------------------------ */
 
-/* Q, K, V, Mask? at inputs qi.. (the forward's 0.., the backward's 1..):
- * shapes, dtypes, attributes; fills c but for the data. */
-static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, struct attn *c)
+/* The checks of Attention (qi 0) or AttentionGrad (qi 1): inputs, shapes,
+ * attributes (kernels/checks.c, the rule in graph/opcheck.c), and the
+ * outputs when `outs`; fills c but for the data. */
+static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool outs,
+                                 struct attn *c)
 {
-    static const char *const names[3] = {"Q", "K", "V"};
-    const struct gf_tview *q = &a->in[qi], *k = &a->in[qi + 1], *v = &a->in[qi + 2];
-    int64_t tb = gf_node_attr_int(a->node, "transB", 0);
-    enum gf_status st = GF_OK;
-    for (size_t i = 0; i < 3 && st == GF_OK; i++)
-        st = fu_check_in(a, qi + i, names[i], i ? q->dtype : GF_UNDEFINED);
+    struct gf_attn_rule r;
+    enum gf_status st = gf_attn_check(a, qi, &r);
+    if (st == GF_OK && outs)
+        st = gf_attn_check_run(a, qi, &r);
+    const struct gf_tview *q = &a->in[qi];
     if (st != GF_OK)
         return st;
     if (q->dtype != GF_FLOAT && q->dtype != GF_DOUBLE)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Q is %s: float and double only",
                                gf_dtype_name(q->dtype));
-    if (tb != 0 && tb != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "transB %lld must be 0 or 1", (long long)tb);
-    int r = q->rank;
-    bool ok = r >= 2 && k->rank == r && v->rank == r;
-    for (int i = 0; ok && i < r - 2; i++)
-        ok = k->dims[i] == q->dims[i] && v->dims[i] == q->dims[i];
-    c->dt = q->dtype, c->tb = tb, c->brank = r - 2;
-    c->scale = gf_node_attr_float(a->node, "scale", 1.0f);
-    if (ok) {
-        c->sq = (size_t)q->dims[r - 2], c->d = (size_t)q->dims[r - 1];
-        c->sk = (size_t)k->dims[tb ? r - 2 : r - 1];
-        c->dv = (size_t)v->dims[r - 1];
-        ok = (size_t)k->dims[tb ? r - 1 : r - 2] == c->d && (size_t)v->dims[r - 2] == c->sk;
-    }
-    if (!ok)
-        return gf_kernel_error(a, GF_ERR_INVALID, "Q %s, K %s (transB=%lld), V %s do not fit "
-                               "[b..., Sq, D], %s, [b..., Sk, Dv]", FU_SHAPE(q), FU_SHAPE(k),
-                               (long long)tb, FU_SHAPE(v), tb ? "[b..., Sk, D]" : "[b..., D, Sk]");
+    int rk = q->rank;
+    c->dt = q->dtype, c->tb = r.tb, c->brank = rk - 2, c->scale = r.scale;
+    c->sq = (size_t)r.sq.value, c->sk = (size_t)r.sk.value;
+    c->d = (size_t)r.d.value, c->dv = (size_t)r.dv.value;
     if (c->sq > INT_MAX || c->sk > INT_MAX || c->d > INT_MAX || c->dv > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "a matrix dim exceeds BLAS's int");
     c->items = 1;
-    for (int i = 0; i < r - 2; i++)
+    for (int i = 0; i < rk - 2; i++)
         c->items *= (size_t)(c->bdims[i] = q->dims[i]);
-    int64_t sdims[GF_MAX_RANK];
-    memcpy(sdims, q->dims, sizeof(int64_t) * (size_t)r);
-    sdims[r - 1] = (int64_t)c->sk;
     if (fu_has(a, qi + 3)) {
-        const struct gf_tview *m = &a->in[qi + 3];
-        if ((st = fu_check_in(a, qi + 3, "Mask", q->dtype)) != GF_OK)
-            return st;
-        if (!fu_bcasts_to(m, r, sdims))
-            return gf_kernel_error(a, GF_ERR_INVALID, "Mask %s does not broadcast to the scores "
-                                   "%s", FU_SHAPE(m), FU_DIMS(r, sdims));
-        fu_strides(m, r, sdims, c->mst);
+        int64_t sdims[GF_MAX_RANK];
+        gf_shape_dims(&r.scores, sdims);
+        fu_strides(&a->in[qi + 3], rk, sdims, c->mst);
     }
     size_t rb = ROW_BLOCK_ELEMS / (c->sk ? c->sk : 1);
     rb = rb < MIN_ROWS ? MIN_ROWS : rb;
@@ -274,20 +254,11 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, stru
     return GF_OK;
 }
 
-/* O's shape: [b..., Sq, Dv]. */
-static void o_dims(const struct gf_kernel_args *a, size_t qi, const struct attn *c,
-                   int64_t *dims)
-{
-    const struct gf_tview *q = &a->in[qi];
-    memcpy(dims, q->dims, sizeof(int64_t) * (size_t)q->rank);
-    dims[q->rank - 1] = (int64_t)c->dv;
-}
-
 static size_t attn_workspace(const struct gf_kernel_args *a)
 {
     struct attn c = {0};
     bool bwd = a->node->op == GF_OP_ATTENTION_GRAD;
-    if (a->n_in < (bwd ? 6u : 3u) || attn_check(a, bwd ? 1 : 0, &c) != GF_OK)
+    if (a->n_in < (bwd ? 6u : 3u) || attn_check(a, bwd ? 1 : 0, false, &c) != GF_OK)
         return 0;
     size_t blk = A64_BYTES(c.rb * c.sk * gf_dtype_size(c.dt));
     return (size_t)fu_threads(a) * (bwd ? 2 * blk : blk);
@@ -298,10 +269,7 @@ static size_t attn_workspace(const struct gf_kernel_args *a)
 static enum gf_status attn_run(const struct gf_kernel_args *a)
 {
     struct attn c = {0};
-    int64_t od[GF_MAX_RANK];
-    enum gf_status st = attn_check(a, 0, &c);
-    if (st == GF_OK)
-        o_dims(a, 0, &c, od), st = fu_check_out(a, 0, c.dt, a->in[0].rank, od);
+    enum gf_status st = attn_check(a, 0, true, &c);
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
     if (!a->workspace)
@@ -320,22 +288,7 @@ static enum gf_status attn_run(const struct gf_kernel_args *a)
 static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
 {
     struct attn c = {0};
-    int64_t od[GF_MAX_RANK];
-    enum gf_status st = attn_check(a, 1, &c);
-    int r = a->in[1].rank;
-    if (st == GF_OK)
-        o_dims(a, 1, &c, od);
-    if (st == GF_OK && (st = fu_check_in(a, 0, "dO", c.dt)) == GF_OK &&
-        !fu_same_shape(&a->in[0], r, od))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dO %s must be %s", FU_SHAPE(&a->in[0]),
-                             FU_DIMS(r, od));
-    if (st == GF_OK && (st = fu_check_in(a, 5, "O", c.dt)) == GF_OK &&
-        !fu_same_shape(&a->in[5], r, od))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "O %s must be %s", FU_SHAPE(&a->in[5]),
-                             FU_DIMS(r, od));
-    for (size_t k = 0; k < 3 && st == GF_OK; k++)
-        if (fu_has_out(a, k))
-            st = fu_check_out(a, k, c.dt, r, a->in[1 + k].dims);
+    enum gf_status st = attn_check(a, 1, true, &c);
     if (st != GF_OK || c.items == 0)
         return st;
     if (!a->workspace && c.sq && c.sk)

@@ -792,43 +792,21 @@ FG_TYPES(DEF_CE_SCALE)
 #define CEG_ENTRY(DT, sfx, T) [DT] = ceg_##sfx,
 static const range_fn ceg_fns[GF_DTYPE_COUNT] = {FG_TYPES(CEG_ENTRY)};
 
-/* dLoss's shape for G's: a scalar, or the positions' shape (none). */
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c), and G's
+ * geometry: C classes, S steps, D positions per class plane (none). */
 static enum gf_status ceg_check(const struct gf_kernel_args *a, struct ceg *c)
 {
-    const struct gf_tview *g = &a->in[1], *dl = &a->in[0];
-    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
-    int64_t shift = gf_node_attr_int(a->node, "shift", 0);
-    enum gf_status st = fu_check_in(a, 1, "G", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dLoss", g->dtype);
+    const struct gf_tview *g = &a->in[1];
+    struct gf_ceg_rule r;
+    enum gf_status st = gf_ce_grad_check(a, &r);
     if (st != GF_OK)
         return st;
-    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
-                               red);
-    if (shift != 0 && shift != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)shift);
-    c->none = strcmp(red, "none") == 0;
-    c->shift = shift;
-    if (g->rank < 2 || (shift && g->rank != 3))
-        return gf_kernel_error(a, GF_ERR_INVALID, "G %s must be %s", FU_SHAPE(g),
-                               shift ? "[B, S, C]" : "[N, C, d...]");
-    int64_t dims[GF_MAX_RANK];
-    int rank = 0;
-    c->c = (size_t)g->dims[shift ? 2 : 1];
+    c->none = r.ce.red == GF_RED_NONE;
+    c->shift = r.ce.shift;
+    c->c = (size_t)g->dims[c->shift ? 2 : 1];
     c->s = (size_t)g->dims[1];
-    c->d = 1;
-    if (c->none && shift) {
-        dims[rank++] = g->dims[0] * (g->dims[1] - 1);
-    } else if (c->none) {
-        dims[rank++] = g->dims[0];
-        for (int i = 2; i < g->rank; i++)
-            c->d *= (size_t)(dims[rank++] = g->dims[i]);
-    }
-    if (c->none ? !fu_same_shape(dl, rank, dims) : dl->nelem != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be %s", FU_SHAPE(dl),
-                               c->none ? FU_DIMS(rank, dims) : "a scalar");
-    return fu_check_out(a, 0, g->dtype, g->rank, g->dims);
+    c->d = c->none && !c->shift ? gf_dims_prod(g->dims, 2, g->rank) : 1;
+    return GF_OK;
 }
 
 static enum gf_status ceg_run(const struct gf_kernel_args *a)
@@ -909,45 +887,15 @@ FG_TYPES(DEF_JSD_GRAD)
 #define JSDG_ENTRY(DT, sfx, T) [DT] = jsdg_##sfx,
 static const range_fn jsdg_fns[GF_DTYPE_COUNT] = {FG_TYPES(JSDG_ENTRY)};
 
-static enum gf_status jsdg_check(const struct gf_kernel_args *a, struct jsdg *g)
-{
-    const struct gf_tview *x = &a->in[1];
-    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
-    if (st == GF_OK && x->rank < 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
-    if (st == GF_OK && (st = fu_check_in(a, 0, "dLoss", x->dtype)) == GF_OK &&
-        a->in[0].nelem != 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be a scalar",
-                             FU_SHAPE(&a->in[0]));
-    if (st == GF_OK && (st = fu_check_in(a, 2, "Y", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[2], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s",
-                             FU_SHAPE(&a->in[2]), FU_SHAPE(x));
-    if (st == GF_OK && !(g->beta >= 0 && g->beta <= 1))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", g->beta);
-    if (st == GF_OK && fu_has(a, 3)) {
-        const struct gf_tview *t = &a->in[3];
-        if ((st = fu_check_in(a, 3, "label T", GF_UNDEFINED)) == GF_OK &&
-            ((t->dtype != GF_INT32 && t->dtype != GF_INT64) ||
-             !fu_same_shape(t, x->rank - 1, x->dims)))
-            st = gf_kernel_error(a, GF_ERR_INVALID, "label T (input 3) %s %s must be int32 or "
-                                 "int64 of shape %s", gf_dtype_name(t->dtype), FU_SHAPE(t),
-                                 FU_DIMS(x->rank - 1, x->dims));
-        g->t = t;
-    }
-    for (size_t k = 0; k < 2 && st == GF_OK; k++)
-        if (fu_has_out(a, k))
-            st = fu_check_out(a, k, x->dtype, x->rank, x->dims);
-    return st;
-}
-
 static enum gf_status jsdg_run(const struct gf_kernel_args *a)
 {
-    struct jsdg g = {.beta = gf_node_attr_float(a->node, "beta", 0.5f),
-                     .ii = gf_node_attr_int(a->node, "ignore_index", -100)};
-    enum gf_status st = jsdg_check(a, &g);
+    struct jsdg g = {0};
+    float beta;
+    enum gf_status st = gf_jsd_grad_check(a, &beta, &g.ii); /* kernels/checks.c */
     if (st != GF_OK)
         return st;
+    g.beta = beta;
+    g.t = fu_has(a, 3) ? &a->in[3] : NULL;
     const struct gf_tview *x = &a->in[1];
     g.n = (size_t)x->dims[x->rank - 1];
     size_t rows = 1;

@@ -151,28 +151,26 @@ static double counted_weight(const struct labels *l, size_t n_pos, const struct 
     return sum;
 }
 
-static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red,
-                               bool *shift, struct labels *l)
+/* The labels' attributes from the node's rule. */
+static void labels_init(struct labels *l, const struct gf_tview *t, const struct gf_ce_attrs *ce,
+                        size_t classes, size_t s1)
 {
-    return fu_ce_attrs(a, red, shift, &l->has_ii, &l->ii);
-}
-
-/* Loss output: [n_pos] for reduction none (shape given), else a scalar. */
-static enum gf_status check_loss_out(const struct gf_kernel_args *a, enum gf_dtype dt,
-                                     enum reduction red, int rank, const int64_t *dims)
-{
-    return red == RED_NONE ? fu_check_out(a, 0, dt, rank, dims) : fu_check_out(a, 0, dt, 0, NULL);
+    l->t = t;
+    l->has_ii = ce->has_ii;
+    l->ii = ce->ii;
+    l->classes = classes;
+    l->s1 = s1;
 }
 
 /* Sum of the slices' (loss, weight) pairs, then the reduction. */
-static void finish_loss(const struct gf_kernel_args *a, enum reduction red, const double *part,
+static void finish_loss(const struct gf_kernel_args *a, enum gf_reduction red, const double *part,
                         size_t parts)
 {
     double ls = 0, ws = 0;
     for (size_t p = 0; p < parts; p++)
         ls += part[2 * p], ws += part[2 * p + 1];
-    if (red != RED_NONE)
-        fu_put(a->out[0].data, a->out[0].dtype, 0, red == RED_MEAN ? ls / ws : ls);
+    if (red != GF_RED_NONE)
+        fu_put(a->out[0].data, a->out[0].dtype, 0, red == GF_RED_MEAN ? ls / ws : ls);
 }
 
 /* ==== SoftmaxCrossEntropy ============================================================ */
@@ -238,76 +236,30 @@ FU_TYPES(DEF_SCE)
 #define SCE_ENTRY(DT, sfx, ...) [DT] = sce_part_##sfx,
 static const fu_part_fn sce_parts[GF_DTYPE_COUNT] = {FU_TYPES(SCE_ENTRY)};
 
-/* L and T shapes; the positions, the loss shape with reduction none (and
- * LogP's shape with shift). */
-static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, struct sce *c,
-                                 size_t *n_pos, int *lrank, int64_t *ldims, int64_t *pdims)
-{
-    const struct gf_tview *x = &a->in[0];
-    if (shift) {
-        if (x->rank != 3 || x->dims[1] < 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "with shift=1 the logits L must be "
-                                   "[B, S, C] with S >= 1, got %s", FU_SHAPE(x));
-        c->c = (size_t)x->dims[2];
-        c->d = 1;
-        c->lab.s1 = (size_t)x->dims[1] - 1;
-        *n_pos = (size_t)x->dims[0] * c->lab.s1;
-        *lrank = 1;
-        ldims[0] = (int64_t)*n_pos;
-        pdims[0] = (int64_t)*n_pos, pdims[1] = x->dims[2];
-        return fu_check_label_shape(a, 1, 2, x->dims);
-    }
-    if (x->rank < 2)
-        return gf_kernel_error(a, GF_ERR_INVALID, "logits L must be [N, C, d...], got %s",
-                               FU_SHAPE(x));
-    c->c = (size_t)x->dims[1];
-    c->d = 1;
-    *lrank = x->rank - 1;
-    ldims[0] = x->dims[0];
-    for (int i = 2; i < x->rank; i++) {
-        c->d *= (size_t)x->dims[i];
-        ldims[i - 1] = x->dims[i];
-    }
-    *n_pos = (size_t)x->dims[0] * c->d;
-    return fu_check_label_shape(a, 1, *lrank, ldims);
-}
-
 static enum gf_status sce_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    struct sce c = {.lab.t = &a->in[1]};
-    enum reduction red;
-    bool shift;
-    size_t n_pos = 0;
-    int lrank = 0;
-    int64_t ldims[GF_MAX_RANK], pdims[2];
-    enum gf_status st = fu_check_in(a, 0, "logits L", GF_UNDEFINED);
+    struct sce c = {0};
+    struct gf_sce_rule r;
+    enum gf_status st = gf_sce_check(a, &r); /* kernels/checks.c */
     if (st == GF_OK)
-        st = ce_attrs(a, &red, &shift, &c.lab);
-    if (st == GF_OK)
-        st = sce_shapes(a, shift, &c, &n_pos, &lrank, ldims, pdims);
-    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "Wc", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[2], 1, (int64_t[]){(int64_t)c.c}))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "class weights Wc (input 2) %s must be [%zu]",
-                             FU_SHAPE(&a->in[2]), c.c);
-    if (st == GF_OK)
-        st = check_loss_out(a, x->dtype, red, lrank, ldims);
-    if (st == GF_OK && fu_has_out(a, 1))
-        st = shift ? fu_check_out(a, 1, x->dtype, 2, pdims)
-                   : fu_check_out(a, 1, x->dtype, x->rank, x->dims);
-    c.lab.classes = c.c;
-    if (st == GF_OK && fu_has_out(a, 2))
-        st = fu_check_out(a, 2, x->dtype, x->rank, x->dims);
-    if (st == GF_OK)
-        st = check_labels(a, &c.lab, n_pos, 1);
+        st = gf_sce_check_run(a, &r);
     if (st != GF_OK)
+        return st;
+    enum gf_reduction red = r.ce.red;
+    bool shift = r.ce.shift;
+    size_t n_pos = gf_shape_numel(&r.pos);
+    c.c = (size_t)r.c.value;
+    c.d = shift ? 1 : gf_dims_prod(x->dims, 2, x->rank);
+    labels_init(&c.lab, &a->in[1], &r.ce, c.c, shift ? (size_t)x->dims[1] - 1 : 0);
+    if ((st = check_labels(a, &c.lab, n_pos, 1)) != GF_OK)
         return st;
     c.x = x->data;
     c.w = fu_has(a, 2) ? a->in[2].data : NULL;
-    c.loss = red == RED_NONE ? a->out[0].data : NULL;
+    c.loss = red == GF_RED_NONE ? a->out[0].data : NULL;
     c.logp = fu_has_out(a, 1) ? a->out[1].data : NULL;
     c.grad = fu_has_out(a, 2) ? a->out[2].data : NULL;
-    c.gscale = c.grad && red == RED_MEAN ? 1 / counted_weight(&c.lab, n_pos, fu_has(a, 2) ?
+    c.gscale = c.grad && red == GF_RED_MEAN ? 1 / counted_weight(&c.lab, n_pos, fu_has(a, 2) ?
                                                               &a->in[2] : NULL) : 1;
     size_t parts = fu_run_parts(fu_threads(a), n_pos, c.c + 1, sce_parts[x->dtype], &c);
     size_t row = c.c * gf_dtype_size(x->dtype); /* shift: each batch's last row is no position */
@@ -542,33 +494,22 @@ static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c)
     return GF_OK;
 }
 
-/* Shapes: H [..., K] (shift: [B, S, K]), W [K, V] or [V, K], T H's leading
- * dims, Bias [V].  Gives the loss shape (reduction none) and c's k, v,
- * n_pos and tiles. */
-static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, struct lce *c,
-                                 int *lrank, int64_t *ldims)
+/* Every check but the labels' values (kernels/checks.c, the rule in
+ * graph/opcheck.c); fills c but for the buffers: k, v, the positions, the
+ * labels and the tiles. */
+static enum gf_status lce_plan(const struct gf_kernel_args *a, struct lce *c,
+                               struct gf_lce_rule *r)
 {
-    const struct gf_tview *h = &a->in[0], *w = &a->in[1];
-    if (h->rank < 1 || w->rank != 2 || (shift && (h->rank != 3 || h->dims[1] < 1)))
-        return gf_kernel_error(a, GF_ERR_INVALID, "H %s must be %s and W %s 2-D", FU_SHAPE(h),
-                               shift ? "[B, S, K] (shift=1)" : "[..., K]", FU_SHAPE(w));
-    c->k = (size_t)h->dims[h->rank - 1];
-    c->v = (size_t)w->dims[c->tb ? 0 : 1];
-    if ((size_t)w->dims[c->tb ? 1 : 0] != c->k)
-        return gf_kernel_error(a, GF_ERR_INVALID, "W%s %s does not have K = %zu rows",
-                               c->tb ? "^T" : "", FU_SHAPE(w), c->k);
+    enum gf_status st = gf_lce_check(a, r);
+    if (st != GF_OK)
+        return st;
+    c->tb = r->tb;
+    c->k = (size_t)r->k.value;
+    c->v = (size_t)r->v.value;
     if (c->k > INT_MAX || c->v > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K or V exceeds BLAS's int");
-    size_t rows = 1;
-    for (int i = 0; i < h->rank - 1; i++)
-        rows *= (size_t)h->dims[i];
-    c->lab.s1 = shift ? (size_t)h->dims[1] - 1 : 0;
-    c->n_pos = shift ? (size_t)h->dims[0] * c->lab.s1 : rows;
-    *lrank = shift ? 1 : h->rank - 1;
-    if (shift)
-        ldims[0] = (int64_t)c->n_pos;
-    else
-        memcpy(ldims, h->dims, sizeof(int64_t) * (size_t)*lrank);
+    c->n_pos = gf_shape_numel(&r->pos);
+    labels_init(&c->lab, &a->in[2], &r->ce, c->v, r->ce.shift ? (size_t)a->in[0].dims[1] - 1 : 0);
     return lce_tiles(a, c);
 }
 
@@ -578,13 +519,9 @@ static bool lce_training(const struct gf_kernel_args *a);
 
 static size_t lce_workspace(const struct gf_kernel_args *a)
 {
-    if (a->n_in < 3 || a->in[1].rank != 2 || !fu_is_float(a->in[0].dtype))
-        return 0;
-    struct lce c = {.tb = gf_node_attr_int(a->node, "transB", 0) != 0};
-    int lrank;
-    int64_t ldims[GF_MAX_RANK];
-    bool shift = gf_node_attr_int(a->node, "shift", 0) == 1;
-    if (lce_shapes(a, shift, &c, &lrank, ldims) != GF_OK)
+    struct lce c = {0};
+    struct gf_lce_rule r;
+    if (a->n_in < 3 || !fu_is_float(a->in[0].dtype) || lce_plan(a, &c, &r) != GF_OK)
         return 0;
     if (lce_training(a))
         return lceg_workspace(a, &c);
@@ -594,43 +531,27 @@ static size_t lce_workspace(const struct gf_kernel_args *a)
 
 /* Every check; fills c but for the buffers. */
 static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
-                                enum reduction *red)
+                                enum gf_reduction *red)
 {
-    const struct gf_tview *h = &a->in[0];
-    bool shift;
-    int lrank = 0;
-    int64_t ldims[GF_MAX_RANK];
-    c->tb = gf_node_attr_int(a->node, "transB", 0) != 0;
-    enum gf_status st = fu_check_in(a, 0, "H", GF_UNDEFINED);
+    struct gf_lce_rule r;
+    enum gf_status st = lce_plan(a, c, &r);
+    *red = r.ce.red;
     if (st == GF_OK)
-        st = fu_check_in(a, 1, "W", h->dtype);
-    if (st == GF_OK)
-        st = ce_attrs(a, red, &shift, &c->lab);
-    if (st == GF_OK)
-        st = lce_shapes(a, shift, c, &lrank, ldims);
-    if (st == GF_OK)
-        st = fu_check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
-    if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
-        (a->in[3].nelem != c->v || a->in[3].rank < 1 ||
-         a->in[3].dims[a->in[3].rank - 1] != (int64_t)c->v))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Bias (input 3) %s must be [%zu]",
-                             FU_SHAPE(&a->in[3]), c->v);
-    if (st == GF_OK)
-        st = check_loss_out(a, h->dtype, *red, lrank, ldims);
-    c->lab.t = &a->in[2];
-    c->lab.classes = c->v;
+        st = gf_loss_check_run(a, r.ce.red, &r.pos);
+    if (st == GF_OK && lce_training(a))
+        st = gf_lce_train_check(a, &r);
     if (st == GF_OK)
         st = check_labels(a, &c->lab, c->n_pos, 2);
     return st;
 }
 
 static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c,
-                                   enum reduction red);
+                                   enum gf_reduction red);
 
 static enum gf_status lce_run(const struct gf_kernel_args *a)
 {
     struct lce c = {0};
-    enum reduction red;
+    enum gf_reduction red;
     enum gf_status st = lce_check(a, &c, &red);
     if (st != GF_OK)
         return st;
@@ -640,7 +561,7 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     c.w = a->in[1].data;
     if (lce_training(a))
         return lce_grad_run(a, &c, red);
-    c.loss = red == RED_NONE ? a->out[0].data : NULL;
+    c.loss = red == GF_RED_NONE ? a->out[0].data : NULL;
     size_t parts = 0;
     if (c.n_pos && c.v) {
         if (!a->workspace)
@@ -794,34 +715,9 @@ static double lceg_chunk(const struct gf_kernel_args *a, struct lceg *g)
     return loss;
 }
 
-/* Outputs dH (like H), dW (like W), dBias (like Bias); float and double;
- * reduction mean or sum. */
-static enum gf_status lceg_check(const struct gf_kernel_args *a, enum reduction red)
-{
-    if (red == RED_NONE)
-        return gf_kernel_error(a, GF_ERR_INVALID, "the gradient outputs need reduction mean or "
-                               "sum");
-    if (a->in[0].dtype != GF_FLOAT && a->in[0].dtype != GF_DOUBLE)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "the gradient outputs of %s H are not "
-                               "supported (float and double only)",
-                               gf_dtype_name(a->in[0].dtype));
-    if (fu_has_out(a, 3) && !fu_has(a, 3))
-        return gf_kernel_error(a, GF_ERR_INVALID, "dBias (output 3) needs Bias");
-    for (size_t k = 1; k < 4; k++) {
-        const struct gf_tview *like = &a->in[k == 1 ? 0 : k == 2 ? 1 : 3];
-        enum gf_status st = GF_OK;
-        if (fu_has_out(a, k) && (st = fu_check_out(a, k, like->dtype, like->rank, like->dims)))
-            return st;
-    }
-    return GF_OK;
-}
-
 static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c,
-                                   enum reduction red)
+                                   enum gf_reduction red)
 {
-    enum gf_status st = lceg_check(a, red);
-    if (st != GF_OK)
-        return st;
     size_t cs = fu_compute_size(c->dt), r = lceg_rows_of(a, c), k = c->k, v = c->v;
     if (!a->workspace && c->n_pos && v)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits chunks");
@@ -834,7 +730,7 @@ static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c
                 memset((char *)a->out[1].data + row * k * cs, 0, k * cs);
     double count = counted_weight(&c->lab, c->n_pos, NULL), loss = 0;
     char *ws = a->workspace;
-    struct lceg g = {.c = c, .scale = red == RED_MEAN ? 1 / count : 1};
+    struct lceg g = {.c = c, .scale = red == GF_RED_MEAN ? 1 / count : 1};
     if (c->n_pos && v) {
         for (size_t j = 0; fu_has(a, 3) && j < v; j++)
             fu_put(ws, c->ct, j, fu_get(&a->in[3], j));
@@ -855,7 +751,7 @@ static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c
         for (size_t j = 0; g.db && j < v; j++)
             fu_put(a->out[3].data, c->dt, j, g.db[j]);
     }
-    fu_put(a->out[0].data, c->dt, 0, red == RED_MEAN ? loss / count : loss);
+    fu_put(a->out[0].data, c->dt, 0, red == GF_RED_MEAN ? loss / count : loss);
     return GF_OK;
 }
 
@@ -966,24 +862,13 @@ static const fu_part_fn jsd_parts[GF_DTYPE_COUNT] = {FU_TYPES(JSD_ENTRY)};
 static enum gf_status jsd_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    struct jsd c = {.beta = gf_node_attr_float(a->node, "beta", 0.5f),
-                    .ii = gf_node_attr_int(a->node, "ignore_index", -100)};
-    enum gf_status st = fu_check_in(a, 0, "X", GF_UNDEFINED);
-    if (st == GF_OK && x->rank < 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
-    if (st == GF_OK && (st = fu_check_in(a, 1, "Y", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[1], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s",
-                             FU_SHAPE(&a->in[1]), FU_SHAPE(x));
-    if (st == GF_OK && !(c.beta >= 0 && c.beta <= 1))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", c.beta);
-    bool labels = fu_has(a, 2);
-    if (st == GF_OK && labels && (st = fu_check_label_shape(a, 2, x->rank - 1, x->dims)) == GF_OK)
-        c.t = &a->in[2];
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, 0, NULL);
+    struct jsd c = {0};
+    float beta;
+    enum gf_status st = gf_jsd_check(a, &beta, &c.ii);
     if (st != GF_OK)
         return st;
+    c.beta = beta;
+    c.t = fu_has(a, 2) ? &a->in[2] : NULL;
     c.x = x->data;
     c.y = a->in[1].data;
     c.n = (size_t)x->dims[x->rank - 1];

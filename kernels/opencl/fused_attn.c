@@ -67,109 +67,50 @@ static bool storage_ok(enum gf_dtype t)
     return t == GF_FLOAT || t == GF_FLOAT16 || t == GF_BFLOAT16;
 }
 
-/* ---- checks (those of kernels/cpu/fused_attn.c) --------------------------------------- */
+/* ---- checks ------------------------------------------------------------------------- */
 
-/* Mask (input mi) broadcasts to the scores [b..., Sq, Sk]: its strides. */
-static enum gf_status mask_check(const struct gf_kernel_args *a, size_t mi, struct attn *c)
+/* The checks of Attention (qi 0) or AttentionGrad (qi 1): inputs, shapes,
+ * attributes (kernels/checks.c, the rule in graph/opcheck.c), and the
+ * outputs when `outs`; then c: the kernels' shape argument (Mask's strides
+ * over the scores). */
+static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool outs,
+                                 struct attn *c)
 {
-    const struct gf_tview *q = &a->in[mi - 3], *m = &a->in[mi];
-    int r = q->rank;
-    int64_t sdims[GF_MAX_RANK], st[GF_MAX_RANK];
-    enum gf_status s = fu_check_in(a, mi, "Mask", q->dtype);
-    if (s != GF_OK)
-        return s;
-    memcpy(sdims, q->dims, sizeof(int64_t) * (size_t)r);
-    sdims[r - 1] = (int64_t)c->sk;
-    if (!fu_bcasts_to(m, r, sdims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "Mask %s does not broadcast to the scores %s",
-                               FU_SHAPE(m), FU_DIMS(r, sdims));
-    fu_strides(m, r, sdims, st);
-    c->arg.flags |= F_MASK;
-    c->arg.mrank = (cl_uint)(r - 2);
-    for (int i = 0; i < r - 2; i++) {
-        c->arg.mdims[i] = (cl_uint)q->dims[i];
-        c->arg.mst[i] = (cl_uint)st[i];
-    }
-    c->arg.mrs = (cl_uint)st[r - 2];
-    c->arg.mcs = (cl_uint)st[r - 1];
-    return GF_OK;
-}
-
-/* Q, K, V, Mask? at inputs qi.. (the forward's 0.., the backward's 1..). */
-static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, struct attn *c)
-{
-    static const char *const names[3] = {"Q", "K", "V"};
-    const struct gf_tview *q = &a->in[qi], *k = &a->in[qi + 1], *v = &a->in[qi + 2];
-    int64_t tb = gf_node_attr_int(a->node, "transB", 0);
-    enum gf_status st = GF_OK;
+    struct gf_attn_rule r;
+    const struct gf_tview *q = &a->in[qi];
     *c = (struct attn){0};
-    for (size_t i = 0; i < 3 && st == GF_OK; i++)
-        st = fu_check_in(a, qi + i, names[i], i ? q->dtype : GF_UNDEFINED);
+    enum gf_status st = gf_attn_check(a, qi, &r);
+    if (st == GF_OK && outs)
+        st = gf_attn_check_run(a, qi, &r);
     if (st != GF_OK)
         return st;
     if (!storage_ok(q->dtype))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Q is %s: float, float16 and bfloat16 only",
                                gf_dtype_name(q->dtype));
-    if (tb != 0 && tb != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "transB %lld must be 0 or 1", (long long)tb);
-    int r = q->rank;
-    bool ok = r >= 2 && k->rank == r && v->rank == r;
-    for (int i = 0; ok && i < r - 2; i++)
-        ok = k->dims[i] == q->dims[i] && v->dims[i] == q->dims[i];
-    if (ok) {
-        c->sq = (size_t)q->dims[r - 2], c->d = (size_t)q->dims[r - 1];
-        c->sk = (size_t)k->dims[tb ? r - 2 : r - 1];
-        c->dv = (size_t)v->dims[r - 1];
-        ok = (size_t)k->dims[tb ? r - 1 : r - 2] == c->d && (size_t)v->dims[r - 2] == c->sk;
-    }
-    if (!ok)
-        return gf_kernel_error(a, GF_ERR_INVALID, "Q %s, K %s (transB=%lld), V %s do not fit "
-                               "[b..., Sq, D], %s, [b..., Sk, Dv]", FU_SHAPE(q), FU_SHAPE(k),
-                               (long long)tb, FU_SHAPE(v), tb ? "[b..., Sk, D]" : "[b..., D, Sk]");
-    c->items = 1;
-    for (int i = 0; i < r - 2; i++)
-        c->items *= (size_t)q->dims[i];
+    int rk = q->rank;
+    c->sq = (size_t)r.sq.value, c->sk = (size_t)r.sk.value;
+    c->d = (size_t)r.d.value, c->dv = (size_t)r.dv.value;
+    c->items = gf_dims_prod(q->dims, 0, rk - 2);
     c->arg = (struct attn_arg){.rows = (cl_uint)(c->items * c->sq), .sq = (cl_uint)c->sq,
                                .sk = (cl_uint)c->sk, .d = (cl_uint)c->d, .dv = (cl_uint)c->dv,
-                               .flags = tb ? F_TB : 0,
-                               .scale = gf_node_attr_float(a->node, "scale", 1.0f)};
-    return fu_has(a, qi + 3) ? mask_check(a, qi + 3, c) : GF_OK;
-}
-
-/* O's shape (and dO's): [b..., Sq, Dv]. */
-static void o_dims(const struct gf_kernel_args *a, size_t qi, const struct attn *c,
-                   int64_t *dims)
-{
-    const struct gf_tview *q = &a->in[qi];
-    memcpy(dims, q->dims, sizeof(int64_t) * (size_t)q->rank);
-    dims[q->rank - 1] = (int64_t)c->dv;
-}
-
-/* dO (input 0) and O (input 5) are [b..., Sq, Dv]; dQ, dK, dV, where
- * wanted, have the shapes of Q, K, V. */
-static enum gf_status grad_check(const struct gf_kernel_args *a, struct attn *c)
-{
-    enum gf_status st = attn_check(a, 1, c);
-    if (st != GF_OK)
-        return st;
-    int r = a->in[1].rank;
-    int64_t od[GF_MAX_RANK];
-    o_dims(a, 1, c, od);
-    static const size_t io[2] = {0, 5};
-    static const char *const names[2] = {"dO", "O"};
-    for (size_t i = 0; i < 2; i++) {
-        if ((st = fu_check_in(a, io[i], names[i], a->in[1].dtype)) != GF_OK)
-            return st;
-        if (!fu_same_shape(&a->in[io[i]], r, od))
-            return gf_kernel_error(a, GF_ERR_INVALID, "%s %s must be %s", names[i],
-                                   FU_SHAPE(&a->in[io[i]]), FU_DIMS(r, od));
-    }
-    for (size_t k = 0; k < 3 && st == GF_OK; k++)
-        if (fu_has_out(a, k)) {
-            st = fu_check_out(a, k, a->in[1].dtype, r, a->in[1 + k].dims);
+                               .flags = r.tb ? F_TB : 0, .scale = r.scale};
+    for (size_t k = 0; qi && k < 3; k++)
+        if (fu_has_out(a, k))
             c->arg.flags |= F_DQ << k;
-        }
-    return st;
+    if (!fu_has(a, qi + 3))
+        return GF_OK;
+    int64_t sdims[GF_MAX_RANK], st3[GF_MAX_RANK];
+    gf_shape_dims(&r.scores, sdims);
+    fu_strides(&a->in[qi + 3], rk, sdims, st3);
+    c->arg.flags |= F_MASK;
+    c->arg.mrank = (cl_uint)(rk - 2);
+    for (int i = 0; i < rk - 2; i++) {
+        c->arg.mdims[i] = (cl_uint)q->dims[i];
+        c->arg.mst[i] = (cl_uint)st3[i];
+    }
+    c->arg.mrs = (cl_uint)st3[rk - 2];
+    c->arg.mcs = (cl_uint)st3[rk - 1];
+    return GF_OK;
 }
 
 /* ---- tiles ---------------------------------------------------------------------------- */
@@ -299,10 +240,7 @@ static enum gf_status launch(const struct gf_kernel_args *a, struct launch *l,
 static enum gf_status attn_run(const struct gf_kernel_args *a)
 {
     struct attn c;
-    int64_t od[GF_MAX_RANK];
-    enum gf_status st = attn_check(a, 0, &c);
-    if (st == GF_OK)
-        o_dims(a, 0, &c, od), st = fu_check_out(a, 0, a->in[0].dtype, a->in[0].rank, od);
+    enum gf_status st = attn_check(a, 0, true, &c);
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
     if (c.sk == 0) /* a softmax over no keys times no rows of V */
@@ -319,7 +257,7 @@ static enum gf_status attn_run(const struct gf_kernel_args *a)
 static size_t grad_workspace(const struct gf_kernel_args *a)
 {
     struct attn c;
-    if (a->n_in < 6 || grad_check(a, &c) != GF_OK)
+    if (a->n_in < 6 || attn_check(a, 1, false, &c) != GF_OK)
         return 0;
     return fcl_align(3 * c.items * c.sq * sizeof(float));
 }
@@ -340,7 +278,7 @@ static enum gf_status grad_zeros(const struct gf_kernel_args *a)
 static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
 {
     struct attn c;
-    enum gf_status st = grad_check(a, &c);
+    enum gf_status st = attn_check(a, 1, true, &c);
     if (st != GF_OK || c.items == 0 || !(c.arg.flags & (F_DQ | F_DK | F_DV)))
         return st;
     if (c.sq == 0 || c.sk == 0)

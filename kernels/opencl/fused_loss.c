@@ -121,19 +121,6 @@ static enum gf_status check_labels_device(const struct gf_kernel_args *a, const 
     return bad_label(a, l, i, es == 4 ? v32 : v);
 }
 
-static enum gf_status ce_attrs(const struct gf_kernel_args *a, enum reduction *red, bool *shift,
-                               struct labels *l)
-{
-    return fu_ce_attrs(a, red, shift, &l->has_ii, &l->ii);
-}
-
-static enum gf_status check_loss_out(const struct gf_kernel_args *a, enum reduction red,
-                                     int rank, const int64_t *dims)
-{
-    enum gf_dtype dt = a->in[0].dtype;
-    return red == RED_NONE ? fu_check_out(a, 0, dt, rank, dims) : fu_check_out(a, 0, dt, 0, NULL);
-}
-
 /* Workspace regions (bytes) of a loss: per-position losses (none with
  * reduction none: they go to the Loss output, at offset 0), weights, the
  * bad-label word, the sum of the weights (G's divisor). */
@@ -141,10 +128,10 @@ struct lossws {
     size_t loss, wt, bad, gsum, end;
 };
 
-static void lossws_layout(struct lossws *w, size_t start, size_t n_pos, enum reduction red)
+static void lossws_layout(struct lossws *w, size_t start, size_t n_pos, enum gf_reduction red)
 {
     w->loss = start;
-    w->wt = w->loss + (red == RED_NONE ? 0 : fcl_align(n_pos * sizeof(float)));
+    w->wt = w->loss + (red == GF_RED_NONE ? 0 : fcl_align(n_pos * sizeof(float)));
     w->bad = w->wt + fcl_align(n_pos * sizeof(float));
     w->gsum = w->bad + 64;
     w->end = w->gsum + 64;
@@ -202,76 +189,42 @@ static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct 
 /* ==== SoftmaxCrossEntropy ============================================================== */
 
 struct sce {
-    enum reduction red;
+    enum gf_reduction red;
     bool shift;
     struct labels lab;
     size_t n_pos, c, d;
     struct lossws ws;
 };
 
-static enum gf_status sce_shapes(const struct gf_kernel_args *a, bool shift, struct sce *c,
-                                 int *lrank, int64_t *ldims, int64_t *pdims)
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c; the outputs
+ * when `outs`) and c. */
+static enum gf_status sce_check(const struct gf_kernel_args *a, bool outs, struct sce *c)
 {
     const struct gf_tview *x = &a->in[0];
-    if (shift) {
-        if (x->rank != 3 || x->dims[1] < 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "with shift=1 the logits L must be "
-                                   "[B, S, C] with S >= 1, got %s", FU_SHAPE(x));
-        c->c = (size_t)x->dims[2];
-        c->d = 1;
-        c->lab.s1 = (size_t)x->dims[1] - 1;
-        c->n_pos = (size_t)x->dims[0] * c->lab.s1;
-        *lrank = 1;
-        ldims[0] = (int64_t)c->n_pos;
-        pdims[0] = (int64_t)c->n_pos, pdims[1] = x->dims[2];
-        return fu_check_label_shape(a, 1, 2, x->dims);
-    }
-    if (x->rank < 2)
-        return gf_kernel_error(a, GF_ERR_INVALID, "logits L must be [N, C, d...], got %s",
-                               FU_SHAPE(x));
-    c->c = (size_t)x->dims[1];
-    c->d = 1;
-    *lrank = x->rank - 1;
-    ldims[0] = x->dims[0];
-    for (int i = 2; i < x->rank; i++) {
-        c->d *= (size_t)x->dims[i];
-        ldims[i - 1] = x->dims[i];
-    }
-    c->n_pos = (size_t)x->dims[0] * c->d;
-    return fu_check_label_shape(a, 1, *lrank, ldims);
-}
-
-static enum gf_status sce_check(const struct gf_kernel_args *a, struct sce *c)
-{
-    const struct gf_tview *x = &a->in[0];
-    int lrank = 0;
-    int64_t ldims[GF_MAX_RANK], pdims[2];
+    struct gf_sce_rule r;
     *c = (struct sce){.lab.t = &a->in[1], .lab.slot = 1};
-    enum gf_status st = fu_check_in(a, 0, "logits L", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = ce_attrs(a, &c->red, &c->shift, &c->lab);
-    if (st == GF_OK)
-        st = sce_shapes(a, c->shift, c, &lrank, ldims, pdims);
-    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "Wc", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[2], 1, (int64_t[]){(int64_t)c->c}))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "class weights Wc (input 2) %s must be [%zu]",
-                             FU_SHAPE(&a->in[2]), c->c);
-    if (st == GF_OK)
-        st = check_loss_out(a, c->red, lrank, ldims);
-    if (st == GF_OK && fu_has_out(a, 1))
-        st = c->shift ? fu_check_out(a, 1, x->dtype, 2, pdims)
-                      : fu_check_out(a, 1, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && fu_has_out(a, 2))
-        st = fu_check_out(a, 2, x->dtype, x->rank, x->dims);
+    enum gf_status st = gf_sce_check(a, &r);
+    if (st == GF_OK && outs)
+        st = gf_sce_check_run(a, &r);
+    if (st != GF_OK)
+        return st;
+    c->red = r.ce.red;
+    c->shift = r.ce.shift;
+    c->lab.has_ii = r.ce.has_ii;
+    c->lab.ii = r.ce.ii;
+    c->lab.s1 = c->shift ? (size_t)x->dims[1] - 1 : 0;
+    c->c = (size_t)r.c.value;
+    c->d = c->shift ? 1 : gf_dims_prod(x->dims, 2, x->rank);
+    c->n_pos = gf_shape_numel(&r.pos);
     c->lab.classes = c->c;
     lossws_layout(&c->ws, 0, c->n_pos, c->red);
-    return st;
+    return GF_OK;
 }
 
 static size_t sce_workspace(const struct gf_kernel_args *a)
 {
     struct sce c;
-    return sce_check(a, &c) == GF_OK ? c.ws.end : 0;
+    return sce_check(a, false, &c) == GF_OK ? c.ws.end : 0;
 }
 
 /* G with reduction mean: the weights of the positions summed first (the
@@ -306,12 +259,12 @@ static enum gf_status sce_launch(const struct gf_kernel_args *a, const struct sc
                    &r);
     cl_mem ws = (cl_mem)a->workspace, x = fcl_mem(&a->in[0]), t = fcl_mem(&a->in[1]);
     cl_mem wc = fu_has(a, 2) ? fcl_mem(&a->in[2]) : NULL;
-    cl_mem lout = c->red == RED_NONE ? fcl_mem(&a->out[0]) : NULL;
+    cl_mem lout = c->red == GF_RED_NONE ? fcl_mem(&a->out[0]) : NULL;
     cl_mem logp = fu_has_out(a, 1) ? fcl_mem(&a->out[1]) : NULL;
     cl_mem g = fu_has_out(a, 2) ? fcl_mem(&a->out[2]) : NULL;
     cl_uint flags = label_flags(&c->lab) | (lout ? L_LOSS_OUT : L_LOSS) | (wc ? L_WC : 0) |
-                    (logp ? L_LOGP : 0) | (g ? L_G : 0) | (g && c->red == RED_MEAN ? L_GMEAN : 0);
-    cl_uint lo = (cl_uint)(c->red == RED_NONE ? 0 : c->ws.loss / 4);
+                    (logp ? L_LOGP : 0) | (g ? L_G : 0) | (g && c->red == GF_RED_MEAN ? L_GMEAN : 0);
+    cl_uint lo = (cl_uint)(c->red == GF_RED_NONE ? 0 : c->ws.loss / 4);
     cl_uint wo = (cl_uint)(c->ws.wt / 4), go = (cl_uint)(c->ws.gsum / 4);
     cl_uint bo = (cl_uint)(c->ws.bad / 4), n_pos = (cl_uint)c->n_pos, cc = (cl_uint)c->c;
     cl_uint d = (cl_uint)c->d, s1 = (cl_uint)c->lab.s1, tpr = (cl_uint)r.tpr;
@@ -340,15 +293,15 @@ static enum gf_status sce_zero_rows(const struct gf_kernel_args *a)
 static enum gf_status sce_run(const struct gf_kernel_args *a)
 {
     struct sce c;
-    enum gf_status st = sce_check(a, &c);
+    enum gf_status st = sce_check(a, true, &c);
     bool grad = fu_has_out(a, 2) && a->out[2].nelem;
-    if (st != GF_OK || (c.red == RED_NONE && c.n_pos == 0 && !grad))
+    if (st != GF_OK || (c.red == GF_RED_NONE && c.n_pos == 0 && !grad))
         return st;
     if (!a->workspace)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
     if ((st = labels_begin(a, &c.lab, c.n_pos, &c.ws)) != GF_OK)
         return st;
-    if (grad && c.red == RED_MEAN && c.n_pos && (st = sce_weight_sum(a, &c)) != GF_OK)
+    if (grad && c.red == GF_RED_MEAN && c.n_pos && (st = sce_weight_sum(a, &c)) != GF_OK)
         return st;
     if (c.n_pos && (st = sce_launch(a, &c)) != GF_OK)
         return st;
@@ -357,9 +310,9 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     if (!c.lab.t->host && c.n_pos &&
         (st = check_labels_device(a, &c.lab, (cl_mem)a->workspace, c.ws.bad)) != GF_OK)
         return st;
-    if (c.red == RED_NONE)
+    if (c.red == GF_RED_NONE)
         return GF_OK;
-    return reduce_loss(a, &c.ws, c.n_pos, c.red == RED_MEAN);
+    return reduce_loss(a, &c.ws, c.n_pos, c.red == GF_RED_MEAN);
 }
 
 /* ==== CrossEntropyGrad ==================================================================== */
@@ -383,44 +336,20 @@ static enum gf_status ew_launch(const struct gf_kernel_args *a, cl_kernel k, siz
     return fcl_launch_n(a, k, n ? n : 1, wg, (cu ? cu : 1) * gpc);
 }
 
-/* dLoss for G's shape: a scalar, or the positions' shape (reduction none):
- * the checks of the CPU kernel.  *s: S with shift and none, else 0; *d the
- * positions per class plane. */
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c).  *s: S with
+ * shift and none, else 0; *d the positions per class plane. */
 static enum gf_status ceg_check(const struct gf_kernel_args *a, bool *none, size_t *s,
                                 size_t *d)
 {
-    const struct gf_tview *g = &a->in[1], *dl = &a->in[0];
-    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
-    int64_t shift = gf_node_attr_int(a->node, "shift", 0);
-    enum gf_status st = fu_check_in(a, 1, "G", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dLoss", g->dtype);
+    const struct gf_tview *g = &a->in[1];
+    struct gf_ceg_rule r;
+    enum gf_status st = gf_ce_grad_check(a, &r);
     if (st != GF_OK)
         return st;
-    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
-                               red);
-    if (shift != 0 && shift != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "shift %lld must be 0 or 1", (long long)shift);
-    if (g->rank < 2 || (shift && g->rank != 3))
-        return gf_kernel_error(a, GF_ERR_INVALID, "G %s must be %s", FU_SHAPE(g),
-                               shift ? "[B, S, C]" : "[N, C, d...]");
-    *none = strcmp(red, "none") == 0;
-    *s = *none && shift ? (size_t)g->dims[1] : 0;
-    *d = 1;
-    int64_t dims[GF_MAX_RANK];
-    int rank = 0;
-    if (*none && shift) {
-        dims[rank++] = g->dims[0] * (g->dims[1] - 1);
-    } else if (*none) {
-        dims[rank++] = g->dims[0];
-        for (int i = 2; i < g->rank; i++)
-            *d *= (size_t)(dims[rank++] = g->dims[i]);
-    }
-    if (*none ? !fu_same_shape(dl, rank, dims) : dl->nelem != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be %s", FU_SHAPE(dl),
-                               *none ? FU_DIMS(rank, dims) : "a scalar");
-    return fu_check_out(a, 0, g->dtype, g->rank, g->dims);
+    *none = r.ce.red == GF_RED_NONE;
+    *s = *none && r.ce.shift ? (size_t)g->dims[1] : 0;
+    *d = *none && !r.ce.shift ? gf_dims_prod(g->dims, 2, g->rank) : 1;
+    return GF_OK;
 }
 
 static enum gf_status ceg_run(const struct gf_kernel_args *a)
@@ -463,40 +392,13 @@ static enum gf_status ceg_run(const struct gf_kernel_args *a)
  * column sums.  ws = [hc][z][st (inference) or dhc (training)][losses]
  * [weights][bad][count]. */
 struct lce {
-    enum reduction red;
+    enum gf_reduction red;
     struct labels lab;
     bool tb, train;
     size_t k, v, n_pos, rows, cols;
     size_t hc, z, st, dhc;
     struct lossws ws;
 };
-
-static enum gf_status lce_shapes(const struct gf_kernel_args *a, bool shift, struct lce *c,
-                                 int *lrank, int64_t *ldims)
-{
-    const struct gf_tview *h = &a->in[0], *w = &a->in[1];
-    if (h->rank < 1 || w->rank != 2 || (shift && (h->rank != 3 || h->dims[1] < 1)))
-        return gf_kernel_error(a, GF_ERR_INVALID, "H %s must be %s and W %s 2-D", FU_SHAPE(h),
-                               shift ? "[B, S, K] (shift=1)" : "[..., K]", FU_SHAPE(w));
-    c->k = (size_t)h->dims[h->rank - 1];
-    c->v = (size_t)w->dims[c->tb ? 0 : 1];
-    if ((size_t)w->dims[c->tb ? 1 : 0] != c->k)
-        return gf_kernel_error(a, GF_ERR_INVALID, "W%s %s does not have K = %zu rows",
-                               c->tb ? "^T" : "", FU_SHAPE(w), c->k);
-    if (c->k > INT_MAX || c->v > INT_MAX)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K or V exceeds BLAS's int");
-    size_t rows = 1;
-    for (int i = 0; i < h->rank - 1; i++)
-        rows *= (size_t)h->dims[i];
-    c->lab.s1 = shift ? (size_t)h->dims[1] - 1 : 0;
-    c->n_pos = shift ? (size_t)h->dims[0] * c->lab.s1 : rows;
-    *lrank = shift ? 1 : h->rank - 1;
-    if (shift)
-        ldims[0] = (int64_t)c->n_pos;
-    else
-        memcpy(ldims, h->dims, sizeof(int64_t) * (size_t)*lrank);
-    return GF_OK;
-}
 
 /* Rows R (chunk_rows; automatic: up to LCE_AUTO_ROWS, so that z holds
  * about LCE_TRAIN_BYTES) and columns Vc (all of V, or in inference the
@@ -522,69 +424,43 @@ static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c)
     c->z = fcl_align(c->rows * c->k * sizeof(float));
     c->st = c->dhc = c->z + fcl_align(c->rows * c->cols * sizeof(float));
     size_t after = c->st + fcl_align((c->train ? c->k : 3) * c->rows * sizeof(float));
-    lossws_layout(&c->ws, after, c->n_pos, c->train ? RED_MEAN : c->red);
+    lossws_layout(&c->ws, after, c->n_pos, c->train ? GF_RED_MEAN : c->red);
     return GF_OK;
 }
 
-/* Training outputs dH (like H), dW (like W), dBias (like Bias): reduction
- * mean or sum, dBias only with Bias. */
-static enum gf_status lce_train_check(const struct gf_kernel_args *a, const struct lce *c)
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c; the outputs
+ * when `outs`), then c: k, v, the positions, the labels, the tiles and the
+ * workspace layout. */
+static enum gf_status lce_check(const struct gf_kernel_args *a, bool outs, struct lce *c)
 {
-    if (c->red == RED_NONE)
-        return gf_kernel_error(a, GF_ERR_INVALID, "the gradient outputs need reduction mean or "
-                               "sum");
-    if (a->in[0].dtype != GF_FLOAT) /* as the CPU kernel */
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "the gradient outputs of %s H are not "
-                               "supported (float and double only)",
-                               gf_dtype_name(a->in[0].dtype));
-    if (fu_has_out(a, 3) && !fu_has(a, 3))
-        return gf_kernel_error(a, GF_ERR_INVALID, "dBias (output 3) needs Bias");
-    for (size_t k = 1; k < 4; k++) {
-        const struct gf_tview *like = &a->in[k == 1 ? 0 : k == 2 ? 1 : 3];
-        enum gf_status st = GF_OK;
-        if (fu_has_out(a, k) && (st = fu_check_out(a, k, like->dtype, like->rank, like->dims)))
-            return st;
-    }
-    return GF_OK;
-}
-
-static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c)
-{
-    const struct gf_tview *h = &a->in[0];
-    bool shift;
-    int lrank = 0;
-    int64_t ldims[GF_MAX_RANK];
-    *c = (struct lce){.tb = gf_node_attr_int(a->node, "transB", 0) != 0, .lab.t = &a->in[2],
-                      .lab.slot = 2,
+    struct gf_lce_rule r;
+    *c = (struct lce){.lab.t = &a->in[2], .lab.slot = 2,
                       .train = fu_has_out(a, 1) || fu_has_out(a, 2) || fu_has_out(a, 3)};
-    enum gf_status st = fu_check_in(a, 0, "H", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 1, "W", h->dtype);
-    if (st == GF_OK)
-        st = ce_attrs(a, &c->red, &shift, &c->lab);
-    if (st == GF_OK)
-        st = lce_shapes(a, shift, c, &lrank, ldims);
-    if (st == GF_OK)
-        st = lce_tiles(a, c);
-    if (st == GF_OK)
-        st = fu_check_label_shape(a, 2, shift ? 2 : h->rank - 1, h->dims);
-    if (st == GF_OK && fu_has(a, 3) && (st = fu_check_in(a, 3, "Bias", h->dtype)) == GF_OK &&
-        (a->in[3].nelem != c->v || a->in[3].rank < 1 ||
-         a->in[3].dims[a->in[3].rank - 1] != (int64_t)c->v))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Bias (input 3) %s must be [%zu]",
-                             FU_SHAPE(&a->in[3]), c->v);
-    if (st == GF_OK)
-        st = check_loss_out(a, c->red, lrank, ldims);
-    if (st == GF_OK && c->train)
-        st = lce_train_check(a, c);
+    enum gf_status st = gf_lce_check(a, &r);
+    if (st == GF_OK && outs)
+        st = gf_loss_check_run(a, r.ce.red, &r.pos);
+    if (st == GF_OK && outs && c->train)
+        st = gf_lce_train_check(a, &r);
+    if (st != GF_OK)
+        return st;
+    c->red = r.ce.red;
+    c->tb = r.tb;
+    c->k = (size_t)r.k.value;
+    c->v = (size_t)r.v.value;
+    if (c->k > INT_MAX || c->v > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K or V exceeds the kernels' int");
+    c->n_pos = gf_shape_numel(&r.pos);
+    c->lab.has_ii = r.ce.has_ii;
+    c->lab.ii = r.ce.ii;
     c->lab.classes = c->v;
-    return st;
+    c->lab.s1 = r.ce.shift ? (size_t)a->in[0].dims[1] - 1 : 0;
+    return lce_tiles(a, c);
 }
 
 static size_t lce_workspace(const struct gf_kernel_args *a)
 {
     struct lce c;
-    return lce_check(a, &c) == GF_OK ? c.ws.end : 0;
+    return lce_check(a, false, &c) == GF_OK ? c.ws.end : 0;
 }
 
 /* The kernels, built once per run. */
@@ -663,8 +539,8 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
                                 const struct lce_kernels *kk, cl_uint p0, cl_uint nr)
 {
     cl_mem ws = (cl_mem)a->workspace, t = fcl_mem(&a->in[2]);
-    cl_mem lout = c->red == RED_NONE ? fcl_mem(&a->out[0]) : NULL;
-    cl_uint so = (cl_uint)(c->st / 4), lo = (cl_uint)(c->red == RED_NONE ? 0 : c->ws.loss / 4);
+    cl_mem lout = c->red == GF_RED_NONE ? fcl_mem(&a->out[0]) : NULL;
+    cl_uint so = (cl_uint)(c->st / 4), lo = (cl_uint)(c->red == GF_RED_NONE ? 0 : c->ws.loss / 4);
     cl_uint wo = (cl_uint)(c->ws.wt / 4), bo = (cl_uint)(c->ws.bad / 4);
     cl_uint s1 = (cl_uint)c->lab.s1, v = (cl_uint)c->v;
     cl_uint flags = label_flags(&c->lab) | (lout ? L_LOSS_OUT : L_LOSS);
@@ -700,7 +576,7 @@ static enum gf_status lce_train_chunk(const struct gf_kernel_args *a, const stru
     cl_uint wo = (cl_uint)(c->ws.wt / 4), bo = (cl_uint)(c->ws.bad / 4);
     cl_uint co = (cl_uint)(c->ws.gsum / 4), vv = (cl_uint)V, s1 = (cl_uint)c->lab.s1;
     cl_uint tpr = (cl_uint)kk->fr.tpr;
-    cl_uint flags = label_flags(&c->lab) | (c->red == RED_MEAN ? L_GMEAN : 0);
+    cl_uint flags = label_flags(&c->lab) | (c->red == GF_RED_MEAN ? L_GMEAN : 0);
     cl_long ii = c->lab.ii;
     if (!gf_cl_args(kk->rows, 18, ARG(ws), ARG(t), ARG(ws), ARG(ws), ARG(ws), ARG(ws), ARG(zo),
                     ARG(lo), ARG(wo), ARG(bo), ARG(co), ARG(nr), ARG(vv), ARG(p0), ARG(s1),
@@ -741,7 +617,7 @@ static enum gf_status lce_train_begin(const struct gf_kernel_args *a, const stru
     for (size_t o = c->lab.s1 ? 1 : 2; o < 4 && st == GF_OK; o++)
         if (fu_has_out(a, o) && a->out[o].nelem)
             st = fcl_fill(a, fcl_mem(&a->out[o]), 0, gf_tview_bytes(&a->out[o]), 0);
-    if (st != GF_OK || c->red != RED_MEAN)
+    if (st != GF_OK || c->red != GF_RED_MEAN)
         return st;
     cl_mem t = fcl_mem(&a->in[2]), ws = (cl_mem)a->workspace;
     cl_uint oo = (cl_uint)(c->ws.gsum / 4), n = (cl_uint)c->n_pos, s1 = (cl_uint)c->lab.s1;
@@ -772,8 +648,8 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
 {
     struct lce c;
     struct lce_kernels kk;
-    enum gf_status st = lce_check(a, &c);
-    if (st != GF_OK || (c.red == RED_NONE && c.n_pos == 0))
+    enum gf_status st = lce_check(a, true, &c);
+    if (st != GF_OK || (c.red == GF_RED_NONE && c.n_pos == 0))
         return st;
     if (!a->workspace)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the logits blocks");
@@ -792,9 +668,9 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     }
     if (st == GF_OK && !c.lab.t->host && c.n_pos)
         st = check_labels_device(a, &c.lab, (cl_mem)a->workspace, c.ws.bad);
-    if (st != GF_OK || c.red == RED_NONE)
+    if (st != GF_OK || c.red == GF_RED_NONE)
         return st;
-    return reduce_loss(a, &c.ws, c.n_pos, c.red == RED_MEAN);
+    return reduce_loss(a, &c.ws, c.n_pos, c.red == GF_RED_MEAN);
 }
 
 /* ==== JSD ================================================================================ */
@@ -833,26 +709,9 @@ static enum gf_status jsd_check(const struct gf_kernel_args *a, float *beta, int
                                 struct lossws *w)
 {
     const struct gf_tview *x = &a->in[0];
-    double b = gf_node_attr_float(a->node, "beta", 0.5f);
-    *ii = gf_node_attr_int(a->node, "ignore_index", -100);
-    *beta = (float)b;
-    enum gf_status st = fu_check_in(a, 0, "X", GF_UNDEFINED);
-    if (st == GF_OK && x->rank < 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
-    if (st == GF_OK && (st = fu_check_in(a, 1, "Y", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[1], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s",
-                             FU_SHAPE(&a->in[1]), FU_SHAPE(x));
-    if (st == GF_OK && !(b >= 0 && b <= 1))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", b);
-    if (st == GF_OK && fu_has(a, 2))
-        st = fu_check_label_shape(a, 2, x->rank - 1, x->dims);
+    enum gf_status st = gf_jsd_check(a, beta, ii); /* kernels/checks.c */
     if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, 0, NULL);
-    if (st == GF_OK) {
-        size_t n = (size_t)x->dims[x->rank - 1];
-        lossws_layout(w, 0, jsd_rows(x, n), RED_MEAN);
-    }
+        lossws_layout(w, 0, jsd_rows(x, (size_t)x->dims[x->rank - 1]), GF_RED_MEAN);
     return st;
 }
 
@@ -886,41 +745,6 @@ static enum gf_status jsd_run(const struct gf_kernel_args *a)
 #define W_DX 1u
 #define W_DY 2u
 
-/* dLoss (a scalar), X, Y, T? -> dX?, dY?: the checks of the CPU kernel. */
-static enum gf_status jsdg_check(const struct gf_kernel_args *a, float *beta, int64_t *ii)
-{
-    const struct gf_tview *x = &a->in[1];
-    double b = gf_node_attr_float(a->node, "beta", 0.5f);
-    *beta = (float)b;
-    *ii = gf_node_attr_int(a->node, "ignore_index", -100);
-    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
-    if (st == GF_OK && x->rank < 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "X must have rank >= 1 (rows of the last axis)");
-    if (st == GF_OK && (st = fu_check_in(a, 0, "dLoss", x->dtype)) == GF_OK &&
-        a->in[0].nelem != 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dLoss %s must be a scalar",
-                             FU_SHAPE(&a->in[0]));
-    if (st == GF_OK && (st = fu_check_in(a, 2, "Y", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[2], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Y %s must have X's shape %s",
-                             FU_SHAPE(&a->in[2]), FU_SHAPE(x));
-    if (st == GF_OK && !(b >= 0 && b <= 1))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "beta %g is outside [0, 1]", b);
-    if (st == GF_OK && fu_has(a, 3)) {
-        const struct gf_tview *t = &a->in[3];
-        if ((st = fu_check_in(a, 3, "label T", GF_UNDEFINED)) == GF_OK &&
-            ((t->dtype != GF_INT32 && t->dtype != GF_INT64) ||
-             !fu_same_shape(t, x->rank - 1, x->dims)))
-            st = gf_kernel_error(a, GF_ERR_INVALID, "label T (input 3) %s %s must be int32 or "
-                                 "int64 of shape %s", gf_dtype_name(t->dtype), FU_SHAPE(t),
-                                 FU_DIMS(x->rank - 1, x->dims));
-    }
-    for (size_t k = 0; k < 2 && st == GF_OK; k++)
-        if (fu_has_out(a, k))
-            st = fu_check_out(a, k, x->dtype, x->rank, x->dims);
-    return st;
-}
-
 /* ws = [rows counted: one float] with labels */
 static size_t jsdg_workspace(const struct gf_kernel_args *a)
 {
@@ -945,7 +769,7 @@ static enum gf_status jsdg_run(const struct gf_kernel_args *a)
 {
     float beta;
     int64_t ii;
-    enum gf_status st = jsdg_check(a, &beta, &ii);
+    enum gf_status st = gf_jsd_grad_check(a, &beta, &ii);
     const struct gf_tview *x = &a->in[1];
     cl_uint want = (fu_has_out(a, 0) ? W_DX : 0) | (fu_has_out(a, 1) ? W_DY : 0);
     if (st != GF_OK || x->nelem == 0 || !want)

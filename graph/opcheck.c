@@ -1,0 +1,345 @@
+/*
+ * The per-op attribute and shape rules that shape inference (shape.c) and
+ * every backend's kernels (kernels/checks.c) share: opcheck.h.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h" /* gf_node_label */
+#include "opcheck.h"
+
+/* ---- dims and shapes ----------------------------------------------------- */
+
+struct gf_dim gf_dim_of(int64_t v)
+{
+    return (struct gf_dim){.value = v};
+}
+
+struct gf_dim gf_dim_unknown(void)
+{
+    return (struct gf_dim){.value = -1};
+}
+
+bool gf_dim_known(const struct gf_dim *d)
+{
+    return d->value >= 0;
+}
+
+bool gf_dim_unify(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
+{
+    if (gf_dim_known(a) && gf_dim_known(b) && a->value != b->value)
+        return false;
+    if (gf_dim_known(a) || (!gf_dim_known(b) && a->param))
+        *out = *a;
+    else
+        *out = *b;
+    return true;
+}
+
+const char *gf_dim_str(const struct gf_dim *d, char *buf, size_t len)
+{
+    if (d->value >= 0)
+        snprintf(buf, len, "%lld", (long long)d->value);
+    else
+        snprintf(buf, len, "%s", d->param ? d->param : "?");
+    return buf;
+}
+
+const char *gf_shape_str(const struct gf_shape *s, char *buf, size_t len)
+{
+    char one[64];
+    size_t pos = 0;
+    if (s->rank < 0) {
+        snprintf(buf, len, "[*]");
+        return buf;
+    }
+    pos += (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < s->rank && pos < len; i++)
+        pos += (size_t)snprintf(buf + pos, len - pos, "%s%s", i ? "," : "",
+                                gf_dim_str(&s->d[i], one, sizeof(one)));
+    if (pos < len)
+        snprintf(buf + pos, len - pos, "]");
+    return buf;
+}
+
+void gf_shape_set(struct gf_shape *s, int rank, const int64_t *dims)
+{
+    s->rank = rank;
+    for (int i = 0; i < rank; i++)
+        s->d[i] = gf_dim_of(dims[i]);
+}
+
+bool gf_shape_unify(const struct gf_shape *s, const struct gf_shape *t, struct gf_shape *out)
+{
+    if (s->rank < 0 || t->rank < 0) {
+        *out = s->rank < 0 ? *t : *s;
+        return true;
+    }
+    if (s->rank != t->rank)
+        return false;
+    struct gf_shape o = {.rank = s->rank};
+    for (int i = 0; i < s->rank; i++)
+        if (!gf_dim_unify(&s->d[i], &t->d[i], &o.d[i]))
+            return false;
+    *out = o;
+    return true;
+}
+
+enum gf_status gf_node_error(const struct gf_node *n, enum gf_status st, const char *fmt, ...)
+{
+    char who[256], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (!n)
+        return gf_error(st, "%s", msg);
+    return gf_error(st, "%s: %s", gf_node_label(n, who, sizeof(who)), msg);
+}
+
+#define SHAPE(s) gf_shape_str(s, (char[256]){0}, 256)
+#define DIM(d) gf_dim_str(d, (char[64]){0}, 64)
+
+/* The product of two dims, known when both are (or one is 0). */
+static struct gf_dim dim_mul(const struct gf_dim *a, const struct gf_dim *b)
+{
+    if ((gf_dim_known(a) && a->value == 0) || (gf_dim_known(b) && b->value == 0))
+        return gf_dim_of(0);
+    if (!gf_dim_known(a) || !gf_dim_known(b))
+        return gf_dim_unknown();
+    return gf_dim_of(a->value * b->value);
+}
+
+/* An integer attribute that must be 0 or 1. */
+static enum gf_status attr_flag(const struct gf_node *n, const char *name, bool *v)
+{
+    int64_t x = gf_node_attr_int(n, name, 0);
+    if (x != 0 && x != 1)
+        return gf_node_error(n, GF_ERR_INVALID, "%s %lld must be 0 or 1", name, (long long)x);
+    *v = x;
+    return GF_OK;
+}
+
+/* ---- cross-entropy --------------------------------------------------------- */
+
+enum gf_status gf_rule_ce_attrs(const struct gf_node *n, struct gf_ce_attrs *ce)
+{
+    const char *r = gf_node_attr_string(n, "reduction", "mean");
+    if (strcmp(r, "none") == 0)
+        ce->red = GF_RED_NONE;
+    else if (strcmp(r, "sum") == 0)
+        ce->red = GF_RED_SUM;
+    else if (strcmp(r, "mean") == 0)
+        ce->red = GF_RED_MEAN;
+    else
+        return gf_node_error(n, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
+                             r);
+    ce->has_ii = gf_node_attr(n, "ignore_index") != NULL;
+    ce->ii = gf_node_attr_int(n, "ignore_index", 0);
+    return attr_flag(n, "shift", &ce->shift);
+}
+
+/* With shift=1: x [B, S, ...] (rank 3; S >= 1) and the labels t [B, S];
+ * the positions [B * (S - 1)].  `what` names x in messages. */
+static enum gf_status shifted(const struct gf_node *n, const char *what, const char *form,
+                              const struct gf_shape *x, const struct gf_shape *t, size_t ti,
+                              struct gf_shape *pos)
+{
+    struct gf_shape bs = {.rank = 2, .d = {gf_dim_unknown(), gf_dim_unknown()}};
+    if (x->rank >= 0 && (x->rank != 3 || (gf_dim_known(&x->d[1]) && x->d[1].value < 1)))
+        return gf_node_error(n, GF_ERR_INVALID, "with shift=1 %s must be %s with S >= 1, got %s",
+                             what, form, SHAPE(x));
+    if (x->rank == 3)
+        bs.d[0] = x->d[0], bs.d[1] = x->d[1];
+    if (!gf_shape_unify(&bs, t, &bs))
+        return gf_node_error(n, GF_ERR_INVALID, "label T (input %zu) has shape %s, expected %s",
+                             ti, SHAPE(t), SHAPE(&bs));
+    struct gf_dim s1 = gf_dim_known(&bs.d[1]) ? gf_dim_of(bs.d[1].value - 1) : gf_dim_unknown();
+    pos->rank = 1;
+    pos->d[0] = dim_mul(&bs.d[0], &s1);
+    return GF_OK;
+}
+
+/* The labels t have the positions' shape pos (unknowns filled from t). */
+static enum gf_status labels_fit(const struct gf_node *n, const struct gf_shape *t, size_t ti,
+                                 struct gf_shape *pos)
+{
+    if (!gf_shape_unify(pos, t, pos))
+        return gf_node_error(n, GF_ERR_INVALID, "label T (input %zu) has shape %s, expected %s",
+                             ti, SHAPE(t), SHAPE(pos));
+    return GF_OK;
+}
+
+enum gf_status gf_rule_sce(const struct gf_node *n, const struct gf_shape *l,
+                           const struct gf_shape *t, const struct gf_shape *wc,
+                           struct gf_sce_rule *r)
+{
+    enum gf_status st = gf_rule_ce_attrs(n, &r->ce);
+    if (st != GF_OK)
+        return st;
+    r->c = gf_dim_unknown();
+    r->logp = *l;
+    if (r->ce.shift) {
+        if ((st = shifted(n, "the logits L", "[B, S, C]", l, t, 1, &r->pos)) != GF_OK)
+            return st;
+        if (l->rank == 3)
+            r->c = l->d[2];
+        r->logp = (struct gf_shape){.rank = 2, .d = {r->pos.d[0], r->c}};
+    } else {
+        if (l->rank >= 0 && l->rank < 2)
+            return gf_node_error(n, GF_ERR_INVALID, "logits L must be [N, C, d...], got %s",
+                                 SHAPE(l));
+        r->pos.rank = l->rank < 0 ? -1 : l->rank - 1;
+        for (int i = 0; i < r->pos.rank; i++)
+            r->pos.d[i] = l->d[i ? i + 1 : 0];
+        if (l->rank >= 2)
+            r->c = l->d[1];
+        if ((st = labels_fit(n, t, 1, &r->pos)) != GF_OK)
+            return st;
+    }
+    struct gf_shape want = {.rank = 1, .d = {r->c}};
+    if (wc && !gf_shape_unify(wc, &want, &want))
+        return gf_node_error(n, GF_ERR_INVALID, "class weights Wc (input 2) %s must be [%s]",
+                             SHAPE(wc), DIM(&r->c));
+    return GF_OK;
+}
+
+enum gf_status gf_rule_lce(const struct gf_node *n, const struct gf_shape *h,
+                           const struct gf_shape *w, const struct gf_shape *t,
+                           const struct gf_shape *bias, struct gf_lce_rule *r)
+{
+    enum gf_status st = gf_rule_ce_attrs(n, &r->ce);
+    if (st == GF_OK)
+        st = attr_flag(n, "transB", &r->tb);
+    if (st != GF_OK)
+        return st;
+    if (h->rank == 0 || (w->rank >= 0 && w->rank != 2))
+        return gf_node_error(n, GF_ERR_INVALID, "H %s must be %s and W %s 2-D", SHAPE(h),
+                             r->ce.shift ? "[B, S, K] (shift=1)" : "[..., K]", SHAPE(w));
+    r->k = h->rank > 0 ? h->d[h->rank - 1] : gf_dim_unknown();
+    r->v = w->rank == 2 ? w->d[r->tb ? 0 : 1] : gf_dim_unknown();
+    if (w->rank == 2 && !gf_dim_unify(&r->k, &w->d[r->tb ? 1 : 0], &r->k))
+        return gf_node_error(n, GF_ERR_INVALID, "W%s %s does not have K = %s rows",
+                             r->tb ? "^T" : "", SHAPE(w), DIM(&r->k));
+    if (r->ce.shift) {
+        st = shifted(n, "H", "[B, S, K]", h, t, 2, &r->pos);
+    } else {
+        r->pos.rank = h->rank < 0 ? -1 : h->rank - 1;
+        memcpy(r->pos.d, h->d, sizeof(struct gf_dim) * (size_t)(h->rank > 0 ? h->rank - 1 : 0));
+        st = labels_fit(n, t, 2, &r->pos);
+    }
+    if (st != GF_OK || !bias)
+        return st;
+    /* Bias: [V], or V with leading ones */
+    bool ok = bias->rank != 0;
+    for (int i = 0; ok && bias->rank > 0 && i < bias->rank; i++) {
+        struct gf_dim one = gf_dim_of(1), tmp;
+        ok = gf_dim_unify(&bias->d[i], i == bias->rank - 1 ? &r->v : &one, &tmp);
+    }
+    if (!ok)
+        return gf_node_error(n, GF_ERR_INVALID, "Bias (input 3) %s must be [%s]", SHAPE(bias),
+                             DIM(&r->v));
+    return GF_OK;
+}
+
+enum gf_status gf_rule_ce_grad(const struct gf_node *n, const struct gf_shape *dloss,
+                               const struct gf_shape *g, struct gf_ceg_rule *r)
+{
+    enum gf_status st = gf_rule_ce_attrs(n, &r->ce);
+    if (st != GF_OK)
+        return st;
+    if (g->rank >= 0 && (g->rank < 2 || (r->ce.shift && g->rank != 3)))
+        return gf_node_error(n, GF_ERR_INVALID, "G %s must be %s", SHAPE(g),
+                             r->ce.shift ? "[B, S, C]" : "[N, C, d...]");
+    struct gf_shape *o = &r->dloss;
+    o->rank = r->ce.red != GF_RED_NONE ? 0 : g->rank < 0 ? -1 : r->ce.shift ? 1 : g->rank - 1;
+    if (r->ce.red == GF_RED_NONE && r->ce.shift && g->rank == 3) {
+        struct gf_dim s1 = gf_dim_known(&g->d[1]) ? gf_dim_of(g->d[1].value - 1)
+                                                  : gf_dim_unknown();
+        o->d[0] = dim_mul(&g->d[0], &s1);
+    } else if (r->ce.red == GF_RED_NONE && g->rank >= 2) {
+        for (int i = 0; i < o->rank; i++)
+            o->d[i] = g->d[i ? i + 1 : 0];
+    }
+    /* a scalar dLoss may come as [1] */
+    bool scalar_ok = o->rank == 0 && dloss->rank >= 0;
+    for (int i = 0; scalar_ok && i < dloss->rank; i++)
+        scalar_ok = !gf_dim_known(&dloss->d[i]) || dloss->d[i].value == 1;
+    if (!(o->rank == 0 ? scalar_ok || dloss->rank < 0 : gf_shape_unify(dloss, o, o)))
+        return gf_node_error(n, GF_ERR_INVALID, "dLoss %s must be %s", SHAPE(dloss),
+                             o->rank == 0 ? "a scalar" : SHAPE(o));
+    return GF_OK;
+}
+
+/* ---- attention ------------------------------------------------------------- */
+
+enum gf_status gf_rule_attention(const struct gf_node *n, const struct gf_shape *q,
+                                 const struct gf_shape *k, const struct gf_shape *v,
+                                 const struct gf_shape *mask, struct gf_attn_rule *r)
+{
+    enum gf_status st = attr_flag(n, "transB", &r->tb);
+    if (st != GF_OK)
+        return st;
+    r->scale = gf_node_attr_float(n, "scale", 1.0f);
+    int rk = q->rank >= 0 ? q->rank : k->rank >= 0 ? k->rank : v->rank;
+    bool ok = rk < 0 || (rk >= 2 && (q->rank < 0 || q->rank == rk) &&
+                         (k->rank < 0 || k->rank == rk) && (v->rank < 0 || v->rank == rk));
+    struct gf_shape b = {.rank = rk < 0 ? -1 : rk - 2};
+    for (int i = 0; i < b.rank; i++)
+        b.d[i] = gf_dim_unknown();
+    const struct gf_shape *all[3] = {q, k, v};
+    for (int j = 0; ok && j < 3; j++)
+        for (int i = 0; ok && all[j]->rank >= 0 && i < b.rank; i++)
+            ok = gf_dim_unify(&b.d[i], &all[j]->d[i], &b.d[i]);
+    struct gf_dim u = gf_dim_unknown();
+    r->sq = r->d = r->sk = r->dv = u;
+    if (ok && q->rank >= 2)
+        r->sq = q->d[rk - 2], r->d = q->d[rk - 1];
+    if (ok && k->rank >= 2) {
+        r->sk = k->d[r->tb ? rk - 2 : rk - 1];
+        ok = gf_dim_unify(&r->d, &k->d[r->tb ? rk - 1 : rk - 2], &r->d);
+    }
+    if (ok && v->rank >= 2) {
+        r->dv = v->d[rk - 1];
+        ok = gf_dim_unify(&r->sk, &v->d[rk - 2], &r->sk);
+    }
+    if (!ok)
+        return gf_node_error(n, GF_ERR_INVALID, "Q %s, K %s (transB=%d), V %s do not fit "
+                             "[b..., Sq, D], %s, [b..., Sk, Dv]", SHAPE(q), SHAPE(k), r->tb,
+                             SHAPE(v), r->tb ? "[b..., Sk, D]" : "[b..., D, Sk]");
+    r->scores = b;
+    r->o = b;
+    if (b.rank >= 0) {
+        r->scores.rank = r->o.rank = rk;
+        r->scores.d[rk - 2] = r->o.d[rk - 2] = r->sq;
+        r->scores.d[rk - 1] = r->sk;
+        r->o.d[rk - 1] = r->dv;
+    }
+    /* Mask broadcasts to the scores without enlarging them */
+    for (int i = 1; mask && mask->rank >= 0 && r->scores.rank >= 0 && i <= mask->rank; i++) {
+        const struct gf_dim *m = &mask->d[mask->rank - i];
+        struct gf_dim tmp;
+        if (!gf_dim_known(m) || m->value == 1)
+            continue;
+        if (i > rk || !gf_dim_unify(m, &r->scores.d[rk - i], &tmp))
+            return gf_node_error(n, GF_ERR_INVALID, "Mask %s does not broadcast to the scores "
+                                 "%s", SHAPE(mask), SHAPE(&r->scores));
+    }
+    return GF_OK;
+}
+
+enum gf_status gf_rule_attention_grad(const struct gf_node *n, const struct gf_shape *dout,
+                                      const struct gf_shape *q, const struct gf_shape *k,
+                                      const struct gf_shape *v, const struct gf_shape *mask,
+                                      const struct gf_shape *o, struct gf_attn_rule *r)
+{
+    enum gf_status st = gf_rule_attention(n, q, k, v, mask, r);
+    const struct gf_shape *x[2] = {dout, o};
+    struct gf_shape tmp;
+    for (int i = 0; i < 2 && st == GF_OK; i++)
+        if (!gf_shape_unify(x[i], &r->o, &tmp))
+            st = gf_node_error(n, GF_ERR_INVALID, "%s %s must be %s", i ? "O" : "dO",
+                               SHAPE(x[i]), SHAPE(&r->o));
+    return st;
+}

@@ -1,0 +1,128 @@
+/*
+ * opcheck.h — one place per op for its attribute and shape rules, shared by
+ * shape inference (graph/shape.c) and every backend's kernels (through
+ * kernels/checks.c).  Internal to graphfuse: graph/ and kernels/ include it.
+ *
+ *     struct gf_shape h, w, t;               // from value types, or tensor views
+ *     struct gf_lce_rule r;
+ *     if (gf_rule_lce(node, &h, &w, &t, NULL, &r) != GF_OK)
+ *         return GF_ERR_INVALID;             // gf_last_error() names the node
+ *     // r.v: the classes, r.pos: the positions (the loss shape with reduction none)
+ *
+ * A rule sees the node (its attributes) and the shapes of its inputs.  Shape
+ * inference passes what it knows: a rank of -1 is unknown, a dim whose value
+ * is -1 is unknown (its param the symbol, if any).  Kernels pass concrete
+ * shapes.  A rule checks what is known (a dim it cannot see passes) and
+ * gives the derived shapes, symbolic where the inputs are.  A violation is
+ * GF_ERR_INVALID with a message "node 'x' (Op): ..." (gf_error).
+ *
+ * Element types, data and backend limits are the kernels' business
+ * (kernels/checks.h); graph/ knows no backend.
+ */
+#ifndef GF_OPCHECK_H
+#define GF_OPCHECK_H
+
+#include "gf_graph.h"
+
+#define GF_SHAPE_MAX_RANK 64 /* ranks above this are treated as unknown */
+
+/* A shape as the rules see it. */
+struct gf_shape {
+    int rank; /* -1: unknown */
+    struct gf_dim d[GF_SHAPE_MAX_RANK];
+};
+
+/* ---- dims and shapes ----------------------------------------------------- */
+
+struct gf_dim gf_dim_of(int64_t v);
+struct gf_dim gf_dim_unknown(void);
+bool gf_dim_known(const struct gf_dim *d);
+/* Two dims that must be equal: false on a contradiction; *out the more
+ * precise of the two. */
+bool gf_dim_unify(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out);
+/* "7", "batch" or "?". */
+const char *gf_dim_str(const struct gf_dim *d, char *buf, size_t len);
+/* "[batch,4,?]", or "[*]" for an unknown rank. */
+const char *gf_shape_str(const struct gf_shape *s, char *buf, size_t len);
+/* The known shape dims[rank]. */
+void gf_shape_set(struct gf_shape *s, int rank, const int64_t *dims);
+/* s and t can be the same shape (unknowns agree with anything). */
+bool gf_shape_unify(const struct gf_shape *s, const struct gf_shape *t, struct gf_shape *out);
+
+/* GF_ERR_* st with "node 'x' (Op): message"; returns st. */
+enum gf_status gf_node_error(const struct gf_node *n, enum gf_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- cross-entropy ---------------------------------------------------------
+ * SoftmaxCrossEntropy (domain graphfuse; shift=0 is SoftmaxCrossEntropyLoss),
+ * LinearCrossEntropy, CrossEntropyGrad.  A position is one row of logits
+ * and its label; with shift=1 the logits of [B, S] positions are scored
+ * against the labels one step on (B * (S - 1) positions). */
+
+enum gf_reduction { GF_RED_NONE, GF_RED_SUM, GF_RED_MEAN };
+
+struct gf_ce_attrs {
+    enum gf_reduction red; /* "reduction": none, sum, mean (default) */
+    bool shift;         /* "shift": 0 or 1 */
+    bool has_ii;        /* "ignore_index" given */
+    int64_t ii;
+};
+
+/* reduction, shift and ignore_index of a cross-entropy node. */
+enum gf_status gf_rule_ce_attrs(const struct gf_node *n, struct gf_ce_attrs *ce);
+
+/* SoftmaxCrossEntropy(L, T, Wc?): L [N, C, d...] (shift: [B, S, C]), T the
+ * positions' labels [N, d...] (shift: [B, S]), Wc [C]. */
+struct gf_sce_rule {
+    struct gf_ce_attrs ce;
+    struct gf_dim c;     /* classes */
+    struct gf_shape pos; /* positions: [N, d...], or [B * (S - 1)] with shift */
+    struct gf_shape logp;/* LogP: L's shape, or [B * (S - 1), C] with shift */
+};
+enum gf_status gf_rule_sce(const struct gf_node *n, const struct gf_shape *l,
+                           const struct gf_shape *t, const struct gf_shape *wc,
+                           struct gf_sce_rule *r);
+
+/* LinearCrossEntropy(H, W, T, Bias?): H [..., K] (shift: [B, S, K]), W [K, V]
+ * ([V, K] with transB), T H's leading dims ([B, S]), Bias [V]. */
+struct gf_lce_rule {
+    struct gf_ce_attrs ce;
+    bool tb;             /* transB */
+    struct gf_dim k, v;
+    struct gf_shape pos; /* positions: H's leading dims, or [B * (S - 1)] */
+};
+enum gf_status gf_rule_lce(const struct gf_node *n, const struct gf_shape *h,
+                           const struct gf_shape *w, const struct gf_shape *t,
+                           const struct gf_shape *bias, struct gf_lce_rule *r);
+
+/* CrossEntropyGrad(dLoss, G): G like the logits, [N, C, d...] ([B, S, C]
+ * with shift); dLoss a scalar, or the positions' shape with reduction none. */
+struct gf_ceg_rule {
+    struct gf_ce_attrs ce;
+    struct gf_shape dloss; /* what dLoss must be */
+};
+enum gf_status gf_rule_ce_grad(const struct gf_node *n, const struct gf_shape *dloss,
+                               const struct gf_shape *g, struct gf_ceg_rule *r);
+
+/* ---- attention -------------------------------------------------------------
+ * Attention(Q, K, V, Mask?) -> O: Q [b..., Sq, D], K [b..., Sk, D] with
+ * transB = 1 (else [b..., D, Sk]), V [b..., Sk, Dv], Mask broadcasting to
+ * the scores [b..., Sq, Sk]; O [b..., Sq, Dv].  AttentionGrad(dO, Q, K, V,
+ * Mask?, O): dO and O like O. */
+struct gf_attn_rule {
+    bool tb;
+    float scale;
+    struct gf_dim sq, sk, d, dv;
+    struct gf_shape scores; /* [b..., Sq, Sk] */
+    struct gf_shape o;      /* [b..., Sq, Dv] */
+};
+enum gf_status gf_rule_attention(const struct gf_node *n, const struct gf_shape *q,
+                                 const struct gf_shape *k, const struct gf_shape *v,
+                                 const struct gf_shape *mask, struct gf_attn_rule *r);
+/* AttentionGrad: the same, and dO and O like O. */
+enum gf_status gf_rule_attention_grad(const struct gf_node *n, const struct gf_shape *dout,
+                                      const struct gf_shape *q, const struct gf_shape *k,
+                                      const struct gf_shape *v, const struct gf_shape *mask,
+                                      const struct gf_shape *o, struct gf_attn_rule *r);
+
+#endif /* GF_OPCHECK_H */
