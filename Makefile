@@ -127,13 +127,33 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS) -lcmocka
 
+# Each test prints "== NAME" before it runs and "-- NAME: C s CPU, W s wall"
+# after (CPU = user + sys of it and its children, from the shell's `times`);
+# the ten costliest are listed at the end and all are kept in
+# $(BUILD)/test-times.txt (CPU s, wall s, name).  The OpenCL tests on a CPU
+# device (PoCL) try a covering subset of their kernel configs;
+# GRAPHFUSE_TEST_ALL_CONFIGS=1 tries every one (the GPU machine's run).
 test: all $(TESTS)
-	@set -e; for t in $(TESTS); do echo "== $$t"; $$t; done
-	@set -e; for s in tests/run_*.sh; do $$s $(BUILD)/graphfuse; done
-	@tests/conformance.sh $(BUILD)/graphfuse
-	@echo "== bundled models against PyTorch's recorded outputs"
-	@$(BUILD)/graphfuse test --atol 1e-5 models/*/legacy models/*/dynamo
-	@echo "== all tests passed"
+	@set -e; log=$(BUILD)/test-times.txt; tf=$(BUILD)/.test-times.tmp; : >$$log; \
+	timed() { \
+	    name=$$1; shift; echo "== $$name"; \
+	    times >$$tf; { read -r _ _; read -r u0 s0; } <$$tf; w0=$$(date +%s.%N); \
+	    "$$@" || { echo "** $$name failed"; exit 1; }; \
+	    w1=$$(date +%s.%N); times >$$tf; { read -r _ _; read -r u1 s1; } <$$tf; \
+	    echo "$$u0 $$s0 $$u1 $$s1 $$w0 $$w1" | awk -v name="$$name" -v out="$$log" ' \
+	        function s(x) { sub(/s$$/, "", x); split(x, p, "m"); return p[1] * 60 + p[2] } \
+	        { c = s($$3) + s($$4) - s($$1) - s($$2); c = c < 0 ? 0 : c; w = $$6 - $$5; \
+	          printf "-- %s: %.1f s CPU, %.1f s wall\n", name, c, w; \
+	          printf "%8.1f %8.1f  %s\n", c, w, name >> out }'; \
+	}; \
+	for t in $(TESTS); do timed $$t $$t; done; \
+	for s in tests/run_*.sh; do timed $$s $$s $(BUILD)/graphfuse; done; \
+	timed tests/conformance.sh tests/conformance.sh $(BUILD)/graphfuse; \
+	timed "bundled models against PyTorch's recorded outputs" \
+	    $(BUILD)/graphfuse test --atol 1e-5 models/*/legacy models/*/dynamo; \
+	rm -f $$tf; \
+	echo "== the ten costliest (CPU s, wall s; all in $$log)"; sort -rn $$log | head -n 10; \
+	awk '{ c += $$1 } END { printf "== all tests passed (%.1f CPU-minutes)\n", c / 60 }' $$log
 
 # ONNX node tests through `graphfuse test`, compared with the recorded list.
 conformance: all
@@ -142,9 +162,13 @@ conformance-update: all
 	@tests/conformance.sh $(BUILD)/graphfuse --update
 
 # (the OpenCL runtime keeps some allocations until exit: tests/lsan.supp)
+# Builds in build-asan/, or DIR-asan/ for `make BUILD=DIR test-asan`; the
+# OpenCL program caches are the plain run's (PoCL's ~/.cache/pocl), so a
+# run after `make test` compiles no OpenCL program again.
 test-asan: deps
 	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 \
-	$(MAKE) BUILD=build-asan SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" CFLAGS="-O1 -g" test
+	$(MAKE) BUILD=$(if $(filter command line,$(origin BUILD)),$(BUILD:%-asan=%)-asan,build-asan) \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" CFLAGS="-O1 -g" test
 
 # ---- demo and bench ---------------------------------------------------------
 DEMO_MODEL := models/llama_tiny/legacy/model.onnx
