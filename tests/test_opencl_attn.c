@@ -4,8 +4,10 @@
  * 64 and up to 256 (tiles shrunk to fit local memory), Dv != D, batch dims
  * of rank 1 and 2, every Mask broadcast (full, over heads, [Sq, Sk], over
  * rows, over keys, a causal -inf mask), transB 0 and 1, scale given and
- * default, every subset of AttentionGrad's outputs, every knob setting on
- * one shape of each op, fp16 and bf16 storage (against the CPU kernel on
+ * default, every subset of AttentionGrad's outputs, a sweep of the knob
+ * settings on two shapes of each op (every pair of values of two knobs;
+ * every setting with GRAPHFUSE_TEST_ALL_CONFIGS=1, as on the GPU machine),
+ * fp16 and bf16 storage (against the CPU kernel on
  * the same values widened to float), results that do not depend on timing,
  * and the error paths.  Skips without an OpenCL platform.
  * Tolerances: 1e-5 relative plus 1e-5 absolute (the softmax sums and the
@@ -147,8 +149,8 @@ static struct gf_tview cpu_forward(const struct acase *c, const struct tensors *
     return o;
 }
 
-/* Attention on OpenCL against the CPU: with the default config, or every
- * config (returns how many ran). */
+/* Attention on OpenCL against the CPU: with the default config, or a sweep
+ * of the configs (oclt_compare_configs; returns the size of the space). */
 static int fwd_case(const struct acase *c, bool all_configs)
 {
     struct tensors t = make_tensors(c);
@@ -157,7 +159,7 @@ static int fwd_case(const struct acase *c, bool all_configs)
     size_t n_in = c->mask ? 4 : 3;
     int runs = 1;
     if (all_configs)
-        runs = oclt_compare_all_configs(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
+        runs = oclt_compare_configs(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
     else
         oclt_compare(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
     release_bufs();
@@ -180,7 +182,8 @@ static void grad_inputs(const struct acase *c, struct gf_tview *in)
 }
 
 /* AttentionGrad on OpenCL against the CPU; `want` bit k: output k (dQ,
- * dK, dV) wanted.  Every config when all_configs (returns how many ran). */
+ * dK, dV) wanted.  A sweep of the configs when all_configs (returns the size
+ * of the space). */
 static int grad_case(const struct acase *c, unsigned want, bool all_configs)
 {
     struct gf_tview in[6], out[3];
@@ -191,7 +194,7 @@ static int grad_case(const struct acase *c, unsigned want, bool all_configs)
         out[k] = (want >> k) & 1 ? fout(in[1 + k].rank, in[1 + k].dims) : NONE;
     int runs = 1;
     if (all_configs)
-        runs = oclt_compare_all_configs(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
+        runs = oclt_compare_configs(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
     else
         oclt_compare(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
     release_bufs();

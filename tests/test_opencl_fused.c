@@ -4,7 +4,9 @@
  * lengths 1, 3, 7, 8, 33, 1000, 4096, 4097, 5000 and several row counts
  * (rows that fit the registers of a slot and rows that do not, persistent
  * work-groups walking many rows), every attribute form, every knob value
- * (the whole config space on some shapes), labels checked on the host and
+ * (on some shapes a sweep of the config space: a subset covering every pair
+ * of values of two knobs, the whole space with GRAPHFUSE_TEST_ALL_CONFIGS=1,
+ * as on the GPU machine; tests/opencl_util.h), labels checked on the host and
  * on the device, and the error paths; then fp16 and bf16 tensors: against
  * the CPU kernel on the same half inputs where it takes them, else against
  * the CPU's fp32 kernel on their exact fp32 widening.  Skips without an
@@ -142,16 +144,18 @@ static void compare_inplace(const struct gf_node *nd, const struct gf_tview *in,
 }
 
 /* How much of a kernel's config space a case runs: the automatic config,
- * each value of each knob (the others automatic), or the cross product. */
+ * each value of each knob (the others automatic), or a sweep (a pairwise
+ * covering subset, or with GRAPHFUSE_TEST_ALL_CONFIGS=1 the cross product). */
 enum sweep { AUTO, EACH, ALL };
 
-/* oclt_compare over the configs of `sweep`; returns how many were run. */
+/* oclt_compare over the configs of `sweep`; returns how many were run (ALL:
+ * the size of the space swept). */
 static int compare_sweep(const struct gf_node *nd, const struct gf_tview *in, size_t n_in,
                          unsigned host, const struct gf_tview *out, size_t n_out,
                          enum sweep sweep, double rtol, double atol)
 {
     if (sweep == ALL)
-        return oclt_compare_all_configs(nd, in, n_in, host, out, n_out, rtol, atol);
+        return oclt_compare_configs(nd, in, n_in, host, out, n_out, rtol, atol);
     oclt_compare(nd, in, n_in, host, out, n_out, rtol, atol);
     if (sweep == AUTO)
         return 1;
@@ -175,7 +179,7 @@ static int compare_sweep(const struct gf_node *nd, const struct gf_tview *in, si
 
 /* ---- norms ----------------------------------------------------------------------------- */
 
-/* The configs a sweep of a norm kernel runs (5 knobs of 4, 4, 2, 3, 4 values). */
+/* compare_sweep's count for a norm kernel (5 knobs of 4, 4, 2, 3, 4 values). */
 static int norm_configs(enum sweep sweep)
 {
     return sweep == ALL ? 384 : sweep == EACH ? 13 : 1;
@@ -392,8 +396,8 @@ static void act_case(const char *op, const char *approx, int64_t rows, int64_t n
                              bcast ? frand(-2, 2, DIMS(n)) : frand(-2, 2, DIMS(rows, n))};
     struct gf_tview out[1] = {fout(DIMS(rows, n))};
     if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, gated ? 2 : 1, ALL_HOST, out, 1, RTOL,
-                                             ATOL) == 32);
+        assert_true(oclt_compare_configs(nd, in, gated ? 2 : 1, ALL_HOST, out, 1, RTOL,
+                                         ATOL) == 32);
     else
         oclt_compare(nd, in, gated ? 2 : 1, ALL_HOST, out, 1, RTOL, ATOL);
     release_bufs();
@@ -434,7 +438,7 @@ static void glu_grad_case(const char *op, const char *approx, int64_t rows, int6
                               want & 2 ? fout(DIMS(rows, n)) : NONE};
     /* gelu' has a root near -0.75: an absolute term for the cancellation there */
     if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL) == 32);
+        assert_true(oclt_compare_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL) == 32);
     else
         oclt_compare(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL);
     release_bufs();
@@ -465,7 +469,7 @@ static void rope_case(const char *op, const int64_t *xd, int crank, const int64_
                              frand(-1, 1, crank, cd)};
     struct gf_tview out[1] = {fout(4, xd)};
     if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, 3, ALL_HOST, out, 1, RTOL, ATOL) == 32);
+        assert_true(oclt_compare_configs(nd, in, 3, ALL_HOST, out, 1, RTOL, ATOL) == 32);
     else
         oclt_compare(nd, in, 3, ALL_HOST, out, 1, RTOL, ATOL);
     release_bufs();
@@ -543,7 +547,7 @@ static void ce_case(const struct ce_form *f, int64_t a0, int64_t c, int64_t a2, 
     /* the per-position loss is a difference of logits near each other */
     double atol = none ? 1e-5 : loss_atol(n_pos) * 8;
     if (all_configs)
-        oclt_compare_all_configs(nd, in, 3, host, out, 3, RTOL, atol);
+        oclt_compare_configs(nd, in, 3, host, out, 3, RTOL, atol);
     else
         oclt_compare(nd, in, 3, host, out, 3, RTOL, atol);
     if (f->grad && !all_configs) /* G over L, as the executor writes it */
@@ -616,7 +620,7 @@ static void lce_case(int64_t a0, int64_t s, int64_t k, int64_t v, bool tb, bool 
     /* logits are dot products of K terms: fp32 against BLAS's order */
     double atol = 2e-6 * (double)k * (none ? 1 : (double)n_pos);
     if (all_configs)
-        oclt_compare_all_configs(nd, in, bias ? 4 : 3, host, out, 1, RTOL * 10, atol);
+        oclt_compare_configs(nd, in, bias ? 4 : 3, host, out, 1, RTOL * 10, atol);
     else
         oclt_compare(nd, in, bias ? 4 : 3, host, out, 1, RTOL * 10, atol);
     release_bufs();
@@ -667,7 +671,7 @@ static void lce_train_case(int64_t a0, int64_t s, int64_t k, int64_t v, bool tb,
     /* sums of K products (logits, dH) and of positions (dW, dBias, the loss) */
     double atol = 2e-6 * (double)(k + n_pos);
     if (all_configs)
-        oclt_compare_all_configs(nd, in, 4, host, out, 4, RTOL * 10, atol);
+        oclt_compare_configs(nd, in, 4, host, out, 4, RTOL * 10, atol);
     else
         oclt_compare(nd, in, 4, host, out, 4, RTOL * 10, atol);
     release_bufs();
@@ -705,8 +709,8 @@ static void jsd_case(int64_t rows, int64_t n, float beta, bool labels_in, bool a
     }
     struct gf_tview out[1] = {fout(0, NULL)};
     if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, labels_in ? 3 : 2, ALL_HOST, out, 1, RTOL,
-                                             loss_atol((size_t)(rows * n))) == 16);
+        assert_true(oclt_compare_configs(nd, in, labels_in ? 3 : 2, ALL_HOST, out, 1, RTOL,
+                                         loss_atol((size_t)(rows * n))) == 16);
     else
         oclt_compare(nd, in, labels_in ? 3 : 2, ALL_HOST, out, 1, RTOL,
                      loss_atol((size_t)(rows * n)));
@@ -792,7 +796,7 @@ static void ce_grad_case(const char *red, bool shift, int rank, const int64_t *g
     struct gf_tview in[2] = {frand(-2, 2, lr, ld), frand(-1, 1, rank, gd)};
     struct gf_tview out[1] = {fout(rank, gd)};
     if (all)
-        assert_true(oclt_compare_all_configs(nd, in, 2, ALL_HOST, out, 1, RTOL, ATOL) == 32);
+        assert_true(oclt_compare_configs(nd, in, 2, ALL_HOST, out, 1, RTOL, ATOL) == 32);
     else
         oclt_compare(nd, in, 2, ALL_HOST, out, 1, RTOL, ATOL);
     compare_inplace(nd, in, 2, ALL_HOST, out, 1, 0, 1, RTOL, ATOL);
@@ -821,7 +825,7 @@ static void jsd_grad_case(int64_t rows, int64_t n, float beta, bool labels_in, i
     struct gf_tview out[2] = {want & 1 ? fout(DIMS(rows, n)) : NONE,
                               want & 2 ? fout(DIMS(rows, n)) : NONE};
     if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, 4, ALL_HOST, out, 2, RTOL, ATOL) == 32);
+        assert_true(oclt_compare_configs(nd, in, 4, ALL_HOST, out, 2, RTOL, ATOL) == 32);
     else
         oclt_compare(nd, in, 4, ALL_HOST, out, 2, RTOL, ATOL);
     release_bufs();
@@ -855,7 +859,7 @@ static void epi_grad_case(const char *act, int from_y, int64_t rows, int64_t n, 
     struct gf_tview out[2] = {fout(DIMS(2, rows, n)), db ? fout(DIMS(n)) : NONE};
     double atol = 4e-6 * (double)(2 * rows);
     if (all_configs)
-        assert_true(oclt_compare_all_configs(nd, in, 2, ALL_HOST, out, 2, RTOL, atol) == 32);
+        assert_true(oclt_compare_configs(nd, in, 2, ALL_HOST, out, 2, RTOL, atol) == 32);
     else
         oclt_compare(nd, in, 2, ALL_HOST, out, 2, RTOL, atol);
     release_bufs();
