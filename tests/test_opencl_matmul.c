@@ -2,16 +2,27 @@
  * the CPU kernels on the same inputs: odd sizes that are no multiple of any
  * tile (1, 17, 33, 67, 129, 257, 1000), broadcast batches, 1-D operands,
  * K = 0, transposes, Gemm's alpha / beta and C in every broadcast form,
- * every activation and Bias / Res broadcast of MatMulEpilogue; every config
- * of the knob space on two odd shapes (MatMul with rows aligned for the
- * vector loads, MatMulEpilogue with unaligned rows), a few configs on large
- * odd shapes transposed both ways; float16 and bfloat16 storage; the knob
+ * every activation and Bias / Res broadcast of MatMulEpilogue; a sweep of
+ * the knob space on two odd shapes (MatMul with rows aligned for the vector
+ * loads, MatMulEpilogue with unaligned rows), a few configs on large odd
+ * shapes transposed both ways; float16 and bfloat16 storage; the knob
  * space itself (a small default, the large tiles in it); configs a smaller
  * device cannot run (its limits lowered here) refused, and passed over by
  * the autotuner; and the errors (bad shapes and types, a config outside the
  * space), which name the node.
  * Tolerance: 1e-5 relative plus 2e-6 sqrt(K) absolute (inputs in [-1, 1]);
  * float16 / bfloat16 outputs allow one rounding of their type on top.
+ *
+ * Every config is its own program (its tiles are compile-time constants),
+ * and PoCL compiles each for a few seconds, so the sweeps run a covering
+ * subset by default: the configs holding every pair of values of two knobs
+ * (tests/opencl_util.h: 11 of the 72), the default, the largest tiles
+ * (128 x 128 with 1024 work-items, and with 8 x 8 per thread) and the other
+ * big_cfgs; the large shapes, fp16 and bf16 run every transpose on one
+ * config and both untransposed and both transposed on the others (A's and
+ * B's loads do not depend on each other).  A config that runs must match
+ * the CPU.  GRAPHFUSE_TEST_ALL_CONFIGS=1 runs all 72 configs and every
+ * transpose with every config: what the GPU machine runs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -293,15 +304,68 @@ static bool needs_big_device(const struct gf_kernel *k, const int *cfg, bool *wi
     return *wide || 2 * tk * (tm + tn + 8) * 4 > 32768;
 }
 
-/* Every config of the space on node n: it matches the CPU kernel, or (only
- * a config needing a big device) the device refuses it with
- * GF_ERR_UNSUPPORTED naming the limit.  Returns how many ran. */
+/* Configs unlike the default (tile_m, tile_n, tile_k, wpt, vec): the large
+ * square tile, the tall and the wide one, and a small tile with 8 x 8 per
+ * thread (16 work-items, slices copied without the register prefetch). */
+static const int big_cfgs[][5] = {
+    {128, 128, 8, 8, 4}, {128, 64, 16, 8, 4}, {32, 128, 8, 8, 1}, {32, 32, 16, 8, 4}};
+
+#define N_BIG (sizeof(big_cfgs) / sizeof(big_cfgs[0]))
+
+/* The largest config: 128 x 128 tiles of 4 x 4 per thread (1024
+ * work-items), slices of 16 (34 KB of local memory). */
+static const int largest_cfg[5] = {128, 128, 16, 4, 4};
+
+/* Config number c of k (gf_tune_config_at's numbering) holding cfg. */
+static size_t config_number(const struct gf_kernel *k, const int *cfg)
+{
+    size_t c = 0, stride = 1;
+    for (size_t i = 0; i < k->n_knobs; i++) {
+        int v = 0;
+        while (v < k->knobs[i].n_values && k->knobs[i].values[v] != cfg[i])
+            v++;
+        assert_true(v < k->knobs[i].n_values);
+        c += (size_t)v * stride;
+        stride *= (size_t)k->knobs[i].n_values;
+    }
+    return c;
+}
+
+/* The configs the sweeps run, as config numbers of k (at most 72): every
+ * one with GRAPHFUSE_TEST_ALL_CONFIGS=1, else the pairwise covering subset
+ * of oclt_sweep (the default first), the largest config and big_cfgs. */
+static size_t sweep_configs(const struct gf_kernel *k, size_t *out)
+{
+    size_t space = gf_tune_space_size(k);
+    assert_true(space <= 72);
+    size_t n = oclt_sweep(k, out, 72);
+    if (n == space)
+        return n;
+    const int *extra[N_BIG + 1] = {largest_cfg};
+    for (size_t i = 0; i < N_BIG; i++)
+        extra[i + 1] = big_cfgs[i];
+    for (size_t i = 0; i < N_BIG + 1; i++) {
+        size_t c = config_number(k, extra[i]), j = 0;
+        while (j < n && out[j] != c)
+            j++;
+        if (j == n)
+            out[n++] = c;
+    }
+    return n;
+}
+
+/* The sweep's configs on node n: each matches the CPU kernel, or (only a
+ * config needing a big device) the device refuses it with
+ * GF_ERR_UNSUPPORTED naming the limit.  Returns how many ran; *swept: how
+ * many were tried. */
 static size_t compare_configs(const struct gf_kernel *k, const struct gf_node *n,
                               const struct gf_tview *in, size_t n_in, const struct gf_tview *y,
-                              double atol)
+                              double atol, size_t *swept)
 {
-    size_t space = gf_tune_space_size(k), ran = 0;
-    for (size_t c = 0; c < space; c++) {
+    size_t sweep[72], ran = 0;
+    *swept = sweep_configs(k, sweep);
+    for (size_t s = 0; s < *swept; s++) {
+        size_t c = sweep[s];
         int cfg[GF_TUNE_MAX_KNOBS];
         gf_tune_config_at(k, c, cfg);
         void *res[1] = {NULL};
@@ -314,26 +378,29 @@ static size_t compare_configs(const struct gf_kernel *k, const struct gf_node *n
                 fail_msg("config %zu refused without naming the limit: %s", c, msg);
             continue;
         }
+        oclt_name_config(k, cfg);
         oclt_compare_cfg(n, in, n_in, 0, y, 1, cfg, rtol(), atol);
+        oclt_config_name[0] = 0;
         ran++;
     }
     return ran;
 }
 
-/* Every config: one MatMul whose rows allow float4 loads, one
- * MatMulEpilogue whose rows do not. */
+/* The sweep (every config with GRAPHFUSE_TEST_ALL_CONFIGS=1): one MatMul
+ * whose rows allow float4 loads, one MatMulEpilogue whose rows do not. */
 static void test_all_configs(void **state)
 {
     (void)state;
     need_opencl();
     const struct gf_kernel *k = cl_kernel_for("MatMul", "");
-    size_t space = gf_tune_space_size(k);
+    size_t space = gf_tune_space_size(k), swept;
     struct gf_node *n = node("MatMul", "", 2);
     struct gf_tview in[2] = {rnd(DIMS(67, 36)), rnd(DIMS(36, 44))};
     struct gf_tview y = oclt_view(GF_FLOAT, NULL, DIMS(67, 44));
-    size_t ran = compare_configs(k, n, in, 2, &y, atol_for(36));
-    printf("MatMul: %zu of %zu configs ran on this device\n", ran, space);
-    assert_true(ran > space / 2);
+    size_t ran = compare_configs(k, n, in, 2, &y, atol_for(36), &swept);
+    printf("MatMul: %zu of %zu configs tried ran on this device (%zu in the space%s)\n", ran,
+           swept, space, swept < space ? "; GRAPHFUSE_TEST_ALL_CONFIGS=1 tries every one" : "");
+    assert_true(ran > swept / 2);
     k = cl_kernel_for("MatMulEpilogue", "graphfuse"); /* before node(): it frees n */
     n = node("MatMulEpilogue", "graphfuse", 4);
     assert_int_equal(gf_node_set_attr_float(n, "alpha", 1.5f), GF_OK);
@@ -342,18 +409,20 @@ static void test_all_configs(void **state)
     struct gf_tview min[4] = {rnd(DIMS(29, 13)), rnd(DIMS(13, 21)), rnd(DIMS(21)),
                               rnd(DIMS(29, 21))};
     y = oclt_view(GF_FLOAT, NULL, DIMS(29, 21));
-    assert_true(compare_configs(k, n, min, 4, &y, 2.5 * atol_for(13)) > space / 2);
+    assert_true(compare_configs(k, n, min, 4, &y, 2.5 * atol_for(13), &swept) > swept / 2);
 }
 
-/* Configs unlike the default (tile_m, tile_n, tile_k, wpt, vec): the large
- * square tile, the tall and the wide one, and a small tile with 8 x 8 per
- * thread (16 work-items, slices copied without the register prefetch). */
-static const int big_cfgs[][5] = {
-    {128, 128, 8, 8, 4}, {128, 64, 16, 8, 4}, {32, 128, 8, 8, 1}, {32, 32, 16, 8, 4}};
+/* Whether transposes (ta, tb) run with a config other than the first
+ * (each transpose is its own program): neither or both, unless
+ * GRAPHFUSE_TEST_ALL_CONFIGS=1.  A's loads and B's do not depend on each
+ * other, so this still has every load of A and of B with every config. */
+static bool mixed_transposes(int ta, int tb)
+{
+    return ta == tb || oclt_all_configs();
+}
 
-#define N_BIG (sizeof(big_cfgs) / sizeof(big_cfgs[0]))
-
-/* The large-tile configs on larger odd shapes, transposed every way. */
+/* The large-tile configs on larger odd shapes, transposed every way (the
+ * first config; the others: mixed_transposes). */
 static void test_configs_large(void **state)
 {
     (void)state;
@@ -362,18 +431,22 @@ static void test_configs_large(void **state)
         matmul(DIMS(257, 129), DIMS(129, 1000), DIMS(257, 1000), big_cfgs[i]);
         matmul(DIMS(3, 130, 67), DIMS(3, 67, 99), DIMS(3, 130, 99), big_cfgs[i]);
         for (int t = 0; t < 4; t++)
-            gemm(t & 1, t >> 1, 0.5f, 2, 130, 257, 99, 1, (int64_t[]){99}, big_cfgs[i]);
+            if (i == 0 || mixed_transposes(t & 1, t >> 1))
+                gemm(t & 1, t >> 1, 0.5f, 2, 130, 257, 99, 1, (int64_t[]){99}, big_cfgs[i]);
         mme(&mme_cases[4], big_cfgs[i]);
-        mme(&mme_cases[9], big_cfgs[i]);
+        if (i == 0 || mixed_transposes(mme_cases[9].ta, mme_cases[9].tb))
+            mme(&mme_cases[9], big_cfgs[i]);
         teardown(NULL);
     }
 }
 
-/* Every config on a device that allows 256 work-items and 32 KB of local
- * memory (the OpenCL backend's record of the device lowered): those that
- * need more are refused with GF_ERR_UNSUPPORTED naming the limit, the
- * others run; the autotuner, given the whole space, counts the refused as
- * failed and picks among the rest. */
+/* The sweep's configs (every config with GRAPHFUSE_TEST_ALL_CONFIGS=1) on a
+ * device that allows 256 work-items and 32 KB of local memory (the OpenCL
+ * backend's record of the device lowered): those that need more are
+ * refused with GF_ERR_UNSUPPORTED naming the limit, the others run; the
+ * autotuner, given a space (the whole one with GRAPHFUSE_TEST_ALL_CONFIGS=1,
+ * else the 128 x 128 tiles: big_cfgs[0] first, which runs, then three
+ * refused), counts the refused as failed and picks among the rest. */
 static void test_small_device(void **state)
 {
     (void)state;
@@ -387,8 +460,9 @@ static void test_small_device(void **state)
     struct gf_node *n = node("MatMul", "", 2);
     struct gf_tview in[2] = {rnd(DIMS(67, 36)), rnd(DIMS(36, 44))};
     struct gf_tview y = oclt_view(GF_FLOAT, NULL, DIMS(67, 44));
-    size_t space = gf_tune_space_size(k), refused = 0;
-    for (size_t c = 0; c < space; c++) {
+    size_t sweep[72], swept = sweep_configs(k, sweep), refused = 0;
+    for (size_t s = 0; s < swept; s++) {
+        size_t c = sweep[s];
         int cfg[GF_TUNE_MAX_KNOBS];
         gf_tune_config_at(k, c, cfg);
         bool wide, big = needs_big_device(k, cfg, &wide);
@@ -403,16 +477,33 @@ static void test_small_device(void **state)
             refused++;
         }
     }
-    assert_true(refused > 0 && refused < space);
+    assert_true(refused > 0 && refused < swept);
+    /* the tuner's space: k's, or k's knobs cut to the 128 x 128 tiles with
+     * tile_k 8 or 16, wpt 8 or 4, vec 4 (the first config, big_cfgs[0],
+     * must run: the tuner stops when the default fails) */
+    static const int v128[] = {128}, vtk[] = {8, 16}, vwpt[] = {8, 4}, vvec[] = {4};
+    const struct gf_config_knob cut[] = {
+        {"tile_m", 1, v128}, {"tile_n", 1, v128}, {"tile_k", 2, vtk}, {"wpt", 2, vwpt},
+        {"vec", 1, vvec}};
+    struct gf_kernel kcut = *k;
+    assert_int_equal(k->n_knobs, 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_string_equal(k->knobs[i].name, cut[i].name);
+    kcut.knobs = cut;
+    const struct gf_kernel *kt = oclt_all_configs() ? k : &kcut;
+    if (kt != k)
+        refused = 3;
+    size_t space = gf_tune_space_size(kt);
     struct gf_tview tin[2] = {oclt_view(GF_FLOAT, NULL, DIMS(67, 36)),
                               oclt_view(GF_FLOAT, NULL, DIMS(36, 44))};
     struct gf_tune_opts o = {.budget = (int)space, .repeats = 1, .warmup = 1, .sample_ms = 0.1};
     struct gf_tune_result r;
-    assert_int_equal(gf_tune_node(oclt_backend(), n, tin, 2, &y, 1, &k, 1, k, &o, &r), GF_OK);
+    assert_int_equal(gf_tune_node(oclt_backend(), n, tin, 2, &y, 1, &kt, 1, kt, &o, &r),
+                     GF_OK);
     assert_int_equal(r.n_tried, space);
     assert_int_equal(r.n_failed, refused);
     assert_int_equal(r.n_rejected, 0);
-    assert_ptr_equal(r.choice.kernel, k);
+    assert_ptr_equal(r.choice.kernel, kt);
     void *res[1];
     assert_int_equal(oclt_run_cl(n, in, 2, 0, &y, 1, r.choice.config, res), GF_OK);
     free(res[0]);
@@ -420,6 +511,8 @@ static void test_small_device(void **state)
 
 /* ---- float16 / bfloat16 storage ------------------------------------------------------- */
 
+/* The default config transposed every way, big_cfgs[0] as
+ * mixed_transposes says. */
 static void half_cases(enum gf_dtype dt)
 {
     need_opencl();
@@ -430,9 +523,11 @@ static void half_cases(enum gf_dtype dt)
         matmul(DIMS(130, 257), DIMS(257, 99), DIMS(130, 99), cfg);
         matmul(DIMS(2, 1, 5, 33), DIMS(3, 33, 9), DIMS(2, 3, 5, 9), cfg);
         for (int t = 0; t < 4; t++)
-            gemm(t & 1, t >> 1, 0.5f, -2, 33, 129, 65, 2, (int64_t[]){33, 1}, cfg);
+            if (c == 0 || mixed_transposes(t & 1, t >> 1))
+                gemm(t & 1, t >> 1, 0.5f, -2, 33, 129, 65, 2, (int64_t[]){33, 1}, cfg);
         for (size_t i = 0; i < N_MME; i++)
-            mme(&mme_cases[i], cfg);
+            if (c == 0 || mixed_transposes(mme_cases[i].ta, mme_cases[i].tb))
+                mme(&mme_cases[i], cfg);
         teardown(NULL);
     }
 }
