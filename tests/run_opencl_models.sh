@@ -2,7 +2,8 @@
 # The bundled models on OpenCL against the CPU (issue 6): each model and
 # export, fused and unfused, passes its test data sets on OpenCL within 1e-4,
 # and 20 AdamW training steps on OpenCL log the same losses as on the CPU
-# within 1e-4 relative, with no node left to the CPU.  Skipped (exit 0)
+# within 1e-6 relative (training stays on the device: the optimizer runs
+# there as on the CPU), with no node left to the CPU.  Skipped (exit 0)
 # without an OpenCL platform.
 # Usage: tests/run_opencl_models.sh path/to/graphfuse
 set -u
@@ -12,6 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 n=0
 TOL=1e-4
+TRAIN_TOL=1e-6
 ADAMW="--optimizer adamw --lr 0.001 --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0.01"
 
 fail() {
@@ -68,7 +70,7 @@ for m in mlp llama_tiny gpt2_tiny; do
             all_on_device "$tmp/opencl.out" ||
                 fail "$m/$e --$f: train: $(grep 'ran on the CPU' "$tmp/opencl.out")"
             r=$(maxrel "$tmp/opencl.csv" "$tmp/cpu.csv")
-            awk -v r="$r" -v t="$TOL" 'BEGIN { exit !(r + 0 == r && r <= t) }' ||
+            awk -v r="$r" -v t="$TRAIN_TOL" 'BEGIN { exit !(r + 0 == r && r <= t) }' ||
                 fail "$m/$e --$f: OpenCL losses differ from the CPU's by $r (relative)"
             printf "%-11s %-7s %-8s %-12s %s\n" "$m" "$e" "$f" "$tres" "$r"
         done
