@@ -2,6 +2,7 @@
  * The per-op attribute and shape rules that shape inference (shape.c) and
  * every backend's kernels (kernels/checks.c) share: opcheck.h.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,6 +84,56 @@ bool gf_shape_unify(const struct gf_shape *s, const struct gf_shape *t, struct g
         if (!gf_dim_unify(&s->d[i], &t->d[i], &o.d[i]))
             return false;
     *out = o;
+    return true;
+}
+
+/* Two unknown dims of one symbol. */
+static bool same_sym(const struct gf_dim *a, const struct gf_dim *b)
+{
+    return !gf_dim_known(a) && !gf_dim_known(b) && a->param && b->param && strcmp(a->param, b->param) == 0;
+}
+
+/* Multidirectional broadcast of one pair of dims. */
+bool gf_dim_broadcast(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
+{
+    if (gf_dim_known(a) && gf_dim_known(b)) {
+        if (a->value == b->value || b->value == 1)
+            *out = *a;
+        else if (a->value == 1)
+            *out = *b;
+        else
+            return false;
+    } else if (gf_dim_known(a)) {
+        *out = a->value == 1 ? *b : *a;
+    } else if (gf_dim_known(b)) {
+        *out = b->value == 1 ? *a : *b;
+    } else if (same_sym(a, b)) {
+        *out = *a;
+    } else {
+        *out = gf_dim_unknown();
+    }
+    return true;
+}
+
+/* Broadcasts a and b into out (which may alias a); false when incompatible. */
+bool gf_shape_broadcast(const struct gf_shape *a, const struct gf_shape *b, struct gf_shape *out)
+{
+    if (a->rank < 0 || b->rank < 0) {
+        out->rank = -1;
+        return true;
+    }
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    struct gf_shape t;
+    t.rank = r;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - b->rank);
+        struct gf_dim one = gf_dim_of(1);
+        const struct gf_dim *da = ia >= 0 ? &a->d[ia] : &one;
+        const struct gf_dim *db = ib >= 0 ? &b->d[ib] : &one;
+        if (!gf_dim_broadcast(da, db, &t.d[i]))
+            return false;
+    }
+    *out = t;
     return true;
 }
 
@@ -342,4 +393,175 @@ enum gf_status gf_rule_attention_grad(const struct gf_node *n, const struct gf_s
             st = gf_node_error(n, GF_ERR_INVALID, "%s %s must be %s", i ? "O" : "dO",
                                SHAPE(x[i]), SHAPE(&r->o));
     return st;
+}
+
+/* t broadcasts to x without enlarging it (where dims are known). */
+static bool bcasts_into(const struct gf_shape *t, const struct gf_shape *x)
+{
+    if (t->rank < 0 || x->rank < 0)
+        return true;
+    for (int k = 1; k <= t->rank; k++) {
+        const struct gf_dim *d = &t->d[t->rank - k];
+        struct gf_dim tmp;
+        if (gf_dim_known(d) && d->value != 1 &&
+            (k > x->rank || !gf_dim_unify(d, &x->d[x->rank - k], &tmp)))
+            return false;
+    }
+    return true;
+}
+
+/* ---- normalizations -------------------------------------------------------- */
+
+/* Attributes and the block of X. */
+static enum gf_status norm_common(const struct gf_node *n, const struct gf_shape *x, bool rms,
+                                  bool has_w, struct gf_norm_rule *o)
+{
+    int64_t axis = gf_node_attr_int(n, "axis", -1);
+    *o = (struct gf_norm_rule){.rms = rms, .block.rank = -1, .stats = *x};
+    if (x->rank >= 0) {
+        if (axis < -x->rank || axis >= x->rank)
+            return gf_node_error(n, GF_ERR_INVALID, "axis %lld is out of range for X of rank %d",
+                                 (long long)axis, x->rank);
+        o->axis = (int)(axis < 0 ? axis + x->rank : axis);
+        o->block.rank = x->rank - o->axis;
+        memcpy(o->block.d, x->d + o->axis, sizeof(struct gf_dim) * (size_t)o->block.rank);
+        for (int i = o->axis; i < x->rank; i++)
+            o->stats.d[i] = gf_dim_of(1);
+    }
+    double eps = gf_node_attr_float(n, "epsilon", rms ? 1e-6f : 1e-5f);
+    if (!(eps >= 0) || isinf(eps))
+        return gf_node_error(n, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", eps);
+    o->eps = (float)eps;
+    if (!rms)
+        return GF_OK;
+    enum gf_status st = attr_flag(n, "eps_outside", &o->eps_outside);
+    double off = gf_node_attr_float(n, "weight_offset", 0.0f);
+    if (st == GF_OK && !isfinite(off))
+        return gf_node_error(n, GF_ERR_INVALID, "weight_offset must be finite");
+    if (st == GF_OK && off != 0 && !has_w)
+        return gf_node_error(n, GF_ERR_INVALID, "weight_offset %g needs the weight W", off);
+    o->woff = (float)off;
+    return st;
+}
+
+/* W or B (input i) broadcasts to the block without enlarging it. */
+static enum gf_status norm_param(const struct gf_node *n, const struct gf_shape *t,
+                                 const char *name, size_t i, const struct gf_norm_rule *o)
+{
+    if (t && !bcasts_into(t, &o->block))
+        return gf_node_error(n, GF_ERR_INVALID, "%s (input %zu) %s does not broadcast to the "
+                             "normalized dims %s", name, i, SHAPE(t), SHAPE(&o->block));
+    return GF_OK;
+}
+
+/* t has X's shape; "%s %s must have X's shape %s" otherwise. */
+static enum gf_status like_x(const struct gf_node *n, const struct gf_shape *t,
+                             const char *name, const struct gf_shape *x)
+{
+    struct gf_shape tmp;
+    if (t && !gf_shape_unify(t, x, &tmp))
+        return gf_node_error(n, GF_ERR_INVALID, "%s %s must have X's shape %s", name, SHAPE(t),
+                             SHAPE(x));
+    return GF_OK;
+}
+
+enum gf_status gf_rule_norm(const struct gf_node *n, const struct gf_shape *x,
+                            const struct gf_shape *r, const struct gf_shape *w,
+                            const struct gf_shape *b, struct gf_norm_rule *o)
+{
+    bool rms = n->op == GF_OP_RMS_NORM || n->op == GF_OP_ADD_RMS_NORM;
+    enum gf_status st = norm_common(n, x, rms, w != NULL, o);
+    size_t wi = r ? 2 : 1;
+    if (st == GF_OK)
+        st = like_x(n, r, "R", x);
+    if (st == GF_OK)
+        st = norm_param(n, w, "W", wi, o);
+    if (st == GF_OK)
+        st = norm_param(n, b, "B", wi + 1, o);
+    return st;
+}
+
+enum gf_status gf_rule_norm_grad(const struct gf_node *n, const struct gf_shape *dy,
+                                 const struct gf_shape *x, const struct gf_shape *w,
+                                 const struct gf_shape *mean, const struct gf_shape *istd,
+                                 struct gf_norm_rule *o)
+{
+    enum gf_status st = norm_common(n, x, n->op == GF_OP_RMS_NORM_GRAD, w != NULL, o);
+    if (st == GF_OK)
+        st = like_x(n, dy, "dY", x);
+    if (st == GF_OK)
+        st = norm_param(n, w, "W", 2, o);
+    if (st != GF_OK || n->op == GF_OP_RMS_NORM_GRAD)
+        return st;
+    if (!mean != !istd)
+        return gf_node_error(n, GF_ERR_INVALID, "Mean (input 3) and InvStdDev (input 4) must "
+                             "be given together");
+    const struct gf_shape *s[2] = {mean, istd};
+    static const char *const names[2] = {"Mean", "InvStdDev"};
+    struct gf_shape tmp;
+    for (int i = 0; i < 2 && mean; i++)
+        if (!gf_shape_unify(s[i], &o->stats, &tmp))
+            return gf_node_error(n, GF_ERR_INVALID, "%s (input %d) %s must be %s", names[i],
+                                 3 + i, SHAPE(s[i]), SHAPE(&o->stats));
+    return GF_OK;
+}
+
+/* ---- activations ------------------------------------------------------------- */
+
+enum gf_status gf_rule_act(const struct gf_node *n, enum gf_act *act)
+{
+    enum gf_op op = n->op;
+    *act = GF_ACT_SILU;
+    if (op == GF_OP_SWIGLU || op == GF_OP_SILU || op == GF_OP_SWIGLU_GRAD)
+        return GF_OK;
+    const char *ap = gf_node_attr_string(n, "approximate", "none");
+    if (strcmp(ap, "none") != 0 && strcmp(ap, "tanh") != 0)
+        return gf_node_error(n, GF_ERR_INVALID, "approximate '%s' is not none or tanh", ap);
+    *act = strcmp(ap, "tanh") == 0 ? GF_ACT_GELU_TANH : GF_ACT_GELU;
+    return GF_OK;
+}
+
+enum gf_status gf_rule_glu(const struct gf_node *n, const struct gf_shape *g,
+                           const struct gf_shape *u, enum gf_act *act, struct gf_shape *y)
+{
+    enum gf_status st = gf_rule_act(n, act);
+    if (st != GF_OK)
+        return st;
+    *y = *g;
+    if (u && !gf_shape_broadcast(g, u, y))
+        return gf_node_error(n, GF_ERR_INVALID, "G %s and U %s do not broadcast", SHAPE(g),
+                             SHAPE(u));
+    return GF_OK;
+}
+
+enum gf_status gf_rule_glu_grad(const struct gf_node *n, const struct gf_shape *dy,
+                                const struct gf_shape *g, const struct gf_shape *u,
+                                enum gf_act *act)
+{
+    enum gf_status st = gf_rule_act(n, act);
+    const struct gf_shape *x[2] = {g, u};
+    static const char *const names[2] = {"G", "U"};
+    struct gf_shape tmp;
+    for (int i = 0; i < 2 && st == GF_OK; i++)
+        if (!gf_shape_unify(x[i], dy, &tmp))
+            st = gf_node_error(n, GF_ERR_INVALID, "%s %s must have dY's shape %s", names[i],
+                               SHAPE(x[i]), SHAPE(dy));
+    return st;
+}
+
+enum gf_status gf_rule_rope(const struct gf_node *n, const struct gf_shape *x,
+                            const struct gf_shape *cos, const struct gf_shape *sin)
+{
+    const char *xname = n->op == GF_OP_ROPE_GRAD ? "dY" : "X";
+    const struct gf_dim *last = x->rank > 0 ? &x->d[x->rank - 1] : NULL;
+    if (x->rank == 0 || (last && gf_dim_known(last) && last->value % 2))
+        return gf_node_error(n, GF_ERR_INVALID, "%s %s needs a last axis of even length", xname,
+                             SHAPE(x));
+    const struct gf_shape *t[2] = {cos, sin};
+    static const char *const names[2] = {"Cos", "Sin"};
+    for (int i = 0; i < 2; i++)
+        if (!bcasts_into(t[i], x))
+            return gf_node_error(n, GF_ERR_INVALID, "%s (input %d) %s does not broadcast to %s "
+                                 "%s", names[i], i + 1, SHAPE(t[i]), xname, SHAPE(x));
+    return GF_OK;
 }

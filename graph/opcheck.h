@@ -46,6 +46,11 @@ const char *gf_dim_str(const struct gf_dim *d, char *buf, size_t len);
 const char *gf_shape_str(const struct gf_shape *s, char *buf, size_t len);
 /* The known shape dims[rank]. */
 void gf_shape_set(struct gf_shape *s, int rank, const int64_t *dims);
+/* Multidirectional (numpy) broadcast of two dims or shapes; false when
+ * they do not broadcast (out may alias a). */
+bool gf_dim_broadcast(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out);
+bool gf_shape_broadcast(const struct gf_shape *a, const struct gf_shape *b,
+                        struct gf_shape *out);
 /* s and t can be the same shape (unknowns agree with anything). */
 bool gf_shape_unify(const struct gf_shape *s, const struct gf_shape *t, struct gf_shape *out);
 
@@ -124,5 +129,48 @@ enum gf_status gf_rule_attention_grad(const struct gf_node *n, const struct gf_s
                                       const struct gf_shape *q, const struct gf_shape *k,
                                       const struct gf_shape *v, const struct gf_shape *mask,
                                       const struct gf_shape *o, struct gf_attn_rule *r);
+
+/* ---- normalizations --------------------------------------------------------
+ * RMSNorm(X, W?), AddRMSNorm(X, R, W?), LayerNorm(X, W?, B?), AddLayerNorm(X,
+ * R, W?, B?) -> Y, S? (the Add forms' sum), Mean?, InvStdDev? (LayerNorm's,
+ * outputs after Y and S): X normalized over its axes axis.. (the block), R
+ * like X, W and B broadcasting to the block; epsilon finite and >= 0; the
+ * RMS forms' eps_outside 0 or 1 and weight_offset finite, only with W.
+ * RMSNormGrad(dY, X, W?) -> dX, dW?; LayerNormGrad(dY, X, W?, Mean?,
+ * InvStdDev?) -> dX, dW?, dB?: dY like X, Mean and InvStdDev both or
+ * neither, shaped like the statistics; dW and dB like the block. */
+struct gf_norm_rule {
+    bool rms;               /* RMSNorm, AddRMSNorm, RMSNormGrad */
+    int axis;               /* the block: X's axes axis.. (when X's rank is known) */
+    float eps;
+    bool eps_outside;       /* RMS: epsilon added outside the square root */
+    float woff;             /* RMS: weight_offset (0 without) */
+    struct gf_shape block;  /* X.shape[axis:]: dW, dB of the gradients */
+    struct gf_shape stats;  /* X's shape with the block's axes 1: Mean, InvStdDev */
+};
+enum gf_status gf_rule_norm(const struct gf_node *n, const struct gf_shape *x,
+                            const struct gf_shape *r, const struct gf_shape *w,
+                            const struct gf_shape *b, struct gf_norm_rule *o);
+enum gf_status gf_rule_norm_grad(const struct gf_node *n, const struct gf_shape *dy,
+                                 const struct gf_shape *x, const struct gf_shape *w,
+                                 const struct gf_shape *mean, const struct gf_shape *istd,
+                                 struct gf_norm_rule *o);
+
+/* ---- activations -------------------------------------------------------------
+ * SwiGLU(G, U), GeGLU(G, U), SiLU(X), Gelu(X) -> Y: G and U broadcast;
+ * GeGLU's and Gelu's approximate is none or tanh.  SwiGLUGrad and
+ * GeGLUGrad (dY, G, U) -> dG, dU: G and U of dY's shape.  RoPE(X, Cos, Sin)
+ * -> Y and RoPEGrad(dY, Cos, Sin) -> dX: X's last axis has an even length,
+ * Cos and Sin broadcast to X. */
+enum gf_act { GF_ACT_SILU, GF_ACT_GELU, GF_ACT_GELU_TANH };
+enum gf_status gf_rule_act(const struct gf_node *n, enum gf_act *act);
+/* u NULL: the ungated forms (SiLU, Gelu); *y the output's shape. */
+enum gf_status gf_rule_glu(const struct gf_node *n, const struct gf_shape *g,
+                           const struct gf_shape *u, enum gf_act *act, struct gf_shape *y);
+enum gf_status gf_rule_glu_grad(const struct gf_node *n, const struct gf_shape *dy,
+                                const struct gf_shape *g, const struct gf_shape *u,
+                                enum gf_act *act);
+enum gf_status gf_rule_rope(const struct gf_node *n, const struct gf_shape *x,
+                            const struct gf_shape *cos, const struct gf_shape *sin);
 
 #endif /* GF_OPCHECK_H */

@@ -84,55 +84,6 @@ static enum gf_status fail(struct ctx *c, const struct gf_value *v, const char *
 
 /* ---- dims and shapes ----------------------------------------------------- */
 
-static bool same_sym(const struct gf_dim *a, const struct gf_dim *b)
-{
-    return !gf_dim_known(a) && !gf_dim_known(b) && a->param && b->param && strcmp(a->param, b->param) == 0;
-}
-
-/* Multidirectional broadcast of one pair of dims. */
-static bool bcast_dim(const struct gf_dim *a, const struct gf_dim *b, struct gf_dim *out)
-{
-    if (gf_dim_known(a) && gf_dim_known(b)) {
-        if (a->value == b->value || b->value == 1)
-            *out = *a;
-        else if (a->value == 1)
-            *out = *b;
-        else
-            return false;
-    } else if (gf_dim_known(a)) {
-        *out = a->value == 1 ? *b : *a;
-    } else if (gf_dim_known(b)) {
-        *out = b->value == 1 ? *a : *b;
-    } else if (same_sym(a, b)) {
-        *out = *a;
-    } else {
-        *out = gf_dim_unknown();
-    }
-    return true;
-}
-
-/* Broadcasts a and b into out (which may alias a); false when incompatible. */
-static bool bcast_shapes(const struct gf_shape *a, const struct gf_shape *b, struct gf_shape *out)
-{
-    if (a->rank < 0 || b->rank < 0) {
-        out->rank = -1;
-        return true;
-    }
-    int r = a->rank > b->rank ? a->rank : b->rank;
-    struct gf_shape t;
-    t.rank = r;
-    for (int i = 0; i < r; i++) {
-        int ia = i - (r - a->rank), ib = i - (r - b->rank);
-        struct gf_dim one = gf_dim_of(1);
-        const struct gf_dim *da = ia >= 0 ? &a->d[ia] : &one;
-        const struct gf_dim *db = ib >= 0 ? &b->d[ib] : &one;
-        if (!bcast_dim(da, db, &t.d[i]))
-            return false;
-    }
-    *out = t;
-    return true;
-}
-
 /* Product of dims: known, a lone symbol (times ones), or unknown. */
 static struct gf_dim dims_product(const struct gf_dim *d, int n)
 {
@@ -227,6 +178,15 @@ static enum gf_status need(struct ctx *c, size_t i, struct gf_value **v)
     if (!*v)
         return fail(c, NULL, "missing input %zu", i);
     return GF_OK;
+}
+
+/* The shape of input i (or NULL when it is omitted) for a rule. */
+static const struct gf_shape *rule_shape(struct ctx *c, size_t i, struct gf_shape *s)
+{
+    if (!in(c, i))
+        return NULL;
+    shape_of(in(c, i), s);
+    return s;
 }
 
 static enum gf_status need_all(struct ctx *c, size_t count)
@@ -600,7 +560,7 @@ static enum gf_status broadcast_inputs(struct ctx *c, size_t first, size_t count
         shape_of(v, &x);
         if (i == first)
             *s = x;
-        else if (!bcast_shapes(&prev, &x, s))
+        else if (!gf_shape_broadcast(&prev, &x, s))
             return fail(c, v, "cannot broadcast %s with %s", gf_shape_str(&prev, b1, sizeof(b1)),
                         gf_shape_str(&x, b2, sizeof(b2)));
     }
@@ -991,7 +951,7 @@ static enum gf_status infer_matmul(struct ctx *c)
     shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
     memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
     memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
-    if (!bcast_shapes(&ba, &bb, &o))
+    if (!gf_shape_broadcast(&ba, &bb, &o))
         return fail(c, vb, "cannot broadcast batch dims of %s and %s",
                     gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)));
     if (a.rank >= 2)
@@ -1124,12 +1084,12 @@ static enum gf_status ein_bind(struct ctx *c, const struct ein_term *ins, int n_
         e.rank = ins[i].ell >= 0 ? ne : 0;
         for (int j = 0; j < e.rank; j++)
             e.d[j] = s.d[ins[i].ell + j];
-        if (!bcast_shapes(ell, &e, ell))
+        if (!gf_shape_broadcast(ell, &e, ell))
             return fail(c, v, "'...' dims do not broadcast");
         for (int j = 0; j < ins[i].n; j++) {
             int ch = ins[i].l[j];
             const struct gf_dim *d = &s.d[j < ins[i].ell || ins[i].ell < 0 ? j : j + ne];
-            if (seen[ch] && !bcast_dim(&letter[ch], d, &letter[ch]))
+            if (seen[ch] && !gf_dim_broadcast(&letter[ch], d, &letter[ch]))
                 return fail(c, v, "dim of '%c' differs between operands", ch);
             if (!seen[ch])
                 letter[ch] = *d;
@@ -1732,7 +1692,7 @@ static enum gf_status infer_expand(struct ctx *c)
     shape_of(x, &s);
     if (shape_from_list(c, in(c, 1), &l, &t))
         return GF_ERR_INVALID;
-    if (!bcast_shapes(&s, &t, &o))
+    if (!gf_shape_broadcast(&s, &t, &o))
         return fail(c, x, "cannot expand %s to %s", gf_shape_str(&s, b1, sizeof(b1)),
                     gf_shape_str(&t, b2, sizeof(b2)));
     return set_out_like(c, 0, 0, &o);
@@ -2467,86 +2427,67 @@ static enum gf_status infer_sce_grad(struct ctx *c)
 
 /* ---- fused ops (domain graphfuse, README "Fused ops") ---------------------- */
 
-/* LayerNorm's optional Mean and InvStdDev (outputs `first`, `first` + 1):
- * X's shape with the normalized axes (a..) set to 1, in the compute type
- * (float; double for a double X). */
-static enum gf_status infer_norm_stats(struct ctx *c, const struct gf_shape *x, int a,
-                                       size_t first)
-{
-    struct gf_shape o;
-    bool flags[MAX_RANK] = {false};
-    enum gf_dtype dt = dtype_of(in(c, 0)) == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
-    if (c->n->op != GF_OP_LAYER_NORM && c->n->op != GF_OP_ADD_LAYER_NORM)
-        return GF_OK;
-    shape_unknown(&o);
-    if (x->rank >= 0) {
-        for (int i = a; i < x->rank; i++)
-            flags[i] = true;
-        reduce_shape(x, flags, true, &o);
-    }
-    if (!dtype_of(in(c, 0)))
-        dt = GF_UNDEFINED;
-    if (set_out(c, first, dt, &o))
-        return GF_ERR_INVALID;
-    return set_out(c, first + 1, dt, &o);
-}
-
-/* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: Y (and S) like X; the Add
- * forms need R of X's shape; LayerNorm's statistics as above. */
+/* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: Y (and S) like X; LayerNorm's
+ * Mean and InvStdDev (after them) shaped like the statistics, in the
+ * compute type (float; double for a double X).  The checks: opcheck.c. */
 static enum gf_status infer_fused_norm(struct ctx *c)
 {
-    struct gf_value *x, *r;
-    struct gf_shape s, t;
-    int64_t axis;
-    int a = 0;
-    char b1[256], b2[256];
-    bool add = c->n->op == GF_OP_ADD_RMS_NORM || c->n->op == GF_OP_ADD_LAYER_NORM;
-    if (need(c, 0, &x) || attr_int(c, "axis", -1, &axis))
+    struct gf_value *x, *v;
+    struct gf_shape s, rs, ws, bs;
+    struct gf_norm_rule r;
+    enum gf_op op = c->n->op;
+    bool add = op == GF_OP_ADD_RMS_NORM || op == GF_OP_ADD_LAYER_NORM;
+    bool ln = op == GF_OP_LAYER_NORM || op == GF_OP_ADD_LAYER_NORM;
+    size_t wi = add ? 2 : 1;
+    if (need(c, 0, &x) || (add && need(c, 1, &v)))
         return GF_ERR_INVALID;
     shape_of(x, &s);
-    if (s.rank >= 0 && norm_axis(c, x, axis, s.rank, &a))
+    const struct gf_shape *rp = add ? rule_shape(c, 1, &rs) : NULL;
+    if (gf_rule_norm(c->n, &s, rp, rule_shape(c, wi, &ws), ln ? rule_shape(c, wi + 1, &bs) : NULL,
+                     &r))
         return GF_ERR_INVALID;
-    if (add) {
-        if (need(c, 1, &r))
-            return GF_ERR_INVALID;
-        shape_of(r, &t);
-        if (s.rank < 0)
-            s = t;
-        else if (t.rank >= 0 && t.rank != s.rank)
-            return fail(c, r, "R %s must have X's shape %s", gf_shape_str(&t, b1, sizeof(b1)),
-                        gf_shape_str(&s, b2, sizeof(b2)));
-        for (int i = 0; t.rank >= 0 && i < s.rank; i++)
-            if (!gf_dim_unify(&s.d[i], &t.d[i], &s.d[i]))
-                return fail(c, r, "R %s must have X's shape %s",
-                            gf_shape_str(&t, b1, sizeof(b1)), gf_shape_str(&s, b2, sizeof(b2)));
-    }
+    if (rp)
+        gf_shape_unify(&s, rp, &s);
     if (set_out_like(c, 0, 0, &s) || (add && set_out_like(c, 1, 0, &s)))
         return GF_ERR_INVALID;
-    return infer_norm_stats(c, &s, a, add ? 2 : 1);
+    if (!ln)
+        return GF_OK;
+    enum gf_dtype dt = dtype_of(x) == GF_DOUBLE ? GF_DOUBLE : dtype_of(x) ? GF_FLOAT : GF_UNDEFINED;
+    if (set_out(c, wi, dt, &r.stats))
+        return GF_ERR_INVALID;
+    return set_out(c, wi + 1, dt, &r.stats);
 }
 
-/* SwiGLU GeGLU: G and U broadcast. */
+/* SwiGLU GeGLU: Y is G and U broadcast, of their element type (opcheck.c). */
 static enum gf_status infer_fused_glu(struct ctx *c)
 {
-    struct gf_shape s;
+    struct gf_shape g, u, y;
+    enum gf_act act;
     enum gf_dtype dt;
-    if (broadcast_inputs(c, 0, 2, true, &s, &dt))
+    if (need_all(c, 2))
         return GF_ERR_INVALID;
-    return set_out(c, 0, dt, &s);
+    dt = dtype_of(in(c, 0));
+    if (dt && dtype_of(in(c, 1)) && dtype_of(in(c, 1)) != dt)
+        return fail(c, in(c, 1), "element type %s differs from %s",
+                    gf_dtype_name(dtype_of(in(c, 1))), gf_dtype_name(dt));
+    shape_of(in(c, 0), &g);
+    shape_of(in(c, 1), &u);
+    if (gf_rule_glu(c->n, &g, &u, &act, &y))
+        return GF_ERR_INVALID;
+    return set_out(c, 0, dt ? dt : dtype_of(in(c, 1)), &y);
 }
 
-/* RoPE: Y like X, whose last axis has an even length. */
+/* RoPE: Y like X (opcheck.c); RoPEGrad the same for dX and dY. */
 static enum gf_status infer_fused_rope(struct ctx *c)
 {
-    struct gf_value *x;
-    struct gf_shape s;
-    if (need_all(c, 3) || need(c, 0, &x))
+    struct gf_shape s, cs, sn;
+    if (need_all(c, 3))
         return GF_ERR_INVALID;
-    shape_of(x, &s);
-    if (s.rank == 0)
-        return fail(c, x, "RoPE input is a scalar");
-    if (s.rank > 0 && gf_dim_known(&s.d[s.rank - 1]) && s.d[s.rank - 1].value % 2)
-        return fail(c, x, "last dim %lld is odd", (long long)s.d[s.rank - 1].value);
+    shape_of(in(c, 0), &s);
+    shape_of(in(c, 1), &cs);
+    shape_of(in(c, 2), &sn);
+    if (gf_rule_rope(c->n, &s, &cs, &sn))
+        return GF_ERR_INVALID;
     return set_out_like(c, 0, 0, &s);
 }
 
@@ -2582,7 +2523,7 @@ static enum gf_status infer_fused_matmul(struct ctx *c)
     shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
     memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
     memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
-    if (!bcast_shapes(&ba, &bb, &o))
+    if (!gf_shape_broadcast(&ba, &bb, &o))
         return fail(c, vb, "cannot broadcast batch dims of %s and %s",
                     gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)));
     if (a.rank >= 2)
@@ -2592,20 +2533,11 @@ static enum gf_status infer_fused_matmul(struct ctx *c)
     for (size_t i = 2; i < 4; i++) { /* Bias and Res broadcast to Y */
         struct gf_shape t, r;
         shape_of(in(c, i), &t);
-        if (in(c, i) && !bcast_shapes(&o, &t, &r))
+        if (in(c, i) && !gf_shape_broadcast(&o, &t, &r))
             return fail(c, in(c, i), "%s %s does not broadcast to %s", i == 2 ? "Bias" : "Res",
                         gf_shape_str(&t, s1, sizeof(s1)), gf_shape_str(&o, s2, sizeof(s2)));
     }
     return set_out_like(c, 0, 0, &o);
-}
-
-/* The shape of input i (or NULL when it is omitted) for a rule. */
-static const struct gf_shape *rule_shape(struct ctx *c, size_t i, struct gf_shape *s)
-{
-    if (!in(c, i))
-        return NULL;
-    shape_of(in(c, i), s);
-    return s;
 }
 
 /* SoftmaxCrossEntropy: Loss the positions (reduction none) or a scalar,
@@ -2751,40 +2683,39 @@ static enum gf_status infer_rotary(struct ctx *c)
 
 /* RMSNormGrad(dY, X, W?) -> dX like X, dW shaped X.shape[axis:] (the rule
  * sums it down to W's shape when W was broadcast); LayerNormGrad(dY, X, W?,
- * Mean?, InvStdDev?) -> dX, dW, dB, the same with dB like dW. */
+ * Mean?, InvStdDev?) -> dX, dW, dB, the same with dB like dW.  The checks:
+ * opcheck.c. */
 static enum gf_status infer_rms_norm_grad(struct ctx *c)
 {
     struct gf_value *dy, *x;
-    struct gf_shape s, o;
-    int64_t axis;
-    int a = 0;
-    if (need(c, 0, &dy) || need(c, 1, &x) || attr_int(c, "axis", -1, &axis))
+    struct gf_shape d, s, ws, ms, is;
+    struct gf_norm_rule r;
+    bool ln = c->n->op == GF_OP_LAYER_NORM_GRAD;
+    if (need(c, 0, &dy) || need(c, 1, &x))
         return GF_ERR_INVALID;
+    shape_of(dy, &d);
     shape_of(x, &s);
-    if (set_out_like(c, 0, 1, &s))
+    if (gf_rule_norm_grad(c->n, &d, &s, rule_shape(c, 2, &ws), ln ? rule_shape(c, 3, &ms) : NULL,
+                          ln ? rule_shape(c, 4, &is) : NULL, &r))
         return GF_ERR_INVALID;
-    shape_unknown(&o);
-    if (s.rank >= 0) {
-        if (norm_axis(c, x, axis, s.rank, &a))
-            return GF_ERR_INVALID;
-        o.rank = s.rank - a;
-        for (int i = a; i < s.rank; i++)
-            o.d[i - a] = s.d[i];
-    }
-    if (set_out_like(c, 1, 1, &o))
+    if (set_out_like(c, 0, 1, &s) || set_out_like(c, 1, 1, &r.block))
         return GF_ERR_INVALID;
-    return set_out_like(c, 2, 1, &o);
+    return set_out_like(c, 2, 1, &r.block);
 }
 
 /* SwiGLUGrad GeGLUGrad (dY, G, U) -> dG, dU, both like dY (the rule writes
- * them only where G and U have dY's shape). */
+ * them only where G and U have dY's shape; opcheck.c checks it). */
 static enum gf_status infer_glu_grad(struct ctx *c)
 {
-    struct gf_value *dy;
-    struct gf_shape s;
-    if (need_all(c, 3) || need(c, 0, &dy))
+    struct gf_shape s, g, u;
+    enum gf_act act;
+    if (need_all(c, 3))
         return GF_ERR_INVALID;
-    shape_of(dy, &s);
+    shape_of(in(c, 0), &s);
+    shape_of(in(c, 1), &g);
+    shape_of(in(c, 2), &u);
+    if (gf_rule_glu_grad(c->n, &s, &g, &u, &act))
+        return GF_ERR_INVALID;
     if (set_out_like(c, 0, 0, &s))
         return GF_ERR_INVALID;
     return set_out_like(c, 1, 0, &s);

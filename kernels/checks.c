@@ -409,3 +409,181 @@ enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,
     return st;
 }
 
+/* ---- normalizations --------------------------------------------------------- */
+
+struct gf_norm_slots gf_norm_slots_of(enum gf_op op)
+{
+    switch (op) {
+    case GF_OP_RMS_NORM: return (struct gf_norm_slots){-1, 1, -1};
+    case GF_OP_ADD_RMS_NORM: return (struct gf_norm_slots){1, 2, -1};
+    case GF_OP_LAYER_NORM: return (struct gf_norm_slots){-1, 1, 2};
+    default: return (struct gf_norm_slots){1, 2, 3}; /* AddLayerNorm */
+    }
+}
+
+const struct gf_tview *gf_opt_in(const struct gf_kernel_args *a, int slot)
+{
+    return slot >= 0 && fu_has(a, (size_t)slot) ? &a->in[slot] : NULL;
+}
+
+/* The compute type of float dtype dt: double for double, else float (the
+ * type of LayerNorm's statistics). */
+static enum gf_dtype compute_type(enum gf_dtype dt)
+{
+    return dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+}
+
+/* Optional input slot (given, of type dt): its shape for a rule, or NULL. */
+static enum gf_status opt_shape(const struct gf_kernel_args *a, int slot, const char *name,
+                                enum gf_dtype dt, struct gf_shape *s, const struct gf_shape **p)
+{
+    *p = NULL;
+    if (!gf_opt_in(a, slot))
+        return GF_OK;
+    enum gf_status st = fu_check_given(a, (size_t)slot, name, dt);
+    if (st == GF_OK)
+        *p = in_shape(a, (size_t)slot, s);
+    return st;
+}
+
+enum gf_status gf_norm_check(const struct gf_kernel_args *a, struct gf_norm_rule *r)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct gf_norm_slots sl = gf_norm_slots_of(a->node->op);
+    struct gf_shape xs, rs, ws, bs;
+    const struct gf_shape *rp = NULL, *wp, *bp;
+    enum gf_status st = fu_check_given(a, 0, "X", GF_UNDEFINED);
+    if (st == GF_OK && sl.r >= 0 && (st = fu_check_given(a, (size_t)sl.r, "R", x->dtype)) == GF_OK)
+        rp = in_shape(a, (size_t)sl.r, &rs);
+    if (st == GF_OK)
+        st = opt_shape(a, sl.w, "W", x->dtype, &ws, &wp);
+    if (st == GF_OK)
+        st = opt_shape(a, sl.b, "B", x->dtype, &bs, &bp);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(x, &xs);
+    return gf_rule_norm(a->node, &xs, rp, wp, bp, r);
+}
+
+/* Outputs k.. (from k while they are wanted): Mean and InvStdDev. */
+static enum gf_status stats_out(const struct gf_kernel_args *a, size_t k,
+                                const struct gf_norm_rule *r, enum gf_dtype xdt)
+{
+    int64_t dims[GF_MAX_RANK];
+    int rank = gf_shape_dims(&r->stats, dims);
+    enum gf_status st = GF_OK;
+    for (size_t i = k; st == GF_OK && i < k + 2; i++)
+        if (fu_has_out(a, i))
+            st = fu_check_out(a, i, compute_type(xdt), rank, dims);
+    return st;
+}
+
+enum gf_status gf_norm_check_run(const struct gf_kernel_args *a, const struct gf_norm_rule *r)
+{
+    const struct gf_tview *x = &a->in[0];
+    bool add = gf_norm_slots_of(a->node->op).r >= 0;
+    enum gf_status st = inputs_have_data(a);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    if (st == GF_OK && add && fu_has_out(a, 1))
+        st = fu_check_out(a, 1, x->dtype, x->rank, x->dims);
+    if (st == GF_OK && !r->rms)
+        st = stats_out(a, add ? 2 : 1, r, x->dtype);
+    return st;
+}
+
+enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm_rule *r)
+{
+    const struct gf_tview *x = &a->in[1];
+    struct gf_shape dy, xs, ws, ms, is;
+    const struct gf_shape *wp = NULL, *mp = NULL, *ip = NULL;
+    bool ln = a->node->op == GF_OP_LAYER_NORM_GRAD;
+    enum gf_status st = fu_check_given(a, 1, "X", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_given(a, 0, "dY", x->dtype);
+    if (st == GF_OK)
+        st = opt_shape(a, 2, "W", x->dtype, &ws, &wp);
+    if (st == GF_OK && ln)
+        st = opt_shape(a, 3, "Mean", compute_type(x->dtype), &ms, &mp);
+    if (st == GF_OK && ln)
+        st = opt_shape(a, 4, "InvStdDev", compute_type(x->dtype), &is, &ip);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(&a->in[0], &dy);
+    gf_shape_of_view(x, &xs);
+    return gf_rule_norm_grad(a->node, &dy, &xs, wp, mp, ip, r);
+}
+
+enum gf_status gf_norm_grad_check_run(const struct gf_kernel_args *a,
+                                      const struct gf_norm_rule *r)
+{
+    const struct gf_tview *x = &a->in[1];
+    int64_t dims[GF_MAX_RANK];
+    int rank = gf_shape_dims(&r->block, dims);
+    enum gf_status st = inputs_have_data(a);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    for (size_t k = 1; k < 3 && st == GF_OK; k++) /* dW, dB like the block */
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, x->dtype, rank, dims);
+    return st;
+}
+
+/* ---- activations ------------------------------------------------------------- */
+
+enum gf_status gf_glu_check(const struct gf_kernel_args *a, enum gf_act *act, int *rank,
+                            int64_t *dims)
+{
+    enum gf_op op = a->node->op;
+    bool gated = op == GF_OP_SWIGLU || op == GF_OP_GEGLU;
+    const struct gf_tview *g = &a->in[0];
+    struct gf_shape gs, us, y;
+    enum gf_status st = fu_check_in(a, 0, gated ? "G" : "X", GF_UNDEFINED);
+    if (st == GF_OK && gated)
+        st = fu_check_in(a, 1, "U", g->dtype);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(g, &gs);
+    if ((st = gf_rule_glu(a->node, &gs, gated ? in_shape(a, 1, &us) : NULL, act, &y)))
+        return st;
+    *rank = gf_shape_dims(&y, dims);
+    return fu_check_out(a, 0, g->dtype, *rank, dims);
+}
+
+enum gf_status gf_glu_grad_check(const struct gf_kernel_args *a, enum gf_act *act)
+{
+    const struct gf_tview *dy = &a->in[0];
+    static const char *const names[3] = {"dY", "G", "U"};
+    struct gf_shape s[3];
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; i < 3 && st == GF_OK; i++)
+        st = fu_check_in(a, i, names[i], dy->dtype);
+    if (st != GF_OK)
+        return st;
+    for (size_t i = 0; i < 3; i++)
+        gf_shape_of_view(&a->in[i], &s[i]);
+    st = gf_rule_glu_grad(a->node, &s[0], &s[1], &s[2], act);
+    for (size_t k = 0; k < 2 && st == GF_OK; k++) /* dG, dU like dY */
+        if (fu_has_out(a, k))
+            st = fu_check_out(a, k, dy->dtype, dy->rank, dy->dims);
+    return st;
+}
+
+enum gf_status gf_rope_check(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *x = &a->in[0];
+    static const char *const names[3] = {"X", "Cos", "Sin"};
+    struct gf_shape s[3];
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; i < 3 && st == GF_OK; i++)
+        st = fu_check_in(a, i, i || a->node->op != GF_OP_ROPE_GRAD ? names[i] : "dY",
+                         i ? x->dtype : GF_UNDEFINED);
+    if (st != GF_OK)
+        return st;
+    for (size_t i = 0; i < 3; i++)
+        gf_shape_of_view(&a->in[i], &s[i]);
+    if ((st = gf_rule_rope(a->node, &s[0], &s[1], &s[2])))
+        return st;
+    return fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+}
+

@@ -230,6 +230,31 @@ enum gf_status gf_attn_check(const struct gf_kernel_args *a, size_t qi, struct g
 enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,
                                  const struct gf_attn_rule *r);
 
+/* Normalizations (the rule: graph/opcheck.h).  Input slots of the forward
+ * ops: X R W B, -1 where the op has none. */
+struct gf_norm_slots {
+    int r, w, b;
+};
+struct gf_norm_slots gf_norm_slots_of(enum gf_op op);
+/* Input slot (or -1), or NULL where the op or the node has none. */
+const struct gf_tview *gf_opt_in(const struct gf_kernel_args *a, int slot);
+/* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: inputs and rule; then the
+ * data and the outputs (Y, S, Mean and InvStdDev in the compute type). */
+enum gf_status gf_norm_check(const struct gf_kernel_args *a, struct gf_norm_rule *r);
+enum gf_status gf_norm_check_run(const struct gf_kernel_args *a, const struct gf_norm_rule *r);
+/* RMSNormGrad LayerNormGrad: inputs and rule; then the data and dX, dW?, dB?. */
+enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm_rule *r);
+enum gf_status gf_norm_grad_check_run(const struct gf_kernel_args *a,
+                                      const struct gf_norm_rule *r);
+
+/* SwiGLU GeGLU SiLU Gelu -> Y: inputs, rule (the activation), Y's shape
+ * (G and U broadcast), output.  SwiGLUGrad GeGLUGrad -> dG?, dU?.  RoPE,
+ * RoPEGrad -> Y (dX).  The rules: graph/opcheck.h. */
+enum gf_status gf_glu_check(const struct gf_kernel_args *a, enum gf_act *act, int *rank,
+                            int64_t *dims);
+enum gf_status gf_glu_grad_check(const struct gf_kernel_args *a, enum gf_act *act);
+enum gf_status gf_rope_check(const struct gf_kernel_args *a);
+
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 
 #define GF_MAX_INTS (2 * GF_MAX_RANK) /* longest int list read (Pad's pads) */

@@ -16,11 +16,10 @@
 
 /* ---- SwiGLU GeGLU SiLU Gelu --------------------------------------------------- */
 
-enum act { ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 
 /* Output elements of a gated op, as merged axes with per-operand strides. */
 struct glu {
-    enum act act;
+    enum gf_act act;
     bool gated;                  /* SwiGLU / GeGLU: times U */
     int rank;                    /* merged axes, >= 1 */
     int64_t dims[GF_MAX_RANK];
@@ -30,8 +29,8 @@ struct glu {
 };
 
 /* f(x) of the activation in the compute type. */
-#define ACT_F(act, x) ((act) == ACT_SILU ? (x) * FU_SIGMOID(x)                          \
-                       : (act) == ACT_GELU ? FU_GELU(x) : FU_GELU_TANH(x))
+#define ACT_F(act, x) ((act) == GF_ACT_SILU ? (x) * FU_SIGMOID(x)                          \
+                       : (act) == GF_ACT_GELU ? FU_GELU(x) : FU_GELU_TANH(x))
 
 /* y[j] = f(g[j*sg]) (* u[j*su]), j < len; the contiguous case has its own
  * loops so that they vectorize. */
@@ -58,23 +57,23 @@ struct glu {
         size_t sg = (size_t)c->st[0][c->rank - 1], su = (size_t)c->st[1][c->rank - 1];  \
         bool dense = sg == 1 && (!c->gated || su == 1);                                 \
         switch (c->act) {                                                               \
-        case ACT_SILU:                                                                  \
+        case GF_ACT_SILU:                                                                  \
             if (dense)                                                                  \
-                GLU_LOOP(ACT_SILU, j, j, C, LD, ST);                                    \
+                GLU_LOOP(GF_ACT_SILU, j, j, C, LD, ST);                                    \
             else                                                                        \
-                GLU_LOOP(ACT_SILU, j * sg, j * su, C, LD, ST);                          \
+                GLU_LOOP(GF_ACT_SILU, j * sg, j * su, C, LD, ST);                          \
             break;                                                                      \
-        case ACT_GELU:                                                                  \
+        case GF_ACT_GELU:                                                                  \
             if (dense)                                                                  \
-                GLU_LOOP(ACT_GELU, j, j, C, LD, ST);                                    \
+                GLU_LOOP(GF_ACT_GELU, j, j, C, LD, ST);                                    \
             else                                                                        \
-                GLU_LOOP(ACT_GELU, j * sg, j * su, C, LD, ST);                          \
+                GLU_LOOP(GF_ACT_GELU, j * sg, j * su, C, LD, ST);                          \
             break;                                                                      \
         default:                                                                        \
             if (dense)                                                                  \
-                GLU_LOOP(ACT_GELU_TANH, j, j, C, LD, ST);                               \
+                GLU_LOOP(GF_ACT_GELU_TANH, j, j, C, LD, ST);                               \
             else                                                                        \
-                GLU_LOOP(ACT_GELU_TANH, j * sg, j * su, C, LD, ST);                     \
+                GLU_LOOP(GF_ACT_GELU_TANH, j * sg, j * su, C, LD, ST);                     \
             break;                                                                      \
         }                                                                               \
     }
@@ -140,51 +139,14 @@ static void glu_merge(struct glu *c, int rank, const int64_t *dims)
     c->rank = r;
 }
 
-/* Y's shape: G and U broadcast (ONNX multidirectional rules). */
-static enum gf_status glu_shape(const struct gf_kernel_args *a, int *rank, int64_t *dims)
-{
-    const struct gf_tview *g = &a->in[0], *u = &a->in[1];
-    *rank = g->rank > u->rank ? g->rank : u->rank;
-    for (int i = 0; i < *rank; i++) {
-        int ig = i - (*rank - g->rank), iu = i - (*rank - u->rank);
-        int64_t dg = ig >= 0 ? g->dims[ig] : 1, du = iu >= 0 ? u->dims[iu] : 1;
-        if (dg != du && dg != 1 && du != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "G %s and U %s do not broadcast",
-                                   FU_SHAPE(g), FU_SHAPE(u));
-        dims[i] = dg == 1 ? du : dg;
-    }
-    return GF_OK;
-}
-
-/* The activation of a node, or an error for a bad `approximate`. */
-static enum gf_status act_of(const struct gf_kernel_args *a, enum act *act)
-{
-    if (a->node->op == GF_OP_SWIGLU || a->node->op == GF_OP_SILU) {
-        *act = ACT_SILU;
-        return GF_OK;
-    }
-    const char *ap = gf_node_attr_string(a->node, "approximate", "none");
-    if (strcmp(ap, "none") != 0 && strcmp(ap, "tanh") != 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "approximate '%s' is not none or tanh", ap);
-    *act = strcmp(ap, "tanh") == 0 ? ACT_GELU_TANH : ACT_GELU;
-    return GF_OK;
-}
-
 static enum gf_status glu_run(const struct gf_kernel_args *a)
 {
     enum gf_op op = a->node->op;
     struct glu c = {.gated = op == GF_OP_SWIGLU || op == GF_OP_GEGLU};
     const struct gf_tview *g = &a->in[0];
-    int rank = g->rank;
+    int rank;
     int64_t dims[GF_MAX_RANK];
-    memcpy(dims, g->dims, sizeof(dims));
-    enum gf_status st = fu_check_in(a, 0, c.gated ? "G" : "X", GF_UNDEFINED);
-    if (st == GF_OK && c.gated && (st = fu_check_in(a, 1, "U", g->dtype)) == GF_OK)
-        st = glu_shape(a, &rank, dims);
-    if (st == GF_OK)
-        st = act_of(a, &c.act);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, g->dtype, rank, dims);
+    enum gf_status st = gf_glu_check(a, &c.act, &rank, dims); /* kernels/checks.c */
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
     fu_strides(g, rank, dims, c.st[0]);
@@ -248,30 +210,10 @@ typedef void (*rows_fn)(void *ctx, size_t begin, size_t end);
 #define ROPE_ENTRY(DT, sfx, ...) [DT] = rope_rows_##sfx,
 static const rows_fn rope_rows[GF_DTYPE_COUNT] = {FU_TYPES(ROPE_ENTRY)};
 
-/* Cos or Sin (input i): X's dtype, broadcastable to X's shape. */
-static enum gf_status rope_table(const struct gf_kernel_args *a, size_t i, const char *name)
-{
-    const struct gf_tview *x = &a->in[0];
-    enum gf_status st = fu_check_in(a, i, name, x->dtype);
-    if (st == GF_OK && !fu_bcasts_to(&a->in[i], x->rank, x->dims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s does not broadcast to X %s",
-                               name, i, FU_SHAPE(&a->in[i]), FU_SHAPE(x));
-    return st;
-}
-
 static enum gf_status rope_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    enum gf_status st = fu_check_in(a, 0, "X", GF_UNDEFINED);
-    if (st == GF_OK && (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "X %s needs a last axis of even length",
-                             FU_SHAPE(x));
-    if (st == GF_OK)
-        st = rope_table(a, 1, "Cos");
-    if (st == GF_OK)
-        st = rope_table(a, 2, "Sin");
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    enum gf_status st = gf_rope_check(a); /* kernels/checks.c */
     if (st != GF_OK || x->nelem == 0)
         return st;
     struct rope c = {.x = x->data, .cos = a->in[1].data, .sin = a->in[2].data,

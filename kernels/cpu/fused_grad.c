@@ -115,72 +115,40 @@ FG_TYPES(DEF_RMS_GRAD)
 #define RMS_ENTRY(DT, sfx, T) [DT] = rms_part_##sfx,
 static const fu_part_fn rms_parts[GF_DTYPE_COUNT] = {FG_TYPES(RMS_ENTRY)};
 
-/* The normalized block X.shape[axis:] of input 1 (X). */
-static enum gf_status rms_block(const struct gf_kernel_args *a, int *brank, size_t *n)
+/* RMSNormGrad and LayerNormGrad: every check (kernels/checks.c, the rule
+ * in graph/opcheck.c; the data and outputs when `run`); *brank and *n the
+ * rank and size of the normalized block X.shape[axis:]. */
+static enum gf_status norm_grad_check(const struct gf_kernel_args *a, bool run,
+                                      struct gf_norm_rule *r, int *brank, size_t *n)
 {
-    const struct gf_tview *x = &a->in[1];
-    int64_t axis = gf_node_attr_int(a->node, "axis", -1);
-    int ax;
-    if (!fu_axis(axis, x->rank, &ax))
-        return gf_kernel_error(a, GF_ERR_INVALID, "axis %lld is out of range for X of rank %d",
-                               (long long)axis, x->rank);
-    *brank = x->rank - ax;
-    *n = 1;
-    for (int i = ax; i < x->rank; i++)
-        *n *= (size_t)x->dims[i];
-    return GF_OK;
-}
-
-/* Attributes as the forward's: epsilon >= 0, eps_outside 0/1, weight_offset
- * finite and 0 without W. */
-static enum gf_status rms_attrs(const struct gf_kernel_args *a, struct rmsg *c, double *off)
-{
-    c->eps = gf_node_attr_float(a->node, "epsilon", 1e-6f);
-    int64_t outside = gf_node_attr_int(a->node, "eps_outside", 0);
-    *off = gf_node_attr_float(a->node, "weight_offset", 0.0f);
-    if (!(c->eps >= 0) || isinf(c->eps))
-        return gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", c->eps);
-    if (outside != 0 && outside != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "eps_outside %lld must be 0 or 1",
-                               (long long)outside);
-    if (!isfinite(*off) || (*off != 0 && !fu_has(a, 2)))
-        return gf_kernel_error(a, GF_ERR_INVALID, "weight_offset %g needs a finite value and W",
-                               *off);
-    c->eps_outside = outside;
+    enum gf_status st = gf_norm_grad_check(a, r);
+    if (st == GF_OK && run)
+        st = gf_norm_grad_check_run(a, r);
+    if (st != GF_OK)
+        return st;
+    *brank = r->block.rank;
+    *n = gf_dims_prod(a->in[1].dims, r->axis, a->in[1].rank);
     return GF_OK;
 }
 
 static enum gf_status rms_check(const struct gf_kernel_args *a, struct rmsg *c, double *off,
                                 int *brank)
 {
-    const struct gf_tview *x = &a->in[1];
-    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dY", x->dtype);
-    if (st == GF_OK && !fu_same_shape(&a->in[0], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY %s must have X's shape %s",
-                             FU_SHAPE(&a->in[0]), FU_SHAPE(x));
-    if (st == GF_OK)
-        st = rms_block(a, brank, &c->n);
-    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "W", x->dtype)) == GF_OK &&
-        !fu_bcasts_to(&a->in[2], *brank, x->dims + x->rank - *brank))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "W %s does not broadcast to the normalized dims",
-                             FU_SHAPE(&a->in[2]));
-    if (st == GF_OK)
-        st = rms_attrs(a, c, off);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && fu_has_out(a, 1))
-        st = fu_check_out(a, 1, x->dtype, *brank, x->dims + x->rank - *brank);
+    struct gf_norm_rule r;
+    enum gf_status st = norm_grad_check(a, true, &r, brank, &c->n);
+    c->eps = r.eps;
+    c->eps_outside = r.eps_outside;
+    *off = r.woff;
     return st;
 }
 
 /* ws = [W + offset: n, compute type][partials: threads x n doubles] */
 static size_t rms_workspace(const struct gf_kernel_args *a)
 {
+    struct gf_norm_rule r;
     int brank;
     size_t n;
-    if (a->n_in < 2 || rms_block(a, &brank, &n) != GF_OK)
+    if (a->n_in < 2 || norm_grad_check(a, false, &r, &brank, &n) != GF_OK)
         return 0;
     return n * (fu_compute_size(a->in[1].dtype) + (size_t)fu_threads(a) * sizeof(double)) +
            sizeof(double);
@@ -341,64 +309,21 @@ FG_TYPES(DEF_LN_GRAD)
 #define LN_ENTRY(DT, sfx, T) [DT] = ln_part_##sfx,
 static const fu_part_fn ln_parts[GF_DTYPE_COUNT] = {FG_TYPES(LN_ENTRY)};
 
-/* Mean and InvStdDev (inputs 3, 4): both or neither; X's dtype (the
- * compute type of float and double) and X's shape with the normalized
- * axes set to 1. */
-static enum gf_status ln_stats_check(const struct gf_kernel_args *a, int brank)
-{
-    const struct gf_tview *x = &a->in[1];
-    if (fu_has(a, 3) != fu_has(a, 4))
-        return gf_kernel_error(a, GF_ERR_INVALID, "Mean (input 3) and InvStdDev (input 4) "
-                               "must be given together");
-    int64_t dims[GF_MAX_RANK];
-    for (int i = 0; i < x->rank; i++)
-        dims[i] = i < x->rank - brank ? x->dims[i] : 1;
-    static const char *const names[2] = {"Mean", "InvStdDev"};
-    for (size_t i = 3; i < 5 && fu_has(a, i); i++) {
-        enum gf_status st = fu_check_in(a, i, names[i - 3], x->dtype);
-        if (st != GF_OK)
-            return st;
-        if (!fu_same_shape(&a->in[i], x->rank, dims))
-            return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s must be %s",
-                                   names[i - 3], i, FU_SHAPE(&a->in[i]), FU_DIMS(x->rank, dims));
-    }
-    return GF_OK;
-}
-
 static enum gf_status ln_check(const struct gf_kernel_args *a, struct lng *c, int *brank)
 {
-    const struct gf_tview *x = &a->in[1];
-    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dY", x->dtype);
-    if (st == GF_OK && !fu_same_shape(&a->in[0], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY %s must have X's shape %s",
-                             FU_SHAPE(&a->in[0]), FU_SHAPE(x));
-    if (st == GF_OK)
-        st = rms_block(a, brank, &c->n);
-    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "W", x->dtype)) == GF_OK &&
-        !fu_bcasts_to(&a->in[2], *brank, x->dims + x->rank - *brank))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "W %s does not broadcast to the normalized dims",
-                             FU_SHAPE(&a->in[2]));
-    if (st == GF_OK)
-        st = ln_stats_check(a, *brank);
-    c->eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
-    if (st == GF_OK && (!(c->eps >= 0) || isinf(c->eps)))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", c->eps);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    for (size_t k = 1; k < 3 && st == GF_OK; k++)
-        if (fu_has_out(a, k))
-            st = fu_check_out(a, k, x->dtype, *brank, x->dims + x->rank - *brank);
+    struct gf_norm_rule r;
+    enum gf_status st = norm_grad_check(a, true, &r, brank, &c->n);
+    c->eps = r.eps;
     return st;
 }
 
 /* ws = [W: n, compute type][partials: threads x 2n doubles] */
 static size_t ln_workspace(const struct gf_kernel_args *a)
 {
+    struct gf_norm_rule r;
     int brank;
     size_t n;
-    if (a->n_in < 2 || rms_block(a, &brank, &n) != GF_OK)
+    if (a->n_in < 2 || norm_grad_check(a, false, &r, &brank, &n) != GF_OK)
         return 0;
     return n * (fu_compute_size(a->in[1].dtype) + 2 * (size_t)fu_threads(a) * sizeof(double)) +
            sizeof(double);
@@ -507,34 +432,15 @@ typedef void (*range_fn)(void *ctx, size_t begin, size_t end);
 #define GLU_ENTRY(DT, sfx, T) [DT] = glu_grad_##sfx,
 static const range_fn glu_grads[GF_DTYPE_COUNT] = {FG_TYPES(GLU_ENTRY)};
 
-static enum gf_status glu_kind(const struct gf_kernel_args *a, int *kind)
-{
-    *kind = 0;
-    if (a->node->op == GF_OP_SWIGLU_GRAD)
-        return GF_OK;
-    const char *ap = gf_node_attr_string(a->node, "approximate", "none");
-    if (strcmp(ap, "none") && strcmp(ap, "tanh"))
-        return gf_kernel_error(a, GF_ERR_INVALID, "approximate '%s' is not none or tanh", ap);
-    *kind = strcmp(ap, "none") == 0 ? 1 : 2;
-    return GF_OK;
-}
-
 static enum gf_status glu_grad_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *dy = &a->in[0];
-    static const char *const names[3] = {"dY", "G", "U"};
     struct glug c = {0};
-    enum gf_status st = glu_kind(a, &c.kind);
-    for (size_t i = 0; i < 3 && st == GF_OK; i++)
-        if ((st = fu_check_in(a, i, names[i], dy->dtype)) == GF_OK &&
-            !fu_same_shape(&a->in[i], dy->rank, dy->dims))
-            st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s", names[i],
-                                 FU_SHAPE(&a->in[i]), FU_SHAPE(dy));
-    for (size_t k = 0; k < 2 && st == GF_OK; k++)
-        if (fu_has_out(a, k))
-            st = fu_check_out(a, k, dy->dtype, dy->rank, dy->dims);
+    enum gf_act act;
+    enum gf_status st = gf_glu_grad_check(a, &act); /* kernels/checks.c */
     if (st != GF_OK)
         return st;
+    c.kind = (int)act;
     c.dy = dy->data, c.g = a->in[1].data, c.u = a->in[2].data;
     c.dg = fu_has_out(a, 0) ? a->out[0].data : NULL;
     c.du = fu_has_out(a, 1) ? a->out[1].data : NULL;
@@ -584,18 +490,7 @@ static const range_fn rope_grads[GF_DTYPE_COUNT] = {FG_TYPES(ROPE_ENTRY)};
 static enum gf_status rope_grad_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *dy = &a->in[0];
-    static const char *const names[3] = {"dY", "Cos", "Sin"};
-    enum gf_status st = GF_OK;
-    for (size_t i = 0; i < 3 && st == GF_OK; i++)
-        if ((st = fu_check_in(a, i, names[i], dy->dtype)) == GF_OK && i &&
-            !fu_bcasts_to(&a->in[i], dy->rank, dy->dims))
-            st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s does not broadcast to dY %s",
-                                 names[i], FU_SHAPE(&a->in[i]), FU_SHAPE(dy));
-    if (st == GF_OK && (dy->rank == 0 || dy->dims[dy->rank - 1] % 2))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY %s needs a last axis of even length",
-                             FU_SHAPE(dy));
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, dy->dtype, dy->rank, dy->dims);
+    enum gf_status st = gf_rope_check(a); /* kernels/checks.c */
     if (st != GF_OK || dy->nelem == 0)
         return st;
     struct ropeg c = {.dy = dy->data, .cs = a->in[1].data, .sn = a->in[2].data,

@@ -108,127 +108,26 @@ static const rows_fn norm_rows[GF_DTYPE_COUNT] = {FU_TYPES(NORM_ENTRY)};
 
 /* ---- inputs and attributes ------------------------------------------------------ */
 
-/* Input slots: X R W B, -1 where the op has none. */
-struct norm_slots {
-    int r, w, b;
-};
-
-static struct norm_slots slots_of(enum gf_op op)
-{
-    switch (op) {
-    case GF_OP_RMS_NORM: return (struct norm_slots){-1, 1, -1};
-    case GF_OP_ADD_RMS_NORM: return (struct norm_slots){1, 2, -1};
-    case GF_OP_LAYER_NORM: return (struct norm_slots){-1, 1, 2};
-    default: return (struct norm_slots){1, 2, 3}; /* AddLayerNorm */
-    }
-}
-
-static bool is_rms(enum gf_op op)
-{
-    return op == GF_OP_RMS_NORM || op == GF_OP_ADD_RMS_NORM;
-}
-
-/* Optional input slot (or none) of a given node. */
-static const struct gf_tview *opt_in(const struct gf_kernel_args *a, int slot)
-{
-    return slot >= 0 && fu_has(a, (size_t)slot) ? &a->in[slot] : NULL;
-}
-
-/* The normalized block X.shape[axis:]: rank and dims (pointing into X). */
-static enum gf_status norm_block(const struct gf_kernel_args *a, int *brank,
-                                 const int64_t **bdims)
-{
-    const struct gf_tview *x = &a->in[0];
-    int64_t axis = gf_node_attr_int(a->node, "axis", -1);
-    int ax;
-    if (!fu_axis(axis, x->rank, &ax))
-        return gf_kernel_error(a, GF_ERR_INVALID, "axis %lld is out of range for X of rank %d",
-                               (long long)axis, x->rank);
-    *brank = x->rank - ax;
-    *bdims = x->dims + ax;
-    return GF_OK;
-}
-
-/* W or B (slot i): X's dtype, broadcastable to the normalized block. */
-static enum gf_status norm_param(const struct gf_kernel_args *a, int i, const char *name,
-                                 int brank, const int64_t *bdims)
-{
-    enum gf_status st = fu_check_in(a, (size_t)i, name, a->in[0].dtype);
-    if (st == GF_OK && !fu_bcasts_to(&a->in[i], brank, bdims))
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "%s (input %d) %s does not broadcast to the normalized dims %s",
-                               name, i, FU_SHAPE(&a->in[i]), FU_DIMS(brank, bdims));
-    return st;
-}
-
-/* Attributes: epsilon >= 0, eps_outside 0/1, weight_offset only with W. */
-static enum gf_status norm_attrs(const struct gf_kernel_args *a, struct norm *c, bool has_w,
-                                 double *offset)
-{
-    c->eps = gf_node_attr_float(a->node, "epsilon", c->rms ? 1e-6f : 1e-5f);
-    if (!(c->eps >= 0) || isinf(c->eps))
-        return gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", c->eps);
-    *offset = 0;
-    if (!c->rms)
-        return GF_OK;
-    int64_t outside = gf_node_attr_int(a->node, "eps_outside", 0);
-    if (outside != 0 && outside != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "eps_outside %lld must be 0 or 1",
-                               (long long)outside);
-    c->eps_outside = outside;
-    *offset = gf_node_attr_float(a->node, "weight_offset", 0.0f);
-    if (!isfinite(*offset))
-        return gf_kernel_error(a, GF_ERR_INVALID, "weight_offset must be finite");
-    if (*offset != 0 && !has_w)
-        return gf_kernel_error(a, GF_ERR_INVALID, "weight_offset %g needs the weight W",
-                               *offset);
-    return GF_OK;
-}
-
-/* LayerNorm's Mean and InvStdDev (outputs k, k + 1), when present:
- * X's shape with the normalized axes set to 1, in the compute type. */
-static enum gf_status norm_stats_check(const struct gf_kernel_args *a, size_t k, int brank)
-{
-    const struct gf_tview *x = &a->in[0];
-    enum gf_dtype dt = x->dtype == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
-    int64_t dims[GF_MAX_RANK];
-    enum gf_status st = GF_OK;
-    for (int i = 0; i < x->rank; i++)
-        dims[i] = i < x->rank - brank ? x->dims[i] : 1;
-    for (size_t i = k; st == GF_OK && i < k + 2; i++)
-        if (fu_has_out(a, i))
-            st = fu_check_out(a, i, dt, x->rank, dims);
-    return st;
-}
-
-/* Checks every input, output and attribute; fills c (but w, b). */
-static enum gf_status norm_check(const struct gf_kernel_args *a, struct norm *c,
+/* Every check (kernels/checks.c, the rule in graph/opcheck.c; the data and
+ * outputs when `run`); fills c (but the buffers): the block X.shape[axis:]
+ * (its rank and dims, pointing into X) and W's offset. */
+static enum gf_status norm_check(const struct gf_kernel_args *a, bool run, struct norm *c,
                                  int *brank, const int64_t **bdims, double *offset)
 {
-    const struct gf_tview *x = &a->in[0];
-    struct norm_slots sl = slots_of(a->node->op);
-    c->rms = is_rms(a->node->op);
-    c->add = sl.r >= 0;
-    enum gf_status st = fu_check_in(a, 0, "X", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = norm_block(a, brank, bdims);
-    if (st == GF_OK && c->add && (st = fu_check_in(a, (size_t)sl.r, "R", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[sl.r], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "R %s must have X's shape %s",
-                             FU_SHAPE(&a->in[sl.r]), FU_SHAPE(x));
-    if (st == GF_OK && opt_in(a, sl.w))
-        st = norm_param(a, sl.w, "W", *brank, *bdims);
-    if (st == GF_OK && opt_in(a, sl.b))
-        st = norm_param(a, sl.b, "B", *brank, *bdims);
-    if (st == GF_OK)
-        st = norm_attrs(a, c, opt_in(a, sl.w) != NULL, offset);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && c->add && fu_has_out(a, 1))
-        st = fu_check_out(a, 1, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && !c->rms)
-        st = norm_stats_check(a, c->add ? 2 : 1, *brank);
-    return st;
+    struct gf_norm_rule r;
+    enum gf_status st = gf_norm_check(a, &r);
+    if (st == GF_OK && run)
+        st = gf_norm_check_run(a, &r);
+    if (st != GF_OK)
+        return st;
+    c->rms = r.rms;
+    c->add = gf_norm_slots_of(a->node->op).r >= 0;
+    c->eps = r.eps;
+    c->eps_outside = r.eps_outside;
+    *offset = r.woff;
+    *brank = r.block.rank;
+    *bdims = a->in[0].dims + r.axis;
+    return GF_OK;
 }
 
 /* ---- the kernel ---------------------------------------------------------------- */
@@ -250,14 +149,6 @@ static void norm_expand(const struct gf_tview *t, int brank, const int64_t *bdim
     }
 }
 
-static size_t block_elems(int brank, const int64_t *bdims)
-{
-    size_t n = 1;
-    for (int i = 0; i < brank; i++)
-        n *= (size_t)bdims[i];
-    return n;
-}
-
 /* ws = [W + offset: n][B: n, LayerNorm forms], compute type. */
 static size_t norm_workspace(const struct gf_kernel_args *a)
 {
@@ -265,8 +156,9 @@ static size_t norm_workspace(const struct gf_kernel_args *a)
     int ax;
     if (!a->n_in || !fu_axis(gf_node_attr_int(a->node, "axis", -1), x->rank, &ax))
         return 0;
-    size_t n = block_elems(x->rank - ax, x->dims + ax);
-    return n * fu_compute_size(x->dtype) * (is_rms(a->node->op) ? 1 : 2);
+    size_t n = gf_dims_prod(x->dims, ax, x->rank);
+    bool rms = a->node->op == GF_OP_RMS_NORM || a->node->op == GF_OP_ADD_RMS_NORM;
+    return n * fu_compute_size(x->dtype) * (rms ? 1 : 2);
 }
 
 static enum gf_status norm_run(const struct gf_kernel_args *a)
@@ -275,12 +167,12 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
     int brank = 0;
     const int64_t *bdims = NULL;
     double offset = 0;
-    enum gf_status st = norm_check(a, &c, &brank, &bdims, &offset);
+    enum gf_status st = norm_check(a, true, &c, &brank, &bdims, &offset);
     if (st != GF_OK)
         return st;
     const struct gf_tview *x = &a->in[0];
-    struct norm_slots sl = slots_of(a->node->op);
-    c.n = block_elems(brank, bdims);
+    struct gf_norm_slots sl = gf_norm_slots_of(a->node->op);
+    c.n = gf_dims_prod(bdims, 0, brank);
     c.rows = c.n ? x->nelem / c.n : 0;
     if (c.n == 0 || c.rows == 0)
         return GF_OK;
@@ -288,9 +180,9 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for W and B");
     size_t cs = fu_compute_size(x->dtype);
     void *w = a->workspace, *b = (char *)a->workspace + c.n * cs;
-    norm_expand(opt_in(a, sl.w), brank, bdims, x->dtype, w, c.n, offset, 1);
+    norm_expand(gf_opt_in(a, sl.w), brank, bdims, x->dtype, w, c.n, offset, 1);
     if (!c.rms)
-        norm_expand(opt_in(a, sl.b), brank, bdims, x->dtype, b, c.n, 0, 0);
+        norm_expand(gf_opt_in(a, sl.b), brank, bdims, x->dtype, b, c.n, 0, 0);
     c.x = x->data;
     c.r = c.add ? a->in[sl.r].data : NULL;
     c.y = a->out[0].data;

@@ -16,7 +16,6 @@
 
 #define ACT_FILE "fused_act.cl"
 
-enum act { ACT_SILU, ACT_GELU, ACT_GELU_TANH };
 
 /* knobs: work-group size, vector width (1: scalar), work-groups per compute
  * unit of the grid-stride loops */
@@ -47,36 +46,6 @@ static int vec_of(const struct gf_kernel_args *a, bool possible)
 }
 
 /* ---- SwiGLU GeGLU SiLU Gelu ---------------------------------------------------- */
-
-static enum gf_status act_of(const struct gf_kernel_args *a, cl_uint *act)
-{
-    enum gf_op op = a->node->op;
-    if (op == GF_OP_SWIGLU || op == GF_OP_SILU || op == GF_OP_SWIGLU_GRAD) {
-        *act = ACT_SILU;
-        return GF_OK;
-    }
-    const char *ap = gf_node_attr_string(a->node, "approximate", "none");
-    if (strcmp(ap, "none") != 0 && strcmp(ap, "tanh") != 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "approximate '%s' is not none or tanh", ap);
-    *act = strcmp(ap, "tanh") == 0 ? ACT_GELU_TANH : ACT_GELU;
-    return GF_OK;
-}
-
-/* Y's shape: G and U broadcast (ONNX multidirectional rules). */
-static enum gf_status glu_shape(const struct gf_kernel_args *a, int *rank, int64_t *dims)
-{
-    const struct gf_tview *g = &a->in[0], *u = &a->in[1];
-    *rank = g->rank > u->rank ? g->rank : u->rank;
-    for (int i = 0; i < *rank; i++) {
-        int ig = i - (*rank - g->rank), iu = i - (*rank - u->rank);
-        int64_t dg = ig >= 0 ? g->dims[ig] : 1, du = iu >= 0 ? u->dims[iu] : 1;
-        if (dg != du && dg != 1 && du != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "G %s and U %s do not broadcast",
-                                   FU_SHAPE(g), FU_SHAPE(u));
-        dims[i] = dg == 1 ? du : dg;
-    }
-    return GF_OK;
-}
 
 /* bcast_t of fused_act.cl */
 struct bcast_arg {
@@ -142,23 +111,17 @@ static enum gf_status glu_bcast(const struct gf_kernel_args *a, cl_uint act, int
 static enum gf_status glu_run(const struct gf_kernel_args *a)
 {
     enum gf_op op = a->node->op;
-    cl_uint gated = op == GF_OP_SWIGLU || op == GF_OP_GEGLU, act = ACT_SILU;
+    cl_uint gated = op == GF_OP_SWIGLU || op == GF_OP_GEGLU;
     const struct gf_tview *g = &a->in[0];
-    int rank = g->rank;
+    enum gf_act act;
+    int rank;
     int64_t dims[GF_MAX_RANK];
-    memcpy(dims, g->dims, sizeof(dims));
-    enum gf_status st = fu_check_in(a, 0, gated ? "G" : "X", GF_UNDEFINED);
-    if (st == GF_OK && gated && (st = fu_check_in(a, 1, "U", g->dtype)) == GF_OK)
-        st = glu_shape(a, &rank, dims);
-    if (st == GF_OK)
-        st = act_of(a, &act);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, g->dtype, rank, dims);
+    enum gf_status st = gf_glu_check(a, &act, &rank, dims); /* kernels/checks.c */
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
     bool dense = !gated || (fu_same_shape(g, rank, dims) &&
                             fu_same_shape(&a->in[1], rank, dims));
-    return dense ? glu_dense(a, act, gated) : glu_bcast(a, act, rank, dims);
+    return dense ? glu_dense(a, (cl_uint)act, gated) : glu_bcast(a, (cl_uint)act, rank, dims);
 }
 
 /* ---- SwiGLUGrad GeGLUGrad -------------------------------------------------------- */
@@ -169,17 +132,10 @@ static enum gf_status glu_run(const struct gf_kernel_args *a)
 static enum gf_status glu_grad_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *dy = &a->in[0];
-    static const char *const names[3] = {"dY", "G", "U"};
-    cl_uint act = ACT_SILU, want = 0;
-    enum gf_status st = act_of(a, &act);
-    for (size_t i = 0; i < 3 && st == GF_OK; i++)
-        if ((st = fu_check_in(a, i, names[i], dy->dtype)) == GF_OK &&
-            !fu_same_shape(&a->in[i], dy->rank, dy->dims))
-            st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s", names[i],
-                                 FU_SHAPE(&a->in[i]), FU_SHAPE(dy));
-    for (size_t k = 0; k < 2 && st == GF_OK; k++)
-        if (fu_has_out(a, k) && (st = fu_check_out(a, k, dy->dtype, dy->rank, dy->dims)) == GF_OK)
-            want |= k ? W_DU : W_DG;
+    enum gf_act gact;
+    cl_uint want = (fu_has_out(a, 0) ? W_DG : 0) | (fu_has_out(a, 1) ? W_DU : 0);
+    enum gf_status st = gf_glu_grad_check(a, &gact); /* kernels/checks.c */
+    cl_uint act = (cl_uint)gact;
     if (st != GF_OK || dy->nelem == 0 || !want)
         return st;
     int vec = vec_of(a, true);
@@ -203,18 +159,6 @@ struct rope_arg {
     cl_uint rank, dims[8], sc[8], ss[8], lc, ls;
 };
 
-/* Cos or Sin (input i): X's dtype, broadcastable to X's shape. */
-static enum gf_status rope_table(const struct gf_kernel_args *a, size_t i, const char *name,
-                                 const char *xname)
-{
-    const struct gf_tview *x = &a->in[0];
-    enum gf_status st = fu_check_in(a, i, name, x->dtype);
-    if (st == GF_OK && !fu_bcasts_to(&a->in[i], x->rank, x->dims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s does not broadcast to %s %s",
-                               name, i, FU_SHAPE(&a->in[i]), xname, FU_SHAPE(x));
-    return st;
-}
-
 /* The leading axes of X (merged where Cos and Sin allow) with the strides
  * of Cos and Sin over them; the inner strides. */
 static void rope_layout(const struct gf_kernel_args *a, struct rope_arg *p)
@@ -237,17 +181,7 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     bool grad = a->node->op == GF_OP_ROPE_GRAD;
-    const char *xname = grad ? "dY" : "X";
-    enum gf_status st = fu_check_in(a, 0, xname, GF_UNDEFINED);
-    if (st == GF_OK && (x->rank < 1 || x->dims[x->rank - 1] % 2 != 0))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s needs a last axis of even length", xname,
-                             FU_SHAPE(x));
-    if (st == GF_OK)
-        st = rope_table(a, 1, "Cos", xname);
-    if (st == GF_OK)
-        st = rope_table(a, 2, "Sin", xname);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    enum gf_status st = gf_rope_check(a); /* kernels/checks.c */
     if (st != GF_OK || x->nelem == 0)
         return st;
     struct rope_arg p = {0};

@@ -216,31 +216,6 @@ static void param_arg(const struct gf_kernel_args *a, const struct param *p, cl_
 
 /* ---- forward ------------------------------------------------------------------- */
 
-/* Input slots X R W B, -1 where the op has none. */
-struct slots {
-    int r, w, b;
-};
-
-static struct slots slots_of(enum gf_op op)
-{
-    switch (op) {
-    case GF_OP_RMS_NORM: return (struct slots){-1, 1, -1};
-    case GF_OP_ADD_RMS_NORM: return (struct slots){1, 2, -1};
-    case GF_OP_LAYER_NORM: return (struct slots){-1, 1, 2};
-    default: return (struct slots){1, 2, 3}; /* AddLayerNorm */
-    }
-}
-
-static bool is_rms(enum gf_op op)
-{
-    return op == GF_OP_RMS_NORM || op == GF_OP_ADD_RMS_NORM;
-}
-
-static const struct gf_tview *opt_in(const struct gf_kernel_args *a, int slot)
-{
-    return slot >= 0 && fu_has(a, (size_t)slot) ? &a->in[slot] : NULL;
-}
-
 /* A node checked: the block, attributes, flags. */
 struct norm {
     int brank;
@@ -251,105 +226,40 @@ struct norm {
     struct param w, b;
 };
 
-static enum gf_status norm_block(const struct gf_kernel_args *a, const struct gf_tview *x,
-                                 struct norm *c)
+/* c from a rule: the block X.shape[axis:] (dims pointing into X, its size
+ * n, the rows), epsilon, the RMS forms' eps_outside and weight_offset. */
+static void norm_from_rule(const struct gf_tview *x, const struct gf_norm_rule *r,
+                           struct norm *c)
 {
-    int64_t axis = gf_node_attr_int(a->node, "axis", -1);
-    int ax;
-    if (!fu_axis(axis, x->rank, &ax))
-        return gf_kernel_error(a, GF_ERR_INVALID, "axis %lld is out of range for X of rank %d",
-                               (long long)axis, x->rank);
-    c->brank = x->rank - ax;
-    c->bdims = x->dims + ax;
-    c->n = 1;
-    for (int i = ax; i < x->rank; i++)
-        c->n *= (size_t)x->dims[i];
+    c->brank = r->block.rank;
+    c->bdims = x->dims + r->axis;
+    c->n = gf_dims_prod(x->dims, r->axis, x->rank);
     c->rows = c->n ? x->nelem / c->n : 0;
-    return GF_OK;
+    c->eps = r->eps;
+    c->woff = r->woff;
+    c->flags |= r->eps_outside ? F_EPS_OUT : 0;
 }
 
-static enum gf_status norm_param(const struct gf_kernel_args *a, int i, const char *name,
-                                 const struct norm *c)
-{
-    enum gf_status st = fu_check_in(a, (size_t)i, name, a->in[0].dtype);
-    if (st == GF_OK && !fu_bcasts_to(&a->in[i], c->brank, c->bdims))
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "%s (input %d) %s does not broadcast to the normalized dims %s",
-                               name, i, FU_SHAPE(&a->in[i]), FU_DIMS(c->brank, c->bdims));
-    return st;
-}
-
-/* epsilon >= 0, eps_outside 0 / 1, weight_offset finite and only with W. */
-static enum gf_status norm_attrs(const struct gf_kernel_args *a, bool rms, bool has_w,
-                                 struct norm *c)
-{
-    double eps = gf_node_attr_float(a->node, "epsilon", rms ? 1e-6f : 1e-5f);
-    if (!(eps >= 0) || isinf(eps))
-        return gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", eps);
-    c->eps = (float)eps;
-    c->woff = 0;
-    if (!rms)
-        return GF_OK;
-    int64_t outside = gf_node_attr_int(a->node, "eps_outside", 0);
-    if (outside != 0 && outside != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "eps_outside %lld must be 0 or 1",
-                               (long long)outside);
-    c->flags |= outside ? F_EPS_OUT : 0;
-    double off = gf_node_attr_float(a->node, "weight_offset", 0.0f);
-    if (!isfinite(off))
-        return gf_kernel_error(a, GF_ERR_INVALID, "weight_offset must be finite");
-    if (off != 0 && !has_w)
-        return gf_kernel_error(a, GF_ERR_INVALID, "weight_offset %g needs the weight W", off);
-    c->woff = (float)off;
-    return GF_OK;
-}
-
-/* Mean and InvStdDev (outputs k, k + 1) when present: X's shape with the
- * normalized axes 1, float. */
-static enum gf_status norm_stats_check(const struct gf_kernel_args *a, size_t k, int brank)
+/* Every check (kernels/checks.c, the rule in graph/opcheck.c; the data and
+ * outputs when `run`); fills c and the workspace layout. */
+static enum gf_status norm_check(const struct gf_kernel_args *a, bool run, struct norm *c,
+                                 size_t *ws)
 {
     const struct gf_tview *x = &a->in[0];
-    int64_t dims[GF_MAX_RANK];
-    enum gf_status st = GF_OK;
-    for (int i = 0; i < x->rank; i++)
-        dims[i] = i < x->rank - brank ? x->dims[i] : 1;
-    for (size_t i = k; st == GF_OK && i < k + 2; i++)
-        if (fu_has_out(a, i))
-            st = fu_check_out(a, i, GF_FLOAT, x->rank, dims);
-    return st;
-}
-
-/* Every check of the CPU kernel; fills c and the workspace layout. */
-static enum gf_status norm_check(const struct gf_kernel_args *a, struct norm *c, size_t *ws)
-{
-    const struct gf_tview *x = &a->in[0];
-    struct slots sl = slots_of(a->node->op);
-    bool rms = is_rms(a->node->op), add = sl.r >= 0;
+    struct gf_norm_slots sl = gf_norm_slots_of(a->node->op);
+    struct gf_norm_rule r;
+    bool add = sl.r >= 0;
     *c = (struct norm){0};
-    enum gf_status st = fu_check_in(a, 0, "X", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = norm_block(a, x, c);
-    if (st == GF_OK && add && (st = fu_check_in(a, (size_t)sl.r, "R", x->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[sl.r], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "R %s must have X's shape %s",
-                             FU_SHAPE(&a->in[sl.r]), FU_SHAPE(x));
-    if (st == GF_OK && opt_in(a, sl.w))
-        st = norm_param(a, sl.w, "W", c);
-    if (st == GF_OK && opt_in(a, sl.b))
-        st = norm_param(a, sl.b, "B", c);
-    if (st == GF_OK)
-        st = norm_attrs(a, rms, opt_in(a, sl.w) != NULL, c);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && add && fu_has_out(a, 1))
-        st = fu_check_out(a, 1, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && !rms)
-        st = norm_stats_check(a, add ? 2 : 1, c->brank);
+    enum gf_status st = gf_norm_check(a, &r);
+    if (st == GF_OK && run)
+        st = gf_norm_check_run(a, &r);
     if (st != GF_OK)
         return st;
+    bool rms = r.rms;
+    norm_from_rule(x, &r, c);
     *ws = 0;
-    param_init(&c->w, opt_in(a, sl.w), c->n, ws);
-    param_init(&c->b, rms ? NULL : opt_in(a, sl.b), c->n, ws);
+    param_init(&c->w, gf_opt_in(a, sl.w), c->n, ws);
+    param_init(&c->b, rms ? NULL : gf_opt_in(a, sl.b), c->n, ws);
     size_t ks = add ? 2 : 1;
     c->flags |= (c->w.t ? F_W : 0) | (c->b.t ? F_B : 0);
     c->flags |= add && fu_has_out(a, 1) ? F_S : 0;
@@ -362,7 +272,7 @@ static size_t norm_workspace(const struct gf_kernel_args *a)
 {
     struct norm c;
     size_t ws = 0;
-    return norm_check(a, &c, &ws) == GF_OK ? ws : 0;
+    return norm_check(a, false, &c, &ws) == GF_OK ? ws : 0;
 }
 
 static enum nk fwd_kernel(enum gf_op op)
@@ -379,7 +289,7 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
 {
     struct norm c;
     size_t ws = 0;
-    enum gf_status st = norm_check(a, &c, &ws);
+    enum gf_status st = norm_check(a, true, &c, &ws);
     if (st != GF_OK || c.n == 0 || c.rows == 0)
         return st;
     if (ws && !a->workspace)
@@ -391,7 +301,7 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
     if ((st = norm_shape(a, fwd_kernel(a->node->op), a->in[0].dtype, c.rows, c.n, false,
                          fcl_knob(a, K_GPC), &sh)) != GF_OK)
         return st;
-    struct slots sl = slots_of(a->node->op);
+    struct gf_norm_slots sl = gf_norm_slots_of(a->node->op);
     bool add = sl.r >= 0;
     size_t ks = add ? 2 : 1;
     cl_mem x = fcl_mem(&a->in[0]), rr = add ? fcl_mem(&a->in[sl.r]) : NULL, w, b;
@@ -418,44 +328,20 @@ struct gplan {
     size_t part_off, ws;
 };
 
-/* dY, X, W? -> dX, dW?: the checks of the CPU kernel. */
-static enum gf_status rms_grad_check(const struct gf_kernel_args *a, struct norm *c)
+/* RMSNormGrad and LayerNormGrad: every check (kernels/checks.c, the rule in
+ * graph/opcheck.c; the data and outputs when `run`); fills c. */
+static enum gf_status norm_grad_check(const struct gf_kernel_args *a, bool run, struct norm *c)
 {
-    const struct gf_tview *x = &a->in[1];
+    struct gf_norm_rule r;
     *c = (struct norm){0};
-    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dY", x->dtype);
-    if (st == GF_OK && !fu_same_shape(&a->in[0], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY %s must have X's shape %s",
-                             FU_SHAPE(&a->in[0]), FU_SHAPE(x));
-    if (st == GF_OK)
-        st = norm_block(a, x, c);
-    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "W", x->dtype)) == GF_OK &&
-        !fu_bcasts_to(&a->in[2], c->brank, c->bdims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "W %s does not broadcast to the normalized dims",
-                             FU_SHAPE(&a->in[2]));
-    if (st == GF_OK) {
-        double eps = gf_node_attr_float(a->node, "epsilon", 1e-6f);
-        int64_t outside = gf_node_attr_int(a->node, "eps_outside", 0);
-        double off = gf_node_attr_float(a->node, "weight_offset", 0.0f);
-        if (!(eps >= 0) || isinf(eps))
-            return gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", eps);
-        if (outside != 0 && outside != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "eps_outside %lld must be 0 or 1",
-                                   (long long)outside);
-        if (!isfinite(off) || (off != 0 && !fu_has(a, 2)))
-            return gf_kernel_error(a, GF_ERR_INVALID,
-                                   "weight_offset %g needs a finite value and W", off);
-        c->eps = (float)eps;
-        c->woff = (float)off;
-        c->flags |= outside ? F_EPS_OUT : 0;
-    }
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    if (st == GF_OK && fu_has_out(a, 1))
-        st = fu_check_out(a, 1, x->dtype, c->brank, c->bdims);
-    return st;
+    enum gf_status st = gf_norm_grad_check(a, &r);
+    if (st == GF_OK && run)
+        st = gf_norm_grad_check_run(a, &r);
+    if (st != GF_OK)
+        return st;
+    norm_from_rule(&a->in[1], &r, c);
+    c->flags |= fu_has(a, 3) && a->node->op == GF_OP_LAYER_NORM_GRAD ? F_STATS : 0;
+    return GF_OK;
 }
 
 /* parts: partial rows per slot (1 for RMSNormGrad's dW, 2 for dW and dB). */
@@ -479,7 +365,7 @@ static enum gf_status grad_plan(const struct gf_kernel_args *a, enum nk id, size
 static size_t rms_grad_workspace(const struct gf_kernel_args *a)
 {
     struct gplan p;
-    if (rms_grad_check(a, &p.c) != GF_OK || p.c.n == 0 ||
+    if (norm_grad_check(a, false, &p.c) != GF_OK || p.c.n == 0 ||
         grad_plan(a, NK_RMS_GRAD, 1, &p) != GF_OK)
         return 0;
     return p.ws;
@@ -531,7 +417,7 @@ static enum gf_status grad_launch(const struct gf_kernel_args *a, struct gplan *
 static enum gf_status rms_grad_run(const struct gf_kernel_args *a)
 {
     struct gplan p;
-    enum gf_status st = rms_grad_check(a, &p.c);
+    enum gf_status st = norm_grad_check(a, true, &p.c);
     if (st != GF_OK || p.c.n == 0)
         return st;
     if ((st = grad_plan(a, NK_RMS_GRAD, 1, &p)) != GF_OK)
@@ -541,66 +427,10 @@ static enum gf_status rms_grad_run(const struct gf_kernel_args *a)
 
 /* ---- LayerNormGrad -------------------------------------------------------------- */
 
-/* Mean and InvStdDev (inputs 3, 4): both or neither, float (what the
- * forward gives for every storage type), X's shape with the normalized
- * axes 1. */
-static enum gf_status ln_stats_check(const struct gf_kernel_args *a, const struct norm *c)
-{
-    const struct gf_tview *x = &a->in[1];
-    if (fu_has(a, 3) != fu_has(a, 4))
-        return gf_kernel_error(a, GF_ERR_INVALID, "Mean (input 3) and InvStdDev (input 4) "
-                               "must be given together");
-    int64_t dims[GF_MAX_RANK];
-    for (int i = 0; i < x->rank; i++)
-        dims[i] = i < x->rank - c->brank ? x->dims[i] : 1;
-    static const char *const names[2] = {"Mean", "InvStdDev"};
-    for (size_t i = 3; i < 5 && fu_has(a, i); i++) {
-        enum gf_status st = fu_check_in(a, i, names[i - 3], GF_FLOAT);
-        if (st != GF_OK)
-            return st;
-        if (!fu_same_shape(&a->in[i], x->rank, dims))
-            return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s must be %s",
-                                   names[i - 3], i, FU_SHAPE(&a->in[i]), FU_DIMS(x->rank, dims));
-    }
-    return GF_OK;
-}
-
-/* dY, X, W?, Mean?, InvStdDev? -> dX, dW?, dB?: the checks of the CPU kernel. */
-static enum gf_status ln_grad_check(const struct gf_kernel_args *a, struct norm *c)
-{
-    const struct gf_tview *x = &a->in[1];
-    *c = (struct norm){0};
-    enum gf_status st = fu_check_in(a, 1, "X", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dY", x->dtype);
-    if (st == GF_OK && !fu_same_shape(&a->in[0], x->rank, x->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY %s must have X's shape %s",
-                             FU_SHAPE(&a->in[0]), FU_SHAPE(x));
-    if (st == GF_OK)
-        st = norm_block(a, x, c);
-    if (st == GF_OK && fu_has(a, 2) && (st = fu_check_in(a, 2, "W", x->dtype)) == GF_OK &&
-        !fu_bcasts_to(&a->in[2], c->brank, c->bdims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "W %s does not broadcast to the normalized dims",
-                             FU_SHAPE(&a->in[2]));
-    if (st == GF_OK)
-        st = ln_stats_check(a, c);
-    double eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
-    if (st == GF_OK && (!(eps >= 0) || isinf(eps)))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "epsilon %g must be finite and >= 0", eps);
-    c->eps = (float)eps;
-    c->flags |= fu_has(a, 3) ? F_STATS : 0;
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    for (size_t k = 1; k < 3 && st == GF_OK; k++)
-        if (fu_has_out(a, k))
-            st = fu_check_out(a, k, x->dtype, c->brank, c->bdims);
-    return st;
-}
-
 static size_t ln_grad_workspace(const struct gf_kernel_args *a)
 {
     struct gplan p;
-    if (ln_grad_check(a, &p.c) != GF_OK || p.c.n == 0 ||
+    if (norm_grad_check(a, false, &p.c) != GF_OK || p.c.n == 0 ||
         grad_plan(a, NK_LN_GRAD, 2, &p) != GF_OK)
         return 0;
     return p.ws;
@@ -609,7 +439,7 @@ static size_t ln_grad_workspace(const struct gf_kernel_args *a)
 static enum gf_status ln_grad_run(const struct gf_kernel_args *a)
 {
     struct gplan p;
-    enum gf_status st = ln_grad_check(a, &p.c);
+    enum gf_status st = norm_grad_check(a, true, &p.c);
     if (st != GF_OK || p.c.n == 0)
         return st;
     if ((st = grad_plan(a, NK_LN_GRAD, 2, &p)) != GF_OK)
