@@ -24,6 +24,7 @@
 #include <cmocka.h>
 #include <math.h>
 
+#include "exec_priv.h" /* gf_devop: the trainer's way of running an op */
 #include "gf_exec.h"
 #include "gf_kernels.h"
 #include "optim_ops.h"
@@ -472,6 +473,55 @@ static void grad_accumulate(void **state)
         }
 }
 
+/* A backend without an op's kernel runs the CPU's on host copies
+ * (gf_devop_run): AdamWStep forced that way on OpenCL, in place, gives the
+ * CPU kernel's bits and counts its copies. */
+static void staged_fallback(void **state)
+{
+    (void)state;
+    struct gf_backend *cl = opencl();
+    if (!cl)
+        skip();
+    static float p[2][N], g[N], m[2][N], v[2][N];
+    for (size_t i = 0; i < N; i++) {
+        p[0][i] = p[1][i] = frand();
+        m[0][i] = m[1][i] = frand() * 0.1f;
+        v[0][i] = v[1][i] = fabsf(frand()) * 0.01f;
+    }
+    fill_grad(g, N);
+    const struct hp *o = &adamw_cases[0];
+    update_on(cpu(), o, 3, p[0], g, m[0], v[0]);
+    size_t bytes = N * sizeof(float);
+    void *dp = dev_put(cl, p[1], bytes), *dg = dev_put(cl, g, bytes);
+    void *dm = dev_put(cl, m[1], bytes), *dv = dev_put(cl, v[1], bytes);
+    double h[8];
+    set_hyper(o, 3, h);
+    struct op op = make_op("AdamWStep", 5, 3);
+    struct gf_tview in[5] = {view(GF_FLOAT, dp, N, 0), view(GF_FLOAT, dg, N, 0),
+                             view(GF_FLOAT, dm, N, 0), view(GF_FLOAT, dv, N, 0),
+                             hyper_view(h, GF_ADAMW_HYPER, true)};
+    struct gf_tview out[3] = {view(GF_FLOAT, dp, N, 0), view(GF_FLOAT, dm, N, 0),
+                              view(GF_FLOAT, dv, N, 0)};
+    struct gf_traffic tr = {0};
+    struct gf_devop d = {.be = cl, .node = op.n, .traffic = &tr, .staged = true,
+                         .k = gf_kernel_find(cpu(), op.n, in, 5)};
+    assert_non_null(d.k);
+    assert_int_equal(gf_devop_run(&d, in, 5, out, 3, 2), GF_OK);
+    dev_get(cl, p[1], dp, bytes);
+    dev_get(cl, m[1], dm, bytes);
+    dev_get(cl, v[1], dv, bytes);
+    check_bits(p[1], p[0], N, "staged parameter");
+    check_bits(m[1], m[0], N, "staged exp_avg");
+    check_bits(v[1], v[0], N, "staged exp_avg_sq");
+    assert_int_equal(tr.d2h, 4 * bytes); /* P, G, M, V out; P, M, V back */
+    assert_int_equal(tr.h2d, 3 * bytes);
+    gf_devop_release(&d);
+    void *all[] = {dp, dg, dm, dv};
+    for (int i = 0; i < 4; i++)
+        cl->ops->release(cl, all[i]);
+    gf_model_free(op.m);
+}
+
 /* ---- the trainer on every backend ---------------------------------------------------- */
 
 static const char *const backends[] = {"cpu", "opencl"};
@@ -707,6 +757,7 @@ int main(void)
         cmocka_unit_test(public_optimizer),
         cmocka_unit_test(grad_norm),
         cmocka_unit_test(grad_accumulate),
+        cmocka_unit_test(staged_fallback),
         cmocka_unit_test(device_matches_cpu),
         cmocka_unit_test(checkpoint_resumes_exactly),
         cmocka_unit_test(nan_gradient_named),
