@@ -90,7 +90,8 @@ bool gf_shape_unify(const struct gf_shape *s, const struct gf_shape *t, struct g
 /* Two unknown dims of one symbol. */
 static bool same_sym(const struct gf_dim *a, const struct gf_dim *b)
 {
-    return !gf_dim_known(a) && !gf_dim_known(b) && a->param && b->param && strcmp(a->param, b->param) == 0;
+    return !gf_dim_known(a) && !gf_dim_known(b) && a->param && b->param &&
+           strcmp(a->param, b->param) == 0;
 }
 
 /* Multidirectional broadcast of one pair of dims. */
@@ -135,6 +136,17 @@ bool gf_shape_broadcast(const struct gf_shape *a, const struct gf_shape *b, stru
     }
     *out = t;
     return true;
+}
+
+bool gf_dtype_is_int(enum gf_dtype t)
+{
+    switch (t) {
+    case GF_INT8: case GF_INT16: case GF_INT32: case GF_INT64:
+    case GF_UINT8: case GF_UINT16: case GF_UINT32: case GF_UINT64:
+        return true;
+    default:
+        return false;
+    }
 }
 
 enum gf_status gf_node_error(const struct gf_node *n, enum gf_status st, const char *fmt, ...)
@@ -564,4 +576,83 @@ enum gf_status gf_rule_rope(const struct gf_node *n, const struct gf_shape *x,
             return gf_node_error(n, GF_ERR_INVALID, "%s (input %d) %s does not broadcast to %s "
                                  "%s", names[i], i + 1, SHAPE(t[i]), xname, SHAPE(x));
     return GF_OK;
+}
+
+/* ---- MatMulEpilogue -------------------------------------------------------- */
+
+const char *const gf_mme_act_names[7] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
+                                         "sigmoid"};
+
+enum gf_status gf_rule_matmul(const struct gf_node *n, const struct gf_shape *a,
+                              const struct gf_shape *b, bool ta, bool tb,
+                              struct gf_matmul_rule *r)
+{
+    struct gf_dim u = gf_dim_unknown(), one = gf_dim_of(1);
+    *r = (struct gf_matmul_rule){.m = u, .k = u, .n = u, .batch.rank = -1, .y.rank = -1};
+    if (a->rank == 0 || b->rank == 0)
+        return gf_node_error(n, GF_ERR_INVALID, "A %s and B %s need rank >= 1", SHAPE(a),
+                             SHAPE(b));
+    if ((ta && a->rank == 1) || (tb && b->rank == 1))
+        return gf_node_error(n, GF_ERR_INVALID, "transA / transB need an operand of rank >= 2 "
+                             "(A %s, B %s)", SHAPE(a), SHAPE(b));
+    struct gf_dim kb = u;
+    if (a->rank > 0) {
+        const struct gf_dim *a0 = a->rank > 1 ? &a->d[a->rank - 2] : &one;
+        const struct gf_dim *a1 = &a->d[a->rank - 1];
+        r->m = ta ? *a1 : *a0;
+        r->k = ta ? *a0 : *a1;
+    }
+    if (b->rank > 0) {
+        const struct gf_dim *b0 = b->rank > 1 ? &b->d[b->rank - 2] : &b->d[0];
+        const struct gf_dim *b1 = b->rank > 1 ? &b->d[b->rank - 1] : &one;
+        r->n = tb ? *b0 : *b1;
+        kb = tb ? *b1 : *b0;
+    }
+    struct gf_dim tmp;
+    if (!gf_dim_unify(&r->k, &kb, &tmp))
+        return gf_node_error(n, GF_ERR_INVALID, "inner dims differ: A%s %s has K = %s, B%s %s "
+                             "has K = %s", ta ? "^T" : "", SHAPE(a), DIM(&r->k), tb ? "^T" : "",
+                             SHAPE(b), DIM(&kb));
+    r->k = tmp;
+    if (a->rank < 0 || b->rank < 0)
+        return GF_OK;
+    struct gf_shape ba = {.rank = a->rank > 2 ? a->rank - 2 : 0};
+    struct gf_shape bb = {.rank = b->rank > 2 ? b->rank - 2 : 0};
+    memcpy(ba.d, a->d, sizeof(struct gf_dim) * (size_t)ba.rank);
+    memcpy(bb.d, b->d, sizeof(struct gf_dim) * (size_t)bb.rank);
+    if (!gf_shape_broadcast(&ba, &bb, &r->batch))
+        return gf_node_error(n, GF_ERR_INVALID, "batch dims of A %s and B %s do not broadcast",
+                             SHAPE(a), SHAPE(b));
+    r->y = r->batch;
+    if (a->rank > 1 && r->y.rank < GF_SHAPE_MAX_RANK)
+        r->y.d[r->y.rank++] = r->m;
+    if (b->rank > 1 && r->y.rank < GF_SHAPE_MAX_RANK)
+        r->y.d[r->y.rank++] = r->n;
+    return GF_OK;
+}
+
+enum gf_status gf_rule_mme(const struct gf_node *n, const struct gf_shape *a,
+                           const struct gf_shape *b, const struct gf_shape *bias,
+                           const struct gf_shape *res, struct gf_mme_rule *r)
+{
+    r->ta = gf_node_attr_int(n, "transA", 0) != 0;
+    r->tb = gf_node_attr_int(n, "transB", 0) != 0;
+    r->alpha = gf_node_attr_float(n, "alpha", 1.0f);
+    r->beta = gf_node_attr_float(n, "beta", 1.0f);
+    const char *act = gf_node_attr_string(n, "activation", "");
+    r->act = -1;
+    for (int i = 0; i < 7 && r->act < 0; i++)
+        if (strcmp(act, gf_mme_act_names[i]) == 0)
+            r->act = i;
+    if (r->act < 0)
+        return gf_node_error(n, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, "
+                             "gelu, gelu_tanh, silu, tanh, sigmoid", act);
+    enum gf_status st = gf_rule_matmul(n, a, b, r->ta, r->tb, &r->mm);
+    const struct gf_shape *t[2] = {bias, res};
+    static const char *const names[2] = {"Bias", "Res"};
+    for (int i = 0; i < 2 && st == GF_OK; i++)
+        if (t[i] && !bcasts_into(t[i], &r->mm.y))
+            st = gf_node_error(n, GF_ERR_INVALID, "%s (input %d) %s does not broadcast to Y %s",
+                               names[i], i + 2, SHAPE(t[i]), SHAPE(&r->mm.y));
+    return st;
 }

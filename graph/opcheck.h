@@ -54,6 +54,8 @@ bool gf_shape_broadcast(const struct gf_shape *a, const struct gf_shape *b,
 /* s and t can be the same shape (unknowns agree with anything). */
 bool gf_shape_unify(const struct gf_shape *s, const struct gf_shape *t, struct gf_shape *out);
 
+/* A signed or unsigned integer type (not bool). */
+bool gf_dtype_is_int(enum gf_dtype t);
 /* GF_ERR_* st with "node 'x' (Op): message"; returns st. */
 enum gf_status gf_node_error(const struct gf_node *n, enum gf_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -172,5 +174,31 @@ enum gf_status gf_rule_glu_grad(const struct gf_node *n, const struct gf_shape *
                                 enum gf_act *act);
 enum gf_status gf_rule_rope(const struct gf_node *n, const struct gf_shape *x,
                             const struct gf_shape *cos, const struct gf_shape *sin);
+
+/* ---- MatMulEpilogue ---------------------------------------------------------
+ * MatMulEpilogue(A, B, Bias?, Res?) -> Y = act(alpha A' B' + beta Bias) + Res:
+ * A' = A, or A with its last two axes swapped (transA; B' likewise), a 1-D
+ * A is [1, K] and a 1-D B [K, 1] (their axis dropped from Y); the batch
+ * dims broadcast; Bias and Res broadcast to Y; activation one of
+ * gf_mme_act_names. */
+struct gf_matmul_rule {
+    struct gf_dim m, k, n;
+    struct gf_shape batch; /* broadcast batch dims */
+    struct gf_shape y;
+};
+/* A' x B' (MatMul's rule with transposes). */
+enum gf_status gf_rule_matmul(const struct gf_node *n, const struct gf_shape *a,
+                              const struct gf_shape *b, bool ta, bool tb,
+                              struct gf_matmul_rule *r);
+extern const char *const gf_mme_act_names[7]; /* "", relu, gelu, gelu_tanh, silu, tanh, sigmoid */
+struct gf_mme_rule {
+    bool ta, tb;
+    float alpha, beta;
+    int act; /* index into gf_mme_act_names */
+    struct gf_matmul_rule mm;
+};
+enum gf_status gf_rule_mme(const struct gf_node *n, const struct gf_shape *a,
+                           const struct gf_shape *b, const struct gf_shape *bias,
+                           const struct gf_shape *res, struct gf_mme_rule *r);
 
 #endif /* GF_OPCHECK_H */

@@ -143,17 +143,6 @@ static enum gf_dtype dtype_of(const struct gf_value *v)
     return v->type.dtype;
 }
 
-static bool is_int_dtype(enum gf_dtype t)
-{
-    switch (t) {
-    case GF_INT8: case GF_INT16: case GF_INT32: case GF_INT64:
-    case GF_UINT8: case GF_UINT16: case GF_UINT32: case GF_UINT64:
-        return true;
-    default:
-        return false;
-    }
-}
-
 static bool is_float_dtype(enum gf_dtype t)
 {
     return t == GF_FLOAT || t == GF_DOUBLE || t == GF_FLOAT16 || t == GF_BFLOAT16;
@@ -398,7 +387,7 @@ static bool sv_all_known(const struct sval *s)
  * values (OneHot's depth); NULL when too large or without data. */
 static struct sval *sv_from_tensor(struct ctx *c, const struct gf_tensor *t)
 {
-    bool is_int = t && (is_int_dtype(t->dtype) || t->dtype == GF_BOOL);
+    bool is_int = t && (gf_dtype_is_int(t->dtype) || t->dtype == GF_BOOL);
     if (!t || (!is_int && !is_float_dtype(t->dtype)) || t->rank > 1 ||
         t->nelem > MAX_SV || (t->rank == 1 && (!t->dims || (size_t)t->dims[0] != t->nelem)) ||
         (t->rank == 0 && t->nelem != 1) || !t->data ||
@@ -883,7 +872,7 @@ static bool scalar_f64(struct ctx *c, const struct gf_value *v, double *d)
     }
     if (t && t->nelem == 1 && t->data && t->dtype != GF_STRING &&
         t->nbytes >= gf_dtype_bytes(t->dtype, 1)) {
-        *d = is_int_dtype(t->dtype) ? (double)gf_tensor_get_i64(t, 0) : gf_tensor_get_f64(t, 0);
+        *d = gf_dtype_is_int(t->dtype) ? (double)gf_tensor_get_i64(t, 0) : gf_tensor_get_f64(t, 0);
         return true;
     }
     const struct sval *s = sv_get(c, v);
@@ -1266,7 +1255,8 @@ static enum gf_status infer_reshape(struct ctx *c)
     if (fill >= 0)
         o.d[fill] = reshape_fill(&s, &o, fill, &bad);
     struct gf_dim ni = dims_product(s.d, s.rank), no = dims_product(o.d, o.rank);
-    if (bad || (fill < 0 && s.rank >= 0 && gf_dim_known(&ni) && gf_dim_known(&no) && ni.value != no.value))
+    if (bad || (fill < 0 && s.rank >= 0 && gf_dim_known(&ni) && gf_dim_known(&no) &&
+                ni.value != no.value))
         return fail(c, x, "cannot reshape %s into %s", gf_shape_str(&s, b1, sizeof(b1)),
                     gf_shape_str(&o, b2, sizeof(b2)));
     return set_out_like(c, 0, 0, &o);
@@ -1803,7 +1793,8 @@ static enum gf_status infer_one_hot(struct ctx *c)
 /* ---- reductions ---------------------------------------------------------- */
 
 /* Removes (or with keepdims sets to 1) the dims flagged in `axes`. */
-static void reduce_shape(const struct gf_shape *s, const bool *axes, bool keepdims, struct gf_shape *o)
+static void reduce_shape(const struct gf_shape *s, const bool *axes, bool keepdims,
+                         struct gf_shape *o)
 {
     o->rank = 0;
     for (int i = 0; i < s->rank; i++) {
@@ -2073,7 +2064,7 @@ static enum gf_status sv_reshape(struct ctx *c)
 static enum gf_status sv_cast(struct ctx *c)
 {
     enum gf_dtype t = dtype_of(out(c, 0));
-    if (is_int_dtype(t) || is_float_dtype(t))
+    if (gf_dtype_is_int(t) || is_float_dtype(t))
         return sv_reshape(c);
     return GF_OK;
 }
@@ -2285,7 +2276,7 @@ static enum gf_status sv_range(struct ctx *c)
     int64_t start = v[0]->e[0].v, delta = v[2]->e[0].v;
     struct gf_shape o;
     shape_of(out(c, 0), &o);
-    if (!is_int_dtype(dtype_of(out(c, 0))) || o.rank != 1 || !gf_dim_known(&o.d[0]) ||
+    if (!gf_dtype_is_int(dtype_of(out(c, 0))) || o.rank != 1 || !gf_dim_known(&o.d[0]) ||
         o.d[0].value > MAX_SV || !(s = sv_alloc(c, 1, (size_t)o.d[0].value)))
         return GF_OK;
     for (size_t i = 0; i < s->n; i++)
@@ -2492,52 +2483,18 @@ static enum gf_status infer_fused_rope(struct ctx *c)
 }
 
 /* MatMulEpilogue: MatMul's shape of A' x B', A' / B' with the last two
- * axes swapped when transA / transB. */
+ * axes swapped when transA / transB (opcheck.c). */
 static enum gf_status infer_fused_matmul(struct ctx *c)
 {
-    struct gf_value *va, *vb;
-    struct gf_shape a, b, ba, bb, o;
-    int64_t ta, tb;
-    struct gf_dim k, tmp;
-    char s1[256], s2[256];
-    if (need(c, 0, &va) || need(c, 1, &vb) || attr_int(c, "transA", 0, &ta) ||
-        attr_int(c, "transB", 0, &tb))
+    struct gf_shape a, b, bias, res;
+    struct gf_mme_rule r;
+    if (need_all(c, 2))
         return GF_ERR_INVALID;
-    shape_of(va, &a);
-    shape_of(vb, &b);
-    if (a.rank == 0 || b.rank == 0)
-        return fail(c, a.rank == 0 ? va : vb, "operand is a scalar");
-    if ((ta && a.rank == 1) || (tb && b.rank == 1))
-        return fail(c, ta && a.rank == 1 ? va : vb, "transposed operand has rank 1");
-    if (a.rank < 0 || b.rank < 0)
-        return shape_unknown(&o), set_out_like(c, 0, 0, &o);
-    if (ta)
-        tmp = a.d[a.rank - 1], a.d[a.rank - 1] = a.d[a.rank - 2], a.d[a.rank - 2] = tmp;
-    if (tb)
-        tmp = b.d[b.rank - 1], b.d[b.rank - 1] = b.d[b.rank - 2], b.d[b.rank - 2] = tmp;
-    if (!gf_dim_unify(&a.d[a.rank - 1], &b.d[b.rank == 1 ? 0 : b.rank - 2], &k))
-        return fail(c, vb, "inner dims differ: %s x %s (transA=%lld, transB=%lld)",
-                    gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)),
-                    (long long)ta, (long long)tb);
-    shape_blank(&ba, a.rank > 2 ? a.rank - 2 : 0);
-    shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
-    memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
-    memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
-    if (!gf_shape_broadcast(&ba, &bb, &o))
-        return fail(c, vb, "cannot broadcast batch dims of %s and %s",
-                    gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)));
-    if (a.rank >= 2)
-        o.d[o.rank++] = a.d[a.rank - 2];
-    if (b.rank >= 2)
-        o.d[o.rank++] = b.d[b.rank - 1];
-    for (size_t i = 2; i < 4; i++) { /* Bias and Res broadcast to Y */
-        struct gf_shape t, r;
-        shape_of(in(c, i), &t);
-        if (in(c, i) && !gf_shape_broadcast(&o, &t, &r))
-            return fail(c, in(c, i), "%s %s does not broadcast to %s", i == 2 ? "Bias" : "Res",
-                        gf_shape_str(&t, s1, sizeof(s1)), gf_shape_str(&o, s2, sizeof(s2)));
-    }
-    return set_out_like(c, 0, 0, &o);
+    shape_of(in(c, 0), &a);
+    shape_of(in(c, 1), &b);
+    if (gf_rule_mme(c->n, &a, &b, rule_shape(c, 2, &bias), rule_shape(c, 3, &res), &r))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 0, 0, &r.mm.y);
 }
 
 /* SoftmaxCrossEntropy: Loss the positions (reduction none) or a scalar,

@@ -587,3 +587,67 @@ enum gf_status gf_rope_check(const struct gf_kernel_args *a)
     return fu_check_out(a, 0, x->dtype, x->rank, x->dims);
 }
 
+/* ---- MatMulEpilogue ----------------------------------------------------------- */
+
+/* A' x B' of inputs 0 and 1 from its rule: the sizes, the row strides as
+ * stored, the broadcast batch (element strides of a matrix per step, 0
+ * where an operand has 1) and Y's dims. */
+static void mm_geometry(const struct gf_kernel_args *a, const struct gf_matmul_rule *r,
+                        struct gf_mm *m)
+{
+    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
+    int ra = A->rank > 2 ? A->rank - 2 : 0, rb = B->rank > 2 ? B->rank - 2 : 0;
+    int64_t sa = (A->rank > 1 ? A->dims[A->rank - 2] : 1) * A->dims[A->rank - 1];
+    int64_t sb = (B->rank > 1 ? B->dims[B->rank - 2] : 1) * B->dims[B->rank - 1];
+    m->m = r->m.value, m->n = r->n.value, m->k = r->k.value;
+    m->lda = A->dims[A->rank - 1];
+    m->ldb = B->rank > 1 ? B->dims[B->rank - 1] : 1;
+    m->brank = ra > rb ? ra : rb;
+    m->count = 1;
+    for (int i = m->brank - 1; i >= 0; i--) {
+        int ia = i - (m->brank - ra), ib = i - (m->brank - rb);
+        int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
+        m->bdims[i] = da == 1 ? db : da;
+        m->sa[i] = da == 1 ? 0 : sa;
+        m->sb[i] = db == 1 ? 0 : sb;
+        sa *= da;
+        sb *= db;
+        m->count *= m->bdims[i];
+    }
+    m->yrank = gf_shape_dims(&r->y, m->ydims);
+}
+
+enum gf_status gf_mm_plan(const struct gf_kernel_args *a, bool ta, bool tb, struct gf_mm *m)
+{
+    struct gf_shape as, bs;
+    struct gf_matmul_rule r;
+    gf_shape_of_view(&a->in[0], &as);
+    gf_shape_of_view(&a->in[1], &bs);
+    enum gf_status st = gf_rule_matmul(a->node, &as, &bs, ta, tb, &r);
+    if (st == GF_OK)
+        mm_geometry(a, &r, m);
+    return st;
+}
+
+enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *r,
+                            struct gf_mm *m)
+{
+    const struct gf_tview *A = &a->in[0];
+    struct gf_shape as, bs, bias, res;
+    enum gf_status st = fu_check_in(a, 0, "A", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "B", A->dtype);
+    if (st == GF_OK && fu_has(a, 2))
+        st = fu_check_in(a, 2, "Bias", A->dtype);
+    if (st == GF_OK && fu_has(a, 3))
+        st = fu_check_in(a, 3, "Res", A->dtype);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(A, &as);
+    gf_shape_of_view(&a->in[1], &bs);
+    if ((st = gf_rule_mme(a->node, &as, &bs, in_shape(a, 2, &bias), in_shape(a, 3, &res), r)))
+        return st;
+    mm_geometry(a, &r->mm, m);
+    return fu_check_out(a, 0, A->dtype, m->yrank, m->ydims);
+}
+

@@ -255,6 +255,24 @@ enum gf_status gf_glu_check(const struct gf_kernel_args *a, enum gf_act *act, in
 enum gf_status gf_glu_grad_check(const struct gf_kernel_args *a, enum gf_act *act);
 enum gf_status gf_rope_check(const struct gf_kernel_args *a);
 
+/* A' x B' of inputs 0 and 1 (MatMulEpilogue; OpenCL's MatMul and Gemm):
+ * a 1-D A is [1, K], a 1-D B [K, 1]. */
+struct gf_mm {
+    int64_t m, n, k;
+    int64_t lda, ldb;            /* row strides of A and B as stored */
+    int brank;                   /* broadcast batch dims; 0: one product */
+    int64_t bdims[GF_MAX_RANK];
+    int64_t sa[GF_MAX_RANK], sb[GF_MAX_RANK]; /* elements a batch step moves (0: broadcast) */
+    int64_t count;               /* products */
+    int yrank;
+    int64_t ydims[GF_MAX_RANK];
+};
+/* The product's rule (graph/opcheck.h) and geometry, transposed by ta, tb. */
+enum gf_status gf_mm_plan(const struct gf_kernel_args *a, bool ta, bool tb, struct gf_mm *m);
+/* MatMulEpilogue(A, B, Bias?, Res?) -> Y: inputs, rule, geometry, Y. */
+enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *r,
+                            struct gf_mm *m);
+
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 
 #define GF_MAX_INTS (2 * GF_MAX_RANK) /* longest int list read (Pad's pads) */

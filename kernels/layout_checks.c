@@ -15,17 +15,6 @@ bool gf_is_index_type(enum gf_dtype t)
     return t == GF_INT32 || t == GF_INT64;
 }
 
-static bool is_int_type(enum gf_dtype t)
-{
-    switch (t) {
-    case GF_INT8: case GF_INT16: case GF_INT32: case GF_INT64:
-    case GF_UINT8: case GF_UINT16: case GF_UINT32: case GF_UINT64:
-        return true;
-    default:
-        return false;
-    }
-}
-
 bool gf_has_input(const struct gf_kernel_args *a, size_t i)
 {
     return i < a->n_in && (a->in[i].data || a->in[i].host ||
@@ -117,7 +106,7 @@ enum gf_status gf_int_list(const struct gf_kernel_args *a, size_t slot, const ch
         if (count && !p)
             return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "%s (input %zu) is not on the host",
                                    what, slot);
-        if (!is_int_type(t->dtype))
+        if (!gf_dtype_is_int(t->dtype))
             return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected int64",
                                    what, slot, gf_dtype_name(t->dtype));
     } else if (attr && gf_node_attr(a->node, attr)) {

@@ -24,9 +24,6 @@
 
 enum mact { MACT_NONE, MACT_RELU, MACT_GELU, MACT_GELU_TANH, MACT_SILU, MACT_TANH, MACT_SIGMOID };
 
-static const char *const mact_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
-                                         "sigmoid"};
-
 struct mme {
     /* the GEMM: rows i of batch b of Y (compute type, [count*m, n] in yc) */
     enum gf_dtype ct;  /* compute type: GF_FLOAT or GF_DOUBLE */
@@ -228,136 +225,52 @@ static void mme_compute(const struct mme *c, enum gf_dtype dt, int nt)
 
 /* ---- shapes ---------------------------------------------------------------------------- */
 
-/* M, K, N and the leading dims of A and B; transposes need rank >= 2. */
-static enum gf_status mme_dims(const struct gf_kernel_args *a, struct mme *c)
+/* Strides of Bias or Res (input i, checked to broadcast to Y) over the
+ * logical shape.  The axes Y lacks (1-D A or B) get stride 0. */
+static void mme_operand(const struct gf_kernel_args *a, struct mme *c, size_t i,
+                        const struct gf_mm *m, int64_t *lst)
 {
-    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
-    if (A->rank < 1 || B->rank < 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "A %s and B %s need rank >= 1", FU_SHAPE(A),
-                               FU_SHAPE(B));
-    if ((c->ta && A->rank < 2) || (c->tb && B->rank < 2))
-        return gf_kernel_error(a, GF_ERR_INVALID, "transA / transB need an operand of rank >= 2 "
-                               "(A %s, B %s)", FU_SHAPE(A), FU_SHAPE(B));
-    int64_t a0 = A->rank > 1 ? A->dims[A->rank - 2] : 1, a1 = A->dims[A->rank - 1];
-    int64_t b0 = B->rank > 1 ? B->dims[B->rank - 2] : B->dims[0]; /* a 1-D B is [K, 1] */
-    int64_t b1 = B->rank > 1 ? B->dims[B->rank - 1] : 1;
-    c->m = c->ta ? a1 : a0;
-    c->k = c->ta ? a0 : a1;
-    c->n = c->tb ? b0 : b1;
-    int64_t kb = c->tb ? b1 : b0;
-    if (c->k != kb)
-        return gf_kernel_error(a, GF_ERR_INVALID, "inner dims differ: A%s %s has K = %lld, B%s %s "
-                               "has K = %lld", c->ta ? "^T" : "", FU_SHAPE(A), (long long)c->k,
-                               c->tb ? "^T" : "", FU_SHAPE(B), (long long)kb);
-    if (c->m > INT_MAX || c->n > INT_MAX || c->k > INT_MAX || a0 > INT_MAX || a1 > INT_MAX ||
-        b0 > INT_MAX || b1 > INT_MAX)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "a matrix dim exceeds BLAS's int");
-    c->lda = a1; /* row stride of A as stored ([M,K] or [K,M]) */
-    c->ldb = b1;
-    return GF_OK;
-}
-
-/* Broadcast batch dims with element strides (0 where an operand's dim is
- * 1); Y's shape and the logical shape. */
-static enum gf_status mme_batch(const struct gf_kernel_args *a, struct mme *c, int *yrank,
-                                int64_t *ydims)
-{
-    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
-    int ra = A->rank > 2 ? A->rank - 2 : 0, rb = B->rank > 2 ? B->rank - 2 : 0;
-    int r = ra > rb ? ra : rb;
-    int64_t sa = (A->rank > 1 ? A->dims[A->rank - 2] : 1) * A->dims[A->rank - 1];
-    int64_t sb = (B->rank > 1 ? B->dims[B->rank - 2] : 1) * B->dims[B->rank - 1];
-    c->count = 1;
-    for (int i = r - 1; i >= 0; i--) {
-        int ia = i - (r - ra), ib = i - (r - rb);
-        int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
-        if (da != db && da != 1 && db != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "batch dims of A %s and B %s do not "
-                                   "broadcast", FU_SHAPE(A), FU_SHAPE(B));
-        c->bdims[i] = da == 1 ? db : da;
-        c->sa[i] = da == 1 ? 0 : sa;
-        c->sb[i] = db == 1 ? 0 : sb;
-        sa *= da;
-        sb *= db;
-        c->count *= c->bdims[i];
-    }
-    c->brank = r;
-    memcpy(ydims, c->bdims, sizeof(int64_t) * (size_t)r);
-    memcpy(c->ldims, c->bdims, sizeof(int64_t) * (size_t)r);
-    *yrank = r;
-    if (A->rank > 1)
-        ydims[(*yrank)++] = c->m;
-    if (B->rank > 1)
-        ydims[(*yrank)++] = c->n;
-    c->ldims[r] = c->m;
-    c->ldims[r + 1] = c->n;
-    c->lrank = r + 2;
-    return GF_OK;
-}
-
-/* Strides of Bias or Res (input i) over the logical shape; it must
- * broadcast to Y.  The axes Y lacks (1-D A or B) get stride 0. */
-static enum gf_status mme_operand(const struct gf_kernel_args *a, struct mme *c, size_t i,
-                                  const char *name, int yrank, const int64_t *ydims,
-                                  int64_t *lst)
-{
-    const struct gf_tview *t = &a->in[i];
-    enum gf_status st = fu_check_in(a, i, name, a->in[0].dtype);
-    if (st != GF_OK)
-        return st;
-    if (!fu_bcasts_to(t, yrank, ydims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) %s does not broadcast to Y %s",
-                               name, i, FU_SHAPE(t), FU_DIMS(yrank, ydims));
     int64_t yst[GF_MAX_RANK];
-    fu_strides(t, yrank, ydims, yst);
+    fu_strides(&a->in[i], m->yrank, m->ydims, yst);
     int y = 0;
     for (int l = 0; l < c->lrank; l++) {
         bool missing = (l == c->brank && a->in[0].rank < 2) ||
                        (l == c->brank + 1 && a->in[1].rank < 2);
         lst[l] = missing ? 0 : yst[y++];
     }
-    return GF_OK;
 }
 
-static enum gf_status mme_attrs(const struct gf_kernel_args *a, struct mme *c)
-{
-    c->ta = gf_node_attr_int(a->node, "transA", 0) != 0;
-    c->tb = gf_node_attr_int(a->node, "transB", 0) != 0;
-    c->alpha = gf_node_attr_float(a->node, "alpha", 1.0f);
-    c->beta = gf_node_attr_float(a->node, "beta", 1.0f);
-    const char *act = gf_node_attr_string(a->node, "activation", "");
-    for (size_t i = 0; i < sizeof(mact_names) / sizeof(mact_names[0]); i++)
-        if (strcmp(act, mact_names[i]) == 0) {
-            c->act = (enum mact)i;
-            return GF_OK;
-        }
-    return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, gelu, "
-                           "gelu_tanh, silu, tanh, sigmoid", act);
-}
-
-/* Every check; fills c but for the data pointers. */
+/* Every check (kernels/checks.c, the rule in graph/opcheck.c); fills c but
+ * for the data pointers. */
 static enum gf_status mme_check(const struct gf_kernel_args *a, struct mme *c)
 {
-    int yrank = 0;
-    int64_t ydims[GF_MAX_RANK + 2];
-    enum gf_status st = fu_check_in(a, 0, "A", GF_UNDEFINED);
-    if (st == GF_OK)
-        st = fu_check_in(a, 1, "B", a->in[0].dtype);
-    if (st == GF_OK)
-        st = mme_attrs(a, c);
-    if (st == GF_OK)
-        st = mme_dims(a, c);
-    if (st == GF_OK)
-        st = mme_batch(a, c, &yrank, ydims);
-    if (st == GF_OK && yrank > GF_MAX_RANK)
-        st = gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Y would have rank %d", yrank);
-    if (st == GF_OK && fu_has(a, 2))
-        st = mme_operand(a, c, 2, "Bias", yrank, ydims, c->sbias);
-    if (st == GF_OK && fu_has(a, 3))
-        st = mme_operand(a, c, 3, "Res", yrank, ydims, c->sres);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, a->in[0].dtype, yrank, ydims);
-    return st;
+    struct gf_mme_rule r;
+    struct gf_mm m;
+    enum gf_status st = gf_mme_check(a, &r, &m);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
+    int64_t a0 = A->rank > 1 ? A->dims[A->rank - 2] : 1;
+    int64_t b0 = B->rank > 1 ? B->dims[B->rank - 2] : B->dims[0];
+    if (m.m > INT_MAX || m.n > INT_MAX || m.k > INT_MAX || a0 > INT_MAX || m.lda > INT_MAX ||
+        b0 > INT_MAX || m.ldb > INT_MAX)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "a matrix dim exceeds BLAS's int");
+    c->ta = r.ta, c->tb = r.tb, c->alpha = r.alpha, c->beta = r.beta;
+    c->act = (enum mact)r.act;
+    c->m = m.m, c->n = m.n, c->k = m.k, c->lda = m.lda, c->ldb = m.ldb;
+    c->brank = m.brank, c->count = m.count;
+    memcpy(c->bdims, m.bdims, sizeof(c->bdims));
+    memcpy(c->sa, m.sa, sizeof(c->sa));
+    memcpy(c->sb, m.sb, sizeof(c->sb));
+    memcpy(c->ldims, m.bdims, sizeof(int64_t) * (size_t)m.brank);
+    c->ldims[m.brank] = m.m;
+    c->ldims[m.brank + 1] = m.n;
+    c->lrank = m.brank + 2;
+    if (fu_has(a, 2))
+        mme_operand(a, c, 2, &m, c->sbias);
+    if (fu_has(a, 3))
+        mme_operand(a, c, 3, &m, c->sres);
+    return GF_OK;
 }
 
 /* ---- the kernel ------------------------------------------------------------------------ */

@@ -453,7 +453,7 @@ static bool sup_range(const struct gf_node *n, const struct gf_tview *in, size_t
             return gf_kernel_error(a, GF_ERR_INVALID, "start %g, limit %g, delta %g give "    \
                                    "no finite element count", (double)s, (double)l, (double)d);\
         int64_t n = c > 0 ? (int64_t)c : 0;                                                    \
-        enum gf_status st = gf_check_out_dims(a, 0, 1, &n);                                            \
+        enum gf_status st = gf_check_out_dims(a, 0, 1, &n);                                    \
         for (int64_t i = 0; st == GF_OK && i < n; i++) {                                       \
             T v = s + (T)i * d;                                                                \
             memcpy((char *)a->out[0].data + i * (int64_t)sizeof(T), &v, sizeof(T));            \

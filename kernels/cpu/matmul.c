@@ -23,19 +23,6 @@ static int imax(int a, int b)
     return a > b ? a : b;
 }
 
-/* "[2,3,4]" for messages. */
-static const char *shape_str(char *buf, size_t len, int rank, const int64_t *dims)
-{
-    size_t o = (size_t)snprintf(buf, len, "[");
-    for (int i = 0; i < rank && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? "," : "", (long long)dims[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
-    return buf;
-}
-
-#define SHAPE(t) shape_str((char[96]){0}, 96, (t)->rank, (t)->dims)
-
 /* Checks that the executor's output shape is the one we compute. */
 static enum gf_status check_out(const struct gf_kernel_args *a, int rank, const int64_t *dims)
 {
@@ -44,8 +31,8 @@ static enum gf_status check_out(const struct gf_kernel_args *a, int rank, const 
     for (int i = 0; same && i < rank; i++)
         same = y->dims[i] == dims[i];
     if (!same)
-        return gf_kernel_error(a, GF_ERR_INVALID, "output has shape %s, expected %s", SHAPE(y),
-                               shape_str((char[96]){0}, 96, rank, dims));
+        return gf_kernel_error(a, GF_ERR_INVALID, "output has shape %s, expected %s", FU_SHAPE(y),
+                               FU_DIMS(rank, dims));
     return GF_OK;
 }
 
@@ -448,7 +435,7 @@ static enum gf_status matmul_batch(const struct gf_kernel_args *a, int ra, int r
         if (da != db && da != 1 && db != 1)
             return gf_kernel_error(a, GF_ERR_INVALID,
                                    "batch dims of A %s and B %s do not broadcast (%lld vs %lld)",
-                                   SHAPE(A), SHAPE(B), (long long)da, (long long)db);
+                                   FU_SHAPE(A), FU_SHAPE(B), (long long)da, (long long)db);
         gb->dims[i] = da == 1 ? db : da;
         gb->sa[i] = da == 1 ? 0 : sa;
         gb->sb[i] = db == 1 ? 0 : sb;
@@ -467,12 +454,12 @@ static enum gf_status matmul_core(const struct gf_kernel_args *a)
     const struct gf_tview *A = &a->in[0], *B = &a->in[1];
     if (A->rank < 1 || B->rank < 1)
         return gf_kernel_error(a, GF_ERR_INVALID, "inputs need rank >= 1; A is %s, B is %s",
-                               SHAPE(A), SHAPE(B));
+                               FU_SHAPE(A), FU_SHAPE(B));
     int64_t k = A->dims[A->rank - 1], kb = B->dims[B->rank > 1 ? B->rank - 2 : 0];
     if (k != kb)
         return gf_kernel_error(a, GF_ERR_INVALID,
                                "inner dims differ: A %s has %lld columns, B %s has %lld rows",
-                               SHAPE(A), (long long)k, SHAPE(B), (long long)kb);
+                               FU_SHAPE(A), (long long)k, FU_SHAPE(B), (long long)kb);
     struct gemm_batch gb = {.g = {
         .dtype = A->dtype,
         .m = A->rank > 1 ? A->dims[A->rank - 2] : 1,
@@ -530,7 +517,7 @@ static enum gf_status gemm_bias(const struct gf_kernel_args *a, const struct gf_
     bool strict = opset > 0 && opset < 7 && !gf_node_attr_int(a->node, "broadcast", 0);
     if (C->rank > 2 || (cm != 1 && cm != g->m) || (cn != 1 && cn != g->n) ||
         (strict && (C->rank != 2 || cm != g->m || cn != g->n)))
-        return gf_kernel_error(a, GF_ERR_INVALID, "C %s does not %s Y [%lld,%lld]%s", SHAPE(C),
+        return gf_kernel_error(a, GF_ERR_INVALID, "C %s does not %s Y [%lld,%lld]%s", FU_SHAPE(C),
                                strict ? "match" : "broadcast to", (long long)g->m,
                                (long long)g->n, strict ? " (broadcast=0)" : "");
     struct fill f = {.src = C->data, .dst = g->c, .n = g->n, .rs = cm == 1 ? 0 : cn,
@@ -547,8 +534,8 @@ static enum gf_status gemm_core(const struct gf_kernel_args *a)
     bool ta = gf_node_attr_int(a->node, "transA", 0) != 0;
     bool tb = gf_node_attr_int(a->node, "transB", 0) != 0;
     if (A->rank != 2 || B->rank != 2)
-        return gf_kernel_error(a, GF_ERR_INVALID, "A %s and B %s must be 2-D", SHAPE(A),
-                               SHAPE(B));
+        return gf_kernel_error(a, GF_ERR_INVALID, "A %s and B %s must be 2-D", FU_SHAPE(A),
+                               FU_SHAPE(B));
     struct gemm g = {
         .dtype = A->dtype,
         .m = A->dims[ta ? 1 : 0], .k = A->dims[ta ? 0 : 1], .n = B->dims[tb ? 0 : 1],
@@ -559,8 +546,8 @@ static enum gf_status gemm_core(const struct gf_kernel_args *a)
     if (g.k != kb)
         return gf_kernel_error(a, GF_ERR_INVALID,
                                "inner dims differ: A%s %s gives K=%lld, B%s %s gives K=%lld",
-                               ta ? "^T" : "", SHAPE(A), (long long)g.k, tb ? "^T" : "",
-                               SHAPE(B), (long long)kb);
+                               ta ? "^T" : "", FU_SHAPE(A), (long long)g.k, tb ? "^T" : "",
+                               FU_SHAPE(B), (long long)kb);
     /* A is stored [M,K] or, transposed, [K,M]; B [K,N] or [N,K] */
     g.a_rs = ta ? 1 : g.k, g.a_cs = ta ? g.m : 1;
     g.b_rs = tb ? 1 : g.n, g.b_cs = tb ? g.k : 1;
@@ -769,12 +756,12 @@ static enum gf_status ein_sizes(const struct gf_kernel_args *a, struct ein *e)
             int64_t n = x->dims[d];
             if (e->cnt[i][l] && seen[l] != n)
                 return gf_kernel_error(a, GF_ERR_INVALID, "label '%c' repeats in input %d %s "
-                                       "with sizes %lld and %lld", label_char(l), i, SHAPE(x),
+                                       "with sizes %lld and %lld", label_char(l), i, FU_SHAPE(x),
                                        (long long)n, (long long)seen[l]);
             if (e->size[l] != -1 && e->size[l] != 1 && n != 1 && n != e->size[l])
                 return gf_kernel_error(a, GF_ERR_INVALID, "label '%c' has size %lld in input "
                                        "%d %s but %lld elsewhere", label_char(l), (long long)n,
-                                       i, SHAPE(x), (long long)e->size[l]);
+                                       i, FU_SHAPE(x), (long long)e->size[l]);
             if (e->size[l] == -1 || e->size[l] == 1)
                 e->size[l] = n;
             seen[l] = n;

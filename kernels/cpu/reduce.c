@@ -678,7 +678,8 @@ static enum gf_status arg_run(const struct gf_kernel_args *a)
     if (st != GF_OK)
         return st;
     struct axis3 s = split_at(x, ax);
-    if ((st = gf_check_out_count(a, 0, GF_INT64, s.outer * s.inner)) != GF_OK || s.outer * s.inner == 0)
+    if ((st = gf_check_out_count(a, 0, GF_INT64, s.outer * s.inner)) != GF_OK ||
+        s.outer * s.inner == 0)
         return st;
     if (s.n == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "axis %d has size 0: no element to select", ax);

@@ -263,7 +263,8 @@ static enum gf_status sce_launch(const struct gf_kernel_args *a, const struct sc
     cl_mem logp = fu_has_out(a, 1) ? fcl_mem(&a->out[1]) : NULL;
     cl_mem g = fu_has_out(a, 2) ? fcl_mem(&a->out[2]) : NULL;
     cl_uint flags = label_flags(&c->lab) | (lout ? L_LOSS_OUT : L_LOSS) | (wc ? L_WC : 0) |
-                    (logp ? L_LOGP : 0) | (g ? L_G : 0) | (g && c->red == GF_RED_MEAN ? L_GMEAN : 0);
+                    (logp ? L_LOGP : 0) | (g ? L_G : 0) |
+                    (g && c->red == GF_RED_MEAN ? L_GMEAN : 0);
     cl_uint lo = (cl_uint)(c->red == GF_RED_NONE ? 0 : c->ws.loss / 4);
     cl_uint wo = (cl_uint)(c->ws.wt / 4), go = (cl_uint)(c->ws.gsum / 4);
     cl_uint bo = (cl_uint)(c->ws.bad / 4), n_pos = (cl_uint)c->n_pos, cc = (cl_uint)c->c;

@@ -380,7 +380,8 @@ static enum gf_status run_concat(const struct gf_kernel_args *a)
     /* out [outer, D * inner]: input j is the [outer, dj * inner] block at
      * column pos (in elements) */
     int r = x0->rank;
-    int64_t outer = (int64_t)gf_dims_prod(dims, 0, ax), inner = (int64_t)gf_dims_prod(dims, ax + 1, r);
+    int64_t outer = (int64_t)gf_dims_prod(dims, 0, ax);
+    int64_t inner = (int64_t)gf_dims_prod(dims, ax + 1, r);
     int64_t pos = 0, pitch = dims[ax] * inner;
     for (size_t j = 0; j < a->n_in && st == GF_OK; j++) {
         int64_t len = a->in[j].dims[ax] * inner, bd[2] = {outer, len};
@@ -399,7 +400,8 @@ static enum gf_status run_split(const struct gf_kernel_args *a)
     if (st)
         return st;
     /* x [outer, dim * inner]: output j is the block at column pos */
-    int64_t outer = (int64_t)gf_dims_prod(x->dims, 0, ax), inner = (int64_t)gf_dims_prod(x->dims, ax + 1, x->rank);
+    int64_t outer = (int64_t)gf_dims_prod(x->dims, 0, ax);
+    int64_t inner = (int64_t)gf_dims_prod(x->dims, ax + 1, x->rank);
     int64_t pos = 0, pitch = x->dims[ax] * inner;
     for (size_t j = 0; j < a->n_out; j++) {
         int64_t dims[GF_MAX_RANK];

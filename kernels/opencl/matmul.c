@@ -56,11 +56,6 @@ struct mm_job {
     cl_mem a, b, bias, res, y;
 };
 
-enum mact { MACT_NONE, MACT_RELU, MACT_GELU, MACT_GELU_TANH, MACT_SILU, MACT_TANH, MACT_SIGMOID };
-
-static const char *const mact_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
-                                         "sigmoid"};
-
 /* ---- the config space ----------------------------------------------------------- */
 
 static const int tm_vals[] = {32, 64, 128};
@@ -103,89 +98,48 @@ static const char *mm_config_str(const int *v, char *buf, size_t len)
 
 /* ---- shapes ------------------------------------------------------------------------- */
 
-/* Batch dims of A (rank ra) and B (rank rb) broadcast into j (strides of a
- * whole matrix per step, 0 where an operand has 1), Y's shape into ydims. */
-static enum gf_status mm_batch(const struct gf_kernel_args *a, struct mm_job *j, int *yrank,
-                               int64_t *ydims)
+/* The product's geometry (the shared plan m, kernels/checks.c) into j: M,
+ * N, K, the row strides of A and B as stored, the broadcast batch. */
+static enum gf_status mm_from_plan(const struct gf_kernel_args *a, const struct gf_mm *m,
+                                   struct mm_job *j)
 {
     const struct gf_tview *A = &a->in[0], *B = &a->in[1];
-    int ra = A->rank > 2 ? A->rank - 2 : 0, rb = B->rank > 2 ? B->rank - 2 : 0;
-    int r = ra > rb ? ra : rb;
-    int64_t sa = (A->rank > 1 ? A->dims[A->rank - 2] : 1) * A->dims[A->rank - 1];
-    int64_t sb = (B->rank > 1 ? B->dims[B->rank - 2] : 1) * B->dims[B->rank - 1];
-    j->count = 1;
-    for (int i = r - 1; i >= 0; i--) {
-        int ia = i - (r - ra), ib = i - (r - rb);
-        int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
-        if (da != db && da != 1 && db != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID, "batch dims of A %s and B %s do not "
-                                   "broadcast", FU_SHAPE(A), FU_SHAPE(B));
-        ydims[i] = da == 1 ? db : da;
-        j->g.dims[i] = (cl_int)ydims[i];
-        j->g.sa[i] = da == 1 ? 0 : sa;
-        j->g.sb[i] = db == 1 ? 0 : sb;
-        sa *= da;
-        sb *= db;
-        j->count *= ydims[i];
-    }
-    j->g.rank = r;
-    *yrank = r;
-    if (A->rank > 1)
-        ydims[(*yrank)++] = j->g.m;
-    if (B->rank > 1)
-        ydims[(*yrank)++] = j->g.n;
-    return GF_OK;
-}
-
-/* M, N, K and the row strides of A and B as stored; a 1-D A is [1, K], a
- * 1-D B [K, 1]; transposed operands have rank >= 2. */
-static enum gf_status mm_dims(const struct gf_kernel_args *a, struct mm_job *j)
-{
-    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
-    if (A->rank < 1 || B->rank < 1 || (j->ta && A->rank < 2) || (j->tb && B->rank < 2))
-        return gf_kernel_error(a, GF_ERR_INVALID, "A %s and B %s need rank >= 1 (>= 2 when "
-                               "transposed)", FU_SHAPE(A), FU_SHAPE(B));
-    int64_t a0 = A->rank > 1 ? A->dims[A->rank - 2] : 1, a1 = A->dims[A->rank - 1];
+    int64_t a0 = A->rank > 1 ? A->dims[A->rank - 2] : 1;
     int64_t b0 = B->rank > 1 ? B->dims[B->rank - 2] : B->dims[0];
-    int64_t b1 = B->rank > 1 ? B->dims[B->rank - 1] : 1;
-    int64_t m = j->ta ? a1 : a0, k = j->ta ? a0 : a1, n = j->tb ? b0 : b1;
-    int64_t kb = j->tb ? b1 : b0;
-    if (k != kb)
-        return gf_kernel_error(a, GF_ERR_INVALID, "inner dims differ: A%s %s has K = %lld, B%s "
-                               "%s has K = %lld", j->ta ? "^T" : "", FU_SHAPE(A), (long long)k,
-                               j->tb ? "^T" : "", FU_SHAPE(B), (long long)kb);
-    if (a0 > INT_MAX || a1 > INT_MAX || b0 > INT_MAX || b1 > INT_MAX)
+    if (a0 > INT_MAX || m->lda > INT_MAX || b0 > INT_MAX || m->ldb > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "a matrix dim exceeds 2^31 - 1");
-    j->g.m = (cl_int)m;
-    j->g.n = (cl_int)n;
-    j->g.k = (cl_int)k;
-    j->g.lda = (cl_int)a1;
-    j->g.ldb = (cl_int)b1;
+    j->g.m = (cl_int)m->m;
+    j->g.n = (cl_int)m->n;
+    j->g.k = (cl_int)m->k;
+    j->g.lda = (cl_int)m->lda;
+    j->g.ldb = (cl_int)m->ldb;
+    j->g.rank = m->brank;
+    for (int i = 0; i < m->brank; i++) {
+        j->g.dims[i] = (cl_int)m->bdims[i];
+        j->g.sa[i] = m->sa[i];
+        j->g.sb[i] = m->sb[i];
+    }
+    j->count = m->count;
+    j->a = A->data;
+    j->b = B->data;
+    j->y = a->out[0].data;
     return GF_OK;
 }
 
-/* Strides of operand t (Bias or Res) over the batch dims, rows and columns
- * of Y [yrank dims]: t must broadcast to Y; the axes Y lacks (1-D A or B)
- * get stride 0. */
-static enum gf_status mm_operand(const struct gf_kernel_args *a, const struct gf_tview *t,
-                                 const char *name, int yrank, const int64_t *ydims,
-                                 cl_long *sbatch, cl_long *sm, cl_long *sn)
+/* Strides of operand t (Bias or Res, checked to broadcast to Y) over the
+ * batch dims, rows and columns of Y; the axes Y lacks (1-D A or B) get
+ * stride 0. */
+static void mm_operand(const struct gf_kernel_args *a, const struct gf_tview *t,
+                       const struct gf_mm *m, cl_long *sbatch, cl_long *sm, cl_long *sn)
 {
-    if (t->dtype != a->in[0].dtype)
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s is %s, expected %s like A", name,
-                               gf_dtype_name(t->dtype), gf_dtype_name(a->in[0].dtype));
-    if (!fu_bcasts_to(t, yrank, ydims))
-        return gf_kernel_error(a, GF_ERR_INVALID, "%s %s does not broadcast to Y %s", name,
-                               FU_SHAPE(t), FU_DIMS(yrank, ydims));
     int64_t st[GF_MAX_RANK + 2];
-    fu_strides(t, yrank, ydims, st);
-    int br = yrank - (a->in[0].rank > 1) - (a->in[1].rank > 1);
+    fu_strides(t, m->yrank, m->ydims, st);
+    int br = m->yrank - (a->in[0].rank > 1) - (a->in[1].rank > 1);
     for (int i = 0; i < br; i++)
         sbatch[i] = st[i];
     int y = br;
     *sm = a->in[0].rank > 1 ? st[y++] : 0;
     *sn = a->in[1].rank > 1 ? st[y] : 0;
-    return GF_OK;
 }
 
 /* Merges batch dims that are contiguous for every operand, drops size-1
@@ -302,7 +256,9 @@ static enum gf_status mm_launch(const struct gf_kernel_args *a, struct mm_job *j
 
 /* ---- the ops ------------------------------------------------------------------------ */
 
-static enum gf_status mm_inputs(const struct gf_kernel_args *a, struct mm_job *j)
+/* MatMul, Gemm: A and B, of a storage type, and the product's plan. */
+static enum gf_status mm_inputs(const struct gf_kernel_args *a, struct mm_job *j,
+                                struct gf_mm *m)
 {
     if (a->n_in < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "needs inputs A and B");
@@ -314,24 +270,18 @@ static enum gf_status mm_inputs(const struct gf_kernel_args *a, struct mm_job *j
     if (st == GF_OK)
         st = fu_check_in(a, 1, "B", j->dt);
     if (st == GF_OK)
-        st = mm_dims(a, j);
-    j->a = a->in[0].data;
-    j->b = a->in[1].data;
-    j->y = a->out[0].data;
-    return st;
+        st = gf_mm_plan(a, j->ta, j->tb, m);
+    return st == GF_OK ? mm_from_plan(a, m, j) : st;
 }
 
 /* MatMul: A [..., M, K] x B [..., K, N] -> Y [..., M, N]. */
 static enum gf_status matmul_run(const struct gf_kernel_args *a)
 {
     struct mm_job j = {.g = {.alpha = 1}};
-    int yrank = 0;
-    int64_t ydims[GF_MAX_RANK + 2];
-    enum gf_status st = mm_inputs(a, &j);
+    struct gf_mm m;
+    enum gf_status st = mm_inputs(a, &j, &m);
     if (st == GF_OK)
-        st = mm_batch(a, &j, &yrank, ydims);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, j.dt, yrank, ydims);
+        st = fu_check_out(a, 0, j.dt, m.yrank, m.ydims);
     return st == GF_OK ? mm_launch(a, &j) : st;
 }
 
@@ -345,7 +295,8 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
                              .beta = gf_node_attr_float(a->node, "beta", 1.0f)}};
     if (a->n_in < 2 || a->in[0].rank != 2 || a->in[1].rank != 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "A and B must be 2-D");
-    enum gf_status st = mm_inputs(a, &j);
+    struct gf_mm m;
+    enum gf_status st = mm_inputs(a, &j, &m);
     int64_t ydims[2] = {j.g.m, j.g.n};
     if (st == GF_OK)
         st = fu_check_out(a, 0, j.dt, 2, ydims);
@@ -370,50 +321,35 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
     return mm_launch(a, &j);
 }
 
-static enum gf_status mme_attrs(const struct gf_kernel_args *a, struct mm_job *j)
-{
-    j->ta = gf_node_attr_int(a->node, "transA", 0) != 0;
-    j->tb = gf_node_attr_int(a->node, "transB", 0) != 0;
-    j->g.alpha = gf_node_attr_float(a->node, "alpha", 1.0f);
-    j->g.beta = gf_node_attr_float(a->node, "beta", 1.0f);
-    const char *act = gf_node_attr_string(a->node, "activation", "");
-    for (size_t i = 0; i < sizeof(mact_names) / sizeof(mact_names[0]); i++)
-        if (strcmp(act, mact_names[i]) == 0) {
-            j->g.act = (cl_int)i;
-            return GF_OK;
-        }
-    return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, gelu, "
-                           "gelu_tanh, silu, tanh, sigmoid", act);
-}
-
-/* MatMulEpilogue: A, B, Bias?, Res? -> Y = act(alpha A' @ B' + beta Bias) + Res. */
+/* MatMulEpilogue: A, B, Bias?, Res? -> Y = act(alpha A' @ B' + beta Bias) + Res
+ * (the checks: kernels/checks.c, the rule in graph/opcheck.c). */
 static enum gf_status mme_run(const struct gf_kernel_args *a)
 {
     struct mm_job j = {0};
-    int yrank = 0;
-    int64_t ydims[GF_MAX_RANK + 2];
-    enum gf_status st = mme_attrs(a, &j);
+    struct gf_mme_rule r;
+    struct gf_mm m;
+    enum gf_status st = gf_mme_check(a, &r, &m);
+    j.dt = a->in[0].dtype;
+    if (st == GF_OK && !gf_cl_storage_opt(j.dt))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "A (input 0) is %s, expected float, float16 "
+                             "or bfloat16", gf_dtype_name(j.dt));
     if (st == GF_OK)
-        st = mm_inputs(a, &j);
-    if (st == GF_OK)
-        st = mm_batch(a, &j, &yrank, ydims);
-    if (st == GF_OK && yrank > GF_MAX_RANK)
-        st = gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Y would have rank %d", yrank);
-    if (st == GF_OK && fu_has(a, 2)) {
+        st = mm_from_plan(a, &m, &j);
+    if (st != GF_OK)
+        return st;
+    j.ta = r.ta, j.tb = r.tb;
+    j.g.alpha = r.alpha, j.g.beta = r.beta, j.g.act = r.act;
+    if (fu_has(a, 2)) {
         j.g.has_bias = 1;
         j.bias = a->in[2].data;
-        st = mm_operand(a, &a->in[2], "Bias (input 2)", yrank, ydims, j.g.sbias, &j.g.bias_m,
-                        &j.g.bias_n);
+        mm_operand(a, &a->in[2], &m, j.g.sbias, &j.g.bias_m, &j.g.bias_n);
     }
-    if (st == GF_OK && fu_has(a, 3)) {
+    if (fu_has(a, 3)) {
         j.g.has_res = 1;
         j.res = a->in[3].data;
-        st = mm_operand(a, &a->in[3], "Res (input 3)", yrank, ydims, j.g.sres, &j.g.res_m,
-                        &j.g.res_n);
+        mm_operand(a, &a->in[3], &m, j.g.sres, &j.g.res_m, &j.g.res_n);
     }
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, j.dt, yrank, ydims);
-    return st == GF_OK ? mm_launch(a, &j) : st;
+    return mm_launch(a, &j);
 }
 
 /* Float, float16 or bfloat16 operands of one type and rank <= 8 (Bias,
