@@ -32,15 +32,15 @@ size_t gf_tview_bytes(const struct gf_tview *t)
 
 /*
  * Every backend, one line each: X(build switch, descriptor, name, how to
- * build it).  A switch is 1 or 0 (the Makefile's GF_<NAME>); with 0 the
- * backend is listed but not built, and asking for it says how to build it.
+ * build it).  A switch is 1 or 0 (the Makefile's GF_<NAME>; 1: always
+ * built); with 0 the backend is listed but not built, and asking for it
+ * says how to build it.
  * The first is the reference every other falls back to per node; where two
  * claim a device, the one listed first is the default there (see
  * docs/backends.md).
  */
-#define GF_CPU 1
 #define BACKENDS(X)                                                                       \
-    X(GF_CPU, gf_cpu_backend, "cpu", "")                                                  \
+    X(1, gf_cpu_backend, "cpu", "")                                                       \
     X(GF_OPENCL, gf_opencl_backend, "opencl", "GF_OPENCL=1 with ocl-icd-opencl-dev")
 
 #define BUILT_1(desc, nm, lacks) &desc
@@ -125,7 +125,7 @@ size_t gf_backend_devices(const char *name, struct gf_device_info *out, size_t m
 }
 
 /* `--backend auto`: the first default device that is a GPU, in list order,
- * else the first default device (the CPU's); with `device`, among those
+ * else the first default device (the reference's); with `device`, among those
  * whose name contains it. */
 static enum gf_status open_auto(const char *device, struct gf_backend **out)
 {
