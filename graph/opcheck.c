@@ -631,6 +631,17 @@ enum gf_status gf_rule_matmul(const struct gf_node *n, const struct gf_shape *a,
     return GF_OK;
 }
 
+/* The epilogue's "activation": its index in gf_mme_act_names. */
+static enum gf_status mme_act(const struct gf_node *n, int *act)
+{
+    const char *name = gf_node_attr_string(n, "activation", "");
+    for (*act = 0; *act < 7; (*act)++)
+        if (strcmp(name, gf_mme_act_names[*act]) == 0)
+            return GF_OK;
+    return gf_node_error(n, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, gelu, "
+                         "gelu_tanh, silu, tanh, sigmoid", name);
+}
+
 enum gf_status gf_rule_mme(const struct gf_node *n, const struct gf_shape *a,
                            const struct gf_shape *b, const struct gf_shape *bias,
                            const struct gf_shape *res, struct gf_mme_rule *r)
@@ -639,15 +650,9 @@ enum gf_status gf_rule_mme(const struct gf_node *n, const struct gf_shape *a,
     r->tb = gf_node_attr_int(n, "transB", 0) != 0;
     r->alpha = gf_node_attr_float(n, "alpha", 1.0f);
     r->beta = gf_node_attr_float(n, "beta", 1.0f);
-    const char *act = gf_node_attr_string(n, "activation", "");
-    r->act = -1;
-    for (int i = 0; i < 7 && r->act < 0; i++)
-        if (strcmp(act, gf_mme_act_names[i]) == 0)
-            r->act = i;
-    if (r->act < 0)
-        return gf_node_error(n, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, "
-                             "gelu, gelu_tanh, silu, tanh, sigmoid", act);
-    enum gf_status st = gf_rule_matmul(n, a, b, r->ta, r->tb, &r->mm);
+    enum gf_status st = mme_act(n, &r->act);
+    if (st == GF_OK)
+        st = gf_rule_matmul(n, a, b, r->ta, r->tb, &r->mm);
     const struct gf_shape *t[2] = {bias, res};
     static const char *const names[2] = {"Bias", "Res"};
     for (int i = 0; i < 2 && st == GF_OK; i++)
@@ -655,4 +660,29 @@ enum gf_status gf_rule_mme(const struct gf_node *n, const struct gf_shape *a,
             st = gf_node_error(n, GF_ERR_INVALID, "%s (input %d) %s does not broadcast to Y %s",
                                names[i], i + 2, SHAPE(t[i]), SHAPE(&r->mm.y));
     return st;
+}
+
+enum gf_status gf_rule_mme_grad(const struct gf_node *n, const struct gf_shape *dy,
+                                const struct gf_shape *z, struct gf_mme_grad_rule *r)
+{
+    enum gf_status st = mme_act(n, &r->act);
+    if (st == GF_OK)
+        st = attr_flag(n, "from_output", &r->from_y);
+    if (st != GF_OK)
+        return st;
+    const char *name = gf_mme_act_names[r->act];
+    if (r->from_y && strcmp(name, "relu") && strcmp(name, "tanh") && strcmp(name, "sigmoid") &&
+        *name)
+        return gf_node_error(n, GF_ERR_INVALID, "from_output=1 needs activation relu, tanh or "
+                             "sigmoid (%s is not invertible from its output)", name);
+    struct gf_shape tmp;
+    if (!gf_shape_unify(z, dy, &tmp))
+        return gf_node_error(n, GF_ERR_INVALID, "%s %s must have dY's shape %s",
+                             r->from_y ? "Y" : "Z", SHAPE(z), SHAPE(dy));
+    if (dy->rank == 0)
+        return gf_node_error(n, GF_ERR_INVALID, "dY must have rank >= 1 (rows of the last axis)");
+    r->dbias = (struct gf_shape){.rank = dy->rank < 0 ? -1 : 1};
+    if (dy->rank > 0)
+        r->dbias.d[0] = dy->d[dy->rank - 1];
+    return GF_OK;
 }

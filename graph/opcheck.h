@@ -200,5 +200,15 @@ struct gf_mme_rule {
 enum gf_status gf_rule_mme(const struct gf_node *n, const struct gf_shape *a,
                            const struct gf_shape *b, const struct gf_shape *bias,
                            const struct gf_shape *res, struct gf_mme_rule *r);
+/* MatMulEpilogueGrad(dY, Z) -> dZ, dBias?: Z (Y with from_output=1, which
+ * needs an activation invertible from its output: none, relu, tanh,
+ * sigmoid) of dY's shape, dY of rank >= 1; dBias is [N], dY's last dim. */
+struct gf_mme_grad_rule {
+    int act;
+    bool from_y;
+    struct gf_shape dbias;
+};
+enum gf_status gf_rule_mme_grad(const struct gf_node *n, const struct gf_shape *dy,
+                                const struct gf_shape *z, struct gf_mme_grad_rule *r);
 
 #endif /* GF_OPCHECK_H */

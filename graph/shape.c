@@ -2678,24 +2678,19 @@ static enum gf_status infer_glu_grad(struct ctx *c)
     return set_out_like(c, 1, 0, &s);
 }
 
-/* MatMulEpilogueGrad(dY, Z) -> dZ like dY, dBias [N] (dY's last dim). */
+/* MatMulEpilogueGrad(dY, Z) -> dZ like dY, dBias [N] (dY's last dim);
+ * the checks: opcheck.c. */
 static enum gf_status infer_mme_grad(struct ctx *c)
 {
-    struct gf_value *dy;
-    struct gf_shape s, o;
-    if (need_all(c, 2) || need(c, 0, &dy))
+    struct gf_shape s, z;
+    struct gf_mme_grad_rule r;
+    if (need_all(c, 2))
         return GF_ERR_INVALID;
-    shape_of(dy, &s);
-    if (s.rank == 0)
-        return fail(c, dy, "dY is a scalar");
-    if (set_out_like(c, 0, 0, &s))
+    shape_of(in(c, 0), &s);
+    shape_of(in(c, 1), &z);
+    if (gf_rule_mme_grad(c->n, &s, &z, &r) || set_out_like(c, 0, 0, &s))
         return GF_ERR_INVALID;
-    shape_unknown(&o);
-    if (s.rank > 0) {
-        shape_blank(&o, 1);
-        o.d[0] = s.d[s.rank - 1];
-    }
-    return set_out_like(c, 1, 0, &o);
+    return set_out_like(c, 1, 0, &r.dbias);
 }
 
 /* CrossEntropyGrad(dLoss, G) -> dL like G (opcheck.c). */

@@ -651,3 +651,23 @@ enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *
     return fu_check_out(a, 0, A->dtype, m->yrank, m->ydims);
 }
 
+enum gf_status gf_mme_grad_check(const struct gf_kernel_args *a, struct gf_mme_grad_rule *r)
+{
+    const struct gf_tview *dy = &a->in[0];
+    struct gf_shape ds, zs;
+    bool fy = gf_node_attr_int(a->node, "from_output", 0) != 0;
+    enum gf_status st = fu_check_in(a, 0, "dY", GF_UNDEFINED);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, fy ? "Y" : "Z", dy->dtype);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(dy, &ds);
+    gf_shape_of_view(&a->in[1], &zs);
+    if ((st = gf_rule_mme_grad(a->node, &ds, &zs, r)))
+        return st;
+    st = fu_check_out(a, 0, dy->dtype, dy->rank, dy->dims);
+    if (st == GF_OK && fu_has_out(a, 1))
+        st = fu_check_out(a, 1, dy->dtype, 1, dy->dims + dy->rank - 1);
+    return st;
+}
+

@@ -273,6 +273,9 @@ enum gf_status gf_mm_plan(const struct gf_kernel_args *a, bool ta, bool tb, stru
 enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *r,
                             struct gf_mm *m);
 
+/* MatMulEpilogueGrad(dY, Z) -> dZ, dBias?: inputs, rule, outputs. */
+enum gf_status gf_mme_grad_check(const struct gf_kernel_args *a, struct gf_mme_grad_rule *r);
+
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 
 #define GF_MAX_INTS (2 * GF_MAX_RANK) /* longest int list read (Pad's pads) */

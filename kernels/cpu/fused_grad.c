@@ -514,9 +514,6 @@ static enum gf_status rope_grad_run(const struct gf_kernel_args *a)
 
 enum eact { EACT_NONE, EACT_RELU, EACT_GELU, EACT_GELU_TANH, EACT_SILU, EACT_TANH, EACT_SIGMOID };
 
-static const char *const eact_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
-                                         "sigmoid"};
-
 struct mmeg {
     const void *dy, *z; /* [rows, n]; z is Y with from_y */
     void *dz;           /* [rows, n]; may be dy or z (in place) */
@@ -568,44 +565,13 @@ FG_TYPES(DEF_EPI_D)
 #define MMEG_ENTRY(DT, sfx, T) [DT] = mmeg_part_##sfx,
 static const fu_part_fn mmeg_parts[GF_DTYPE_COUNT] = {FG_TYPES(MMEG_ENTRY)};
 
-static enum gf_status mmeg_attrs(const struct gf_kernel_args *a, struct mmeg *c)
-{
-    const char *act = gf_node_attr_string(a->node, "activation", "");
-    int64_t fy = gf_node_attr_int(a->node, "from_output", 0);
-    size_t k = 0, n_names = sizeof(eact_names) / sizeof(eact_names[0]);
-    while (k < n_names && strcmp(act, eact_names[k]) != 0)
-        k++;
-    if (k == n_names)
-        return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, "
-                               "gelu, gelu_tanh, silu, tanh, sigmoid", act);
-    c->act = (enum eact)k;
-    if (fy != 0 && fy != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "from_output %lld must be 0 or 1",
-                               (long long)fy);
-    c->from_y = fy;
-    if (c->from_y && c->act != EACT_RELU && c->act != EACT_TANH && c->act != EACT_SIGMOID &&
-        c->act != EACT_NONE)
-        return gf_kernel_error(a, GF_ERR_INVALID, "from_output=1 needs activation relu, tanh or "
-                               "sigmoid (%s is not invertible from its output)", act);
-    return GF_OK;
-}
-
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c). */
 static enum gf_status mmeg_check(const struct gf_kernel_args *a, struct mmeg *c)
 {
-    const struct gf_tview *dy = &a->in[0];
-    enum gf_status st = mmeg_attrs(a, c);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dY", GF_UNDEFINED);
-    if (st == GF_OK && (st = fu_check_in(a, 1, c->from_y ? "Y" : "Z", dy->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[1], dy->rank, dy->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s",
-                             c->from_y ? "Y" : "Z", FU_SHAPE(&a->in[1]), FU_SHAPE(dy));
-    if (st == GF_OK && dy->rank < 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY must have rank >= 1 (rows of the last axis)");
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, dy->dtype, dy->rank, dy->dims);
-    if (st == GF_OK && fu_has_out(a, 1))
-        st = fu_check_out(a, 1, dy->dtype, 1, dy->dims + dy->rank - 1);
+    struct gf_mme_grad_rule r;
+    enum gf_status st = gf_mme_grad_check(a, &r);
+    c->act = (enum eact)r.act; /* the order of gf_mme_act_names */
+    c->from_y = r.from_y;
     return st;
 }
 

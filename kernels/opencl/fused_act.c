@@ -202,48 +202,14 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
 
 /* ---- MatMulEpilogueGrad ---------------------------------------------------------- */
 
-static const char *const epi_names[] = {"", "relu", "gelu", "gelu_tanh", "silu", "tanh",
-                                        "sigmoid"};
-enum { E_NONE, E_RELU, E_GELU, E_GELU_TANH, E_SILU, E_TANH, E_SIGMOID };
-
-/* activation, from_output: the checks of the CPU kernel. */
-static enum gf_status epi_attrs(const struct gf_kernel_args *a, cl_uint *act, cl_uint *from_y)
-{
-    const char *name = gf_node_attr_string(a->node, "activation", "");
-    int64_t fy = gf_node_attr_int(a->node, "from_output", 0);
-    size_t k = 0, n_names = sizeof(epi_names) / sizeof(epi_names[0]);
-    while (k < n_names && strcmp(name, epi_names[k]) != 0)
-        k++;
-    if (k == n_names)
-        return gf_kernel_error(a, GF_ERR_INVALID, "activation '%s' is not one of \"\", relu, "
-                               "gelu, gelu_tanh, silu, tanh, sigmoid", name);
-    if (fy != 0 && fy != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "from_output %lld must be 0 or 1",
-                               (long long)fy);
-    if (fy && k != E_RELU && k != E_TANH && k != E_SIGMOID && k != E_NONE)
-        return gf_kernel_error(a, GF_ERR_INVALID, "from_output=1 needs activation relu, tanh or "
-                               "sigmoid (%s is not invertible from its output)", name);
-    *act = (cl_uint)k;
-    *from_y = (cl_uint)fy;
-    return GF_OK;
-}
-
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c): the
+ * activation (gf_mme_act_names' order, as fused_act.cl's) and from_output. */
 static enum gf_status epi_check(const struct gf_kernel_args *a, cl_uint *act, cl_uint *from_y)
 {
-    const struct gf_tview *dy = &a->in[0];
-    enum gf_status st = epi_attrs(a, act, from_y);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "dY", GF_UNDEFINED);
-    if (st == GF_OK && (st = fu_check_in(a, 1, *from_y ? "Y" : "Z", dy->dtype)) == GF_OK &&
-        !fu_same_shape(&a->in[1], dy->rank, dy->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "%s %s must have dY's shape %s",
-                             *from_y ? "Y" : "Z", FU_SHAPE(&a->in[1]), FU_SHAPE(dy));
-    if (st == GF_OK && dy->rank < 1)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dY must have rank >= 1 (rows of the last axis)");
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, dy->dtype, dy->rank, dy->dims);
-    if (st == GF_OK && fu_has_out(a, 1))
-        st = fu_check_out(a, 1, dy->dtype, 1, dy->dims + dy->rank - 1);
+    struct gf_mme_grad_rule r;
+    enum gf_status st = gf_mme_grad_check(a, &r);
+    *act = (cl_uint)r.act;
+    *from_y = r.from_y;
     return st;
 }
 
