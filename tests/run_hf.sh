@@ -31,17 +31,18 @@ fail() {
 }
 
 # gfx OUT ARGS...: graphfuse ARGS with stdout and stderr in OUT.  Under
-# test-asan, LeakSanitizer's tracer sometimes fails to stop a process with
-# many (PoCL) threads on a loaded machine ("LeakSanitizer has encountered a
-# fatal error"): that is the sanitizer failing, not graphfuse, and the run is
-# repeated once.
+# test-asan, LeakSanitizer's tracer can crash while it stops a process with
+# PoCL's threads at exit ("Tracer caught signal 11 ... LeakSanitizer has
+# encountered a fatal error"; gpt2/legacy-labels --fuse on OpenCL does it
+# every time): the sanitizer failing, not graphfuse.  Such a run is repeated
+# with leak detection off; AddressSanitizer's other checks stay on.
 gfx() {
     out=$1
     shift
     "$gf" "$@" >"$out" 2>&1
     rc=$?
     if grep -q 'LeakSanitizer has encountered a fatal error' "$out"; then
-        "$gf" "$@" >"$out" 2>&1
+        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$gf" "$@" >"$out" 2>&1
         rc=$?
     fi
     return $rc
