@@ -30,23 +30,7 @@ fail() {
     fails=$((fails + 1))
 }
 
-# gfx OUT ARGS...: graphfuse ARGS with stdout and stderr in OUT.  Under
-# test-asan, LeakSanitizer's tracer can crash while it stops a process with
-# PoCL's threads at exit ("Tracer caught signal 11 ... LeakSanitizer has
-# encountered a fatal error"; gpt2/legacy-labels --fuse on OpenCL does it
-# every time): the sanitizer failing, not graphfuse.  Such a run is repeated
-# with leak detection off; AddressSanitizer's other checks stay on.
-gfx() {
-    out=$1
-    shift
-    "$gf" "$@" >"$out" 2>&1
-    rc=$?
-    if grep -q 'LeakSanitizer has encountered a fatal error' "$out"; then
-        ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" "$gf" "$@" >"$out" 2>&1
-        rc=$?
-    fi
-    return $rc
-}
+. "$(dirname "$0")/sanitizer.sh" # gfx: a run, repeated if LeakSanitizer itself fails
 
 opencl=no
 "$gf" backends 2>/dev/null | grep -q '^opencl: available' && opencl=yes

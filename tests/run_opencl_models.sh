@@ -16,6 +16,8 @@ TOL=1e-4
 TRAIN_TOL=1e-6
 ADAMW="--optimizer adamw --lr 0.001 --beta1 0.9 --beta2 0.999 --eps 1e-8 --weight-decay 0.01"
 
+. "$(dirname "$0")/sanitizer.sh" # gfx: a run, repeated if LeakSanitizer itself fails
+
 fail() {
     echo "FAIL $*"
     fails=$((fails + 1))
@@ -51,7 +53,7 @@ for m in mlp llama_tiny gpt2_tiny; do
             tf=""
             [ $f = fuse ] && tf=--fuse
             # shellcheck disable=SC2086
-            if "$gf" test "models/$m/$e" --backend opencl --atol $TOL $tf >"$tmp/t" 2>&1 &&
+            if gfx "$tmp/t" test "models/$m/$e" --backend opencl --atol $TOL $tf &&
                 grep -q '^1 passed' "$tmp/t"; then
                 tres=pass
                 all_on_device "$tmp/t" || fail "$m/$e --$f: test: $(grep 'ran on the CPU' "$tmp/t")"
@@ -61,8 +63,8 @@ for m in mlp llama_tiny gpt2_tiny; do
             fi
             for b in cpu opencl; do
                 # shellcheck disable=SC2086
-                "$gf" train "models/$m/$e/model.onnx" --data "models/$m/train_data" --steps 20 \
-                    $ADAMW $extra --$f --backend $b --log "$tmp/$b.csv" >"$tmp/$b.out" 2>&1 ||
+                gfx "$tmp/$b.out" train "models/$m/$e/model.onnx" --data "models/$m/train_data" \
+                    --steps 20 $ADAMW $extra --$f --backend $b --log "$tmp/$b.csv" ||
                     fail "$m/$e --$f: train on $b failed: $(tail -2 "$tmp/$b.out")"
             done
             grep -q '^backend: opencl on ' "$tmp/opencl.out" ||
