@@ -29,6 +29,37 @@ else
 BACKEND_OFF  += tests/test_opencl_%.c
 endif
 
+# CUDA: built when nvcc is found (in PATH, else /usr/local/cuda/bin); GF_CUDA=0
+# builds without it.  .cu files go through nvcc for sm_90 (Hopper) plus PTX,
+# the host .c files through $(CC); linked against the toolkit's cudart and
+# cuBLASLt (no Debian package: the toolkit is NVIDIA's, so nothing for deps).
+# --fmad=false: no FMA contraction, so kernels round as the CPU's do.
+GF_NVCC := $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+GF_CUDA ?= $(if $(GF_NVCC),1,0)
+override CFLAGS += -DGF_CUDA=$(GF_CUDA)
+ifeq ($(GF_CUDA),1)
+ifeq ($(GF_NVCC),)
+$(error GF_CUDA=1 but nvcc is neither in PATH nor in /usr/local/cuda/bin)
+endif
+CUDA_HOME  ?= $(patsubst %/bin/,%,$(dir $(GF_NVCC)))
+CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  ?= -O2 -g -lineinfo
+CU_SRC     := $(wildcard kernels/cuda/*.cu)
+BACKEND_SRC  += $(wildcard kernels/cuda/*.c)
+BACKEND_OBJ  += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC))
+BACKEND_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+CU_DEPS    := $(wildcard graph/*.h graph/*.def kernels/*.h kernels/cuda/*.h) $(BUILD)/gen/onnx.pb-c.h
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.c $(CU_DEPS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include -c $< -o $@
+$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/cuda/*.h)
+	@mkdir -p $(dir $@)
+	$(GF_NVCC) $(NVCCFLAGS) -std=c++17 --fmad=false $(CUDA_ARCH) -Ikernels/cuda \
+	    -Xcompiler -fPIC,-Wall,-Wextra -Werror all-warnings -c $< -o $@
+else
+BACKEND_OFF  += tests/test_cuda_%.c
+endif
+
 LIBS    := -lprotobuf-c -lyaml -lopenblas $(BACKEND_LIBS) -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \

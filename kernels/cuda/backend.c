@@ -1,0 +1,402 @@
+/*
+ * The CUDA backend: devices, memory, copies, the stream.
+ *
+ * One struct gf_backend per device, opened on first use and kept until exit,
+ * with one non-blocking stream that every kernel, copy and cuBLASLt call of
+ * the backend goes to, in order.  Memory is plain cudaMalloc (never managed
+ * memory): the planner asks for one block per plan and cuts views out of it
+ * by pointer arithmetic (nothing to release per view).  copy_in returns once
+ * the host bytes are taken (pageable memory is staged before
+ * cudaMemcpyAsync returns); copy_out and sync wait for the stream.
+ *
+ * Without a driver or a device (CI), list_devices finds none and open says
+ * so (GF_ERR_UNSUPPORTED); the CUDA runtime prints nothing of its own.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cu.h"
+
+#define MAX_DEVICES 32
+
+extern const struct gf_backend_ops gf_cuda_ops;
+
+/* ---- devices ------------------------------------------------------------- */
+
+/* How many devices the runtime sees; 0 with *why set when none (no driver,
+ * a driver too old for this runtime, no device). */
+static int device_count(const char **why)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    *why = NULL;
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        *why = e == cudaErrorInsufficientDriver ? "no CUDA driver (or one older than this "
+                                                  "CUDA runtime)"
+               : e == cudaErrorNoDevice ? "no CUDA device"
+                                        : cudaGetErrorString(e);
+        return 0;
+    }
+    if (n == 0)
+        *why = "no CUDA device";
+    return n;
+}
+
+static void versions(char *buf, size_t size)
+{
+    int drv = 0, rt = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    snprintf(buf, size, "CUDA driver %d.%d, runtime %d.%d", drv / 1000, drv % 1000 / 10,
+             rt / 1000, rt % 1000 / 10);
+}
+
+/* Every CUDA device is an NVIDIA GPU: CUDA is the default on all of them
+ * (listed before OpenCL in the registry, it takes them from OpenCL, which
+ * names the same devices alike: "NVIDIA H100 80GB HBM3"). */
+static bool cu_is_default_on(const struct gf_device_info *d)
+{
+    return d->is_gpu;
+}
+
+static bool describe(int dev, struct gf_device_info *info)
+{
+    struct cudaDeviceProp p;
+    memset(info, 0, sizeof(*info));
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    snprintf(info->platform, sizeof(info->platform), "CUDA %d.%d (sm_%d%d)", rt / 1000,
+             rt % 1000 / 10, p.major, p.minor);
+    snprintf(info->name, sizeof(info->name), "%s", p.name);
+    versions(info->driver, sizeof(info->driver));
+    info->memory = p.totalGlobalMem;
+    info->compute_units = p.multiProcessorCount;
+    info->is_gpu = true;
+    info->is_default = cu_is_default_on(info);
+    return true;
+}
+
+static size_t cu_list_devices(struct gf_device_info *out, size_t max)
+{
+    const char *why;
+    int n = device_count(&why);
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        if (k >= max || describe(i, &out[k]))
+            k++;
+    return k;
+}
+
+/* The device whose name contains `want` (NULL: the first);
+ * GF_ERR_UNSUPPORTED naming what is missing or what exists otherwise. */
+static enum gf_status pick_device(const char *want, int *out)
+{
+    const char *why;
+    int n = device_count(&why);
+    if (n == 0)
+        return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda' is not available: %s",
+                        why);
+    char names[1024] = "";
+    for (int i = 0; i < n && i < MAX_DEVICES; i++) {
+        struct gf_device_info d;
+        if (!describe(i, &d))
+            continue;
+        if (!want || strstr(d.name, want)) {
+            *out = i;
+            return GF_OK;
+        }
+        if (strlen(names) + strlen(d.name) + 8 < sizeof(names))
+            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'",
+                     *names ? ", " : "", d.name);
+    }
+    if (!want)
+        return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda' is not available: no CUDA device "
+                        "could be queried");
+    return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda' has no device matching '%s' "
+                    "(available: %s)", want, *names ? names : "none");
+}
+
+/* ---- the current device ---------------------------------------------------- */
+
+static _Thread_local int current = -1; /* this thread's cudaSetDevice, as we set it */
+
+bool gf_cu_use(struct gf_backend *be)
+{
+    int dev = gf_cu_of(be)->device;
+    if (current == dev)
+        return true;
+    cudaError_t e = cudaSetDevice(dev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        gf_error(GF_ERR_INTERNAL, "CUDA: cannot use device %d ('%s'): %s", dev,
+                 gf_cu_of(be)->device_name, cudaGetErrorString(e));
+        return false;
+    }
+    current = dev;
+    return true;
+}
+
+cudaStream_t gf_cu_stream(const struct gf_kernel_args *a)
+{
+    gf_cu_use(a->backend); /* a failure shows in the launch's error */
+    return gf_cu_of(a->backend)->stream;
+}
+
+enum gf_status gf_cu_check(const struct gf_kernel_args *a, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return GF_OK;
+    cudaGetLastError();
+    return gf_kernel_error(a, e == cudaErrorMemoryAllocation ? GF_ERR_NOMEM : GF_ERR_INTERNAL,
+                           "CUDA %s failed: %s", what, cudaGetErrorString(e));
+}
+
+_Static_assert(GF_CU_MAX_RANK == GF_MAX_RANK, "launch.h's rank is the kernels' rank");
+
+void gf_cu_nd_init(struct gf_cu_nd *nd, int rank, const int64_t *dims, int n,
+                   const int64_t st[][GF_MAX_RANK])
+{
+    memset(nd, 0, sizeof(*nd));
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1)
+            continue;
+        bool merge = r > 0;
+        for (int k = 0; merge && k < n; k++)
+            merge = nd->st[k][r - 1] == st[k][d] * dims[d];
+        if (merge) {
+            nd->dims[r - 1] *= dims[d];
+        } else {
+            nd->dims[r] = dims[d];
+            r++;
+        }
+        for (int k = 0; k < n; k++)
+            nd->st[k][r - 1] = st[k][d];
+    }
+    if (r == 0) { /* one element */
+        nd->dims[0] = 1;
+        r = 1;
+    }
+    nd->rank = r;
+}
+
+/* ---- open and close -------------------------------------------------------- */
+
+static enum gf_status open_device(struct gf_backend *be, int dev)
+{
+    struct gf_cu *cu = calloc(1, sizeof(*cu));
+    if (!cu)
+        return gf_error(GF_ERR_NOMEM, "out of memory opening the CUDA backend");
+    struct gf_device_info info;
+    describe(dev, &info);
+    cu->device = dev;
+    snprintf(cu->device_name, sizeof(cu->device_name), "%s", info.name);
+    snprintf(cu->driver, sizeof(cu->driver), "%s", info.driver);
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, dev);
+    if (e == cudaSuccess)
+        e = cudaSetDevice(dev);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        free(cu);
+        return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda': cannot open device '%s': %s",
+                        info.name, cudaGetErrorString(e));
+    }
+    current = dev;
+    cu->sm_count = p.multiProcessorCount;
+    cu->max_threads = (size_t)p.maxThreadsPerBlock;
+    be->priv = cu;
+    be->align = 256; /* cudaMalloc's alignment; vector loads need 16 */
+    be->host_memory = false;
+    be->n_threads = 1;
+    return GF_OK;
+}
+
+static enum gf_status cu_init(struct gf_backend *be, const char *device)
+{
+    int dev;
+    enum gf_status st = pick_device(device, &dev);
+    return st != GF_OK ? st : open_device(be, dev);
+}
+
+static void cu_free(struct gf_backend *be)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    if (!cu)
+        return;
+    if (gf_cu_use(be)) {
+        cudaStreamSynchronize(cu->stream);
+        gf_cu_blas_free(cu);
+        cudaStreamDestroy(cu->stream);
+    }
+    free(cu);
+    be->priv = NULL;
+}
+
+/* One backend per device, kept open until exit. */
+static struct {
+    pthread_mutex_t mu;
+    struct gf_backend *open[MAX_DEVICES];
+    size_t n;
+} opened = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
+
+static enum gf_status cu_open(const char *device, struct gf_backend **out)
+{
+    *out = NULL;
+    int dev;
+    enum gf_status st = pick_device(device, &dev);
+    if (st != GF_OK)
+        return st;
+    pthread_mutex_lock(&opened.mu);
+    for (size_t i = 0; i < opened.n && !*out; i++)
+        if (gf_cu_of(opened.open[i])->device == dev)
+            *out = opened.open[i];
+    if (!*out && opened.n < MAX_DEVICES) {
+        struct gf_backend *be = calloc(1, sizeof(*be));
+        st = be ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory opening the CUDA backend");
+        if (st == GF_OK) {
+            be->ops = &gf_cuda_ops;
+            st = open_device(be, dev);
+        }
+        if (st == GF_OK)
+            opened.open[opened.n++] = *out = be;
+        else
+            free(be);
+    }
+    pthread_mutex_unlock(&opened.mu);
+    if (st == GF_OK && !*out)
+        st = gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda': too many open devices");
+    return st;
+}
+
+/* ---- memory and copies ------------------------------------------------------ */
+
+static enum gf_status cu_status(struct gf_backend *be, cudaError_t e, const char *what,
+                                size_t n)
+{
+    if (e == cudaSuccess)
+        return GF_OK;
+    cudaGetLastError();
+    return gf_error(e == cudaErrorMemoryAllocation ? GF_ERR_NOMEM : GF_ERR_INTERNAL,
+                    "CUDA: %s of %zu bytes on '%s' failed: %s", what, n,
+                    gf_cu_of(be)->device_name, cudaGetErrorString(e));
+}
+
+static void *cu_alloc(struct gf_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    if (!gf_cu_use(be))
+        return NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : be->align);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        gf_error(GF_ERR_NOMEM, "CUDA: cannot allocate %zu bytes on '%s': %s", bytes,
+                 gf_cu_of(be)->device_name, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_release(struct gf_backend *be, void *p)
+{
+    if (p && gf_cu_use(be)) {
+        /* cudaFree waits for the device; the stream's work on p is done */
+        if (cudaFree(p) != cudaSuccess)
+            cudaGetLastError();
+    }
+}
+
+static enum gf_status cu_copy_in(struct gf_backend *be, void *dst, const void *host, size_t n)
+{
+    if (n == 0)
+        return GF_OK;
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    return cu_status(be, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice,
+                                         gf_cu_of(be)->stream), "upload", n);
+}
+
+static enum gf_status cu_copy_out(struct gf_backend *be, void *host, const void *src, size_t n)
+{
+    if (n == 0)
+        return GF_OK;
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    cudaStream_t s = gf_cu_of(be)->stream;
+    cudaError_t e = cudaMemcpyAsync(host, src, n, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    return cu_status(be, e, "download", n);
+}
+
+static enum gf_status cu_copy(struct gf_backend *be, void *dst, const void *src, size_t n)
+{
+    if (n == 0 || dst == src) /* two views of the same bytes: nothing to move */
+        return GF_OK;
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    return cu_status(be, cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice,
+                                         gf_cu_of(be)->stream), "device copy", n);
+}
+
+static enum gf_status cu_sync(struct gf_backend *be)
+{
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    return cu_status(be, cudaStreamSynchronize(gf_cu_of(be)->stream), "finishing the stream",
+                     0);
+}
+
+/* Bytes [off, off + n) of a block: the pointer itself (n == 0: NULL, the
+ * empty tensor). */
+static void *cu_view(struct gf_backend *be, void *base, size_t off, size_t n)
+{
+    (void)be;
+    return n ? (unsigned char *)base + off : NULL;
+}
+
+static const char *cu_device_name(const struct gf_backend *be)
+{
+    return gf_cu_of(be)->device_name;
+}
+
+static const char *cu_driver_version(const struct gf_backend *be)
+{
+    return gf_cu_of(be)->driver;
+}
+
+const struct gf_backend_ops gf_cuda_ops = {
+    .name = "cuda",
+    .init = cu_init,
+    .free = cu_free,
+    .alloc = cu_alloc,
+    .release = cu_release,
+    .copy_in = cu_copy_in,
+    .copy_out = cu_copy_out,
+    .sync = cu_sync,
+    .device_name = cu_device_name,
+    .view = cu_view,
+    .view_release = NULL,
+    .copy = cu_copy,
+    .list_devices = cu_list_devices,
+    .driver_version = cu_driver_version,
+};
+
+extern const struct gf_kernel_table *const gf_cuda_tables[]; /* tables.c */
+
+const struct gf_backend_desc gf_cuda_backend = {
+    .name = "cuda",
+    .ops = &gf_cuda_ops,
+    .open = cu_open,
+    .is_default_on = cu_is_default_on,
+    .tables = gf_cuda_tables,
+};

@@ -1,0 +1,67 @@
+/*
+ * cu.h — what the CUDA backend's host code shares (internal to
+ * kernels/cuda/).
+ *
+ *     // elementwise.c: checks on the host, then one launcher of a .cu file
+ *     cudaError_t e = gf_cu_unary(gf_cu_stream(a), op, x->data, y->data, n);
+ *     return gf_cu_check(a, e, "Relu");
+ *
+ * Memory: a tensor's `data` is a device pointer (the executor's block from
+ * cudaMalloc plus the view's offset), so kernels index from 0.  Empty
+ * tensors have data NULL: kernels return early when nelem is 0.  Shape-like
+ * int inputs (Reshape's shape, Slice's starts) are read on the host through
+ * `host`; `supports` declines the node when it is NULL.  Everything runs on
+ * the backend's one stream, in order; copy_out and sync wait for it.
+ *
+ * The device code lives in the .cu files (compiled by nvcc, sm_90 + PTX);
+ * they export plain C launchers (launch.h) and include no graphfuse
+ * header but that one, so the .c files keep the shared checks (checks.h)
+ * and the .cu files only the math.
+ */
+#ifndef GF_CU_H
+#define GF_CU_H
+
+#include <cuda_runtime_api.h>
+
+#include "checks.h"
+#include "launch.h"
+
+/* be->priv of an open CUDA backend. */
+struct gf_cu {
+    int device;               /* cudaSetDevice ordinal */
+    char device_name[256];
+    char driver[64];          /* "CUDA driver 13.0, runtime 13.0" */
+    cudaStream_t stream;      /* the one stream every kernel and copy goes to */
+    int sm_count;
+    size_t max_threads;       /* per block */
+    void *blas;               /* cublasLtHandle_t, made on first use (matmul.c) */
+};
+
+static inline struct gf_cu *gf_cu_of(const struct gf_backend *be)
+{
+    return (struct gf_cu *)be->priv;
+}
+
+/* The backend's stream, its device made current for this thread first. */
+cudaStream_t gf_cu_stream(const struct gf_kernel_args *a);
+
+/* GF_OK for cudaSuccess, else GF_ERR_INTERNAL (GF_ERR_NOMEM when out of
+ * memory) with a message naming the node, `what` and the CUDA error. */
+enum gf_status gf_cu_check(const struct gf_kernel_args *a, cudaError_t e, const char *what);
+
+/* Makes the backend's device current for this thread (a process may have
+ * several open); false with gf_error set when the driver refuses. */
+bool gf_cu_use(struct gf_backend *be);
+
+/* nd for n operands (strides st[k][0..rank)) over dims[rank]: size-1 axes
+ * dropped, an axis joined to the one inside it when every operand is
+ * contiguous across the pair (same-shape operands give one axis). */
+void gf_cu_nd_init(struct gf_cu_nd *nd, int rank, const int64_t *dims, int n,
+                   const int64_t st[][GF_MAX_RANK]);
+
+/* The backend's cuBLASLt handle (a cublasLtHandle_t), made on first use;
+ * NULL with gf_error set.  gf_cu_blas_free: at close (matmul.c). */
+void *gf_cu_blas(struct gf_backend *be);
+void gf_cu_blas_free(struct gf_cu *cu);
+
+#endif /* GF_CU_H */
