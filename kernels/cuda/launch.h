@@ -27,6 +27,90 @@ struct gf_cu_nd {
     int64_t st[4][GF_CU_MAX_RANK];
 };
 
+/* ---- elementwise.cu --------------------------------------------------- */
+
+/* Element types of the launchers (storage of fp16 / bf16: raw 16 bits). */
+enum gf_cu_type { GF_CU_F32, GF_CU_F16, GF_CU_BF16, GF_CU_I64, GF_CU_I32, GF_CU_U8, GF_CU_B8 };
+
+/* y = f(x), n fp32 (GF_CU_NOT: bool; IsNaN, IsInf: fp32 in, bool out). */
+enum gf_cu_unary_op {
+    GF_CU_NEG, GF_CU_SQRT, GF_CU_RECIP, GF_CU_EXP, GF_CU_LOG, GF_CU_TANH, GF_CU_ABS, GF_CU_ERF,
+    GF_CU_SIN, GF_CU_COS, GF_CU_FLOOR, GF_CU_CEIL, GF_CU_RELU, GF_CU_SIGMOID, GF_CU_SOFTPLUS,
+    GF_CU_GELU, GF_CU_GELU_TANH, GF_CU_NOT, GF_CU_ISNAN,
+    GF_CU_ISINF_POS = 32, GF_CU_ISINF_NEG = 64 /* IsInf: either or both bits */
+};
+cudaError_t gf_cu_unary(cudaStream_t s, int op, const void *x, void *y, int64_t n);
+
+/* dx = g * f'(v), n fp32 (v: Relu / Sigmoid / Tanh's output, Gelu's input). */
+enum gf_cu_grad_op { GF_CU_RELU_GRAD, GF_CU_SIGMOID_GRAD, GF_CU_TANH_GRAD, GF_CU_GELU_GRAD,
+                     GF_CU_GELU_TANH_GRAD };
+cudaError_t gf_cu_act_grad(cudaStream_t s, int op, const float *g, const float *v, float *dx,
+                           int64_t n);
+
+/* y[i] = f(a[.], b[.]) over nd (st[0]: a's strides, st[1]: b's), n elements
+ * of type `type` (GF_CU_F32, I64, I32, B8); comparisons write bool. */
+enum gf_cu_binary_op { GF_CU_ADD, GF_CU_SUB, GF_CU_MUL, GF_CU_DIV, GF_CU_POW, GF_CU_MAX,
+                       GF_CU_MIN, GF_CU_EQ, GF_CU_LT, GF_CU_LE, GF_CU_GT, GF_CU_GE, GF_CU_AND,
+                       GF_CU_OR, GF_CU_XOR };
+cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, const void *a, const void *b,
+                         void *y, const struct gf_cu_nd *nd, int64_t n);
+
+/* Clip of n fp32: bounds from one-element tensors when given, else lo, hi. */
+cudaError_t gf_cu_clip(cudaStream_t s, const float *x, float *y, int64_t n, const float *lo_t,
+                       const float *hi_t, float lo, float hi);
+
+/* y = c ? x : z over nd (st[0..2]: c, x, z), elements of `size` bytes. */
+cudaError_t gf_cu_where(cudaStream_t s, int size, const uint8_t *c, const void *x,
+                        const void *z, void *y, const struct gf_cu_nd *nd, int64_t n);
+
+/* y = (to) x, n elements (trunc_bf16: fp32 -> bf16 by truncation). */
+cudaError_t gf_cu_cast(cudaStream_t s, int from, int to, const void *x, void *y, int64_t n,
+                       int trunc_bf16);
+
+/* ---- layout.cu -------------------------------------------------------- */
+
+/* y[i] = x[offset of i under nd.st[0]], n elements of `size` bytes (y
+ * dense): Transpose, Slice (x at its first element), Expand. */
+cudaError_t gf_cu_copy_nd(cudaStream_t s, int size, const void *x, void *y,
+                          const struct gf_cu_nd *nd, int64_t n);
+
+/* Gather: y [pre, ni, post] from x [pre, na, post] at indices ind (int64
+ * when i64, else int32; negative counts from the end).  A bad index: the
+ * smallest such position goes to *flag (atomicMin; the host sets it to
+ * INT32_MAX first; NULL: the host checked them) and its rows are 0. */
+cudaError_t gf_cu_gather(cudaStream_t s, int size, const void *x, const void *ind, int i64,
+                         void *y, int64_t pre, int64_t ni, int64_t na, int64_t post,
+                         int *flag);
+
+/* ---- optim.cu --------------------------------------------------------- */
+
+/* GradAccumulate: y = (acc or 0) + g * scale over n; transposed: y, acc
+ * [r, c], g [c, r]. */
+cudaError_t gf_cu_grad_acc(cudaStream_t s, float *y, const float *acc, const float *g,
+                           float scale, int64_t n);
+cudaError_t gf_cu_grad_acc_t(cudaStream_t s, float *y, const float *acc, const float *g,
+                             float scale, int r, int c);
+/* GradNorm: out[0] = sqrt(sum of x^2) as float64, summed in double in a
+ * fixed order; part: gf_cu_sumsq_parts() doubles of scratch. */
+#define GF_CU_SUMSQ_PARTS 1024
+cudaError_t gf_cu_sumsq(cudaStream_t s, const float *x, int64_t n, double *part, double *out);
+
+struct gf_cu_sgd_args {
+    int decay_on, momentum_on, nesterov, first;
+    float wd, mom, damp, neg_lr, grad_scale;
+};
+/* SGDStep: p, buf (may be the inputs' memory) from p0, buf0, g. */
+cudaError_t gf_cu_sgd(cudaStream_t s, float *p, float *buf, const float *p0, const float *buf0,
+                      const float *g, int64_t n, const struct gf_cu_sgd_args *c);
+
+struct gf_cu_adamw_args {
+    int decay_on, small;
+    float decay, w, b2, one_b2, step_size, bc2_sqrt, eps, grad_scale;
+};
+cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v, const float *p0,
+                        const float *m0, const float *v0, const float *g, int64_t n,
+                        const struct gf_cu_adamw_args *c);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,469 @@
+/*
+ * elementwise.cu — the CUDA elementwise kernels (host side: elementwise.c):
+ * unary, the activation gradients, binary with numpy broadcasting, Clip,
+ * Where, Cast.  Ported from kernels/opencl/elementwise.cl, computed as the
+ * CPU kernels compute (fp32, no FMA contraction: the Makefile's
+ * --fmad=false; IEEE division and square root, nvcc's default).
+ *
+ * Every kernel is a grid-stride loop over the output with 64-bit indices;
+ * broadcasting operands are walked through gf_cu_nd (merged axes, element
+ * strides, 0 where broadcast).
+ */
+#include <cuda_fp16.h>
+
+#include "launch.h"
+
+#define BLOCK 256
+
+/* Blocks for n items: enough to fill the device, the loop does the rest. */
+static unsigned grid_for(int64_t n)
+{
+    int64_t b = (n + BLOCK - 1) / BLOCK;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+#define GRID_LOOP(i, n)                                                                    \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+/* Offsets of output element i in operands 0..K-1. */
+template <int K>
+__device__ __forceinline__ void nd_offsets(const gf_cu_nd &nd, int64_t i, int64_t *o)
+{
+    for (int k = 0; k < K; k++)
+        o[k] = 0;
+    for (int d = nd.rank - 1; d >= 0; d--) {
+        int64_t n = nd.dims[d], c = i % n;
+        i /= n;
+        for (int k = 0; k < K; k++)
+            o[k] += c * nd.st[k][d];
+    }
+}
+
+/* ---- unary ---------------------------------------------------------------- */
+
+__device__ __forceinline__ float sigmoidf(float x)
+{
+    float e = expf(-fabsf(x)), r = 1.0f / (1.0f + e);
+    return x >= 0.0f ? r : e * r;
+}
+
+template <int OP>
+__device__ __forceinline__ float un(float x)
+{
+    switch (OP) {
+    case GF_CU_NEG: return -x;
+    case GF_CU_SQRT: return sqrtf(x);
+    case GF_CU_RECIP: return 1.0f / x;
+    case GF_CU_EXP: return expf(x);
+    case GF_CU_LOG: return logf(x);
+    case GF_CU_TANH: return tanhf(x);
+    case GF_CU_ABS: return fabsf(x);
+    case GF_CU_ERF: return erff(x);
+    case GF_CU_SIN: return sinf(x);
+    case GF_CU_COS: return cosf(x);
+    case GF_CU_FLOOR: return floorf(x);
+    case GF_CU_CEIL: return ceilf(x);
+    case GF_CU_RELU: return x < 0.0f ? 0.0f : x; /* NaN stays */
+    case GF_CU_SIGMOID: return sigmoidf(x);
+    case GF_CU_SOFTPLUS: return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
+    case GF_CU_GELU: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case GF_CU_GELU_TANH:
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    default: return x;
+    }
+}
+
+template <int OP>
+__global__ void k_unary(const float *__restrict__ x, float *__restrict__ y, int64_t n)
+{
+    GRID_LOOP(i, n) y[i] = un<OP>(x[i]);
+}
+
+__global__ void k_not(const uint8_t *x, uint8_t *y, int64_t n)
+{
+    GRID_LOOP(i, n) y[i] = !x[i];
+}
+
+__global__ void k_isx(const float *x, uint8_t *y, int64_t n, int op)
+{
+    GRID_LOOP(i, n)
+    {
+        float v = x[i];
+        if (op == GF_CU_ISNAN)
+            y[i] = isnan(v) ? 1 : 0;
+        else
+            y[i] = isinf(v) && (v < 0.0f ? (op & GF_CU_ISINF_NEG) : (op & GF_CU_ISINF_POS)) ? 1
+                                                                                       : 0;
+    }
+}
+
+extern "C" cudaError_t gf_cu_unary(cudaStream_t s, int op, const void *x, void *y, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    unsigned g = grid_for(n);
+    const float *xf = (const float *)x;
+    float *yf = (float *)y;
+    switch (op) {
+#define U(OP)                                                                              \
+    case OP: k_unary<OP><<<g, BLOCK, 0, s>>>(xf, yf, n); break;
+    U(GF_CU_NEG) U(GF_CU_SQRT) U(GF_CU_RECIP) U(GF_CU_EXP) U(GF_CU_LOG) U(GF_CU_TANH)
+    U(GF_CU_ABS) U(GF_CU_ERF) U(GF_CU_SIN) U(GF_CU_COS) U(GF_CU_FLOOR) U(GF_CU_CEIL)
+    U(GF_CU_RELU) U(GF_CU_SIGMOID) U(GF_CU_SOFTPLUS) U(GF_CU_GELU) U(GF_CU_GELU_TANH)
+#undef U
+    case GF_CU_NOT: k_not<<<g, BLOCK, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n); break;
+    default: k_isx<<<g, BLOCK, 0, s>>>(xf, (uint8_t *)y, n, op); break;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- activation gradients ----------------------------------------------------- */
+
+template <int OP>
+__device__ __forceinline__ float grad(float g, float v)
+{
+    switch (OP) {
+    case GF_CU_RELU_GRAD: return v > 0.0f ? g : 0.0f;
+    case GF_CU_SIGMOID_GRAD: return g * v * (1.0f - v);
+    case GF_CU_TANH_GRAD: return g * (1.0f - v * v);
+    case GF_CU_GELU_GRAD:
+        return g * (0.5f * (1.0f + erff(v * 0.70710678118654752f)) +
+                    v * expf(-0.5f * v * v) * 0.39894228040143268f);
+    default: {
+        const float k = 0.79788456080286536f, c = 0.044715f;
+        float t = tanhf(k * (v + c * v * v * v));
+        return g * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * k * (1.0f + 3.0f * c * v * v));
+    }
+    }
+}
+
+template <int OP>
+__global__ void k_grad(const float *__restrict__ g, const float *__restrict__ v,
+                       float *__restrict__ dx, int64_t n)
+{
+    GRID_LOOP(i, n) dx[i] = grad<OP>(g[i], v[i]);
+}
+
+extern "C" cudaError_t gf_cu_act_grad(cudaStream_t s, int op, const float *g, const float *v,
+                                      float *dx, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    unsigned b = grid_for(n);
+    switch (op) {
+    case GF_CU_RELU_GRAD: k_grad<GF_CU_RELU_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    case GF_CU_SIGMOID_GRAD: k_grad<GF_CU_SIGMOID_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    case GF_CU_TANH_GRAD: k_grad<GF_CU_TANH_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    case GF_CU_GELU_GRAD: k_grad<GF_CU_GELU_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    default: k_grad<GF_CU_GELU_TANH_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- binary --------------------------------------------------------------------- */
+
+/* float: as the CPU (Pow of 2 is x * x; Max / Min keep a NaN of x) */
+template <int OP>
+__device__ __forceinline__ float binf(float x, float y)
+{
+    switch (OP) {
+    case GF_CU_ADD: return x + y;
+    case GF_CU_SUB: return x - y;
+    case GF_CU_MUL: return x * y;
+    case GF_CU_DIV: return x / y;
+    case GF_CU_POW: return y == 2.0f ? x * x : powf(x, y);
+    case GF_CU_MAX: return (x > y || isnan(x)) ? x : y;
+    case GF_CU_MIN: return (x < y || isnan(x)) ? x : y;
+    case GF_CU_EQ: return x == y;
+    case GF_CU_LT: return x < y;
+    case GF_CU_LE: return x <= y;
+    case GF_CU_GT: return x > y;
+    default: return x >= y;
+    }
+}
+
+/* integers wrap as the CPU's (computed unsigned); a zero divisor is
+ * refused on the host */
+template <int OP, typename T>
+__device__ __forceinline__ T bini(T x, T y)
+{
+    typedef unsigned long long U;
+    switch (OP) {
+    case GF_CU_ADD: return (T)((U)x + (U)y);
+    case GF_CU_SUB: return (T)((U)x - (U)y);
+    case GF_CU_MUL: return (T)((U)x * (U)y);
+    case GF_CU_DIV: return y == (T)-1 ? (T)(0 - (U)x) : x / y;
+    case GF_CU_MAX: return x > y ? x : y;
+    case GF_CU_MIN: return x < y ? x : y;
+    case GF_CU_EQ: return x == y;
+    case GF_CU_LT: return x < y;
+    case GF_CU_LE: return x <= y;
+    case GF_CU_GT: return x > y;
+    default: return x >= y;
+    }
+}
+
+__device__ __forceinline__ uint8_t binb(int op, uint8_t x, uint8_t y)
+{
+    switch (op) {
+    case GF_CU_AND: return x && y;
+    case GF_CU_OR: return x || y;
+    case GF_CU_XOR: return !x != !y;
+    default: return !x == !y; /* Equal */
+    }
+}
+
+static __host__ __device__ constexpr bool is_cmp(int op)
+{
+    return op >= GF_CU_EQ && op <= GF_CU_GE;
+}
+
+template <int OP>
+__global__ void k_bin_f32(const float *a, const float *b, void *y, gf_cu_nd nd, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t o[2];
+        nd_offsets<2>(nd, i, o);
+        float r = binf<OP>(a[o[0]], b[o[1]]);
+        if (is_cmp(OP))
+            ((uint8_t *)y)[i] = r != 0.0f;
+        else
+            ((float *)y)[i] = r;
+    }
+}
+
+template <int OP, typename T>
+__global__ void k_bin_int(const T *a, const T *b, void *y, gf_cu_nd nd, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t o[2];
+        nd_offsets<2>(nd, i, o);
+        T r = bini<OP, T>(a[o[0]], b[o[1]]);
+        if (is_cmp(OP))
+            ((uint8_t *)y)[i] = r != 0;
+        else
+            ((T *)y)[i] = r;
+    }
+}
+
+__global__ void k_bin_b8(int op, const uint8_t *a, const uint8_t *b, uint8_t *y, gf_cu_nd nd,
+                         int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t o[2];
+        nd_offsets<2>(nd, i, o);
+        y[i] = binb(op, a[o[0]], b[o[1]]);
+    }
+}
+
+template <int OP>
+static void bin_launch(int type, const void *a, const void *b, void *y, const gf_cu_nd &nd,
+                       int64_t n, cudaStream_t s)
+{
+    unsigned g = grid_for(n);
+    if (type == GF_CU_F32)
+        k_bin_f32<OP><<<g, BLOCK, 0, s>>>((const float *)a, (const float *)b, y, nd, n);
+    else if (type == GF_CU_I64)
+        k_bin_int<OP, long long><<<g, BLOCK, 0, s>>>((const long long *)a, (const long long *)b,
+                                                     y, nd, n);
+    else
+        k_bin_int<OP, int><<<g, BLOCK, 0, s>>>((const int *)a, (const int *)b, y, nd, n);
+}
+
+template <>
+void bin_launch<GF_CU_POW>(int type, const void *a, const void *b, void *y, const gf_cu_nd &nd,
+                           int64_t n, cudaStream_t s)
+{
+    (void)type; /* float only */
+    k_bin_f32<GF_CU_POW><<<grid_for(n), BLOCK, 0, s>>>((const float *)a, (const float *)b, y,
+                                                       nd, n);
+}
+
+extern "C" cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, const void *a,
+                                    const void *b, void *y, const struct gf_cu_nd *nd,
+                                    int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (type == GF_CU_B8) {
+        k_bin_b8<<<grid_for(n), BLOCK, 0, s>>>(op, (const uint8_t *)a, (const uint8_t *)b,
+                                                (uint8_t *)y, *nd, n);
+        return cudaGetLastError();
+    }
+    switch (op) {
+#define B(OP)                                                                              \
+    case OP: bin_launch<OP>(type, a, b, y, *nd, n, s); break;
+    B(GF_CU_ADD) B(GF_CU_SUB) B(GF_CU_MUL) B(GF_CU_DIV) B(GF_CU_POW) B(GF_CU_MAX)
+    B(GF_CU_MIN) B(GF_CU_EQ) B(GF_CU_LT) B(GF_CU_LE) B(GF_CU_GT) B(GF_CU_GE)
+#undef B
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- Clip: max then min, as the CPU's (lo > hi gives hi; NaN stays) ------------ */
+
+__global__ void k_clip(const float *x, float *y, int64_t n, const float *lo_t,
+                       const float *hi_t, float lo, float hi)
+{
+    float l = lo_t ? lo_t[0] : lo, h = hi_t ? hi_t[0] : hi;
+    GRID_LOOP(i, n)
+    {
+        float v = x[i];
+        v = v < l ? l : v;
+        y[i] = v > h ? h : v;
+    }
+}
+
+extern "C" cudaError_t gf_cu_clip(cudaStream_t s, const float *x, float *y, int64_t n,
+                                  const float *lo_t, const float *hi_t, float lo, float hi)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    k_clip<<<grid_for(n), BLOCK, 0, s>>>(x, y, n, lo_t, hi_t, lo, hi);
+    return cudaGetLastError();
+}
+
+/* ---- Where: elements moved by size ------------------------------------------------ */
+
+template <typename T>
+__global__ void k_where(const uint8_t *c, const T *x, const T *z, T *y, gf_cu_nd nd, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t o[3];
+        nd_offsets<3>(nd, i, o);
+        y[i] = c[o[0]] ? x[o[1]] : z[o[2]];
+    }
+}
+
+extern "C" cudaError_t gf_cu_where(cudaStream_t s, int size, const uint8_t *c, const void *x,
+                                   const void *z, void *y, const struct gf_cu_nd *nd,
+                                   int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    unsigned g = grid_for(n);
+    switch (size) {
+    case 1: k_where<uint8_t><<<g, BLOCK, 0, s>>>(c, (const uint8_t *)x, (const uint8_t *)z,
+                                                 (uint8_t *)y, *nd, n); break;
+    case 2: k_where<uint16_t><<<g, BLOCK, 0, s>>>(c, (const uint16_t *)x, (const uint16_t *)z,
+                                                  (uint16_t *)y, *nd, n); break;
+    case 4: k_where<uint32_t><<<g, BLOCK, 0, s>>>(c, (const uint32_t *)x, (const uint32_t *)z,
+                                                  (uint32_t *)y, *nd, n); break;
+    case 8: k_where<uint64_t><<<g, BLOCK, 0, s>>>(c, (const uint64_t *)x, (const uint64_t *)z,
+                                                  (uint64_t *)y, *nd, n); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- Cast: through float from floating types, through long long from
+ * integer ones; float to integer saturates (NaN gives 0), as the CPU's; an
+ * integer goes to bfloat16 through a float rounded to odd, so that it is
+ * rounded once ----------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint16_t to_bf16(float v)
+{
+    uint32_t u = __float_as_uint(v);
+    if (isnan(v))
+        return (uint16_t)((u >> 16) | 0x40u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+__device__ __forceinline__ float long_to_float_odd(long long v)
+{
+    float f = __ll2float_rz(v);
+    return (long long)f == v ? f : __uint_as_float(__float_as_uint(f) | 1u);
+}
+
+__device__ __forceinline__ bool is_float_type(int t)
+{
+    return t == GF_CU_F32 || t == GF_CU_F16 || t == GF_CU_BF16;
+}
+
+__device__ __forceinline__ float read_f(int t, const void *p, int64_t i)
+{
+    if (t == GF_CU_F32)
+        return ((const float *)p)[i];
+    if (t == GF_CU_F16)
+        return __half2float(__ushort_as_half(((const uint16_t *)p)[i]));
+    return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+}
+
+__device__ __forceinline__ long long read_i(int t, const void *p, int64_t i)
+{
+    switch (t) {
+    case GF_CU_I64: return ((const long long *)p)[i];
+    case GF_CU_I32: return ((const int *)p)[i];
+    case GF_CU_U8: return ((const uint8_t *)p)[i];
+    default: return ((const uint8_t *)p)[i] != 0;
+    }
+}
+
+__device__ __forceinline__ void write_f(int t, void *p, int64_t i, float v)
+{
+    switch (t) {
+    case GF_CU_F32: ((float *)p)[i] = v; break;
+    case GF_CU_F16: ((uint16_t *)p)[i] = __half_as_ushort(__float2half_rn(v)); break;
+    case GF_CU_BF16: ((uint16_t *)p)[i] = to_bf16(v); break;
+    case GF_CU_I64: ((long long *)p)[i] = isnan(v) ? 0 : __float2ll_rz(v); break;
+    case GF_CU_I32: ((int *)p)[i] = isnan(v) ? 0 : __float2int_rz(v); break;
+    case GF_CU_U8: {
+        unsigned u = isnan(v) ? 0u : __float2uint_rz(v);
+        ((uint8_t *)p)[i] = (uint8_t)(u > 255u ? 255u : u);
+        break;
+    }
+    default: ((uint8_t *)p)[i] = v != 0.0f; break;
+    }
+}
+
+__device__ __forceinline__ void write_i(int t, void *p, int64_t i, long long v)
+{
+    switch (t) {
+    case GF_CU_F32: ((float *)p)[i] = (float)v; break;
+    case GF_CU_F16: ((uint16_t *)p)[i] = __half_as_ushort(__float2half_rn((float)v)); break;
+    case GF_CU_BF16: ((uint16_t *)p)[i] = to_bf16(long_to_float_odd(v)); break;
+    case GF_CU_I64: ((long long *)p)[i] = v; break;
+    case GF_CU_I32: ((int *)p)[i] = (int)v; break;
+    case GF_CU_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    default: ((uint8_t *)p)[i] = v != 0; break;
+    }
+}
+
+__global__ void k_cast(int from, int to, const void *x, void *y, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        if (is_float_type(from))
+            write_f(to, y, i, read_f(from, x, i));
+        else
+            write_i(to, y, i, read_i(from, x, i));
+    }
+}
+
+/* fp32 -> bf16 by truncation, as Cast before opset 19; NaN stays NaN */
+__global__ void k_cast_bf16_trunc(const uint32_t *x, uint16_t *y, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        uint32_t u = x[i];
+        y[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : u >> 16);
+    }
+}
+
+extern "C" cudaError_t gf_cu_cast(cudaStream_t s, int from, int to, const void *x, void *y,
+                                  int64_t n, int trunc_bf16)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (trunc_bf16)
+        k_cast_bf16_trunc<<<grid_for(n), BLOCK, 0, s>>>((const uint32_t *)x, (uint16_t *)y, n);
+    else
+        k_cast<<<grid_for(n), BLOCK, 0, s>>>(from, to, x, y, n);
+    return cudaGetLastError();
+}

@@ -1,0 +1,177 @@
+/*
+ * optim.cu — the optimizer ops on the device (host side: optim.c;
+ * definitions: kernels/cpu/optim.c), ported from kernels/opencl/optim.cl:
+ * fp32, each element computed as the CPU computes it (no contraction:
+ * --fmad=false; fmaf where the CPU calls fmaf).  GradNorm sums squares in
+ * double in a fixed order (element i to thread i % threads, a fixed tree in
+ * each block, then one block over the partials), so a run repeats exactly.
+ * Outputs may be their inputs' memory: each thread reads its elements
+ * before writing them.
+ */
+#include "launch.h"
+
+#define BLOCK 256
+
+static unsigned grid_for(int64_t n)
+{
+    int64_t b = (n + BLOCK - 1) / BLOCK;
+    return (unsigned)(b < 1 ? 1 : b > 65536 ? 65536 : b);
+}
+
+#define GRID_LOOP(i, n)                                                                    \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
+         i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void k_grad_acc(float *y, const float *acc, const float *g, float scale, int64_t n)
+{
+    GRID_LOOP(i, n) y[i] = (acc ? acc[i] : 0.0f) + g[i] * scale;
+}
+
+extern "C" cudaError_t gf_cu_grad_acc(cudaStream_t s, float *y, const float *acc,
+                                      const float *g, float scale, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    k_grad_acc<<<grid_for(n), BLOCK, 0, s>>>(y, acc, g, scale, n);
+    return cudaGetLastError();
+}
+
+/* y, acc [r, c]; g [c, r]: 32 x 32 tiles, blocks of 32 x 8 threads */
+#define TILE 32
+__global__ void k_grad_acc_t(float *y, const float *acc, const float *g, float scale, int r,
+                             int c)
+{
+    __shared__ float tile[TILE][TILE + 1];
+    int k0 = blockIdx.x * TILE, a0 = blockIdx.y * TILE, lx = threadIdx.x, ly = threadIdx.y;
+    for (int j = ly; j < TILE; j += 8) {
+        int k = k0 + j, a = a0 + lx;
+        tile[j][lx] = k < c && a < r ? g[(size_t)k * (size_t)r + (size_t)a] : 0.0f;
+    }
+    __syncthreads();
+    for (int j = ly; j < TILE; j += 8) {
+        int a = a0 + j, k = k0 + lx;
+        if (a < r && k < c) {
+            size_t o = (size_t)a * (size_t)c + (size_t)k;
+            y[o] = (acc ? acc[o] : 0.0f) + tile[lx][j] * scale;
+        }
+    }
+}
+
+extern "C" cudaError_t gf_cu_grad_acc_t(cudaStream_t s, float *y, const float *acc,
+                                        const float *g, float scale, int r, int c)
+{
+    if (r <= 0 || c <= 0)
+        return cudaSuccess;
+    dim3 grid((unsigned)((c + TILE - 1) / TILE), (unsigned)((r + TILE - 1) / TILE)), block(TILE, 8);
+    k_grad_acc_t<<<grid, block, 0, s>>>(y, acc, g, scale, r, c);
+    return cudaGetLastError();
+}
+
+/* part[block]: the sum of x[i]^2 over the block's threads' elements */
+__global__ void k_sumsq_part(const float *x, int64_t n, double *part)
+{
+    __shared__ double sh[BLOCK];
+    double sum = 0;
+    GRID_LOOP(i, n)
+    {
+        double v = (double)x[i];
+        sum += v * v;
+    }
+    int l = threadIdx.x;
+    sh[l] = sum;
+    __syncthreads();
+    for (int h = BLOCK / 2; h > 0; h /= 2) {
+        if (l < h)
+            sh[l] += sh[l + h];
+        __syncthreads();
+    }
+    if (l == 0)
+        part[blockIdx.x] = sh[0];
+}
+
+/* out[0] = sqrt(sum of part[0..np)); one block */
+__global__ void k_sumsq_final(const double *part, int np, double *out)
+{
+    __shared__ double sh[BLOCK];
+    int l = threadIdx.x;
+    double sum = 0;
+    for (int i = l; i < np; i += BLOCK)
+        sum += part[i];
+    sh[l] = sum;
+    __syncthreads();
+    for (int h = BLOCK / 2; h > 0; h /= 2) {
+        if (l < h)
+            sh[l] += sh[l + h];
+        __syncthreads();
+    }
+    if (l == 0)
+        out[0] = sqrt(sh[0]);
+}
+
+extern "C" cudaError_t gf_cu_sumsq(cudaStream_t s, const float *x, int64_t n, double *part,
+                                   double *out)
+{
+    int64_t b = (n + BLOCK - 1) / BLOCK;
+    int np = (int)(b > GF_CU_SUMSQ_PARTS ? GF_CU_SUMSQ_PARTS : b);
+    if (np > 0)
+        k_sumsq_part<<<np, BLOCK, 0, s>>>(x, n, part);
+    k_sumsq_final<<<1, BLOCK, 0, s>>>(part, np, out);
+    return cudaGetLastError();
+}
+
+__global__ void k_sgd(float *p, float *buf, const float *p0, const float *buf0, const float *g,
+                      int64_t n, gf_cu_sgd_args c)
+{
+    GRID_LOOP(i, n)
+    {
+        const float pi = p0[i];
+        float gi = (0.0f + g[i]) * c.grad_scale;
+        if (c.decay_on)
+            gi = fmaf(c.wd, pi, gi);
+        if (c.momentum_on) {
+            const float b = c.first ? gi : fmaf(c.damp, gi, buf0[i] * c.mom);
+            buf[i] = b;
+            gi = c.nesterov ? fmaf(c.mom, b, gi) : b;
+        }
+        p[i] = fmaf(c.neg_lr, gi, pi);
+    }
+}
+
+extern "C" cudaError_t gf_cu_sgd(cudaStream_t s, float *p, float *buf, const float *p0,
+                                 const float *buf0, const float *g, int64_t n,
+                                 const struct gf_cu_sgd_args *c)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    k_sgd<<<grid_for(n), BLOCK, 0, s>>>(p, buf, p0, buf0, g, n, *c);
+    return cudaGetLastError();
+}
+
+__global__ void k_adamw(float *p, float *m, float *v, const float *p0, const float *m0,
+                        const float *v0, const float *g, int64_t n, gf_cu_adamw_args c)
+{
+    GRID_LOOP(i, n)
+    {
+        const float gi = (0.0f + g[i]) * c.grad_scale;
+        float pi = p0[i];
+        if (c.decay_on)
+            pi = pi * c.decay;
+        const float mo = m0[i];
+        const float mi = c.small ? fmaf(c.w, gi - mo, mo) : fmaf(c.w - 1.0f, gi - mo, gi);
+        const float vi = v0[i] * c.b2 + c.one_b2 * gi * gi;
+        const float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + c.step_size * (mi / denom);
+    }
+}
+
+extern "C" cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v,
+                                   const float *p0, const float *m0, const float *v0,
+                                   const float *g, int64_t n, const struct gf_cu_adamw_args *c)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    k_adamw<<<grid_for(n), BLOCK, 0, s>>>(p, m, v, p0, m0, v0, g, n, *c);
+    return cudaGetLastError();
+}
