@@ -1,30 +1,326 @@
 /*
  * CUDA MatMul and Gemm through cuBLASLt, and the backend's cuBLASLt handle.
+ *
+ *   MatMul   Y = A @ B                  batch dims broadcast, 1-D operands
+ *   Gemm     Y = alpha A' B' + beta C   C broadcast to [M, N]
+ *
+ * fp32 with CUBLAS_COMPUTE_32F: no TF32 (PyTorch's fp32 default), so the
+ * results match fp32 PyTorch and the CPU within rounding of the sum order.
+ *
+ * Row-major Y [M, N] = A' [M, K] B' [K, N] is, read column-major, Y^T =
+ * B'^T A'^T: cuBLASLt is called with the operands swapped (its A is our B,
+ * its B our A), each stored matrix described as it lies (rows and columns
+ * swapped) with a transpose where ours has one.  Batches: one strided
+ * batched call when every operand's batch offsets are a multiple of the
+ * batch index (broadcast ones: stride 0), else one call per outer batch
+ * over the innermost batch dim; batches of A that follow each other with B
+ * shared (a Linear over [B, T, K]) are more rows of one product.
+ *
+ * Gemm's C is first broadcast into Y (the layout kernel's strided copy),
+ * then Y = alpha A' B' + beta Y in place.  The algorithm is cuBLASLt's
+ * first heuristic choice within the backend's workspace (GF_CU_BLAS_WS);
+ * choosing among the candidates is the autotuner's job (issue 14).
  */
+#include <stdlib.h>
+
 #include <cublasLt.h>
 
 #include "cu.h"
+
+#define GF_CU_BLAS_WS ((size_t)32 << 20)
+
+/* The handle and its workspace, made together on first use. */
+struct blas {
+    cublasLtHandle_t h;
+    void *ws;
+};
 
 void *gf_cu_blas(struct gf_backend *be)
 {
     struct gf_cu *cu = gf_cu_of(be);
     if (cu->blas)
-        return (cublasLtHandle_t)cu->blas;
-    cublasLtHandle_t h = NULL;
-    cublasStatus_t s = cublasLtCreate(&h);
+        return cu->blas;
+    struct blas *b = calloc(1, sizeof(*b));
+    if (!b) {
+        gf_error(GF_ERR_NOMEM, "out of memory starting cuBLASLt");
+        return NULL;
+    }
+    cublasStatus_t s = cublasLtCreate(&b->h);
     if (s != CUBLAS_STATUS_SUCCESS) {
+        free(b);
         gf_error(GF_ERR_INTERNAL, "cuBLASLt: cannot start on '%s': %s", cu->device_name,
                  cublasLtGetStatusString(s));
         return NULL;
     }
-    cu->blas = h;
-    return h;
+    if (cudaMalloc(&b->ws, GF_CU_BLAS_WS) != cudaSuccess) {
+        cudaGetLastError();
+        cublasLtDestroy(b->h);
+        free(b);
+        gf_error(GF_ERR_NOMEM, "cuBLASLt: cannot allocate its %zu-byte workspace on '%s'",
+                 GF_CU_BLAS_WS, cu->device_name);
+        return NULL;
+    }
+    cu->blas = b;
+    return b;
 }
 
 void gf_cu_blas_free(struct gf_cu *cu)
 {
-    if (cu->blas)
-        cublasLtDestroy((cublasLtHandle_t)cu->blas);
+    struct blas *b = cu->blas;
+    if (!b)
+        return;
+    cudaFree(b->ws);
+    cublasLtDestroy(b->h);
+    free(b);
     cu->blas = NULL;
 }
 
+/* ---- one (strided batched) product --------------------------------------------- */
+
+/* A product as cuBLASLt sees it: Y [m, n] (row-major, ld n) of `batch`
+ * products, A and B at element strides sa, sb between batches. */
+struct prod {
+    int64_t m, n, k, lda, ldb;
+    bool ta, tb;
+    int64_t batch, sa, sb, sy;
+    float alpha, beta; /* beta: Y holds C already */
+};
+
+static enum gf_status blas_fail(const struct gf_kernel_args *a, const char *what,
+                                cublasStatus_t s)
+{
+    return gf_kernel_error(a, s == CUBLAS_STATUS_ALLOC_FAILED ? GF_ERR_NOMEM : GF_ERR_INTERNAL,
+                           "cuBLASLt %s failed: %s", what, cublasLtGetStatusString(s));
+}
+
+/* A row-major matrix of r x c (ld) as cuBLASLt's column-major c x r. */
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t r, int64_t c, int64_t ld,
+                             int64_t batch, int64_t stride)
+{
+    cublasStatus_t s = cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)c, (uint64_t)r, ld);
+    if (s == CUBLAS_STATUS_SUCCESS && batch > 1) {
+        int32_t count = (int32_t)batch;
+        s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                             sizeof(count));
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                 &stride, sizeof(stride));
+    }
+    return s;
+}
+
+static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod *p,
+                               const float *A, const float *B, float *Y)
+{
+    struct blas *bl = gf_cu_blas(a->backend);
+    if (!bl)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "%s", gf_last_error());
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, ly = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* theirs: our B */
+    cublasOperation_t opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* theirs: our A */
+    size_t ws = GF_CU_BLAS_WS;
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    const char *what = "setup";
+    cublasStatus_t s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    /* our B as stored: [K, N] (or [N, K] transposed); our A: [M, K] (or [K, M]) */
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout(&la, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, p->batch, p->sb);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout(&lb, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, p->batch, p->sa);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = layout(&ly, p->m, p->n, p->n, p->batch, p->sy);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceCreate(&pref);
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                 &ws, sizeof(ws));
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        what = "heuristic";
+        s = cublasLtMatmulAlgoGetHeuristic(bl->h, op, la, lb, ly, ly, pref, 1, &h, &found);
+        if (s == CUBLAS_STATUS_SUCCESS && found == 0)
+            s = CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        what = "matmul";
+        s = cublasLtMatmul(bl->h, op, &p->alpha, B, la, A, lb, &p->beta, Y, ly, Y, ly,
+                           &h.algo, bl->ws, ws, gf_cu_stream(a));
+    }
+    if (pref)
+        cublasLtMatmulPreferenceDestroy(pref);
+    if (ly)
+        cublasLtMatrixLayoutDestroy(ly);
+    if (lb)
+        cublasLtMatrixLayoutDestroy(lb);
+    if (la)
+        cublasLtMatrixLayoutDestroy(la);
+    if (op)
+        cublasLtMatmulDescDestroy(op);
+    return s == CUBLAS_STATUS_SUCCESS ? GF_OK : blas_fail(a, what, s);
+}
+
+/* Whether batch offsets st[0..r) over dims are b * st[r - 1] for the flat
+ * batch index b (st[r - 1] may be 0: all of them 0). */
+static bool uniform(int r, const int64_t *dims, const int64_t *st)
+{
+    for (int i = r - 2; i >= 0; i--)
+        if (st[i] != st[i + 1] * dims[i + 1])
+            return false;
+    return true;
+}
+
+/* Y = alpha A' B' + beta Y for the plan m (Y dense [..., M, N]). */
+static enum gf_status run_plan(const struct gf_kernel_args *a, const struct gf_mm *m, bool ta,
+                               bool tb, float alpha, float beta)
+{
+    const float *A = a->in[0].data, *B = a->in[1].data;
+    float *Y = a->out[0].data;
+    struct prod p = {.m = m->m, .n = m->n, .k = m->k, .lda = m->lda, .ldb = m->ldb, .ta = ta,
+                     .tb = tb, .batch = 1, .sy = m->m * m->n, .alpha = alpha, .beta = beta};
+    if (m->count == 0 || p.m == 0 || p.n == 0)
+        return GF_OK;
+    int r = m->brank;
+    bool sb_zero = true;
+    for (int i = 0; i < r; i++)
+        sb_zero &= m->sb[i] == 0;
+    if (r == 0)
+        return run_prod(a, &p, A, B, Y);
+    /* A's batches one after another, B shared: more rows of one product */
+    if (!ta && sb_zero && m->lda == m->k && uniform(r, m->bdims, m->sa) &&
+        m->sa[r - 1] == m->m * m->k) {
+        p.m *= m->count;
+        return run_prod(a, &p, A, B, Y);
+    }
+    int64_t inner = m->bdims[r - 1], outer = m->count / inner;
+    bool one = uniform(r, m->bdims, m->sa) && uniform(r, m->bdims, m->sb);
+    p.batch = one ? m->count : inner;
+    p.sa = m->sa[r - 1];
+    p.sb = m->sb[r - 1];
+    if (one)
+        return run_prod(a, &p, A, B, Y);
+    enum gf_status st = GF_OK;
+    for (int64_t o = 0; o < outer && st == GF_OK; o++) {
+        /* offsets of outer batch o (flat over bdims[0..r-1)) */
+        int64_t oa = 0, ob = 0, rest = o;
+        for (int i = r - 2; i >= 0; i--) {
+            int64_t c = rest % m->bdims[i];
+            rest /= m->bdims[i];
+            oa += c * m->sa[i];
+            ob += c * m->sb[i];
+        }
+        st = run_prod(a, &p, A + oa, B + ob, Y + o * inner * p.sy);
+    }
+    return st;
+}
+
+/* ---- the ops ------------------------------------------------------------------------ */
+
+static enum gf_status mm_inputs(const struct gf_kernel_args *a, bool ta, bool tb,
+                                struct gf_mm *m)
+{
+    if (a->n_in < 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "needs inputs A and B");
+    enum gf_status st = fu_check_in(a, 0, "A", GF_FLOAT);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "B", GF_FLOAT);
+    if (st == GF_OK)
+        st = gf_mm_plan(a, ta, tb, m);
+    return st;
+}
+
+/* MatMul: A [..., M, K] x B [..., K, N] -> Y [..., M, N]. */
+static enum gf_status matmul_run(const struct gf_kernel_args *a)
+{
+    struct gf_mm m;
+    enum gf_status st = mm_inputs(a, false, false, &m);
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, GF_FLOAT, m.yrank, m.ydims);
+    if (st != GF_OK || a->out[0].nelem == 0)
+        return st;
+    if (m.k == 0) /* a sum of nothing */
+        return gf_cu_check(a, cudaMemsetAsync(a->out[0].data, 0, gf_tview_bytes(&a->out[0]),
+                                              gf_cu_stream(a)), "memset");
+    return run_plan(a, &m, false, false, 1.0f, 0.0f);
+}
+
+/* Gemm: Y [M, N] = alpha A' B' + beta C, C of rank <= 2 broadcast to Y
+ * (before opset 7 only with broadcast = 1). */
+static enum gf_status gemm_run(const struct gf_kernel_args *a)
+{
+    bool ta = gf_node_attr_int(a->node, "transA", 0) != 0;
+    bool tb = gf_node_attr_int(a->node, "transB", 0) != 0;
+    float alpha = gf_node_attr_float(a->node, "alpha", 1.0f);
+    float beta = gf_node_attr_float(a->node, "beta", 1.0f);
+    if (a->n_in < 2 || a->in[0].rank != 2 || a->in[1].rank != 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "A and B must be 2-D");
+    struct gf_mm m;
+    enum gf_status st = mm_inputs(a, ta, tb, &m);
+    int64_t ydims[2] = {m.m, m.n};
+    if (st == GF_OK)
+        st = fu_check_out(a, 0, GF_FLOAT, 2, ydims);
+    if (st != GF_OK)
+        return st;
+    bool has_c = a->n_in >= 3 && fu_has(a, 2);
+    if (has_c) {
+        const struct gf_tview *C = &a->in[2];
+        int64_t cm = C->rank == 2 ? C->dims[0] : 1;
+        int64_t cn = C->rank >= 1 ? C->dims[C->rank - 1] : 1;
+        int64_t opset = gf_model_opset(a->node->graph->model, "");
+        bool strict = opset > 0 && opset < 7 && !gf_node_attr_int(a->node, "broadcast", 0);
+        if (C->rank > 2 || (cm != 1 && cm != m.m) || (cn != 1 && cn != m.n) ||
+            (strict && (C->rank != 2 || cm != m.m || cn != m.n)))
+            return gf_kernel_error(a, GF_ERR_INVALID, "C %s does not %s Y [%lld,%lld]%s",
+                                   FU_SHAPE(C), strict ? "match" : "broadcast to",
+                                   (long long)m.m, (long long)m.n,
+                                   strict ? " (broadcast=0)" : "");
+        if (C->dtype != GF_FLOAT)
+            return gf_kernel_error(a, GF_ERR_INVALID, "C is %s, expected %s like A",
+                                   gf_dtype_name(C->dtype), gf_dtype_name(GF_FLOAT));
+        has_c = C->nelem > 0 && beta != 0.0f;
+    }
+    if (a->out[0].nelem == 0)
+        return GF_OK;
+    if (has_c) { /* Y = C broadcast, then Y = alpha A' B' + beta Y */
+        int64_t st2[1][GF_MAX_RANK];
+        gf_bcast_strides(&a->in[2], &a->out[0], st2[0]);
+        struct gf_cu_nd nd;
+        gf_cu_nd_init(&nd, 2, ydims, 1, st2);
+        cudaError_t e = gf_cu_copy_nd(gf_cu_stream(a), 4, a->in[2].data, a->out[0].data, &nd,
+                                      (int64_t)a->out[0].nelem);
+        if ((st = gf_cu_check(a, e, "Gemm's C broadcast")))
+            return st;
+    }
+    return run_plan(a, &m, ta, tb, alpha, has_c ? beta : 0.0f);
+}
+
+/* fp32 operands of rank <= 8 (C included); a Gemm with K > 0 (with K = 0
+ * it is beta C, left to the CPU). */
+static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 2 || in[0].dtype != GF_FLOAT)
+        return false;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+            return false;
+    if (n->op == GF_OP_GEMM && in[0].rank == 2) {
+        bool ta = gf_node_attr_int(n, "transA", 0) != 0;
+        return in[0].dims[ta ? 0 : 1] > 0;
+    }
+    return true;
+}
+
+static const struct gf_kernel kernels[] = {
+    {.op = GF_OP_MATMUL, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
+     .supports = mm_supports, .run = matmul_run},
+    {.op = GF_OP_GEMM, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
+     .supports = mm_supports, .run = gemm_run},
+};
+
+const struct gf_kernel_table gf_cuda_matmul_table = {kernels,
+                                                     sizeof(kernels) / sizeof(kernels[0])};
