@@ -111,6 +111,30 @@ cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v, const floa
                         const float *m0, const float *v0, const float *g, int64_t n,
                         const struct gf_cu_adamw_args *c);
 
+/* ---- reduce.cu -------------------------------------------------------- */
+
+/* x seen as kept x reduced axes (outermost first, element strides): each
+ * output element reduces nred inputs. */
+struct gf_cu_red {
+    int nk, nr;
+    int64_t kdim[GF_CU_MAX_RANK], kstr[GF_CU_MAX_RANK];
+    int64_t rdim[GF_CU_MAX_RANK], rstr[GF_CU_MAX_RANK];
+    int64_t nout, nred;
+};
+enum gf_cu_red_op { GF_CU_RED_SUM, GF_CU_RED_MEAN, GF_CU_RED_MAX };
+/* y[nout] = sum / mean / max of x's reduced elements (fp32; sums in double). */
+cudaError_t gf_cu_reduce(cudaStream_t s, int op, const float *x, float *y,
+                         const struct gf_cu_red *g);
+
+/* Softmax (log: LogSoftmax) of rows of n elements `inner` apart in
+ * [outer, n, inner], rows = outer * inner (fp32; sums in double). */
+cudaError_t gf_cu_softmax(cudaStream_t s, int log, const float *x, float *y, int64_t n,
+                          int64_t inner, int64_t rows);
+/* Their gradients from dY and Y: softmax dx = y (g - sum(g y)); log-softmax
+ * dx = g - exp(y) sum(g). */
+cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, const float *g, const float *y,
+                               float *dx, int64_t n, int64_t inner, int64_t rows);
+
 #ifdef __cplusplus
 }
 #endif

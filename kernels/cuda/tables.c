@@ -6,18 +6,29 @@
  *     AddLayerNorm and their Grads, SwiGLU GeGLU (and Grads), RoPE (and
  *     Grad), SoftmaxCrossEntropy CrossEntropyGrad LinearCrossEntropy, JSD
  *     (and Grad), Attention (and Grad), MatMulEpilogue (and Grad)
- *   - fp16 / bf16 storage (the OpenCL kernels have it for float ops)
+ *   - of the OpenCL tables' plain ops: Pad, GatherND, GatherGrad,
+ *     SliceGrad (layout); Sum (variadic), LayerNormalization and its
+ *     Grad, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their
+ *     Grads (reduce)
+ *   - fp16 / bf16 storage of the float ops (the OpenCL kernels have it),
+ *     and fp16 / bf16 MatMul / Gemm on tensor cores
  *   - the ops the OpenCL tables lack too (the CPU's contrib ops, ...)
+ *   - CUDA Graph capture of a run, the autotuner's choice among
+ *     cuBLASLt's heuristic candidates and cuBLASLt's fused epilogues
  */
 #include "cu.h"
 
 extern const struct gf_kernel_table gf_cuda_elementwise_table; /* elementwise.c */
 extern const struct gf_kernel_table gf_cuda_layout_table;      /* layout.c */
 extern const struct gf_kernel_table gf_cuda_optim_table;       /* optim.c */
+extern const struct gf_kernel_table gf_cuda_matmul_table;      /* matmul.c: cuBLASLt */
+extern const struct gf_kernel_table gf_cuda_reduce_table;      /* reduce.c */
 
 const struct gf_kernel_table *const gf_cuda_tables[] = {
     &gf_cuda_elementwise_table,
     &gf_cuda_layout_table,
+    &gf_cuda_matmul_table,
+    &gf_cuda_reduce_table,
     &gf_cuda_optim_table,
     NULL,
 };

@@ -1,0 +1,151 @@
+/*
+ * reduce.cu — the CUDA reductions (host side: reduce.c): Reduce{Sum,Mean,
+ * Max} over any set of axes (one block per output element) and Softmax,
+ * LogSoftmax and their gradients along one axis (one block per row).
+ * fp32 data; sums in double, each in a fixed order (thread t takes
+ * elements t, t + 256, ..., then a fixed tree), so runs repeat exactly.
+ */
+#include <math.h>
+
+#include "launch.h"
+
+#define BLOCK 256
+
+static unsigned blocks_for(int64_t n)
+{
+    return (unsigned)(n < 1 ? 1 : n > 65535 * 32 ? 65535 * 32 : n);
+}
+
+/* The block's sum (or max) of v, in a fixed tree; every thread gets it. */
+template <typename T, bool MAX>
+__device__ T block_all(T v, T *sh)
+{
+    int l = threadIdx.x;
+    sh[l] = v;
+    __syncthreads();
+    for (int h = BLOCK / 2; h > 0; h /= 2) {
+        if (l < h) {
+            T a = sh[l], b = sh[l + h];
+            sh[l] = MAX ? ((a > b || isnan(a)) ? a : b) : a + b;
+        }
+        __syncthreads();
+    }
+    T r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void k_reduce(int op, const float *x, float *y, gf_cu_red g)
+{
+    __shared__ double shd[BLOCK];
+    __shared__ float shf[BLOCK];
+    for (int64_t o = blockIdx.x; o < g.nout; o += gridDim.x) {
+        int64_t base = 0, r = o;
+        for (int d = g.nk - 1; d >= 0; d--) {
+            base += r % g.kdim[d] * g.kstr[d];
+            r /= g.kdim[d];
+        }
+        double sum = 0;
+        float mx = -INFINITY;
+        for (int64_t j = threadIdx.x; j < g.nred; j += BLOCK) {
+            int64_t off = base, q = j;
+            for (int d = g.nr - 1; d >= 0; d--) {
+                off += q % g.rdim[d] * g.rstr[d];
+                q /= g.rdim[d];
+            }
+            float v = x[off];
+            if (op == GF_CU_RED_MAX)
+                mx = (v > mx || isnan(v)) ? v : mx;
+            else
+                sum += (double)v;
+        }
+        float res;
+        if (op == GF_CU_RED_MAX) {
+            res = block_all<float, true>(mx, shf);
+        } else {
+            double t = block_all<double, false>(sum, shd);
+            res = (float)(op == GF_CU_RED_MEAN ? t / (double)g.nred : t);
+        }
+        if (threadIdx.x == 0)
+            y[o] = res;
+    }
+}
+
+extern "C" cudaError_t gf_cu_reduce(cudaStream_t s, int op, const float *x, float *y,
+                                    const struct gf_cu_red *g)
+{
+    if (g->nout <= 0)
+        return cudaSuccess;
+    k_reduce<<<blocks_for(g->nout), BLOCK, 0, s>>>(op, x, y, *g);
+    return cudaGetLastError();
+}
+
+/* rows along the axis of [outer, n, inner]: row r starts at
+ * (r / inner) * n * inner + r % inner, its elements inner apart */
+__device__ __forceinline__ int64_t row_base(int64_t r, int64_t n, int64_t inner)
+{
+    return r / inner * n * inner + r % inner;
+}
+
+__global__ void k_softmax(int lg, const float *x, float *y, int64_t n, int64_t inner,
+                          int64_t rows)
+{
+    __shared__ double shd[BLOCK];
+    __shared__ float shf[BLOCK];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t b = row_base(r, n, inner);
+        float m = -INFINITY;
+        for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
+            float v = x[b + j * inner];
+            m = (v > m || isnan(v)) ? v : m;
+        }
+        m = block_all<float, true>(m, shf);
+        double sum = 0;
+        for (int64_t j = threadIdx.x; j < n; j += BLOCK)
+            sum += (double)expf(x[b + j * inner] - m);
+        sum = block_all<double, false>(sum, shd);
+        float f = lg ? (float)log(sum) : (float)(1.0 / sum);
+        for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
+            float v = x[b + j * inner] - m;
+            y[b + j * inner] = lg ? v - f : expf(v) * f;
+        }
+    }
+}
+
+__global__ void k_softmax_grad(int lg, const float *g, const float *y, float *dx, int64_t n,
+                               int64_t inner, int64_t rows)
+{
+    __shared__ double shd[BLOCK];
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        int64_t b = row_base(r, n, inner);
+        double sum = 0;
+        for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
+            int64_t i = b + j * inner;
+            sum += lg ? (double)g[i] : (double)g[i] * (double)y[i];
+        }
+        float s = (float)block_all<double, false>(sum, shd);
+        for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
+            int64_t i = b + j * inner;
+            dx[i] = lg ? g[i] - expf(y[i]) * s : y[i] * (g[i] - s);
+        }
+    }
+}
+
+extern "C" cudaError_t gf_cu_softmax(cudaStream_t s, int log, const float *x, float *y,
+                                     int64_t n, int64_t inner, int64_t rows)
+{
+    if (rows <= 0 || n <= 0)
+        return cudaSuccess;
+    k_softmax<<<blocks_for(rows), BLOCK, 0, s>>>(log, x, y, n, inner, rows);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, const float *g,
+                                          const float *y, float *dx, int64_t n, int64_t inner,
+                                          int64_t rows)
+{
+    if (rows <= 0 || n <= 0)
+        return cudaSuccess;
+    k_softmax_grad<<<blocks_for(rows), BLOCK, 0, s>>>(log, g, y, dx, n, inner, rows);
+    return cudaGetLastError();
+}
