@@ -61,6 +61,11 @@ fi
 # ---- graphfuse backends -------------------------------------------------------
 "$gf" backends >"$tmp/backends" 2>&1
 cat "$tmp/backends"
+if ! grep -q '^cuda: ' "$tmp/backends"; then
+    echo "cuda_check: FAIL: graphfuse lists no cuda backend: kernels/registry.c's BACKENDS"
+    echo "lacks X(GF_CUDA, gf_cuda_backend, \"cuda\", ...) before opencl's line"
+    exit 1
+fi
 if grep -q '^cuda: available' "$tmp/backends"; then
     result PASS "graphfuse backends lists cuda with devices"
 else
