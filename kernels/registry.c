@@ -41,6 +41,7 @@ size_t gf_tview_bytes(const struct gf_tview *t)
  */
 #define BACKENDS(X)                                                                       \
     X(1, gf_cpu_backend, "cpu", "")                                                       \
+    X(GF_CUDA, gf_cuda_backend, "cuda", "GF_CUDA=1 with the CUDA toolkit's nvcc")         \
     X(GF_OPENCL, gf_opencl_backend, "opencl", "GF_OPENCL=1 with ocl-icd-opencl-dev")
 
 #define BUILT_1(desc, nm, lacks) &desc

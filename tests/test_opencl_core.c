@@ -49,12 +49,15 @@ static void test_open_and_list(void **state)
     }
     assert_true(found);
     assert_true(be->ops->driver_version(be)[0]);
-    /* the backend table lists opencl after cpu */
+    /* the backend table lists cpu first, opencl after it */
     size_t nb;
     const struct gf_backend_ops *const *all = gf_backend_all(&nb);
     assert_true(nb >= 2);
     assert_string_equal(all[0]->name, "cpu");
-    assert_string_equal(all[1]->name, "opencl");
+    bool listed = false;
+    for (size_t i = 1; i < nb; i++)
+        listed |= strcmp(all[i]->name, "opencl") == 0;
+    assert_true(listed);
 }
 
 static void test_bad_device(void **state)
