@@ -20,6 +20,10 @@
 
 extern const struct gf_kernel_table gf_cuda_elementwise_table; /* elementwise.c */
 extern const struct gf_kernel_table gf_cuda_layout_table;      /* layout.c */
+extern const struct gf_kernel_table gf_cuda_fused_norm_table;  /* fused_norm.c */
+extern const struct gf_kernel_table gf_cuda_fused_act_table;   /* fused_act.c */
+extern const struct gf_kernel_table gf_cuda_fused_loss_table;  /* fused_loss.c */
+extern const struct gf_kernel_table gf_cuda_fused_attn_table;  /* fused_attn.c */
 extern const struct gf_kernel_table gf_cuda_optim_table;       /* optim.c */
 extern const struct gf_kernel_table gf_cuda_matmul_table;      /* matmul.c: cuBLASLt */
 extern const struct gf_kernel_table gf_cuda_reduce_table;      /* reduce.c */
@@ -27,6 +31,10 @@ extern const struct gf_kernel_table gf_cuda_reduce_table;      /* reduce.c */
 const struct gf_kernel_table *const gf_cuda_tables[] = {
     &gf_cuda_elementwise_table,
     &gf_cuda_layout_table,
+    &gf_cuda_fused_norm_table,
+    &gf_cuda_fused_act_table,
+    &gf_cuda_fused_loss_table,
+    &gf_cuda_fused_attn_table,
     &gf_cuda_matmul_table,
     &gf_cuda_reduce_table,
     &gf_cuda_optim_table,

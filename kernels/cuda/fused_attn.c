@@ -1,0 +1,5 @@
+/* CUDA kernels of the fused attn ops (issue 14; device code: fused_attn.cu).
+ * Empty for now: these nodes run on the CPU, node by node. */
+#include "cu.h"
+
+const struct gf_kernel_table gf_cuda_fused_attn_table = {NULL, 0};
