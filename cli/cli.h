@@ -32,6 +32,23 @@ bool cli_parse_dim(const char *s, struct cli_dim *out);
 /* The size given for symbolic dimension `name`, else `fallback`. */
 int64_t cli_dim_size(const struct cli_dim *dims, int n, const char *name, int64_t fallback);
 
+/* How run and tune make a session's inputs (cli/inputs.c). */
+#define CLI_MAX_INPUTS 256
+struct cli_inputs {
+    const char *specs[64]; /* --input NAME=FILE.pb */
+    int n_specs;
+    bool random;           /* inputs without a file get random values, else are missing */
+    struct cli_dim dims[64];
+    int n_dims;
+    int64_t dim_default;   /* size of a symbolic dim no --dim names; < 0: an error */
+};
+struct gf_session;
+/* in[gf_session_input_count(s)] from the files and, for the others, random
+ * values of the declared dtype and shape (the same for run and tune, so
+ * both plan alike).  0, else the exit code after printing one message. */
+int cli_make_inputs(struct gf_model *m, struct gf_session *s, const char *path,
+                    const struct cli_inputs *a, struct gf_tensor **in);
+
 /* Fusion for graphfuse's own executor (run/test/tune --fuse): the default
  * patterns plus the opt-in ones its kernels run (attention). */
 extern const struct gf_fuse_opts cli_run_fuse_opts;

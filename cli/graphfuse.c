@@ -497,25 +497,6 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
     return 2;
 }
 
-/* Fills a tensor with reproducible values suited to its type. */
-static void fill_random(struct gf_tensor *t, unsigned *seed)
-{
-    for (size_t i = 0; i < t->nelem; i++) {
-        *seed = *seed * 1103515245u + 12345u;
-        unsigned r = (*seed >> 8) & 0xffff;
-        double f = (double)r / 65535.0 * 2 - 1;
-        uint8_t *p = (uint8_t *)t->data;
-        switch (t->dtype) {
-        case GF_FLOAT: { float x = (float)f; memcpy(p + 4 * i, &x, 4); break; }
-        case GF_DOUBLE: memcpy(p + 8 * i, &f, 8); break;
-        case GF_INT64: { int64_t x = r % 16; memcpy(p + 8 * i, &x, 8); break; }
-        case GF_INT32: { int32_t x = (int32_t)(r % 16); memcpy(p + 4 * i, &x, 4); break; }
-        case GF_BOOL: p[i] = r & 1; break;
-        default: memset(p + gf_dtype_size(t->dtype) * i, 0, gf_dtype_size(t->dtype)); break;
-        }
-    }
-}
-
 static void print_tensor_summary(const struct gf_tensor *t)
 {
     printf("  %s: %s[", t->name, gf_dtype_name(t->dtype));
@@ -546,11 +527,8 @@ static int write_outputs(const char *dir, struct gf_tensor **outs, size_t n)
 static int cmd_run(int argc, char **argv)
 {
     const char *path = NULL, *outdir = NULL;
-    const char *in_specs[64];
-    int n_specs = 0;
-    bool random_inputs = false, fuse = false;
-    struct cli_dim dims[64];
-    int n_dims = 0;
+    struct cli_inputs ia = {.dim_default = 1}; /* symbolic dims: --dim, else 1 */
+    bool fuse = false;
     struct gf_exec_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -564,15 +542,15 @@ static int cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
             if (++i == argc || !strchr(argv[i], '='))
                 return cli_usage(NULL, "run: %s needs NAME=FILE.pb", a);
-            if (n_specs == 64)
+            if (ia.n_specs == 64)
                 return cli_usage(NULL, "run: too many inputs%s", "");
-            in_specs[n_specs++] = argv[i];
+            ia.specs[ia.n_specs++] = argv[i];
         } else if (strcmp(a, "--random-inputs") == 0) {
-            random_inputs = true;
+            ia.random = true;
         } else if (strcmp(a, "--dim") == 0) {
-            if (++i == argc || n_dims == 64)
+            if (++i == argc || ia.n_dims == 64)
                 return cli_usage(NULL, "run: %s needs NAME=SIZE", a);
-            if (!cli_parse_dim(argv[i], &dims[n_dims++]))
+            if (!cli_parse_dim(argv[i], &ia.dims[ia.n_dims++]))
                 return cli_usage(NULL, "run: bad --dim '%s' (want NAME=SIZE, e.g. seq=256)",
                                  argv[i]);
         } else if (strcmp(a, "--output-dir") == 0) {
@@ -604,55 +582,9 @@ static int cmd_run(int argc, char **argv)
         goto out;
     }
     size_t n_in = gf_session_input_count(s);
-    struct gf_tensor *in[256] = {0};
-    if (n_in > 256) {
-        rc = cli_usage(NULL, "run: model has too many inputs%s", "");
+    struct gf_tensor *in[CLI_MAX_INPUTS];
+    if ((rc = cli_make_inputs(m, s, path, &ia, in)) != 0)
         goto out;
-    }
-    for (int k = 0; k < n_specs; k++) {
-        const char *eq = strchr(in_specs[k], '=');
-        size_t i;
-        for (i = 0; i < n_in; i++) {
-            const char *name = gf_session_input(s, i)->name;
-            if (strlen(name) == (size_t)(eq - in_specs[k]) &&
-                strncmp(name, in_specs[k], (size_t)(eq - in_specs[k])) == 0)
-                break;
-        }
-        if (i == n_in) {
-            fprintf(stderr, "graphfuse: %s: the model has no input named '%.*s'\n", path,
-                    (int)(eq - in_specs[k]), in_specs[k]);
-            rc = EXIT_INPUT;
-            goto out;
-        }
-        if ((st = gf_tensor_load(m, eq + 1, &in[i])) != GF_OK) {
-            rc = cli_fail(st);
-            goto out;
-        }
-    }
-    unsigned seed = 1234;
-    for (size_t i = 0; i < n_in; i++) {
-        if (in[i])
-            continue;
-        const struct gf_value *v = gf_session_input(s, i);
-        if (!random_inputs) {
-            fprintf(stderr, "graphfuse: %s: input '%s' is missing (give --input %s=FILE.pb "
-                    "or --random-inputs)\n", path, v->name, v->name);
-            rc = EXIT_INPUT;
-            goto out;
-        }
-        int64_t shape[64];
-        int rank = v->type.rank < 0 ? 0 : v->type.rank > 64 ? 64 : v->type.rank;
-        for (int d = 0; d < rank; d++) /* symbolic dims: --dim, else 1 */
-            shape[d] = v->type.dims[d].value >= 0 ? v->type.dims[d].value
-                                                  : cli_dim_size(dims, n_dims,
-                                                                 v->type.dims[d].param, 1);
-        enum gf_dtype dt = v->type.dtype == GF_UNDEFINED ? GF_FLOAT : v->type.dtype;
-        if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, shape, NULL))) {
-            rc = cli_fail(GF_ERR_NOMEM);
-            goto out;
-        }
-        fill_random(in[i], &seed);
-    }
     struct gf_tensor **outs;
     size_t n_out;
     if ((st = gf_session_run(s, n_in, in, &outs, &n_out)) != GF_OK) {
@@ -912,9 +844,11 @@ static const char usage[] =
     "  backends                        the backends built in, their devices, and the\n"
     "                                  one --backend auto picks\n"
     "  tune MODEL [--backend B] [--device NAME] [--dim NAME=SIZE]... [--tune-cache FILE]\n"
-    "      [--tune-budget N] [--repeats N] [--force] [--fuse] [--with-cpu]\n"
-    "                                  time kernels and knob values per node; cache\n"
-    "                                  the fastest correct ones (run uses the cache)\n"
+    "      [--input NAME=FILE.pb]... [--tune-budget N] [--repeats N] [--force] [--fuse]\n"
+    "      [--with-cpu]                time kernels and knob values per node of the plan\n"
+    "                                  run makes for these inputs (random, else the\n"
+    "                                  files); cache the fastest correct ones (run\n"
+    "                                  uses the cache)\n"
     "\n"
     "options:\n"
     "  -h, --help                      this help\n"

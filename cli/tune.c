@@ -1,13 +1,15 @@
 /*
  * graphfuse tune MODEL: tunes every node that has a choice (a kernel with
  * knobs, or several kernels) on a backend, at the input sizes given with
- * --dim, caches the winners (executor/gf_tune.h) and prints a table of
- * what it chose and the speedup over the default kernel and config.
+ * --dim (or --input files), caches the winners (executor/gf_tune.h) and
+ * prints a table of what it chose and the speedup over the default kernel
+ * and config.
  *
- * Shapes come from shape inference with the graph inputs bound to their
- * concrete sizes, as a session plans them, so that `run --autotune` and
- * `run` with the cache find the same keys.  Nodes a session folds while
- * planning (inputs all constant) are not tuned.
+ * The model is planned by a session exactly as `graphfuse run` plans it
+ * (the same inputs: cli/inputs.c; the same folding, kernels and views),
+ * and the nodes tuned are the plan's tune sites (gf_session_tune_site),
+ * keyed as the run looks them up: `run` with the cache finds every entry
+ * written here.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,21 +21,12 @@
 #include "gf_passes.h"
 #include "gf_tune.h"
 
-#define MAXIO 64
 
 struct tune_args {
     const char *path, *backend, *device, *cache;
-    struct cli_dim dims[64];
-    int n_dims;
+    struct cli_inputs inputs;
     struct gf_tune_opts opts;
     bool force, fuse;
-};
-
-/* Integer values shape inference found, per value id. */
-struct known {
-    int64_t *v;
-    int32_t *v32; /* the same narrowed, for int32 values */
-    size_t n;
 };
 
 struct row {
@@ -48,9 +41,10 @@ static int parse(int argc, char **argv, struct tune_args *a)
 {
     for (int i = 0; i < argc; i++) {
         const char *s = argv[i];
+        bool input = strcmp(s, "--input") == 0 || strcmp(s, "-i") == 0;
         bool value = strcmp(s, "--backend") == 0 || strcmp(s, "--device") == 0 ||
                      strcmp(s, "--tune-cache") == 0 || strcmp(s, "--dim") == 0 ||
-                     strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0;
+                     strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0 || input;
         if (value && i + 1 == argc)
             return cli_usage("tune", "%s needs a value", s);
         const char *v = value ? argv[++i] : NULL;
@@ -61,8 +55,13 @@ static int parse(int argc, char **argv, struct tune_args *a)
         } else if (strcmp(s, "--tune-cache") == 0) {
             a->cache = v;
         } else if (strcmp(s, "--dim") == 0) {
-            if (a->n_dims == 64 || !cli_parse_dim(v, &a->dims[a->n_dims++]))
+            struct cli_inputs *in = &a->inputs;
+            if (in->n_dims == 64 || !cli_parse_dim(v, &in->dims[in->n_dims++]))
                 return cli_usage("tune", "bad --dim '%s' (want NAME=SIZE, e.g. seq=256)", v);
+        } else if (input) {
+            if (!strchr(v, '=') || a->inputs.n_specs == 64)
+                return cli_usage("tune", "bad --input '%s' (want NAME=FILE.pb)", v);
+            a->inputs.specs[a->inputs.n_specs++] = v;
         } else if (strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0) {
             char *end;
             long n = strtol(v, &end, 10);
@@ -84,102 +83,6 @@ static int parse(int argc, char **argv, struct tune_args *a)
         }
     }
     return a->path ? 0 : cli_usage("tune", "no model given%s", "");
-}
-
-/* ---- shapes ---------------------------------------------------------------------------------- */
-
-static void record_known(void *ctx, const struct gf_value *v, size_t n, const int64_t *vals)
-{
-    struct known *k = &((struct known *)ctx)[v->id];
-    free(k->v);
-    free(k->v32);
-    k->v32 = NULL;
-    k->n = 0;
-    if (!(k->v = malloc((n ? n : 1) * sizeof(*k->v))))
-        return;
-    memcpy(k->v, vals, n * sizeof(*vals));
-    k->n = n;
-}
-
-/* Graph inputs get their concrete sizes (--dim for symbolic ones), then
- * shape inference runs over the graph. */
-static enum gf_status bind_inputs(struct gf_model *m, const struct tune_args *a,
-                                  struct known *kn)
-{
-    struct gf_graph *g = m->graph;
-    for (size_t i = 0; i < g->n_inputs; i++) {
-        struct gf_value *v = g->inputs[i];
-        struct gf_dim dims[GF_MAX_RANK];
-        if (v->init)
-            continue;
-        if (v->type.kind != GF_TYPE_TENSOR || v->type.rank < 0 || v->type.rank > GF_MAX_RANK)
-            return gf_error(GF_ERR_UNSUPPORTED, "input '%s' has no tensor shape to tune for",
-                            v->name);
-        for (int d = 0; d < v->type.rank; d++) {
-            const struct gf_dim *x = &v->type.dims[d];
-            int64_t size = x->value >= 0 ? x->value
-                                         : cli_dim_size(a->dims, a->n_dims, x->param, -1);
-            if (size < 0)
-                return gf_error(GF_ERR_ARG, "input '%s': give the size of %s%s%s with --dim "
-                                "%s=SIZE", v->name, x->param ? "dimension '" : "axis ",
-                                x->param ? x->param : "", x->param ? "'" : "",
-                                x->param ? x->param : "NAME");
-            dims[d] = (struct gf_dim){size, NULL, NULL};
-        }
-        gf_value_set_tensor_type(v, v->type.dtype, v->type.rank, dims);
-    }
-    return gf_graph_infer_shapes_values(g, record_known, kn);
-}
-
-static bool view_of(const struct gf_value *v, struct known *kn, struct gf_tview *t)
-{
-    memset(t, 0, sizeof(*t));
-    if (!v)
-        return true;
-    int64_t n = gf_type_numel(&v->type);
-    if (v->type.kind != GF_TYPE_TENSOR || n < 0 || v->type.dtype == GF_UNDEFINED ||
-        v->type.rank > GF_MAX_RANK)
-        return false;
-    t->dtype = v->type.dtype;
-    int64_t dims[GF_MAX_RANK];
-    for (int d = 0; d < v->type.rank; d++)
-        dims[d] = v->type.dims[d].value;
-    gf_tview_set_shape(t, v->type.rank, dims);
-    struct known *k = &kn[v->id];
-    if (v->init && v->init->data) {
-        t->host = v->init->data;
-    } else if (k->v && k->n == t->nelem && t->dtype == GF_INT64) {
-        t->host = k->v;
-    } else if (k->v && k->n == t->nelem && t->dtype == GF_INT32) {
-        if (!k->v32 && (k->v32 = malloc((k->n ? k->n : 1) * sizeof(int32_t))))
-            for (size_t i = 0; i < k->n; i++)
-                k->v32[i] = (int32_t)k->v[i];
-        t->host = k->v32;
-    }
-    return true;
-}
-
-/* Views of n's inputs and outputs; false when a shape is unknown. */
-static bool node_views(const struct gf_node *n, struct known *kn, struct gf_tview *in,
-                       struct gf_tview *out)
-{
-    if (n->n_inputs > MAXIO || n->n_outputs > MAXIO)
-        return false;
-    bool ok = true;
-    for (size_t i = 0; i < n->n_inputs; i++)
-        ok &= view_of(n->inputs[i], kn, &in[i]);
-    for (size_t i = 0; i < n->n_outputs; i++)
-        ok &= view_of(n->outputs[i], kn, &out[i]);
-    return ok;
-}
-
-/* Nodes a session computes while planning: every input constant. */
-static bool folded(const struct gf_node *n, const struct gf_tview *in)
-{
-    for (size_t i = 0; i < n->n_inputs; i++)
-        if (n->inputs[i] && !(in[i].host && !n->inputs[i]->is_input))
-            return false;
-    return true;
 }
 
 /* ---- reporting ------------------------------------------------------------------------------- */
@@ -322,33 +225,30 @@ static void tune_node(struct gf_tuner *t, struct gf_backend *be, const struct tu
     describe(w, be);
 }
 
-static int tune_model(struct gf_model *m, struct gf_backend *be, struct gf_tuner *t,
-                      const struct tune_args *a, struct known *kn, size_t *shown)
+static int tune_model(struct gf_session *s, struct gf_tuner *t, const struct tune_args *a,
+                      size_t *shown)
 {
-    struct gf_tview in[MAXIO], out[MAXIO];
+    struct gf_tune_site site;
     size_t total = 0, k = 0, failed = 0;
-    bool cross = a->opts.with_cpu && strcmp(be->ops->name, "cpu") != 0;
+    bool cross = a->opts.with_cpu && strcmp(gf_session_backend(s), "cpu") != 0;
     for (int pass = 0; pass < 2; pass++) {
         struct row *rows = pass ? calloc(total + 1, sizeof(*rows)) : NULL;
         if (pass && !rows)
             return cli_fail(gf_error(GF_ERR_NOMEM, "out of memory"));
         struct progress p = {.tty = isatty(STDOUT_FILENO), .n_nodes = total};
-        for (const struct gf_node *n = m->graph->first; n; n = n->next) {
-            if (!node_views(n, kn, in, out) || folded(n, in))
-                continue;
-            size_t cands = gf_tune_count_candidates(be, n, in, n->n_inputs);
-            if (cands == 0 || (cands == 1 && !cross))
-                continue; /* nothing to choose (or no kernel: the CPU runs it) */
+        for (size_t i = 0; gf_session_tune_site(s, i, &site); i++) {
+            if (site.n_candidates < 2 && !cross)
+                continue; /* one kernel, no knobs: only the CPU's could compete */
             if (!pass) {
                 total++;
                 continue;
             }
             struct row *w = &rows[k++];
-            w->n = p.n = n;
+            w->n = p.n = site.node;
             p.node = k;
-            gf_tune_format_shapes(in, n->n_inputs, NULL, 0, w->shapes, sizeof(w->shapes));
-            w->gflop = gflop(n, in, out);
-            tune_node(t, be, a, in, out, &p, w);
+            gf_tune_format_shapes(site.in, site.n_in, NULL, 0, w->shapes, sizeof(w->shapes));
+            w->gflop = gflop(site.node, site.in, site.out);
+            tune_node(t, site.be, a, site.in, site.out, &p, w);
             failed += w->failed;
             print_warnings(t, shown);
             if (!p.tty)
@@ -360,10 +260,10 @@ static int tune_model(struct gf_model *m, struct gf_backend *be, struct gf_tuner
             free(rows);
         } else if (total) {
             printf("tuning %zu node%s of %s on %s (%s)\n", total, total == 1 ? "" : "s", a->path,
-                   be->ops->name, be->ops->device_name(be));
+                   gf_session_backend(s), gf_session_device(s));
         } else {
             printf("nothing to tune in %s on %s (%s): no node has a kernel with knobs or a "
-                   "choice of kernels\n", a->path, be->ops->name, be->ops->device_name(be));
+                   "choice of kernels\n", a->path, gf_session_backend(s), gf_session_device(s));
         }
     }
     enum gf_status st = gf_tuner_save(t);
@@ -378,41 +278,44 @@ static int tune_model(struct gf_model *m, struct gf_backend *be, struct gf_tuner
 
 int cmd_tune(int argc, char **argv)
 {
-    struct tune_args a = {0};
+    struct tune_args a = {.inputs = {.random = true, .dim_default = -1}};
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc;
-    struct gf_backend *be;
     struct gf_model *m = NULL;
+    struct gf_session *s = NULL;
     struct gf_tuner *t = NULL;
-    struct known *kn = NULL;
-    enum gf_status st = gf_backend_open(a.backend, a.device, &be);
-    if (st == GF_OK)
-        st = gf_model_load(a.path, NULL, &m);
+    struct gf_tensor *in[CLI_MAX_INPUTS];
+    /* planned as `run` plans; the session itself leaves the cache alone */
+    struct gf_exec_opts eo = {.backend = a.backend, .device = a.device, .tune_cache = ""};
+    enum gf_status st = gf_model_load(a.path, NULL, &m);
     if (st == GF_OK && a.fuse &&
         (st = gf_graph_infer_shapes(m->graph)) == GF_OK &&
         (st = gf_pass_cleanup(m->graph, &(struct gf_cleanup_opts){.eval = gf_exec_eval_node},
                               NULL)) == GF_OK)
         st = gf_pass_fuse(m, &cli_run_fuse_opts, NULL);
-    if (st == GF_OK && !(kn = calloc(m->graph->n_values + 1, sizeof(*kn))))
-        st = gf_error(GF_ERR_NOMEM, "out of memory");
-    if (st == GF_OK && (st = bind_inputs(m, &a, kn)) != GF_OK)
+    if (st == GF_OK)
+        st = gf_session_new(m, &eo, &s);
+    if (st != GF_OK) {
+        rc = cli_fail(st);
+        goto out;
+    }
+    if ((rc = cli_make_inputs(m, s, a.path, &a.inputs, in)) != 0)
+        goto out;
+    if ((st = gf_session_plan(s, gf_session_input_count(s), in)) != GF_OK)
         gf_error_prefix(a.path);
     if (st == GF_OK)
         st = gf_tuner_open(a.cache, &t);
     if (st == GF_OK) {
         size_t shown = 0;
         print_warnings(t, &shown);
-        rc = tune_model(m, be, t, &a, kn, &shown);
+        rc = tune_model(s, t, &a, &shown);
     } else {
         rc = cli_fail(st);
     }
-    for (size_t i = 0; kn && i < m->graph->n_values; i++) {
-        free(kn[i].v);
-        free(kn[i].v32);
-    }
-    free(kn);
+out:
     gf_tuner_free(t);
+    gf_session_free(s);
     gf_model_free(m);
     return rc;
 }

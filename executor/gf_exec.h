@@ -59,12 +59,21 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
                               struct gf_tensor *const *inputs, struct gf_tensor ***outputs,
                               size_t *n_outputs);
 
+/* Plans the graph for these inputs (checked as gf_session_run checks
+ * them) without running it; gf_session_run plans the same way, again only
+ * when the input shapes (or shape-deciding input values) change. */
+enum gf_status gf_session_plan(struct gf_session *s, size_t n_inputs,
+                               struct gf_tensor *const *inputs);
+
 /* Memory figures of the last plan. */
 struct gf_session_stats {
     size_t activation_bytes;   /* the planned block */
     size_t intermediate_bytes; /* sum of every intermediate tensor's size */
     size_t workspace_bytes;
     size_t n_nodes;
+    size_t n_choice;           /* nodes the autotuner has a choice for (kernels or knob
+                                  values of the backend, or a CPU kernel it cached) */
+    size_t n_tuned;            /* of those, run with the cache's or the autotuner's pick */
 };
 void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *st);
 /* Time per op type and memory of the last run (with opts.profile). */

@@ -134,6 +134,36 @@ size_t gf_tuner_recorded(const struct gf_tuner *t);
 size_t gf_tune_count_candidates(const struct gf_backend *be, const struct gf_node *n,
                                 const struct gf_tview *in, size_t n_in);
 
+/* ---- tuning a session's plan (graphfuse tune) ----------------------------------
+ *
+ *     gf_session_plan(s, n_in, inputs);    // plans as gf_session_run does
+ *     struct gf_tune_site site;
+ *     for (size_t i = 0; gf_session_tune_site(s, i, &site); i++)
+ *         if (!gf_tuner_lookup(t, site.be, site.node, site.in, site.n_in, site.out,
+ *                              site.n_out, &c, NULL))
+ *             gf_tuner_tune(t, site.be, site.node, site.in, site.n_in, site.out,
+ *                           site.n_out, NULL, &r);
+ *
+ * The sites are the nodes whose kernel the plan looks up in the cache,
+ * with the views it looks them up with: tuning them keys the cache
+ * exactly as a run of the session with those input shapes reads it.
+ * Nodes folded into constants while planning are no sites. */
+
+struct gf_session;
+
+struct gf_tune_site {
+    struct gf_backend *be;         /* the session's backend */
+    const struct gf_node *node;
+    size_t n_in, n_out;
+    struct gf_tview in[64], out[64];
+    size_t n_candidates;           /* configurations of the backend's kernels for it; 1 on
+                                      a device backend: only CPU kernels may compete */
+};
+/* Sites of the session's last plan (0 before one). */
+size_t gf_session_tune_count(const struct gf_session *s);
+/* Site i in schedule order; false past the last. */
+bool gf_session_tune_site(const struct gf_session *s, size_t i, struct gf_tune_site *site);
+
 /* ---- the pieces, for tests and tools ------------------------------------------- */
 
 /* Configurations of k: the product of its knobs' value counts (1 without

@@ -16,6 +16,13 @@
  * for runs on the CPU: its inputs are copied to a host staging area and its
  * outputs back; gf_session_print_fallbacks lists such nodes.
  *
+ * Autotuning: after folding, each step left to run whose backend has a
+ * choice for it (rival kernels or knob values; on a device also a single
+ * kernel that CPU kernels may have beaten) is looked up in the cache with
+ * the views step_views gives.  gf_session_tune_site hands `graphfuse
+ * tune` the same steps with the same views, after the same planning, so
+ * tuning and running key the cache identically.
+ *
  * The trainer keeps parameters and gradients on the device: it binds each
  * parameter to its own memory (gf_session_bind_param: never uploaded) and
  * has the gradient outputs written where it wants them
@@ -71,6 +78,7 @@ struct step {
     const int *config;            /* knob values for k; NULL: defaults */
     bool folded; /* outputs computed while planning; not run */
     bool on_cpu; /* a device backend without a kernel for it: runs on the host */
+    size_t cands; /* configurations of the backend's kernels for it (autotuning) */
     int tuned[GF_TUNE_MAX_KNOBS]; /* knob values the autotuner chose (config points here) */
 };
 
@@ -121,6 +129,7 @@ struct gf_session {
      * with a choice; counts of the last plan */
     struct gf_tuner *tuner;
     bool tune_off;
+    size_t n_choice;                    /* steps of the plan with a choice (step.choice) */
     size_t n_tuned_now, n_tuned_cached; /* nodes of the plan tuned now / from the cache */
     size_t n_tuned_run;                 /* entries tuned by every plan of the session */
     char tune_note[600];
@@ -185,7 +194,7 @@ static void drop_plan(struct gf_session *s)
     s->host_ws = s->stage = NULL;
     s->host_ws_size = s->stage_size = 0;
     s->n_fallback = 0;
-    s->n_tuned_now = s->n_tuned_cached = 0;
+    s->n_choice = s->n_tuned_now = s->n_tuned_cached = 0;
     while (s->consts) {
         struct cbuf *next = s->consts->next;
         free(s->consts);
@@ -197,6 +206,7 @@ static void drop_plan(struct gf_session *s)
     free(s->key);
     s->block = NULL;
     s->ws = NULL;
+    s->ws_size = 0;
     s->v = NULL;
     s->steps = NULL;
     s->key = NULL;
@@ -293,6 +303,8 @@ void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *s
     st->intermediate_bytes = s->intermediate_bytes;
     st->workspace_bytes = s->ws_size;
     st->n_nodes = s->n_steps;
+    st->n_choice = s->n_choice;
+    st->n_tuned = s->n_tuned_now + s->n_tuned_cached;
 }
 
 /* ---- input checks ---------------------------------------------------------- */
@@ -966,47 +978,6 @@ static enum gf_status unsupported_op(const struct gf_session *s, const struct gf
                     (long long)gf_model_opset(s->m, n->domain));
 }
 
-/* Autotuning: the kernel and knob values cached for step st (whose
- * default kernel is dk), or tuned now with opts.autotune; dk when the
- * node has no choice or nothing is cached.  Tuning problems are noted for
- * gf_session_print_tuning, never fatal. */
-static const struct gf_kernel *tune_step(struct gf_session *s, struct step *st,
-                                         const struct gf_tview *in, const struct gf_kernel *dk)
-{
-    struct gf_node *n = st->node;
-    struct gf_tview out[64];
-    struct gf_tune_choice c;
-    struct gf_tune_result r;
-    if (s->tune_off || (s->o.tune_cache && !*s->o.tune_cache) || n->n_outputs > 64 ||
-        gf_tune_count_candidates(s->be, n, in, n->n_inputs) < 2)
-        return dk;
-    if (!s->tuner && gf_tuner_open(s->o.tune_cache, &s->tuner) != GF_OK) {
-        s->tune_off = true;
-        return dk;
-    }
-    for (size_t o = 0; o < n->n_outputs; o++)
-        if (n->outputs[o])
-            view_of(&s->v[n->outputs[o]->id], (void *)1, &out[o]);
-        else
-            memset(&out[o], 0, sizeof(out[o]));
-    if (gf_tuner_lookup(s->tuner, s->be, n, in, n->n_inputs, out, n->n_outputs, &c, NULL)) {
-        s->n_tuned_cached++;
-    } else if (!s->o.autotune) {
-        return dk;
-    } else if (gf_tuner_tune(s->tuner, s->be, n, in, n->n_inputs, out, n->n_outputs, NULL,
-                             &r) == GF_OK) {
-        c = r.choice;
-        s->n_tuned_now++;
-        s->n_tuned_run++;
-    } else {
-        snprintf(s->tune_note, sizeof(s->tune_note), "autotune: %s", gf_last_error());
-        return dk;
-    }
-    memcpy(st->tuned, c.config, sizeof(st->tuned));
-    st->config = c.kernel->n_knobs ? st->tuned : NULL;
-    return c.kernel;
-}
-
 /* The CPU kernel of every step: constant folding runs them while planning,
  * and on a device backend they run the nodes the backend has no kernel for. */
 static enum gf_status choose_cpu_kernels(struct gf_session *s)
@@ -1024,8 +995,6 @@ static enum gf_status choose_cpu_kernels(struct gf_session *s)
             else
                 memset(&in[i], 0, sizeof(in[i]));
         s->steps[k].cpu = s->steps[k].k = gf_kernel_find(cpu, n, in, n->n_inputs);
-        if (s->steps[k].k && !s->device)
-            s->steps[k].k = tune_step(s, &s->steps[k], in, s->steps[k].k);
         if (!s->steps[k].k) {
             snprintf(lab, sizeof(lab), "%s", n->name && *n->name ? n->name : "unnamed node");
             return gf_error(GF_ERR_UNSUPPORTED, "%s: no kernel for %s (domain '%s', opset "
@@ -1053,21 +1022,109 @@ static void device_view(const struct gf_session *s, const struct gf_value *v, bo
     t->host = vi->kind == V_ACT || vi->kind == V_EXT || (vi->ext && s->device) ? NULL : vi->data;
 }
 
-/* On a device backend: the backend's kernel for each step still to run,
- * or the CPU's (on_cpu) when it has none; marks the values device steps
- * read or write (they need device memory). */
-static void choose_device_kernels(struct gf_session *s)
+/* The views step k is planned with: its kernel is found, and its entry in
+ * the autotune cache keyed, with these (graphfuse tune keys through them
+ * too: gf_session_tune_site). */
+static void step_views(const struct gf_session *s, size_t k, struct gf_tview *in,
+                       struct gf_tview *out)
 {
-    struct gf_tview in[64];
+    const struct gf_node *n = s->steps[k].node;
+    for (size_t i = 0; i < n->n_inputs; i++)
+        device_view(s, n->inputs[i], true, &in[i]);
+    for (size_t o = 0; o < n->n_outputs; o++)
+        device_view(s, n->outputs[o], true, &out[o]);
+}
+
+/* The views step k is tuned with (and keyed with: step_views' shapes):
+ * a graph input's values change from run to run, so the tuner makes up
+ * its own unless the plan is keyed on them (small integer tensors). */
+static void tune_views(const struct gf_session *s, size_t k, struct gf_tview *in,
+                       struct gf_tview *out)
+{
+    const struct gf_node *n = s->steps[k].node;
+    step_views(s, k, in, out);
+    for (size_t i = 0; i < n->n_inputs; i++) {
+        const struct vinfo *xi = n->inputs[i] ? &s->v[n->inputs[i]->id] : NULL;
+        if (xi && xi->kind == V_INPUT &&
+            !((xi->dtype == GF_INT64 || xi->dtype == GF_INT32) && xi->nelem <= 64))
+            in[i].host = NULL;
+    }
+}
+
+/* Whether the plan consults the autotune cache for step st (run by the
+ * backend's kernel dk): the backend has rival kernels or knob values for
+ * it (st->cands > 1), or, on a device, CPU kernels may have competed
+ * (graphfuse tune --with-cpu). */
+static bool consults_cache(struct gf_session *s, struct step *st, const struct gf_tview *in,
+                           const struct gf_kernel *dk)
+{
+    const struct gf_node *n = st->node;
+    st->cands = dk && n->n_outputs <= 64 && !st->folded
+              ? gf_tune_count_candidates(s->be, n, in, n->n_inputs) : 0;
+    return st->cands > 1 || (st->cands == 1 && s->device);
+}
+
+/* Autotuning: the kernel and knob values cached for step k (whose default
+ * kernel is dk), or tuned now with opts.autotune; dk when the node has no
+ * choice or nothing is cached.  Tuning problems are noted for
+ * gf_session_print_tuning, never fatal. */
+static const struct gf_kernel *tune_step(struct gf_session *s, size_t k, const struct gf_tview *in,
+                                         const struct gf_kernel *dk)
+{
+    struct step *st = &s->steps[k];
+    struct gf_node *n = st->node;
+    struct gf_tview tin[64], out[64];
+    struct gf_tune_choice c;
+    struct gf_tune_result r;
+    if (!consults_cache(s, st, in, dk))
+        return dk;
+    s->n_choice += st->cands > 1;
+    if (s->tune_off || (s->o.tune_cache && !*s->o.tune_cache))
+        return dk;
+    if (!s->tuner && gf_tuner_open(s->o.tune_cache, &s->tuner) != GF_OK) {
+        s->tune_off = true;
+        return dk;
+    }
+    tune_views(s, k, tin, out);
+    in = tin;
+    if (gf_tuner_lookup(s->tuner, s->be, n, in, n->n_inputs, out, n->n_outputs, &c, NULL)) {
+        s->n_tuned_cached++;
+        s->n_choice += st->cands == 1; /* the cache has a CPU kernel for it */
+    } else if (!s->o.autotune || st->cands < 2) {
+        return dk;
+    } else if (gf_tuner_tune(s->tuner, s->be, n, in, n->n_inputs, out, n->n_outputs, NULL,
+                             &r) == GF_OK) {
+        c = r.choice;
+        s->n_tuned_now++;
+        s->n_tuned_run++;
+    } else {
+        snprintf(s->tune_note, sizeof(s->tune_note), "autotune: %s", gf_last_error());
+        return dk;
+    }
+    memcpy(st->tuned, c.config, sizeof(st->tuned));
+    st->config = c.kernel->n_knobs ? st->tuned : NULL;
+    return c.kernel;
+}
+
+/* The kernel of each step still to run: on the CPU its CPU kernel, or
+ * the one the autotune cache names; on a device backend the backend's
+ * (cached or not), or the CPU's (on_cpu) when it has none, and the values
+ * device steps read or write are marked (they need device memory). */
+static void choose_kernels(struct gf_session *s)
+{
+    struct gf_tview in[64], out[64];
     for (size_t k = 0; k < s->n_steps; k++) {
         struct step *st = &s->steps[k];
         if (st->folded)
             continue;
         struct gf_node *n = st->node;
-        for (size_t i = 0; i < n->n_inputs; i++)
-            device_view(s, n->inputs[i], true, &in[i]);
+        step_views(s, k, in, out);
+        if (!s->device) {
+            st->k = tune_step(s, k, in, st->cpu);
+            continue;
+        }
         const struct gf_kernel *dk = gf_kernel_find(s->be, n, in, n->n_inputs);
-        if (dk && (dk = tune_step(s, st, in, dk)) && strcmp(dk->backend, s->be->ops->name)) {
+        if (dk && (dk = tune_step(s, k, in, dk)) && strcmp(dk->backend, s->be->ops->name)) {
             st->cpu = dk; /* tuned with CPU kernels competing: the host was faster */
             dk = NULL;
         }
@@ -1109,7 +1166,7 @@ static void adopt_known(struct gf_session *s)
 static enum gf_status host_workspace(struct gf_session *s, const struct gf_kernel *k,
                                      struct gf_kernel_args *a)
 {
-    if (!s->device) {
+    if (!s->device && s->ws) {
         a->workspace = s->ws;
         if (!k->workspace || k->workspace(a) <= s->ws_size)
             return GF_OK;
@@ -1328,23 +1385,18 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
             s->v[s->binds[b].v->id].ext = true;
             s->v[s->binds[b].v->id].dev = s->binds[b].dev;
         }
-    /* the CPU backend: one workspace, the largest any kernel asks for */
-    s->ws_size = 0;
-    for (size_t k = 0; !s->device && k < s->n_steps; k++)
-        grow_workspace(s, k);
-    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
-        return GF_ERR_NOMEM;
     adopt_known(s);
     if ((st = fold_constants(s)) != GF_OK)
         return st;
-    if (s->device) {
-        choose_device_kernels(s);
-        for (size_t k = 0; k < s->n_steps; k++)
-            if (!s->steps[k].folded && !s->steps[k].on_cpu)
-                grow_workspace(s, k);
-        if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
-            return GF_ERR_NOMEM;
-    }
+    /* kernels (the autotune cache's too) for the steps left to run, and one
+     * workspace, the largest any of their backend kernels asks for */
+    choose_kernels(s);
+    s->ws_size = 0;
+    for (size_t k = 0; k < s->n_steps; k++)
+        if (!s->steps[k].folded && !s->steps[k].on_cpu)
+            grow_workspace(s, k);
+    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
+        return GF_ERR_NOMEM;
     if ((st = bind_outputs(s)) != GF_OK || (st = assign_memory(s)) != GF_OK)
         return st;
     size_t total = s->block_size + s->ws_size;
@@ -1603,12 +1655,9 @@ static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***
     return GF_OK;
 }
 
-enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
-                              struct gf_tensor *const *inputs, struct gf_tensor ***outputs,
-                              size_t *n_outputs)
+enum gf_status gf_session_plan(struct gf_session *s, size_t n_inputs,
+                               struct gf_tensor *const *inputs)
 {
-    *outputs = NULL;
-    *n_outputs = 0;
     if (n_inputs != s->n_inputs)
         return gf_error(GF_ERR_INVALID, "the model takes %zu inputs, %zu given%s%s%s",
                         s->n_inputs, n_inputs, n_inputs < s->n_inputs ? ": missing '" : "",
@@ -1624,7 +1673,6 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
     enum gf_status st = check_symbols(s, inputs);
     if (st != GF_OK)
         return st;
-    memset(&s->traffic, 0, sizeof(s->traffic));
     int64_t *key = NULL;
     size_t key_len = 0;
     if ((st = plan_key(s, inputs, &key, &key_len)) != GF_OK)
@@ -1638,18 +1686,67 @@ enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
         }
         s->key = key;
         s->key_len = key_len;
-    } else {
-        free(key);
-        for (size_t i = 0; i < s->n_inputs; i++) {
-            struct vinfo *vi = &s->v[s->inputs[i]->id];
-            vi->data = inputs[i]->data;
-            if (!vi->dev_owned)
-                vi->dev = vi->data;
-        }
+        return GF_OK;
     }
-    if ((st = run_steps(s)) != GF_OK)
+    free(key);
+    for (size_t i = 0; i < s->n_inputs; i++) {
+        struct vinfo *vi = &s->v[s->inputs[i]->id];
+        vi->data = inputs[i]->data;
+        if (!vi->dev_owned)
+            vi->dev = vi->data;
+    }
+    return GF_OK;
+}
+
+enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
+                              struct gf_tensor *const *inputs, struct gf_tensor ***outputs,
+                              size_t *n_outputs)
+{
+    *outputs = NULL;
+    *n_outputs = 0;
+    memset(&s->traffic, 0, sizeof(s->traffic));
+    enum gf_status st = gf_session_plan(s, n_inputs, inputs);
+    if (st == GF_OK)
+        st = run_steps(s);
+    if (st != GF_OK)
         return st;
     return collect_outputs(s, outputs, n_outputs);
+}
+
+/* ---- tuning through the plan (graphfuse tune) ---------------------------------------- */
+
+/* The step of the i-th node whose kernel the plan looks up in the cache. */
+static const struct step *tune_site_step(const struct gf_session *s, size_t i)
+{
+    for (size_t k = 0; s->planned && k < s->n_steps; k++) {
+        const struct step *st = &s->steps[k];
+        if ((st->cands > 1 || (st->cands == 1 && s->device)) && i-- == 0)
+            return st;
+    }
+    return NULL;
+}
+
+size_t gf_session_tune_count(const struct gf_session *s)
+{
+    size_t n = 0;
+    while (tune_site_step(s, n))
+        n++;
+    return n;
+}
+
+bool gf_session_tune_site(const struct gf_session *s, size_t i, struct gf_tune_site *site)
+{
+    const struct step *st = tune_site_step(s, i);
+    memset(site, 0, sizeof(*site));
+    if (!st)
+        return false;
+    site->be = s->be;
+    site->node = st->node;
+    site->n_in = st->node->n_inputs;
+    site->n_out = st->node->n_outputs;
+    site->n_candidates = st->cands;
+    tune_views(s, (size_t)(st - s->steps), site->in, site->out);
+    return true;
 }
 
 /* ---- profile ----------------------------------------------------------------------- */
@@ -1675,6 +1772,12 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
     fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
             s->intermediate_bytes,
             s->intermediate_bytes ? (double)s->block_size / (double)s->intermediate_bytes : 0.0);
+    size_t tuned = s->n_tuned_now + s->n_tuned_cached;
+    if (s->n_choice)
+        fprintf(f, "autotune: %zu of %zu node%s with a choice of kernels run%s a tuned one "
+                "(%zu from the cache%s%s, %zu tuned now)\n", tuned, s->n_choice,
+                s->n_choice == 1 ? "" : "s", s->n_choice == 1 ? "s" : "", s->n_tuned_cached,
+                s->tuner ? " " : "", s->tuner ? gf_tuner_path(s->tuner) : "", s->n_tuned_now);
 }
 
 size_t gf_session_print_fallbacks(const struct gf_session *s, FILE *f)

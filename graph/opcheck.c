@@ -186,7 +186,8 @@ static enum gf_status attr_flag(const struct gf_node *n, const char *name, bool 
 
 /* ---- cross-entropy --------------------------------------------------------- */
 
-enum gf_status gf_rule_ce_attrs(const struct gf_node *n, struct gf_ce_attrs *ce)
+/* reduction and ignore_index (no shift). */
+static enum gf_status loss_attrs(const struct gf_node *n, struct gf_ce_attrs *ce)
 {
     const char *r = gf_node_attr_string(n, "reduction", "mean");
     if (strcmp(r, "none") == 0)
@@ -200,7 +201,14 @@ enum gf_status gf_rule_ce_attrs(const struct gf_node *n, struct gf_ce_attrs *ce)
                              r);
     ce->has_ii = gf_node_attr(n, "ignore_index") != NULL;
     ce->ii = gf_node_attr_int(n, "ignore_index", 0);
-    return attr_flag(n, "shift", &ce->shift);
+    ce->shift = false;
+    return GF_OK;
+}
+
+enum gf_status gf_rule_ce_attrs(const struct gf_node *n, struct gf_ce_attrs *ce)
+{
+    enum gf_status st = loss_attrs(n, ce);
+    return st == GF_OK ? attr_flag(n, "shift", &ce->shift) : st;
 }
 
 /* With shift=1: x [B, S, ...] (rank 3; S >= 1) and the labels t [B, S];
@@ -332,6 +340,57 @@ enum gf_status gf_rule_ce_grad(const struct gf_node *n, const struct gf_shape *d
     if (!(o->rank == 0 ? scalar_ok || dloss->rank < 0 : gf_shape_unify(dloss, o, o)))
         return gf_node_error(n, GF_ERR_INVALID, "dLoss %s must be %s", SHAPE(dloss),
                              o->rank == 0 ? "a scalar" : SHAPE(o));
+    return GF_OK;
+}
+
+/* ---- the ONNX losses ------------------------------------------------------- */
+
+/* A scalar, or a shape whose known dims are all 1 (a scalar as [1]). */
+static bool scalar_like(const struct gf_shape *s)
+{
+    for (int i = 0; i < s->rank; i++)
+        if (gf_dim_known(&s->d[i]) && s->d[i].value != 1)
+            return false;
+    return true;
+}
+
+enum gf_status gf_rule_loss(const struct gf_node *n, const struct gf_shape *dloss,
+                            const struct gf_shape *scores, const struct gf_shape *labels,
+                            const struct gf_shape *w, struct gf_loss_rule *r)
+{
+    enum gf_status st = loss_attrs(n, &r->ce);
+    if (st != GF_OK)
+        return st;
+    r->si = dloss ? 1 : 0;
+    r->ti = r->si + 1;
+    r->wi = r->ti + 1;
+    int sr = scores->rank;
+    if (sr >= 0 && sr < 2)
+        return gf_node_error(n, GF_ERR_INVALID, "scores (input %zu) must be [N, C, d1...], "
+                             "got rank %d", r->si, sr);
+    r->c = sr >= 2 ? scores->d[1] : gf_dim_unknown();
+    r->pos.rank = sr < 0 ? labels->rank : sr - 1;
+    for (int i = 0; i < r->pos.rank; i++)
+        r->pos.d[i] = sr < 0 ? labels->d[i] : scores->d[i ? i + 1 : 0];
+    if (sr >= 0 && labels->rank >= 0 && labels->rank != r->pos.rank)
+        return gf_node_error(n, GF_ERR_INVALID, "labels (input %zu) must be [N, d1...] of rank "
+                             "%d, got %s", r->ti, r->pos.rank, SHAPE(labels));
+    for (int i = 0; sr >= 0 && labels->rank >= 0 && i < r->pos.rank; i++)
+        if (!gf_dim_unify(&labels->d[i], &r->pos.d[i], &r->pos.d[i]))
+            return gf_node_error(n, GF_ERR_INVALID, "labels (input %zu) dim %d is %s, scores "
+                                 "need %s", r->ti, i, DIM(&labels->d[i]), DIM(&r->pos.d[i]));
+    struct gf_shape want = {.rank = 1, .d = {r->c}};
+    if (w && !gf_shape_unify(w, &want, &want))
+        return gf_node_error(n, GF_ERR_INVALID, "weights (input %zu) must be [%s], got %s",
+                             r->wi, DIM(&r->c), SHAPE(w));
+    r->loss = r->pos;
+    if (r->ce.red != GF_RED_NONE)
+        r->loss.rank = 0;
+    bool ok = !dloss || dloss->rank < 0 ||
+              (r->loss.rank == 0 ? scalar_like(dloss) : gf_shape_unify(dloss, &r->loss, &want));
+    if (!ok)
+        return gf_node_error(n, GF_ERR_INVALID, "dLoss (input 0) is %s, expected %s",
+                             SHAPE(dloss), r->loss.rank == 0 ? "a scalar" : SHAPE(&r->loss));
     return GF_OK;
 }
 

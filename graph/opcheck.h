@@ -111,6 +111,26 @@ struct gf_ceg_rule {
 enum gf_status gf_rule_ce_grad(const struct gf_node *n, const struct gf_shape *dloss,
                                const struct gf_shape *g, struct gf_ceg_rule *r);
 
+/* ---- the ONNX losses --------------------------------------------------------
+ * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss (scores, labels,
+ * weights?) -> loss, log_prob? (SCE's, like the scores); their gradients
+ * SoftmaxCrossEntropyLossGrad (dLoss, scores, labels, weights?) and
+ * NLLLossGrad (dLoss, shape, labels, weights?) -> dScores like the scores:
+ * scores [N, C, d1...], labels [N, d1...], weights [C]; reduction none, sum
+ * or mean (no shift); the loss, and dLoss, [N, d1...] with none, else a
+ * scalar.  The forward ops pass dloss NULL; NLLLossGrad passes as scores
+ * the shape its input 1 holds. */
+struct gf_loss_rule {
+    struct gf_ce_attrs ce;
+    size_t si, ti, wi;    /* input slots of scores, labels, weights */
+    struct gf_dim c;      /* classes */
+    struct gf_shape pos;  /* positions: [N, d1...] */
+    struct gf_shape loss; /* the loss (dLoss): pos with reduction none, else [] */
+};
+enum gf_status gf_rule_loss(const struct gf_node *n, const struct gf_shape *dloss,
+                            const struct gf_shape *scores, const struct gf_shape *labels,
+                            const struct gf_shape *w, struct gf_loss_rule *r);
+
 /* ---- attention -------------------------------------------------------------
  * Attention(Q, K, V, Mask?) -> O: Q [b..., Sq, D], K [b..., Sk, D] with
  * transB = 1 (else [b..., D, Sk]), V [b..., Sk, Dv], Mask broadcasting to

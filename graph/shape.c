@@ -1951,40 +1951,21 @@ static enum gf_status infer_layer_norm(struct ctx *c)
     return set_out(c, 2, (enum gf_dtype)stash, &o);
 }
 
-/* SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss: scores [N,C,d...],
- * labels [N,d...]; the loss is [N,d...] with reduction "none", else a
- * scalar; SCE's second output (log_prob) is shaped like the scores. */
+/* SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss: the loss [N,d...] with
+ * reduction "none", else a scalar; SCE's second output (log_prob) like the
+ * scores.  The checks: opcheck.c. */
 static enum gf_status infer_loss(struct ctx *c)
 {
     struct gf_value *x, *t;
-    struct gf_shape s, l, o;
-    char red[16];
-    char b1[256], b2[256];
-    if (need(c, 0, &x) || need(c, 1, &t) || attr_str(c, "reduction", "mean", red, sizeof(red)))
+    struct gf_shape s, l, w;
+    struct gf_loss_rule r;
+    if (need(c, 0, &x) || need(c, 1, &t))
         return GF_ERR_INVALID;
-    if (strcmp(red, "none") && strcmp(red, "mean") && strcmp(red, "sum"))
-        return fail(c, NULL, "bad reduction '%s'", red);
     shape_of(x, &s);
     shape_of(t, &l);
-    if (s.rank >= 0 && s.rank < 2)
-        return fail(c, x, "rank %d, expected at least 2", s.rank);
-    o = l;
-    if (s.rank >= 0 && l.rank >= 0 && l.rank != s.rank - 1)
-        return fail(c, t, "labels %s do not fit scores %s", gf_shape_str(&l, b1, sizeof(b1)),
-                    gf_shape_str(&s, b2, sizeof(b2)));
-    for (int i = 0; s.rank >= 0 && i < s.rank - 1; i++) {
-        const struct gf_dim *d = &s.d[i ? i + 1 : 0];
-        if (o.rank < 0)
-            o.d[i] = *d;
-        else if (!gf_dim_unify(&l.d[i], d, &o.d[i]))
-            return fail(c, t, "labels %s do not fit scores %s", gf_shape_str(&l, b1, sizeof(b1)),
-                        gf_shape_str(&s, b2, sizeof(b2)));
-    }
-    if (o.rank < 0 && s.rank >= 0)
-        o.rank = s.rank - 1;
-    if (strcmp(red, "none") != 0)
-        o.rank = 0;
-    if (set_out_like(c, 0, 0, &o))
+    if (gf_rule_loss(c->n, NULL, &s, &l, rule_shape(c, 2, &w), &r))
+        return GF_ERR_INVALID;
+    if (set_out_like(c, 0, 0, &r.loss))
         return GF_ERR_INVALID;
     return set_out_like(c, 1, 0, &s);
 }
@@ -2368,8 +2349,8 @@ static enum gf_status infer_bw_like_dy(struct ctx *c)
     return set_out_like(c, 0, 0, &s);
 }
 
-/* GatherGrad GatherElementsGrad SliceGrad NLLLossGrad: dY's dtype (input 0),
- * the data shape given as input 1. */
+/* GatherGrad GatherElementsGrad SliceGrad: dY's dtype (input 0), the data
+ * shape given as input 1. */
 static enum gf_status infer_bw_scatter(struct ctx *c)
 {
     struct gf_shape t;
@@ -2403,17 +2384,24 @@ static enum gf_status infer_layer_norm_grad(struct ctx *c)
     return set_out_like(c, 2, 0, &o);
 }
 
-/* SoftmaxCrossEntropyLossGrad(dLoss, scores, labels, weights?): like scores. */
-static enum gf_status infer_sce_grad(struct ctx *c)
+/* SoftmaxCrossEntropyLossGrad(dLoss, scores, labels, weights?) like the
+ * scores; NLLLossGrad(dLoss, shape, labels, weights?) of dLoss's dtype and
+ * the scores' shape its input 1 holds.  The checks: opcheck.c. */
+static enum gf_status infer_loss_grad(struct ctx *c)
 {
-    struct gf_value *x;
-    struct gf_shape s;
-    if (need_all(c, 3) || need(c, 1, &x))
+    struct gf_value *v;
+    struct gf_shape d, s, l, w;
+    struct gf_loss_rule r;
+    bool nll = c->n->op == GF_OP_NLL_LOSS_GRAD;
+    if (need_all(c, 3) || (nll ? bw_shape_input(c, 0, 1, &s) : need(c, 1, &v)))
         return GF_ERR_INVALID;
-    shape_of(x, &s);
-    if (s.rank >= 0 && s.rank < 2)
-        return fail(c, x, "rank %d, expected at least 2", s.rank);
-    return set_out_like(c, 0, 1, &s);
+    if (!nll)
+        shape_of(v, &s);
+    shape_of(in(c, 0), &d);
+    shape_of(in(c, 2), &l);
+    if (gf_rule_loss(c->n, &d, &s, &l, rule_shape(c, 3, &w), &r))
+        return GF_ERR_INVALID;
+    return nll ? GF_OK : set_out_like(c, 0, 1, &s);
 }
 
 /* ---- fused ops (domain graphfuse, README "Fused ops") ---------------------- */
@@ -2807,9 +2795,9 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     [GF_OP_SIGMOID_GRAD] = infer_bw_like_dy, [GF_OP_TANH_GRAD] = infer_bw_like_dy,
     [GF_OP_GELU_GRAD] = infer_bw_like_dy, [GF_OP_DROPOUT_GRAD] = infer_bw_like_dy,
     [GF_OP_GATHER_GRAD] = infer_bw_scatter, [GF_OP_GATHER_ELEMENTS_GRAD] = infer_bw_scatter,
-    [GF_OP_SLICE_GRAD] = infer_bw_scatter, [GF_OP_NLL_LOSS_GRAD] = infer_bw_scatter,
+    [GF_OP_SLICE_GRAD] = infer_bw_scatter, [GF_OP_NLL_LOSS_GRAD] = infer_loss_grad,
     [GF_OP_LAYER_NORMALIZATION_GRAD] = infer_layer_norm_grad,
-    [GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD] = infer_sce_grad,
+    [GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD] = infer_loss_grad,
 
     /* fused ops (graphfuse) */
     [GF_OP_RMS_NORM] = infer_fused_norm, [GF_OP_ADD_RMS_NORM] = infer_fused_norm,

@@ -325,6 +325,95 @@ enum gf_status gf_ce_grad_check(const struct gf_kernel_args *a, struct gf_ceg_ru
     return fu_check_out(a, 0, g->dtype, g->rank, g->dims);
 }
 
+/* ---- labels, the ONNX losses ----------------------------------------------- */
+
+void gf_labels_init(struct gf_labels *l, const struct gf_tview *t, size_t slot,
+                    const struct gf_ce_attrs *ce, size_t classes, size_t s1)
+{
+    *l = (struct gf_labels){.t = t, .slot = slot, .has_ii = ce->has_ii, .ii = ce->ii,
+                            .classes = classes, .s1 = s1};
+}
+
+size_t gf_label_index(const struct gf_labels *l, size_t p)
+{
+    return l->s1 ? p / l->s1 * (l->s1 + 1) + p % l->s1 + 1 : p;
+}
+
+enum gf_status gf_label_error(const struct gf_kernel_args *a, const char *name,
+                              const struct gf_labels *l, size_t i, int64_t v)
+{
+    if (l->has_ii)
+        return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) element %zu is %lld: outside "
+                               "[0, %zu) and not ignore_index %lld", name, l->slot, i,
+                               (long long)v, l->classes, (long long)l->ii);
+    return gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) element %zu is %lld: outside "
+                           "[0, %zu)", name, l->slot, i, (long long)v, l->classes);
+}
+
+enum gf_status gf_check_labels(const struct gf_kernel_args *a, const char *name,
+                               const struct gf_labels *l, const void *p, size_t n_pos)
+{
+    for (size_t k = 0; p && k < n_pos; k++) {
+        size_t i = gf_label_index(l, k);
+        int64_t v = gf_int_at(l->t, p, i);
+        if (!(l->has_ii && v == l->ii) && !(v >= 0 && (uint64_t)v < l->classes))
+            return gf_label_error(a, name, l, i, v);
+    }
+    return GF_OK;
+}
+
+/* The ONNX losses' inputs: their types and data, and their shapes. */
+static enum gf_status nll_inputs(const struct gf_kernel_args *a, bool grad, struct gf_shape *s,
+                                 struct gf_shape *t)
+{
+    size_t ti = grad ? 2 : 1;
+    enum gf_status st = fu_check_in(a, 0, grad ? "dLoss" : "scores", GF_UNDEFINED);
+    enum gf_dtype dt = st == GF_OK ? a->in[0].dtype : GF_UNDEFINED;
+    if (st == GF_OK && a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD)
+        st = fu_check_in(a, 1, "scores", dt);
+    if (st == GF_OK && a->node->op == GF_OP_NLL_LOSS_GRAD)
+        st = gf_check_shape_input(a, 1);
+    if (st == GF_OK)
+        st = fu_check_in(a, ti, "labels", GF_UNDEFINED);
+    if (st == GF_OK && !gf_is_index_type(a->in[ti].dtype))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "labels (input %zu) are %s, expected int32 or "
+                             "int64", ti, gf_dtype_name(a->in[ti].dtype));
+    if (st == GF_OK && fu_has(a, ti + 1))
+        st = fu_check_in(a, ti + 1, "weights", dt);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = a->node->op == GF_OP_NLL_LOSS_GRAD ? &a->out[0] : &a->in[grad];
+    gf_shape_of_view(x, s);
+    gf_shape_of_view(&a->in[ti], t);
+    return GF_OK;
+}
+
+enum gf_status gf_nll_check(const struct gf_kernel_args *a, struct gf_loss_rule *r,
+                            struct gf_labels *l)
+{
+    enum gf_op op = a->node->op;
+    bool grad = op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD || op == GF_OP_NLL_LOSS_GRAD;
+    struct gf_shape d, s, t, w;
+    int64_t dims[GF_MAX_RANK];
+    if (grad && a->n_out < 1)
+        return gf_kernel_error(a, GF_ERR_INVALID, "output 0 is missing");
+    enum gf_status st = nll_inputs(a, grad, &s, &t);
+    if (st != GF_OK)
+        return st;
+    gf_shape_of_view(&a->in[0], &d);
+    if ((st = gf_rule_loss(a->node, grad ? &d : NULL, &s, &t, in_shape(a, grad ? 3 : 2, &w), r)))
+        return st;
+    const struct gf_tview *x = &a->in[r->si];
+    int rank = gf_shape_dims(grad ? &s : &r->loss, dims); /* dScores, or the loss */
+    st = fu_check_out(a, 0, a->in[0].dtype, rank, dims);
+    if (st == GF_OK && op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS && fu_has_out(a, 1))
+        st = fu_check_out(a, 1, x->dtype, x->rank, x->dims);
+    if (st != GF_OK)
+        return st;
+    gf_labels_init(l, &a->in[r->ti], r->ti, &r->ce, (size_t)r->c.value, 0);
+    return gf_check_labels(a, "labels", l, gf_host_bytes(a, l->t), l->t->nelem);
+}
+
 /* JSD's X (input xi), Y (xi + 1), T? (xi + 2) and beta; the rows are the
  * last axis of X. */
 static enum gf_status jsd_inputs(const struct gf_kernel_args *a, size_t xi, float *beta,

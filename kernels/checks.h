@@ -225,6 +225,36 @@ enum gf_status gf_ce_grad_check(const struct gf_kernel_args *a, struct gf_ceg_ru
  * outputs, beta and ignore_index. */
 enum gf_status gf_jsd_check(const struct gf_kernel_args *a, float *beta, int64_t *ii);
 enum gf_status gf_jsd_grad_check(const struct gf_kernel_args *a, float *beta, int64_t *ii);
+/* A cross-entropy node's labels as the kernels read them. */
+struct gf_labels {
+    const struct gf_tview *t;
+    size_t slot;     /* their input index */
+    bool has_ii;     /* ignore_index given */
+    int64_t ii;
+    size_t classes;
+    size_t s1;       /* S - 1 with shift=1, 0 without: position p = b*(S-1) + s
+                      * uses element b*S + s + 1 */
+};
+void gf_labels_init(struct gf_labels *l, const struct gf_tview *t, size_t slot,
+                    const struct gf_ce_attrs *ce, size_t classes, size_t s1);
+/* The element of the labels position p uses. */
+size_t gf_label_index(const struct gf_labels *l, size_t p);
+/* "NAME (input SLOT) element I is V: outside [0, C)" (" and not ignore_index
+ * II" when given). */
+enum gf_status gf_label_error(const struct gf_kernel_args *a, const char *name,
+                              const struct gf_labels *l, size_t i, int64_t v);
+/* The labels n_pos positions use, each a class or ignore_index; read at p
+ * (their bytes on the host; NULL: nothing checked). */
+enum gf_status gf_check_labels(const struct gf_kernel_args *a, const char *name,
+                               const struct gf_labels *l, const void *p, size_t n_pos);
+/* SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss (scores, labels,
+ * weights?) -> loss, log_prob?, and their Grad ops (dLoss, scores | shape,
+ * labels, weights?) -> dScores, at run time: the inputs (types, data;
+ * NLLLossGrad's shape input against output 0), the rule (graph/opcheck.h;
+ * NLLLossGrad's scores are output 0's shape), the outputs, and the labels'
+ * values where they are on the host; *l the labels. */
+enum gf_status gf_nll_check(const struct gf_kernel_args *a, struct gf_loss_rule *r,
+                            struct gf_labels *l);
 /* Attention (qi 0) -> O, or AttentionGrad (qi 1) -> dQ?, dK?, dV?. */
 enum gf_status gf_attn_check(const struct gf_kernel_args *a, size_t qi, struct gf_attn_rule *r);
 enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,

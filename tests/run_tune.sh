@@ -1,7 +1,8 @@
 #!/bin/sh
 # `graphfuse tune`: usage errors, the CPU (nothing to tune), and on OpenCL
 # (skipped without a platform) a tuned MatMul with GFLOP/s, the cache reused
-# and --force, `run` with the cache and with --autotune, a damaged cache
+# and --force, `run` with the cache and with --autotune, every node tune
+# tunes in a model found by `run --profile`, a damaged cache
 # (warning, replaced, .bak kept), an unwritable cache path (warning, exit
 # 0), and two processes tuning into one cache file at once (both entries
 # kept).
@@ -103,6 +104,31 @@ else
     contains "$c" "shapes: 8x40,40x56->8x56" "run --autotune"
 fi
 contains "$tmp/err" "1 node uses tuned kernels from $c (1 tuned during this run)" "run --autotune"
+
+# tune plans through a session as run does (the same inputs, folding and
+# kernels): every node it tunes is one run looks up, and run finds each
+# entry.  Llama's shape computations are folded, its Reshapes read shapes
+# computed from the inputs; its input_ids [2, 16] are small enough that
+# their values key the plan (the same random values for tune and run).
+llama=models/llama_tiny/legacy/model.onnx
+k="$tmp/llama.yaml"
+expect 0 "tune llama" -- "$gf" tune "$llama" --backend opencl --dim batch=2 --dim seq=16 \
+    --tune-budget 1 --repeats 1 --tune-cache "$k"
+tuned=$(sed -n 's/^tuning \([0-9]*\) nodes .*/\1/p' "$tmp/out")
+n=$((n + 1)); [ "${tuned:-0}" -gt 10 ] || fail "tune llama: '$tuned' nodes tuned"
+expect 0 "run llama with the cache" -- "$gf" run "$llama" --backend opencl --dim batch=2 \
+    --dim seq=16 --random-inputs --tune-cache "$k" --profile
+contains "$tmp/out" "autotune: $tuned of $tuned nodes with a choice of kernels run a tuned one ($tuned from the cache $k, 0 tuned now)" "run llama with the cache"
+# --input files plan as run's: the same entries, found again
+d=models/llama_tiny/legacy/test_data_set_0
+expect 0 "tune --input" -- "$gf" tune "$llama" --backend opencl --input input_ids="$d/input_0.pb" \
+    --input labels="$d/input_1.pb" --tune-budget 1 --repeats 1 --tune-cache "$tmp/in.yaml"
+tuned=$(sed -n 's/^tuning \([0-9]*\) nodes .*/\1/p' "$tmp/out")
+expect 0 "run --input with the cache" -- "$gf" run "$llama" --backend opencl \
+    --input input_ids="$d/input_0.pb" --input labels="$d/input_1.pb" --tune-cache "$tmp/in.yaml" --profile
+contains "$tmp/out" "autotune: $tuned of $tuned nodes with a choice" "run --input with the cache"
+expect 2 "tune --input unknown" -- "$gf" tune "$llama" --input nope="$d/input_0.pb"
+contains "$tmp/err" "the model has no input named 'nope'" "tune --input unknown"
 
 # a damaged cache: one warning naming file and line, replaced, .bak kept
 printf 'format: 1\nentries:\n- device: [unclosed\n' >"$tmp/bad.yaml"

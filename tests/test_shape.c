@@ -683,8 +683,71 @@ static void test_norm_softmax_losses(void **state)
     assert_string_equal(type_of(g, "e4"), "float[seq]");
     gf_node_set_attr_string(node(g, "SoftmaxCrossEntropyLoss", "sce3", "scores,labels", "l5"),
                             "reduction", "avg");
-    infer_fails(m, "node 'sce3' (SoftmaxCrossEntropyLoss): bad reduction 'avg'");
+    infer_fails(m, "node 'sce3' (SoftmaxCrossEntropyLoss): reduction 'avg' is not one of none, "
+                   "sum, mean");
     gf_model_free(m);
+}
+
+/* A node of domain graphfuse (node() makes ai.onnx ones). */
+static struct gf_node *gnode(struct gf_graph *g, const char *op, const char *name,
+                             const char *ins, const char *outs)
+{
+    struct gf_node *n = node(g, op, name, ins, outs);
+    n->domain = "graphfuse";
+    n->op = gf_op_lookup("graphfuse", op);
+    assert_int_not_equal(n->op, GF_OP_UNKNOWN);
+    return n;
+}
+
+/* The losses' gradients, and the rules' messages (graph/opcheck.c). */
+static void test_loss_rules(void **state)
+{
+    (void)state;
+    struct gf_model *m = new_model(17);
+    struct gf_graph *g = m->graph;
+    input(g, "dl", GF_FLOAT, "");
+    input(g, "dn", GF_FLOAT, "3");
+    input(g, "scores", GF_FLOAT, "3,5");
+    input(g, "labels", GF_INT64, "3");
+    input(g, "w", GF_FLOAT, "5");
+    list_i64(g, "shape", 2, (int64_t)3, (int64_t)5);
+    gnode(g, "SoftmaxCrossEntropyLossGrad", "sg", "dl,scores,labels,w", "ds");
+    gnode(g, "NLLLossGrad", "ng", "dl,shape,labels", "dx");
+    gf_node_set_attr_string(gnode(g, "NLLLossGrad", "ng2", "dn,shape,labels,w", "dx2"),
+                            "reduction", "none");
+    infer_ok(m);
+    assert_string_equal(type_of(g, "ds"), "float[3,5]");
+    assert_string_equal(type_of(g, "dx"), "float[3,5]");
+    assert_string_equal(type_of(g, "dx2"), "float[3,5]");
+    gf_model_free(m);
+
+    static const struct {
+        const char *op, *labels, *w, *red, *want;
+    } bad[] = {
+        {"SoftmaxCrossEntropyLoss", "4", "5", "mean", "node 'n' (SoftmaxCrossEntropyLoss): "
+         "labels (input 1) dim 0 is 4, scores need 3"},
+        {"NegativeLogLikelihoodLoss", "3,5", "5", "mean", "labels (input 1) must be [N, d1...] "
+         "of rank 1, got [3,5]"},
+        {"NegativeLogLikelihoodLoss", "3", "4", "sum", "weights (input 2) must be [5], got [4]"},
+        {"SoftmaxCrossEntropyLossGrad", "3", "5", "none", "node 'n' (SoftmaxCrossEntropyLossGrad)"
+         ": dLoss (input 0) is [], expected [3]"},
+        {"SoftmaxCrossEntropyLossGrad", "2", "5", "mean", "labels (input 2) dim 0 is 2, scores "
+         "need 3"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        m = new_model(17);
+        g = m->graph;
+        bool grad = strstr(bad[i].op, "Grad") != NULL;
+        input(g, "dl", GF_FLOAT, "");
+        input(g, "scores", GF_FLOAT, "3,5");
+        input(g, "labels", GF_INT64, bad[i].labels);
+        input(g, "w", GF_FLOAT, bad[i].w);
+        struct gf_node *n = grad ? gnode(g, bad[i].op, "n", "dl,scores,labels,w", "y")
+                                 : node(g, bad[i].op, "n", "scores,labels,w", "y");
+        gf_node_set_attr_string(n, "reduction", bad[i].red);
+        infer_fails(m, bad[i].want);
+        gf_model_free(m);
+    }
 }
 
 /* Types from the file are refined (symbols, unknown dims) and checked. */
@@ -1006,6 +1069,7 @@ int main(void)
         cmocka_unit_test(test_layout_and_indexing),
         cmocka_unit_test(test_constants_and_shape_ops),
         cmocka_unit_test(test_norm_softmax_losses),
+        cmocka_unit_test(test_loss_rules),
         cmocka_unit_test(test_declared_types),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_subgraph),

@@ -104,62 +104,17 @@ static double ce_nll(double xt, double m, double s)
 
 /* ---- labels and reductions ---------------------------------------------------------- */
 
-struct labels {
-    const struct gf_tview *t;
-    bool has_ii;
-    int64_t ii;
-    size_t classes;
-    /* the used label of position p is element p0 + p (no shift), or, with
-     * shift = 1, element b*S + s + 1 for p = b*(S-1) + s */
-    size_t s1; /* S - 1 with shift, 0 without */
-};
-
-static size_t label_index(const struct labels *l, size_t p)
-{
-    return l->s1 ? p / l->s1 * (l->s1 + 1) + p % l->s1 + 1 : p;
-}
-
-/* Every used label is a class in [0, C) or ignore_index. */
-static enum gf_status check_labels(const struct gf_kernel_args *a, const struct labels *l,
-                                   size_t n_pos, size_t slot)
-{
-    for (size_t p = 0; p < n_pos; p++) {
-        size_t i = label_index(l, p);
-        int64_t v = fu_label(l->t, i);
-        if ((l->has_ii && v == l->ii) || (v >= 0 && (uint64_t)v < l->classes))
-            continue;
-        if (l->has_ii)
-            return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) element %zu is %lld: "
-                                   "outside [0, %zu) and not ignore_index %lld", slot, i,
-                                   (long long)v, l->classes, (long long)l->ii);
-        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) element %zu is %lld: "
-                               "outside [0, %zu)", slot, i, (long long)v, l->classes);
-    }
-    return GF_OK;
-}
-
 /* Sum over the used positions of their class weight (1 without weights w):
  * the divisor of reduction "mean". */
-static double counted_weight(const struct labels *l, size_t n_pos, const struct gf_tview *w)
+static double counted_weight(const struct gf_labels *l, size_t n_pos, const struct gf_tview *w)
 {
     double sum = 0;
     for (size_t p = 0; p < n_pos; p++) {
-        int64_t t = fu_label(l->t, label_index(l, p));
+        int64_t t = fu_label(l->t, gf_label_index(l, p));
         if (!(l->has_ii && t == l->ii))
             sum += w ? fu_get(w, (size_t)t) : 1.0;
     }
     return sum;
-}
-
-/* The labels' attributes from the node's rule. */
-static void labels_init(struct labels *l, const struct gf_tview *t, const struct gf_ce_attrs *ce,
-                        size_t classes, size_t s1)
-{
-    l->t = t;
-    l->has_ii = ce->has_ii;
-    l->ii = ce->ii;
-    l->classes = classes;
-    l->s1 = s1;
 }
 
 /* Sum of the slices' (loss, weight) pairs, then the reduction. */
@@ -182,7 +137,7 @@ struct sce {
     void *loss, *logp; /* [positions] with reduction none, else NULL; LogP or NULL */
     void *grad;        /* G like L (may be L itself), or NULL */
     double gscale;     /* G's factor: 1 / (sum of the counted weights) for "mean", else 1 */
-    struct labels lab;
+    struct gf_labels lab;
     size_t c, d;
     double part[2 * FU_MAX_THREADS];
 };
@@ -204,7 +159,7 @@ static size_t sce_base(const struct sce *c, size_t p)
         double ls = 0, ws = 0;                                                          \
         for (size_t p = b; p < e; p++) {                                                \
             const T *x = (const T *)c->x + sce_base(c, p);                              \
-            int64_t t = fu_label(c->lab.t, label_index(&c->lab, p));                    \
+            int64_t t = fu_label(c->lab.t, gf_label_index(&c->lab, p));                    \
             bool ign = c->lab.has_ii && t == c->lab.ii;                                 \
             double l = 0, wt = 0;                                                       \
             C m = 0;                                                                    \
@@ -251,8 +206,8 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     size_t n_pos = gf_shape_numel(&r.pos);
     c.c = (size_t)r.c.value;
     c.d = shift ? 1 : gf_dims_prod(x->dims, 2, x->rank);
-    labels_init(&c.lab, &a->in[1], &r.ce, c.c, shift ? (size_t)x->dims[1] - 1 : 0);
-    if ((st = check_labels(a, &c.lab, n_pos, 1)) != GF_OK)
+    gf_labels_init(&c.lab, &a->in[1], 1, &r.ce, c.c, shift ? (size_t)x->dims[1] - 1 : 0);
+    if ((st = gf_check_labels(a, "label T", &c.lab, c.lab.t->data, n_pos)) != GF_OK)
         return st;
     c.x = x->data;
     c.w = fu_has(a, 2) ? a->in[2].data : NULL;
@@ -286,7 +241,7 @@ struct lce {
     size_t k, v, chunk, cols; /* K, V, rows R of a chunk, columns Vc of a block */
     size_t n_pos, slice;  /* positions; bytes of a thread's workspace slice */
     char *slices;         /* the threads' slices */
-    struct labels lab;
+    struct gf_labels lab;
     void *loss;           /* [positions] with reduction none */
     double part[2 * FU_MAX_THREADS];
 };
@@ -308,7 +263,7 @@ static size_t lce_row(const struct lce *c, size_t p)
 
 static int64_t lce_label(const struct lce *c, size_t p)
 {
-    return fu_label(c->lab.t, label_index(&c->lab, p));
+    return fu_label(c->lab.t, gf_label_index(&c->lab, p));
 }
 
 /* Folds block row i (nc logits from column c0) into row i's state. */
@@ -509,7 +464,8 @@ static enum gf_status lce_plan(const struct gf_kernel_args *a, struct lce *c,
     if (c->k > INT_MAX || c->v > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K or V exceeds BLAS's int");
     c->n_pos = gf_shape_numel(&r->pos);
-    labels_init(&c->lab, &a->in[2], &r->ce, c->v, r->ce.shift ? (size_t)a->in[0].dims[1] - 1 : 0);
+    gf_labels_init(&c->lab, &a->in[2], 2, &r->ce, c->v,
+                   r->ce.shift ? (size_t)a->in[0].dims[1] - 1 : 0);
     return lce_tiles(a, c);
 }
 
@@ -541,7 +497,7 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, struct lce *c,
     if (st == GF_OK && lce_training(a))
         st = gf_lce_train_check(a, &r);
     if (st == GF_OK)
-        st = check_labels(a, &c->lab, c->n_pos, 2);
+        st = gf_check_labels(a, "label T", &c->lab, c->lab.t->data, c->n_pos);
     return st;
 }
 

@@ -925,76 +925,43 @@ static bool loss_ignored(const struct loss_ctx *c, int64_t t)
     }
 GRAD_TYPES(DEF_LOSS)
 
-/* Labels in [0, C) or ignore_index; the weights of the counted positions. */
-static enum gf_status loss_labels(const struct gf_kernel_args *a, const struct loss_ctx *c,
-                                  double *wsum)
-{
-    const struct gf_tview *t = c->labels;
-    *wsum = 0;
-    for (size_t i = 0; i < t->nelem; i++) {
-        int64_t v = idx_at(t, i);
-        if (loss_ignored(c, v))
-            continue;
-        if (v < 0 || (uint64_t)v >= c->c)
-            return gf_kernel_error(a, GF_ERR_INVALID, "label %lld (element %zu) is outside "
-                                   "[0, %zu)%s", (long long)v, i, c->c,
-                                   c->has_ii ? " and not ignore_index" : "");
-        *wsum += !c->w ? 1.0
-                 : a->in[0].dtype == GF_FLOAT ? ((const float *)c->w)[v]
-                                              : ((const double *)c->w)[v];
-    }
-    return GF_OK;
-}
-
-/* Shapes: labels (input 2) [N, D...] of the scores' [N, C, D...] (dims
- * in `sd`, rank sr); dL a scalar, or [N, D...] for "none"; W [C]. */
-static enum gf_status loss_setup(const struct gf_kernel_args *a, const int64_t *sd, int sr,
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c) and c: the
+ * scores' [N, C, D...] (sd, rank sr) seen as [N, C, D], the weights of the
+ * counted positions summed for "mean". */
+static enum gf_status loss_setup(const struct gf_kernel_args *a, const int64_t *sd,
                                  struct loss_ctx *c)
 {
     const struct gf_tview *dl = &a->in[0], *t = &a->in[2], *w = opt_in(a, 3);
-    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
-    bool none = strcmp(red, "none") == 0, mean = strcmp(red, "mean") == 0;
-    if (!none && !mean && strcmp(red, "sum") != 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not none, sum or mean",
-                               red);
-    if (sr < 2 || !is_index(t) || t->rank != sr - 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "scores must be [N, C, d...] and labels "
-                               "(input 2) int32/int64 [N, d...]");
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] != sd[i ? i + 1 : 0])
-            return gf_kernel_error(a, GF_ERR_INVALID, "labels dim %d is %lld, scores need "
-                                   "%lld", i, (long long)t->dims[i],
-                                   (long long)sd[i ? i + 1 : 0]);
-    *c = (struct loss_ctx){.dl = dl->data, .labels = t, .c = (size_t)sd[1], .per_pos = none,
-                           .has_ii = gf_node_attr(a->node, "ignore_index") != NULL,
-                           .ii = gf_node_attr_int(a->node, "ignore_index", 0),
-                           .w = w ? w->data : NULL};
+    struct gf_loss_rule r;
+    struct gf_labels l;
+    enum gf_status st = gf_nll_check(a, &r, &l);
+    if (st != GF_OK)
+        return st;
+    *c = (struct loss_ctx){.dl = dl->data, .labels = t, .c = l.classes,
+                           .per_pos = r.ce.red == GF_RED_NONE, .has_ii = l.has_ii, .ii = l.ii,
+                           .w = w ? w->data : NULL, .dx = a->out[0].data};
     c->d = sd[0] ? t->nelem / (size_t)sd[0] : 1;
-    if (dl->nelem != (none ? t->nelem : 1))
-        return gf_kernel_error(a, GF_ERR_INVALID, "dLoss (input 0) has %zu elements, expected "
-                               "%zu", dl->nelem, none ? t->nelem : (size_t)1);
-    if (w && (w->dtype != dl->dtype || w->nelem != c->c))
-        return gf_kernel_error(a, GF_ERR_INVALID, "weights (input 3) must be [%zu] of %s",
-                               c->c, gf_dtype_name(dl->dtype));
-    double wsum;
-    enum gf_status st = loss_labels(a, c, &wsum);
-    double g0 = none ? 0 : dl->dtype == GF_FLOAT ? *(const float *)dl->data
-                                                 : *(const double *)dl->data;
-    c->scale = mean ? (wsum != 0 ? g0 / wsum : 0) : g0;
-    return st;
+    double wsum = 0;
+    for (size_t i = 0; r.ce.red == GF_RED_MEAN && i < t->nelem; i++) {
+        int64_t v = idx_at(t, i);
+        if (!loss_ignored(c, v))
+            wsum += !c->w ? 1.0 : dl->dtype == GF_FLOAT ? ((const float *)c->w)[v]
+                                                         : ((const double *)c->w)[v];
+    }
+    double g0 = c->per_pos ? 0 : dl->dtype == GF_FLOAT ? *(const float *)dl->data
+                                                       : *(const double *)dl->data;
+    c->scale = r.ce.red == GF_RED_MEAN ? (wsum != 0 ? g0 / wsum : 0) : g0;
+    return GF_OK;
 }
 
 static enum gf_status sce_run(const struct gf_kernel_args *a)
 {
-    enum gf_status st = need_in(a, 3);
     const struct gf_tview *x = &a->in[1];
     struct loss_ctx c;
-    if (st != GF_OK || (st = same_type(a, 1, a->in[0].dtype)) != GF_OK ||
-        (st = check_out(a, 0, x->dtype, x->nelem)) != GF_OK ||
-        (st = loss_setup(a, x->dims, x->rank, &c)) != GF_OK)
+    enum gf_status st = loss_setup(a, x->dims, &c);
+    if (st != GF_OK)
         return st;
     c.x = x->data;
-    c.dx = a->out[0].data;
     gf_parallel_for(threads(a), a->in[2].nelem, grain_for(3 * c.c),
                     x->dtype == GF_FLOAT ? sce_pos_f32 : sce_pos_f64, &c);
     return GF_OK;
@@ -1002,15 +969,13 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
 
 static enum gf_status nll_run(const struct gf_kernel_args *a)
 {
-    enum gf_status st = need_in(a, 3);
     const struct gf_tview *o = &a->out[0];
     struct loss_ctx c;
-    if (st != GF_OK || (st = gf_check_shape_input(a, 1)) != GF_OK ||
-        (st = check_out(a, 0, a->in[0].dtype, o->nelem)) != GF_OK ||
-        (st = loss_setup(a, o->dims, o->rank, &c)) != GF_OK)
+    enum gf_status st = loss_setup(a, o->dims, &c);
+    if (st != GF_OK)
         return st;
-    c.dx = o->data;
-    memset(o->data, 0, gf_tview_bytes(o));
+    if (o->nelem)
+        memset(o->data, 0, gf_tview_bytes(o));
     gf_parallel_for(threads(a), a->in[2].nelem, GRAIN,
                     o->dtype == GF_FLOAT ? nll_pos_f32 : nll_pos_f64, &c);
     return GF_OK;

@@ -1159,77 +1159,24 @@ typedef void (*loss_fn)(void *c, size_t part, size_t b, size_t e);
 #define LOSS_ENTRY(DT, sfx, ...) [DT] = loss_part_##sfx,
 static const loss_fn loss_parts[GF_DTYPE_COUNT] = {FLOAT_TYPES(LOSS_ENTRY)};
 
-/* Labels (input 1): int32/int64 of shape [N, d1...] matching the scores;
- * weights (input 2): [C] of the scores' dtype. */
-static enum gf_status loss_check_inputs(const struct gf_kernel_args *a)
-{
-    const struct gf_tview *x = &a->in[0], *t = a->n_in > 1 ? &a->in[1] : NULL;
-    if (x->rank < 2)
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "scores (input 0) must be [N, C, d1...], got rank %d", x->rank);
-    if (!t || !gf_is_index_type(t->dtype) || t->rank != x->rank - 1 || (t->nelem && !t->data))
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "labels (input 1) must be int32/int64 of rank %d", x->rank - 1);
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] != x->dims[i ? i + 1 : 0])
-            return gf_kernel_error(a, GF_ERR_INVALID,
-                                   "labels (input 1) dim %d is %lld, scores need %lld", i,
-                                   (long long)t->dims[i], (long long)x->dims[i ? i + 1 : 0]);
-    const struct gf_tview *w = a->n_in > 2 && a->in[2].data ? &a->in[2] : NULL;
-    if (w && (w->dtype != x->dtype || w->rank != 1 || w->dims[0] != x->dims[1]))
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "weights (input 2) must be [%lld] of %s", (long long)x->dims[1],
-                               gf_dtype_name(x->dtype));
-    return GF_OK;
-}
-
-/* Every label is a class index in [0, C) or ignore_index. */
-static enum gf_status loss_check_labels(const struct gf_kernel_args *a, const struct loss_ctx *c)
-{
-    const struct gf_tview *t = c->labels;
-    for (size_t i = 0; i < t->nelem; i++) {
-        int64_t v = idx_get(t, i);
-        if ((c->has_ii && v == c->ii) || (v >= 0 && (uint64_t)v < c->c))
-            continue;
-        if (c->has_ii)
-            return gf_kernel_error(a, GF_ERR_INVALID,
-                                   "labels (input 1) element %zu is %lld: outside [0, %zu) and "
-                                   "not ignore_index %lld", i, (long long)v, c->c,
-                                   (long long)c->ii);
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "labels (input 1) element %zu is %lld: outside [0, %zu)", i,
-                               (long long)v, c->c);
-    }
-    return GF_OK;
-}
-
 static enum gf_status loss_run(const struct gf_kernel_args *a)
 {
-    enum gf_status st = loss_check_inputs(a);
+    struct gf_loss_rule r;
+    struct gf_labels l;
+    enum gf_status st = gf_nll_check(a, &r, &l);
     if (st != GF_OK)
         return st;
     const struct gf_tview *x = &a->in[0];
-    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
-    bool none = strcmp(red, "none") == 0, mean = strcmp(red, "mean") == 0;
-    if (!none && !mean && strcmp(red, "sum") != 0)
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "reduction '%s' is not one of none, sum, mean", red);
+    bool none = r.ce.red == GF_RED_NONE;
     struct loss_ctx c = {.x = x->data, .labels = &a->in[1], .y = a->out[0].data,
-                         .c = (size_t)x->dims[1], .softmax = a->node->op ==
+                         .c = l.classes, .softmax = a->node->op ==
                          GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS, .per_pos = none,
-                         .has_ii = gf_node_attr(a->node, "ignore_index") != NULL,
-                         .ii = gf_node_attr_int(a->node, "ignore_index", 0)};
-    c.w = a->n_in > 2 ? a->in[2].data : NULL;
+                         .has_ii = l.has_ii, .ii = l.ii};
+    c.w = fu_has(a, 2) ? a->in[2].data : NULL;
     size_t npos = a->in[1].nelem;
     c.d = (size_t)x->dims[0] ? npos / (size_t)x->dims[0] : 1;
-    if ((st = loss_check_labels(a, &c)) != GF_OK ||
-        (st = gf_check_out_count(a, 0, x->dtype, none ? npos : 1)) != GF_OK)
-        return st;
-    if (c.softmax && a->n_out > 1 && a->out[1].data) {
-        if ((st = gf_check_out_count(a, 1, x->dtype, x->nelem)) != GF_OK)
-            return st;
+    if (c.softmax && fu_has_out(a, 1))
         c.logp = a->out[1].data;
-    }
     if (c.c == 0 && npos) /* every label was ignore_index: nothing to softmax over */
         c.softmax = false, c.logp = NULL;
     int nt = n_threads(a);
@@ -1240,7 +1187,7 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
     for (size_t p = 0; p < parts; p++)
         ls += c.part[2 * p], ws += c.part[2 * p + 1];
     if (!none)
-        put_float(c.y, x->dtype, 0, mean ? ls / ws : ls);
+        put_float(c.y, x->dtype, 0, r.ce.red == GF_RED_MEAN ? ls / ws : ls);
     return GF_OK;
 }
 

@@ -53,55 +53,11 @@ static const struct gf_config_knob knobs[] = {
 #define LCE_AUTO_ROWS 1024
 #define LCE_TRAIN_BYTES (256u << 20) /* logits of a chunk (whole rows) */
 
-/* ---- labels and reductions (as kernels/cpu/fused_loss.c) ---------------------------- */
-
-struct labels {
-    const struct gf_tview *t;
-    size_t slot;     /* input index of T */
-    bool has_ii;
-    int64_t ii;
-    size_t classes;
-    size_t s1;       /* S - 1 with shift, 0 without */
-};
-
-static size_t label_index(const struct labels *l, size_t p)
-{
-    return l->s1 ? p / l->s1 * (l->s1 + 1) + p % l->s1 + 1 : p;
-}
-
-static int64_t label_host(const struct labels *l, size_t i)
-{
-    return l->t->dtype == GF_INT32 ? ((const int32_t *)l->t->host)[i]
-                                   : ((const int64_t *)l->t->host)[i];
-}
-
-static enum gf_status bad_label(const struct gf_kernel_args *a, const struct labels *l, size_t i,
-                                int64_t v)
-{
-    if (l->has_ii)
-        return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) element %zu is %lld: "
-                               "outside [0, %zu) and not ignore_index %lld", l->slot, i,
-                               (long long)v, l->classes, (long long)l->ii);
-    return gf_kernel_error(a, GF_ERR_INVALID, "label T (input %zu) element %zu is %lld: "
-                           "outside [0, %zu)", l->slot, i, (long long)v, l->classes);
-}
-
-/* Every used label is a class or ignore_index; only with the host copy. */
-static enum gf_status check_labels_host(const struct gf_kernel_args *a, const struct labels *l,
-                                        size_t n_pos)
-{
-    for (size_t p = 0; l->t->host && p < n_pos; p++) {
-        size_t i = label_index(l, p);
-        int64_t v = label_host(l, i);
-        if (!((l->has_ii && v == l->ii) || (v >= 0 && (uint64_t)v < l->classes)))
-            return bad_label(a, l, i, v);
-    }
-    return GF_OK;
-}
+/* ---- labels (struct gf_labels: kernels/checks.h) and reductions ---------------------- */
 
 /* After the kernels: the bad position the device recorded, if any. */
-static enum gf_status check_labels_device(const struct gf_kernel_args *a, const struct labels *l,
-                                          cl_mem ws, size_t bad_off)
+static enum gf_status check_labels_device(const struct gf_kernel_args *a,
+                                          const struct gf_labels *l, cl_mem ws, size_t bad_off)
 {
     cl_command_queue q = gf_cl_of(a->backend)->queue;
     cl_int p = INT_MAX;
@@ -111,14 +67,14 @@ static enum gf_status check_labels_device(const struct gf_kernel_args *a, const 
                                gf_cl_strerror(err));
     if (p == INT_MAX)
         return GF_OK;
-    size_t i = label_index(l, (size_t)p), es = l->t->dtype == GF_INT32 ? 4 : 8;
+    size_t i = gf_label_index(l, (size_t)p), es = l->t->dtype == GF_INT32 ? 4 : 8;
     int64_t v = 0;
     int32_t v32 = 0;
     err = clEnqueueReadBuffer(q, fcl_mem(l->t), CL_TRUE, i * es, es,
                               es == 4 ? (void *)&v32 : (void *)&v, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "reading a label: %s", gf_cl_strerror(err));
-    return bad_label(a, l, i, es == 4 ? v32 : v);
+    return gf_label_error(a, "label T", l, i, es == 4 ? v32 : v);
 }
 
 /* Workspace regions (bytes) of a loss: per-position losses (none with
@@ -138,7 +94,7 @@ static void lossws_layout(struct lossws *w, size_t start, size_t n_pos, enum gf_
 }
 
 /* Flags for the labels: their type, ignore_index, device check. */
-static cl_uint label_flags(const struct labels *l)
+static cl_uint label_flags(const struct gf_labels *l)
 {
     return (l->t->dtype == GF_INT64 ? L_LAB64 : 0) | (l->has_ii ? L_II : 0) |
            (l->t->host ? 0 : L_BAD);
@@ -178,11 +134,11 @@ static enum gf_status reduce_loss(const struct gf_kernel_args *a, const struct l
 }
 
 /* The label check before the kernels: host, or the device word reset. */
-static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct labels *l,
+static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct gf_labels *l,
                                    size_t n_pos, const struct lossws *w)
 {
     if (l->t->host)
-        return check_labels_host(a, l, n_pos);
+        return gf_check_labels(a, "label T", l, l->t->host, n_pos);
     return fcl_fill(a, (cl_mem)a->workspace, w->bad, sizeof(cl_int), INT_MAX);
 }
 
@@ -191,7 +147,7 @@ static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct 
 struct sce {
     enum gf_reduction red;
     bool shift;
-    struct labels lab;
+    struct gf_labels lab;
     size_t n_pos, c, d;
     struct lossws ws;
 };
@@ -394,7 +350,7 @@ static enum gf_status ceg_run(const struct gf_kernel_args *a)
  * [weights][bad][count]. */
 struct lce {
     enum gf_reduction red;
-    struct labels lab;
+    struct gf_labels lab;
     bool tb, train;
     size_t k, v, n_pos, rows, cols;
     size_t hc, z, st, dhc;

@@ -691,54 +691,24 @@ struct loss_geom {
     cl_int reduction; /* 0 none, 1 sum, 2 mean */
 };
 
-static enum gf_status loss_reduction(const struct gf_kernel_args *a, cl_int *r)
+/* The checks (kernels/checks.c, the rule in graph/opcheck.c: inputs,
+ * outputs, the labels with a host copy) into g. */
+static enum gf_status loss_geom_of(const struct gf_kernel_args *a, struct loss_geom *g)
 {
-    const char *red = gf_node_attr_string(a->node, "reduction", "mean");
-    *r = strcmp(red, "none") == 0 ? 0 : strcmp(red, "sum") == 0 ? 1 : 2;
-    if (*r == 2 && strcmp(red, "mean") != 0)
-        return gf_kernel_error(a, GF_ERR_INVALID, "reduction '%s' is not one of none, sum, mean",
-                               red);
-    return GF_OK;
-}
-
-/* Scores of shape sd[sr] ([N, C, d...]), labels t (int32/int64 [N, d...]),
- * weights w ([C] of the op's float type, or NULL) into g. */
-static enum gf_status loss_geom_of(const struct gf_kernel_args *a, const int64_t *sd, int sr,
-                                   const struct gf_tview *t, const struct gf_tview *w,
-                                   struct loss_geom *g)
-{
-    if (sr < 2)
-        return gf_kernel_error(a, GF_ERR_INVALID, "scores must be [N, C, d1...], got rank %d",
-                               sr);
-    if (!gf_is_index_type(t->dtype) || t->rank != sr - 1 || (t->nelem && !t->data))
-        return gf_kernel_error(a, GF_ERR_INVALID, "labels must be int32/int64 of rank %d",
-                               sr - 1);
-    for (int i = 0; i < t->rank; i++)
-        if (t->dims[i] != sd[i ? i + 1 : 0])
-            return gf_kernel_error(a, GF_ERR_INVALID, "labels dim %d is %lld, scores need %lld",
-                                   i, (long long)t->dims[i], (long long)sd[i ? i + 1 : 0]);
-    if (w && (w->dtype != a->in[0].dtype || w->rank != 1 || w->dims[0] != sd[1]))
-        return gf_kernel_error(a, GF_ERR_INVALID, "weights must be [%lld] of %s",
-                               (long long)sd[1], gf_dtype_name(a->in[0].dtype));
-    *g = (struct loss_geom){.c = (cl_int)sd[1], .npos = (cl_int)t->nelem,
-                            .lab64 = t->dtype == GF_INT64, .has_w = w != NULL,
-                            .has_ii = gf_node_attr(a->node, "ignore_index") != NULL,
-                            .ii = gf_node_attr_int(a->node, "ignore_index", 0)};
-    g->d = (cl_int)(sd[0] ? t->nelem / (size_t)sd[0] : 1);
-    return loss_reduction(a, &g->reduction);
-}
-
-/* Labels with a host copy: each a class in [0, C) or ignore_index. */
-static enum gf_status labels_host_check(const struct gf_kernel_args *a,
-                                        const struct gf_tview *t, const struct loss_geom *g)
-{
-    for (size_t i = 0; t->host && i < t->nelem; i++) {
-        int64_t v = gf_int_at(t, t->host, i);
-        if ((g->has_ii && v == g->ii) || (v >= 0 && v < g->c))
-            continue;
-        return gf_kernel_error(a, GF_ERR_INVALID, "labels element %zu is %lld: outside [0, %d)%s",
-                               i, (long long)v, g->c, g->has_ii ? " and not ignore_index" : "");
-    }
+    struct gf_loss_rule r;
+    struct gf_labels l;
+    enum gf_status st = gf_nll_check(a, &r, &l);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *t = l.t;
+    *g = (struct loss_geom){.c = (cl_int)l.classes, .npos = (cl_int)t->nelem,
+                            .lab64 = t->dtype == GF_INT64, .has_w = fu_has(a, r.wi),
+                            .has_ii = l.has_ii, .ii = l.ii,
+                            .reduction = r.ce.red == GF_RED_NONE  ? 0
+                                         : r.ce.red == GF_RED_SUM ? 1 : 2};
+    /* the scores' [N, C, d...]; NLLLossGrad's output 0 is shaped like them */
+    const struct gf_tview *x = a->node->op == GF_OP_NLL_LOSS_GRAD ? &a->out[0] : &a->in[r.si];
+    g->d = (cl_int)(x->dims[0] ? t->nelem / (size_t)x->dims[0] : 1);
     return GF_OK;
 }
 
@@ -787,22 +757,15 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     struct loss_geom g;
     cl_mem ws = a->workspace, logp = NULL;
-    const struct gf_tview *w = a->n_in > 2 && fu_has(a, 2) ? &a->in[2] : NULL;
+    const struct gf_tview *w = fu_has(a, 2) ? &a->in[2] : NULL;
     bool sce = a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS;
-    enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "labels are missing")
-                                    : check_in(a, 0, "scores");
+    enum gf_status st = check_in(a, 0, "scores");
     if (st == GF_OK)
         st = check_sizes(a);
     if (st == GF_OK)
-        st = loss_geom_of(a, x->dims, x->rank, &a->in[1], w, &g);
-    if (st == GF_OK)
-        st = labels_host_check(a, &a->in[1], &g);
-    if (st == GF_OK)
-        st = gf_check_out_count(a, 0, x->dtype, g.reduction == 0 ? (size_t)g.npos : 1);
-    if (st == GF_OK && sce && a->n_out > 1 && a->out[1].data) {
+        st = loss_geom_of(a, &g);
+    if (st == GF_OK && sce && fu_has_out(a, 1))
         logp = a->out[1].data;
-        st = gf_check_out_count(a, 1, x->dtype, x->nelem);
-    }
     if (st == GF_OK && !ws)
         st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
     if (st == GF_OK)
@@ -843,17 +806,11 @@ static enum gf_status loss_run(const struct gf_kernel_args *a)
 
 /* SoftmaxCrossEntropyLossGrad(dL, scores, labels, W?) and NLLLossGrad(dL,
  * shape, labels, W?); for "mean" the weight sum goes first into ws[1]. */
-static enum gf_status lossg_setup(const struct gf_kernel_args *a, const int64_t *sd, int sr,
-                                  struct loss_geom *g)
+static enum gf_status lossg_setup(const struct gf_kernel_args *a, struct loss_geom *g)
 {
-    const struct gf_tview *dl = &a->in[0], *t = &a->in[2];
-    const struct gf_tview *w = a->n_in > 3 && fu_has(a, 3) ? &a->in[3] : NULL;
-    enum gf_status st = loss_geom_of(a, sd, sr, t, w, g);
-    if (st == GF_OK && dl->nelem != (g->reduction == 0 ? t->nelem : 1))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "dLoss (input 0) has %zu elements, expected "
-                             "%zu", dl->nelem, g->reduction == 0 ? t->nelem : (size_t)1);
-    if (st == GF_OK)
-        st = labels_host_check(a, t, g);
+    const struct gf_tview *t = &a->in[2];
+    const struct gf_tview *w = fu_has(a, 3) ? &a->in[3] : NULL;
+    enum gf_status st = loss_geom_of(a, g);
     if (st == GF_OK && !a->workspace)
         st = gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
     if (st == GF_OK)
@@ -871,31 +828,21 @@ static enum gf_status lossg_setup(const struct gf_kernel_args *a, const int64_t 
     return launch_rows(a, k, 1, wg);
 }
 
-static enum gf_status lossg_check(const struct gf_kernel_args *a)
-{
-    enum gf_status st = a->n_in < 3 ? gf_kernel_error(a, GF_ERR_INVALID, "needs dLoss, "
-                                                      "scores or shape, and labels")
-                                    : check_in(a, 0, "dLoss");
-    return st == GF_OK ? check_sizes(a) : st;
-}
-
 static enum gf_status sceg_run(const struct gf_kernel_args *a)
 {
     struct loss_geom g;
-    enum gf_status st = lossg_check(a);
     const struct gf_tview *x = &a->in[1];
+    enum gf_status st = check_in(a, 0, "dLoss");
     if (st == GF_OK)
-        st = check_in(a, 1, "scores");
+        st = check_sizes(a);
     if (st == GF_OK)
-        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
-    if (st == GF_OK)
-        st = lossg_setup(a, x->dims, x->rank, &g);
+        st = lossg_setup(a, &g);
     if (st != GF_OK)
         return st;
     size_t wg;
     cl_kernel k = row_kernel(a, "sce_grad_rows", (size_t)g.c,
                              row_vec(a, (size_t)g.c, (size_t)g.d), &wg);
-    cl_mem ws = a->workspace, wm = a->n_in > 3 && fu_has(a, 3) ? a->in[3].data : NULL;
+    cl_mem ws = a->workspace, wm = fu_has(a, 3) ? a->in[3].data : NULL;
     if (!k)
         return GF_ERR_INTERNAL;
     if (!gf_cl_args(k, 7, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &x->data,
@@ -911,17 +858,15 @@ static enum gf_status nllg_run(const struct gf_kernel_args *a)
 {
     struct loss_geom g;
     const struct gf_tview *o = &a->out[0];
-    enum gf_status st = lossg_check(a);
+    enum gf_status st = check_in(a, 0, "dLoss");
     if (st == GF_OK)
-        st = gf_check_shape_input(a, 1);
+        st = check_sizes(a);
     if (st == GF_OK)
-        st = gf_check_out_count(a, 0, a->in[0].dtype, o->nelem);
-    if (st == GF_OK)
-        st = lossg_setup(a, o->dims, o->rank, &g);
+        st = lossg_setup(a, &g);
     if (st != GF_OK || o->nelem == 0)
         return st;
     cl_kernel k = plain_kernel(a, "nll_grad");
-    cl_mem ws = a->workspace, wm = a->n_in > 3 && fu_has(a, 3) ? a->in[3].data : NULL;
+    cl_mem ws = a->workspace, wm = fu_has(a, 3) ? a->in[3].data : NULL;
     if (!k)
         return GF_ERR_INTERNAL;
     if (!gf_cl_args(k, 6, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &a->in[2].data,

@@ -1,0 +1,95 @@
+/*
+ * A session's input tensors as `run` and `tune` build them, so that both
+ * plan the same shapes: files given with --input NAME=FILE.pb, the rest
+ * random (reproducible, suited to the dtype; the same seed for both) with
+ * symbolic dimensions from --dim.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gf_exec.h"
+
+/* Fills a tensor with reproducible values suited to its type. */
+static void fill_random(struct gf_tensor *t, unsigned *seed)
+{
+    for (size_t i = 0; i < t->nelem; i++) {
+        *seed = *seed * 1103515245u + 12345u;
+        unsigned r = (*seed >> 8) & 0xffff;
+        double f = (double)r / 65535.0 * 2 - 1;
+        uint8_t *p = (uint8_t *)t->data;
+        switch (t->dtype) {
+        case GF_FLOAT: { float x = (float)f; memcpy(p + 4 * i, &x, 4); break; }
+        case GF_DOUBLE: memcpy(p + 8 * i, &f, 8); break;
+        case GF_INT64: { int64_t x = r % 16; memcpy(p + 8 * i, &x, 8); break; }
+        case GF_INT32: { int32_t x = (int32_t)(r % 16); memcpy(p + 4 * i, &x, 4); break; }
+        case GF_BOOL: p[i] = r & 1; break;
+        default: memset(p + gf_dtype_size(t->dtype) * i, 0, gf_dtype_size(t->dtype)); break;
+        }
+    }
+}
+
+/* Input i's file among the specs: the tensor loaded into in[i]. */
+static int load_specs(struct gf_model *m, struct gf_session *s, const char *path,
+                      const struct cli_inputs *a, struct gf_tensor **in)
+{
+    size_t n_in = gf_session_input_count(s);
+    for (int k = 0; k < a->n_specs; k++) {
+        const char *eq = strchr(a->specs[k], '=');
+        size_t i, len = (size_t)(eq - a->specs[k]);
+        for (i = 0; i < n_in; i++) {
+            const char *name = gf_session_input(s, i)->name;
+            if (strlen(name) == len && strncmp(name, a->specs[k], len) == 0)
+                break;
+        }
+        if (i == n_in) {
+            fprintf(stderr, "graphfuse: %s: the model has no input named '%.*s'\n", path,
+                    (int)len, a->specs[k]);
+            return EXIT_INPUT;
+        }
+        enum gf_status st = gf_tensor_load(m, eq + 1, &in[i]);
+        if (st != GF_OK)
+            return cli_fail(st);
+    }
+    return 0;
+}
+
+int cli_make_inputs(struct gf_model *m, struct gf_session *s, const char *path,
+                    const struct cli_inputs *a, struct gf_tensor **in)
+{
+    size_t n_in = gf_session_input_count(s);
+    if (n_in > CLI_MAX_INPUTS)
+        return cli_usage(NULL, "the model has too many inputs%s", "");
+    memset(in, 0, n_in * sizeof(*in));
+    int rc = load_specs(m, s, path, a, in);
+    unsigned seed = 1234;
+    for (size_t i = 0; i < n_in && !rc; i++) {
+        if (in[i])
+            continue;
+        const struct gf_value *v = gf_session_input(s, i);
+        if (!a->random) {
+            fprintf(stderr, "graphfuse: %s: input '%s' is missing (give --input %s=FILE.pb "
+                    "or --random-inputs)\n", path, v->name, v->name);
+            return EXIT_INPUT;
+        }
+        int64_t shape[64];
+        int rank = v->type.rank < 0 ? 0 : v->type.rank > 64 ? 64 : v->type.rank;
+        for (int d = 0; d < rank; d++) {
+            const struct gf_dim *x = &v->type.dims[d];
+            shape[d] = x->value >= 0 ? x->value
+                                     : cli_dim_size(a->dims, a->n_dims, x->param, a->dim_default);
+            if (shape[d] < 0) {
+                fprintf(stderr, "graphfuse: %s: input '%s': give the size of %s%s%s with --dim "
+                        "%s=SIZE\n", path, v->name, x->param ? "dimension '" : "axis ",
+                        x->param ? x->param : "", x->param ? "'" : "",
+                        x->param ? x->param : "NAME");
+                return EXIT_INPUT;
+            }
+        }
+        enum gf_dtype dt = v->type.dtype == GF_UNDEFINED ? GF_FLOAT : v->type.dtype;
+        if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, shape, NULL)))
+            return cli_fail(GF_ERR_NOMEM);
+        fill_random(in[i], &seed);
+    }
+    return rc;
+}
