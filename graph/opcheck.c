@@ -745,3 +745,86 @@ enum gf_status gf_rule_mme_grad(const struct gf_node *n, const struct gf_shape *
         r->dbias.d[0] = dy->d[dy->rank - 1];
     return GF_OK;
 }
+
+/* ---- optimizer ops ------------------------------------------------------------ */
+
+/* The elements of s: known, or unknown (-1). */
+static struct gf_dim shape_numel(const struct gf_shape *s)
+{
+    struct gf_dim n = s->rank < 0 ? gf_dim_unknown() : gf_dim_of(1);
+    for (int i = 0; i < s->rank; i++)
+        n = dim_mul(&n, &s->d[i]);
+    return n;
+}
+
+/* Operand i (named `what`) has as many elements as `like` (named lname). */
+static enum gf_status same_count(const struct gf_node *n, const struct gf_shape *t,
+                                 const char *what, size_t i, const struct gf_shape *like,
+                                 const char *lname)
+{
+    struct gf_dim a = shape_numel(t), b = shape_numel(like), tmp;
+    if (gf_dim_unify(&a, &b, &tmp))
+        return GF_OK;
+    return gf_node_error(n, GF_ERR_INVALID, "%s (input %zu) %s has %s elements, %s %s has %s",
+                         what, i, SHAPE(t), DIM(&a), lname, SHAPE(like), DIM(&b));
+}
+
+static enum gf_status grad_acc(const struct gf_node *n, const struct gf_shape *g,
+                               const struct gf_shape *acc, struct gf_optim_rule *r)
+{
+    enum gf_status st = attr_flag(n, "transpose", &r->transpose);
+    if (st != GF_OK)
+        return st;
+    r->scale = gf_node_attr_float(n, "scale", 1.0f);
+    r->y = acc ? *acc : *g;
+    if (r->transpose) {
+        if (g->rank >= 0 && g->rank != 2)
+            return gf_node_error(n, GF_ERR_INVALID, "transpose=1 needs a 2-D G, got %s",
+                                 SHAPE(g));
+        struct gf_shape gt = {.rank = 2, .d = {gf_dim_unknown(), gf_dim_unknown()}};
+        if (g->rank == 2)
+            gt.d[0] = g->d[1], gt.d[1] = g->d[0];
+        if (acc && !gf_shape_unify(acc, &gt, &gt))
+            return gf_node_error(n, GF_ERR_INVALID, "Acc (input 1) %s is not G %s transposed",
+                                 SHAPE(acc), SHAPE(g));
+        r->y = gt;
+    }
+    return acc ? same_count(n, acc, "Acc", 1, g, "G") : GF_OK;
+}
+
+enum gf_status gf_rule_optim(const struct gf_node *n, const struct gf_shape *const *in,
+                             size_t n_in, struct gf_optim_rule *r)
+{
+    static const char *const sgd[] = {"P", "G", "hyper", "Buf"};
+    static const char *const adamw[] = {"P", "G", "ExpAvg", "ExpAvgSq", "hyper"};
+    *r = (struct gf_optim_rule){.scale = 1.0f};
+    const struct gf_shape *p = n_in ? in[0] : NULL;
+    if (!p)
+        return gf_node_error(n, GF_ERR_INVALID, "input 0 is missing");
+    if (n->op == GF_OP_GRAD_ACCUMULATE)
+        return grad_acc(n, p, n_in > 1 ? in[1] : NULL, r);
+    if (n->op == GF_OP_GRAD_NORM) {
+        r->y = (struct gf_shape){.rank = 1, .d = {gf_dim_of(1)}};
+        return GF_OK;
+    }
+    bool is_sgd = n->op == GF_OP_SGD_STEP;
+    const char *const *names = is_sgd ? sgd : adamw;
+    r->hyper = is_sgd ? 2 : 4;
+    r->y = *p;
+    for (size_t i = 1; i < n_in && i < (is_sgd ? 4u : 5u); i++) {
+        enum gf_status st = GF_OK;
+        if (!in[i] && !(is_sgd && i == 3)) /* (SGD's Buf is optional) */
+            return gf_node_error(n, GF_ERR_INVALID, "%s (input %zu) is missing", names[i], i);
+        if (i == r->hyper) {
+            struct gf_shape h = {.rank = 1, .d = {gf_dim_of(GF_OPTIM_HYPER)}};
+            if (!gf_shape_unify(in[i], &h, &h))
+                return gf_node_error(n, GF_ERR_INVALID, "hyper (input %zu) %s must be [%d]",
+                                     i, SHAPE(in[i]), GF_OPTIM_HYPER);
+        } else if (in[i]) {
+            st = same_count(n, in[i], names[i], i, p, "P");
+        }
+        if (st != GF_OK)
+            return st;
+    }
+    return GF_OK;
+}

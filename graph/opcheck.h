@@ -231,4 +231,23 @@ struct gf_mme_grad_rule {
 enum gf_status gf_rule_mme_grad(const struct gf_node *n, const struct gf_shape *dy,
                                 const struct gf_shape *z, struct gf_mme_grad_rule *r);
 
+/* ---- optimizer ops ----------------------------------------------------------
+ * (graph/ops.def; the kernels: kernels/cpu/optim.c, kernels/optim_ops.h)
+ * GradAccumulate(G, Acc?) -> Y: Y like Acc, else like G; with transpose=1
+ * G is 2-D and Y (and Acc) [G's dim 1, G's dim 0]; Acc has Y's elements.
+ * GradNorm(X) -> N: float64 [1].
+ * SGDStep(P, G, hyper, Buf?) -> P', Buf'; AdamWStep(P, G, M, V, hyper) ->
+ * P', M', V': every operand but hyper has P's elements (flat ranges), the
+ * outputs P's shape; hyper is GF_OPTIM_HYPER float64 values. */
+#define GF_OPTIM_HYPER 7 /* the length of SGDStep's and AdamWStep's hyper */
+struct gf_optim_rule {
+    bool transpose;  /* GradAccumulate */
+    float scale;     /* GradAccumulate */
+    size_t hyper;    /* input slot of hyper (the steps) */
+    struct gf_shape y; /* output 0 (and the steps' other outputs) */
+};
+/* in[i]: input i's shape, NULL where omitted (n_in of them). */
+enum gf_status gf_rule_optim(const struct gf_node *n, const struct gf_shape *const *in,
+                             size_t n_in, struct gf_optim_rule *r);
+
 #endif /* GF_OPCHECK_H */

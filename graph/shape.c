@@ -2735,6 +2735,28 @@ static enum gf_status infer_rope_grad(struct ctx *c)
     return infer_fused_rope(c);
 }
 
+/* GradAccumulate GradNorm SGDStep AdamWStep (graph/ops.def, "optimizer
+ * ops"): GradAccumulate's Y the rule's shape, of G's type; GradNorm's N one
+ * float64; the steps' outputs (P', and Buf' or ExpAvg', ExpAvgSq') like P.
+ * The checks: opcheck.c. */
+static enum gf_status infer_optim(struct ctx *c)
+{
+    struct gf_shape s[5];
+    const struct gf_shape *ins[5];
+    size_t n_in = c->n->n_inputs < 5 ? c->n->n_inputs : 5;
+    struct gf_optim_rule r;
+    for (size_t i = 0; i < n_in; i++)
+        ins[i] = rule_shape(c, i, &s[i]);
+    if (gf_rule_optim(c->n, ins, n_in, &r))
+        return GF_ERR_INVALID;
+    if (c->n->op == GF_OP_GRAD_NORM)
+        return set_out(c, 0, GF_DOUBLE, &r.y);
+    for (size_t k = 0; k < c->n->n_outputs; k++)
+        if (set_out_like(c, k, 0, &r.y))
+            return GF_ERR_INVALID;
+    return GF_OK;
+}
+
 /* ---- tables -------------------------------------------------------------- */
 
 static const infer_fn infer_table[GF_OP_COUNT] = {
@@ -2824,6 +2846,10 @@ static const infer_fn infer_table[GF_OP_COUNT] = {
     [GF_OP_LAYER_NORM_GRAD] = infer_rms_norm_grad, [GF_OP_MATMUL_EPILOGUE_GRAD] = infer_mme_grad,
     [GF_OP_CROSS_ENTROPY_GRAD] = infer_ce_grad, [GF_OP_JSD_GRAD] = infer_jsd_grad,
     [GF_OP_ATTENTION_GRAD] = infer_attn_grad,
+
+    /* optimizer ops (graphfuse) */
+    [GF_OP_GRAD_ACCUMULATE] = infer_optim, [GF_OP_GRAD_NORM] = infer_optim,
+    [GF_OP_SGD_STEP] = infer_optim, [GF_OP_ADAMW_STEP] = infer_optim,
 };
 
 /* Ops whose output values (not just shapes) are tracked. */

@@ -3,6 +3,10 @@
 #include <stdarg.h>
 
 #include "checks.h"
+#include "optim_ops.h"
+
+_Static_assert(GF_ADAMW_HYPER == GF_OPTIM_HYPER && GF_SGD_HYPER == GF_OPTIM_HYPER,
+               "hyper's length is graph/opcheck.h's GF_OPTIM_HYPER");
 
 enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st,
                                const char *fmt, ...)
@@ -760,3 +764,60 @@ enum gf_status gf_mme_grad_check(const struct gf_kernel_args *a, struct gf_mme_g
     return st;
 }
 
+/* ---- the optimizer ops --------------------------------------------------------- */
+
+/* The hyper input i: GF_OPTIM_HYPER float64 values read on the host. */
+static enum gf_status optim_hyper(const struct gf_kernel_args *a, size_t i, const double **h)
+{
+    const struct gf_tview *t = &a->in[i];
+    enum gf_status st = fu_check_given(a, i, "hyper", GF_DOUBLE);
+    if (st == GF_OK && !(*h = gf_host_bytes(a, t)))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "hyper (input %zu) is not on the host", i);
+    return st;
+}
+
+enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_args *o)
+{
+    static const char *const names[] = {"P", "G", "ExpAvg", "ExpAvgSq", "hyper"};
+    enum gf_op op = a->node->op;
+    struct gf_shape s[5];
+    const struct gf_shape *in[5] = {0};
+    size_t n_in = a->n_in < 5 ? a->n_in : 5;
+    size_t oi = op == GF_OP_GRAD_ACCUMULATE ? 1 : op == GF_OP_SGD_STEP ? 3 : 0; /* optional */
+    int64_t dims[GF_MAX_RANK];
+    struct gf_optim_rule *r = &o->r;
+    bool *opt = &o->opt;
+    o->hyper = NULL;
+    *opt = oi && fu_has(a, oi) && a->in[oi].data;
+    if (op == GF_OP_SGD_STEP)
+        *opt = *opt && fu_has_out(a, 1) && a->out[1].data;
+    for (size_t i = 0; i < n_in; i++)
+        in[i] = oi && i == oi && !*opt ? NULL : in_shape(a, i, &s[i]);
+    enum gf_status st = gf_rule_optim(a->node, in, n_in, r);
+    for (size_t i = 0; st == GF_OK && i < n_in; i++) /* every operand but hyper is fp32 */
+        if (in[i] && !(r->hyper && i == r->hyper))
+            st = fu_check_in(a, i, op == GF_OP_SGD_STEP && i == 3 ? "Buf"
+                                   : op == GF_OP_GRAD_ACCUMULATE ? (i ? "Acc" : "G")
+                                   : op == GF_OP_GRAD_NORM ? "X" : names[i], GF_FLOAT);
+    if (st != GF_OK)
+        return st;
+    if (op == GF_OP_GRAD_NORM)
+        return gf_check_out_count(a, 0, GF_DOUBLE, 1);
+    size_t n = gf_shape_numel(&r->y);
+    if (op == GF_OP_GRAD_ACCUMULATE)
+        return r->transpose ? fu_check_out(a, 0, GF_FLOAT, gf_shape_dims(&r->y, dims), dims)
+                            : gf_check_out_count(a, 0, GF_FLOAT, n);
+    if ((st = optim_hyper(a, r->hyper, &o->hyper)) != GF_OK)
+        return st;
+    size_t n_out = op == GF_OP_ADAMW_STEP ? 3 : 1;
+    if (op == GF_OP_SGD_STEP) {
+        struct gf_sgd_scalars sc;
+        gf_sgd_scalars(o->hyper, &sc);
+        if (sc.momentum_on && !*opt)
+            return gf_kernel_error(a, GF_ERR_INVALID, "momentum without a momentum buffer");
+        n_out += *opt;
+    }
+    for (size_t k = 0; k < n_out && st == GF_OK; k++)
+        st = gf_check_out_count(a, k, GF_FLOAT, n);
+    return st;
+}

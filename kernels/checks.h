@@ -306,6 +306,19 @@ enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *
 /* MatMulEpilogueGrad(dY, Z) -> dZ, dBias?: inputs, rule, outputs. */
 enum gf_status gf_mme_grad_check(const struct gf_kernel_args *a, struct gf_mme_grad_rule *r);
 
+/* ---- the optimizer ops (checks.c; their rule: graph/opcheck.h) ---------- */
+
+/* GradAccumulate GradNorm SGDStep AdamWStep at run time: the rule, fp32
+ * operands, the outputs (GradNorm's one float64) into o. */
+struct gf_optim_args {
+    struct gf_optim_rule r;
+    const double *hyper; /* the steps': GF_OPTIM_HYPER doubles on the host; else NULL */
+    bool opt;            /* the optional operand is there, with data (an empty view
+                          * without data is omitted): GradAccumulate's Acc,
+                          * SGDStep's momentum buffer (Buf and Buf'; momentum needs it) */
+};
+enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_args *o);
+
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 
 #define GF_MAX_INTS (2 * GF_MAX_RANK) /* longest int list read (Pad's pads) */

@@ -750,6 +750,79 @@ static void test_loss_rules(void **state)
     }
 }
 
+/* The optimizer ops (graph/ops.def): outputs from the inputs, and the
+ * operands that disagree named. */
+static void test_optimizer_ops(void **state)
+{
+    (void)state;
+    struct gf_model *m = new_model(18);
+    struct gf_graph *g = m->graph;
+    input(g, "g", GF_FLOAT, "4,3");
+    input(g, "acc", GF_FLOAT, "4,3");
+    input(g, "gt", GF_FLOAT, "3,4");
+    input(g, "x", GF_FLOAT, "batch,8");
+    input(g, "p", GF_FLOAT, "12");
+    input(g, "gp", GF_FLOAT, "12");
+    input(g, "buf", GF_FLOAT, "12");
+    input(g, "ea", GF_FLOAT, "12");
+    input(g, "eas", GF_FLOAT, "12");
+    input(g, "hyper", GF_DOUBLE, "7");
+    input(g, "ps", GF_FLOAT, "n");
+    input(g, "gs", GF_FLOAT, "n");
+    gnode(g, "GradAccumulate", "acc1", "g,acc", "y1");
+    gnode(g, "GradAccumulate", "acc2", "g", "y2");
+    gf_node_set_attr_int(gnode(g, "GradAccumulate", "acc3", "g,gt", "y3"), "transpose", 1);
+    gf_node_set_attr_int(gnode(g, "GradAccumulate", "acc4", "g", "y4"), "transpose", 1);
+    gnode(g, "GradNorm", "norm", "x", "nrm");
+    gnode(g, "SGDStep", "sgd", "p,gp,hyper,buf", "p1,b1");
+    gnode(g, "SGDStep", "sgd2", "ps,gs,hyper", "p3");
+    gnode(g, "AdamWStep", "adamw", "p,gp,ea,eas,hyper", "p2,ea2,eas2");
+    infer_ok(m);
+    assert_string_equal(type_of(g, "y1"), "float[4,3]");
+    assert_string_equal(type_of(g, "y2"), "float[4,3]");
+    assert_string_equal(type_of(g, "y3"), "float[3,4]");
+    assert_string_equal(type_of(g, "y4"), "float[3,4]");
+    assert_string_equal(type_of(g, "nrm"), "double[1]");
+    assert_string_equal(type_of(g, "p1"), "float[12]");
+    assert_string_equal(type_of(g, "b1"), "float[12]");
+    assert_string_equal(type_of(g, "p3"), "float[n]");
+    assert_string_equal(type_of(g, "p2"), "float[12]");
+    assert_string_equal(type_of(g, "eas2"), "float[12]");
+    gf_model_free(m);
+
+    static const struct {
+        const char *op, *ins, *a, *b, *want;
+        int transpose;
+    } bad[] = {
+        {"SGDStep", "a,b,hyper", "12", "10", "node 'n' (SGDStep): G (input 1) [10] has 10 "
+         "elements, P [12] has 12", 0},
+        {"SGDStep", "a,a,hyper,b", "12", "3,5", "Buf (input 3) [3,5] has 15 elements, P [12] "
+         "has 12", 0},
+        {"AdamWStep", "a,a,b,a,hyper", "12", "6", "node 'n' (AdamWStep): ExpAvg (input 2) [6] "
+         "has 6 elements, P [12] has 12", 0},
+        {"AdamWStep", "a,a,a,a,b", "12", "5", "hyper (input 4) [5] must be [7]", 0},
+        {"GradAccumulate", "a,b", "4,3", "5", "node 'n' (GradAccumulate): Acc (input 1) [5] "
+         "has 5 elements, G [4,3] has 12", 0},
+        {"GradAccumulate", "a,b", "4,3", "4,3", "Acc (input 1) [4,3] is not G [4,3] "
+         "transposed", 1},
+        {"GradAccumulate", "a", "12", "12", "transpose=1 needs a 2-D G, got [12]", 1},
+        {"GradAccumulate", "a", "12", "12", "transpose 2 must be 0 or 1", 2},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        m = new_model(18);
+        g = m->graph;
+        input(g, "a", GF_FLOAT, bad[i].a);
+        input(g, "b", GF_FLOAT, bad[i].b);
+        input(g, "hyper", GF_DOUBLE, "7");
+        struct gf_node *n = gnode(g, bad[i].op, "n", bad[i].ins,
+                                  !strcmp(bad[i].op, "AdamWStep") ? "y,y2,y3" : "y");
+        if (bad[i].transpose)
+            gf_node_set_attr_int(n, "transpose", bad[i].transpose);
+        infer_fails(m, bad[i].want);
+        gf_model_free(m);
+    }
+}
+
 /* Types from the file are refined (symbols, unknown dims) and checked. */
 static void test_declared_types(void **state)
 {
@@ -1070,6 +1143,7 @@ int main(void)
         cmocka_unit_test(test_constants_and_shape_ops),
         cmocka_unit_test(test_norm_softmax_losses),
         cmocka_unit_test(test_loss_rules),
+        cmocka_unit_test(test_optimizer_ops),
         cmocka_unit_test(test_declared_types),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_subgraph),

@@ -77,18 +77,14 @@ static bool acc_supports(const struct gf_node *n, const struct gf_tview *in, siz
 
 static enum gf_status acc_run(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *g = &a->in[0], *acc = a->n_in > 1 && a->in[1].data ? &a->in[1] : NULL;
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *g = &a->in[0], *acc = o.opt ? &a->in[1] : NULL;
     struct gf_tview *y = &a->out[0];
-    bool tr = gf_node_attr_int(a->node, "transpose", 0) != 0;
-    if (y->nelem != g->nelem || (acc && acc->nelem != y->nelem) || y->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_INVALID, "gradient of %zu elements, accumulator of "
-                               "%zu, output of %zu", g->nelem, acc ? acc->nelem : y->nelem,
-                               y->nelem);
-    if (tr && (y->rank != 2 || y->dims[0] != g->dims[1] || y->dims[1] != g->dims[0]))
-        return gf_kernel_error(a, GF_ERR_INVALID, "transpose: the output is not the "
-                               "gradient's transpose");
-    struct acc_ctx c = {y->data, acc ? acc->data : NULL, g->data,
-                        gf_node_attr_float(a->node, "scale", 1.0f), 0, 0};
+    bool tr = o.r.transpose;
+    struct acc_ctx c = {y->data, acc ? acc->data : NULL, g->data, o.r.scale, 0, 0};
     if (!tr) {
         gf_parallel_for(a->n_threads, y->nelem, GRAIN, acc_chunk, &c);
         return GF_OK;
@@ -109,10 +105,12 @@ static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, si
 
 static enum gf_status norm_run(const struct gf_kernel_args *a)
 {
+    struct gf_optim_args chk;
+    enum gf_status st = gf_optim_check(a, &chk);
+    if (st != GF_OK)
+        return st;
     const float *x = a->in[0].data;
     struct gf_tview *o = &a->out[0];
-    if (o->dtype != GF_DOUBLE || o->nelem != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "the norm is one float64");
     double sum = 0;
     for (size_t i = 0; i < a->in[0].nelem; i++)
         sum += (double)x[i] * x[i];
@@ -121,32 +119,6 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
 }
 
 /* ---- the updates ---------------------------------------------------------------------- */
-
-/* hyper: a float64 vector of `len` values the host can read. */
-static const double *hyper_of(const struct gf_kernel_args *a, size_t i, size_t len)
-{
-    const struct gf_tview *h = &a->in[i];
-    if (h->dtype != GF_DOUBLE || h->nelem != len || !(h->host || h->data)) {
-        gf_kernel_error(a, GF_ERR_INVALID, "hyper is not %zu float64 values", len);
-        return NULL;
-    }
-    return h->host ? h->host : h->data;
-}
-
-/* Every one of n tensors (ins, then outs) has `nelem` fp32 elements. */
-static enum gf_status same_sizes(const struct gf_kernel_args *a, const size_t *ins, size_t n_ins,
-                                 size_t n_outs)
-{
-    size_t want = a->in[0].nelem;
-    for (size_t i = 0; i < n_ins + n_outs; i++) {
-        const struct gf_tview *t = i < n_ins ? &a->in[ins[i]] : &a->out[i - n_ins];
-        if (t->nelem != want || t->dtype != GF_FLOAT)
-            return gf_kernel_error(a, GF_ERR_INVALID, "%s %zu is not %zu float elements",
-                                   i < n_ins ? "input" : "output",
-                                   i < n_ins ? ins[i] : i - n_ins, want);
-    }
-    return GF_OK;
-}
 
 struct sgd_ctx {
     float *p, *buf;                     /* written */
@@ -180,20 +152,14 @@ static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, siz
 
 static enum gf_status sgd_run(const struct gf_kernel_args *a)
 {
-    const double *h = hyper_of(a, 2, GF_SGD_HYPER);
-    if (!h)
-        return GF_ERR_INVALID;
-    struct sgd_ctx c = {.p = a->out[0].data, .p0 = a->in[0].data, .grad = a->in[1].data};
-    gf_sgd_scalars(h, &c.s);
-    bool buf = a->n_in > 3 && a->in[3].data && a->n_out > 1 && a->out[1].data;
-    if (c.s.momentum_on && !buf)
-        return gf_kernel_error(a, GF_ERR_INVALID, "momentum without a momentum buffer");
-    static const size_t with_buf[] = {0, 1, 3}, no_buf[] = {0, 1};
-    enum gf_status st = same_sizes(a, buf ? with_buf : no_buf, buf ? 3 : 2, buf ? 2 : 1);
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
     if (st != GF_OK)
         return st;
-    c.buf = buf ? a->out[1].data : NULL;
-    c.buf0 = buf ? a->in[3].data : NULL;
+    struct sgd_ctx c = {.p = a->out[0].data, .p0 = a->in[0].data, .grad = a->in[1].data};
+    gf_sgd_scalars(o.hyper, &c.s);
+    c.buf = o.opt ? a->out[1].data : NULL;
+    c.buf0 = o.opt ? a->in[3].data : NULL;
     gf_parallel_for(a->n_threads, a->in[0].nelem, GRAIN, sgd_chunk, &c);
     return GF_OK;
 }
@@ -231,16 +197,13 @@ static bool adamw_supports(const struct gf_node *n, const struct gf_tview *in, s
 
 static enum gf_status adamw_run(const struct gf_kernel_args *a)
 {
-    const double *h = hyper_of(a, 4, GF_ADAMW_HYPER);
-    if (!h)
-        return GF_ERR_INVALID;
-    static const size_t ins[] = {0, 1, 2, 3};
-    enum gf_status st = same_sizes(a, ins, 4, 3);
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
     if (st != GF_OK)
         return st;
     struct adamw_ctx c = {a->out[0].data, a->out[1].data, a->out[2].data, a->in[0].data,
                           a->in[2].data, a->in[3].data, a->in[1].data, {0}};
-    gf_adamw_scalars(h, &c.s);
+    gf_adamw_scalars(o.hyper, &c.s);
     gf_parallel_for(a->n_threads, a->in[0].nelem, GRAIN, adamw_chunk, &c);
     return GF_OK;
 }

@@ -60,21 +60,19 @@ static bool acc_supports(const struct gf_node *n, const struct gf_tview *in, siz
 
 static enum gf_status acc_run(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *g = &a->in[0];
-    const struct gf_tview *acc = a->n_in > 1 && a->in[1].data ? &a->in[1] : NULL;
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *g = &a->in[0], *acc = o.opt ? &a->in[1] : NULL;
     struct gf_tview *y = &a->out[0];
-    bool tr = gf_node_attr_int(a->node, "transpose", 0) != 0;
-    if (y->nelem != g->nelem || (acc && acc->nelem != y->nelem) || y->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_INVALID, "gradient of %zu elements, accumulator of "
-                               "%zu, output of %zu", g->nelem, acc ? acc->nelem : y->nelem,
-                               y->nelem);
-    if (tr && (y->rank != 2 || y->dims[0] != g->dims[1] || y->dims[1] != g->dims[0] ||
-               y->dims[0] > INT32_MAX || y->dims[1] > INT32_MAX))
-        return gf_kernel_error(a, GF_ERR_INVALID, "transpose: the output is not the "
-                               "gradient's transpose");
+    bool tr = o.r.transpose;
+    if (tr && (y->dims[0] > INT32_MAX || y->dims[1] > INT32_MAX))
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "transpose: %s exceeds the kernel's int",
+                               FU_SHAPE(y));
     if (!y->nelem)
         return GF_OK;
-    float scale = gf_node_attr_float(a->node, "scale", 1.0f);
+    float scale = o.r.scale;
     cl_int has = acc != NULL;
     cl_mem am = acc ? acc->data : g->data;
     cl_kernel k = kernel(a, tr ? "grad_acc_t" : "grad_acc", false);
@@ -119,10 +117,12 @@ static size_t norm_workspace(const struct gf_kernel_args *a)
 
 static enum gf_status norm_run(const struct gf_kernel_args *a)
 {
+    struct gf_optim_args chk;
+    enum gf_status st = gf_optim_check(a, &chk);
+    if (st != GF_OK)
+        return st;
     const struct gf_tview *x = &a->in[0];
     struct gf_tview *o = &a->out[0];
-    if (o->dtype != GF_DOUBLE || o->nelem != 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "the norm is one float64");
     bool fp64 = use_fp64(a);
     cl_kernel k1 = kernel(a, "sumsq_part", fp64), k2 = k1 ? kernel(a, "sumsq_final", fp64) : NULL;
     if (!k2)
@@ -135,7 +135,6 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
         np = 0;
         xm = ws;
     }
-    enum gf_status st = GF_OK;
     if (np && !gf_cl_args(k1, 3, sizeof(cl_mem), &xm, sizeof(n), &n, sizeof(cl_mem), &ws))
         return gf_cl_fail(a, "sumsq_part");
     if (np)
@@ -150,21 +149,6 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
 
 /* ---- the updates ---------------------------------------------------------------------- */
 
-static const double *hyper_of(const struct gf_kernel_args *a, size_t i, size_t len)
-{
-    const struct gf_tview *h = &a->in[i];
-    if (h->dtype != GF_DOUBLE || h->nelem != len || !h->host) {
-        gf_kernel_error(a, GF_ERR_INVALID, "hyper is not %zu float64 values on the host", len);
-        return NULL;
-    }
-    return h->host;
-}
-
-static bool same_size(const struct gf_tview *t, size_t n)
-{
-    return t->dtype == GF_FLOAT && t->nelem == n;
-}
-
 static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
@@ -173,26 +157,22 @@ static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, siz
 
 static enum gf_status sgd_run(const struct gf_kernel_args *a)
 {
-    const double *h = hyper_of(a, 2, GF_SGD_HYPER);
-    if (!h)
-        return GF_ERR_INVALID;
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
+    if (st != GF_OK)
+        return st;
     struct gf_sgd_scalars s;
-    gf_sgd_scalars(h, &s);
+    gf_sgd_scalars(o.hyper, &s);
     size_t n = a->in[0].nelem;
-    bool buf = a->n_in > 3 && a->in[3].data && a->n_out > 1 && a->out[1].data;
-    if (s.momentum_on && !buf)
-        return gf_kernel_error(a, GF_ERR_INVALID, "momentum without a momentum buffer");
-    if (!same_size(&a->in[1], n) || !same_size(&a->out[0], n) ||
-        (buf && (!same_size(&a->in[3], n) || !same_size(&a->out[1], n))))
-        return gf_kernel_error(a, GF_ERR_INVALID, "operands are not all %zu floats", n);
     if (!n)
         return GF_OK;
     cl_kernel k = kernel(a, "sgd_step", false);
     if (!k)
         return GF_ERR_INTERNAL;
-    cl_mem b = buf ? a->out[1].data : a->out[0].data, b0 = buf ? a->in[3].data : a->in[0].data;
+    cl_mem b = o.opt ? a->out[1].data : a->out[0].data;
+    cl_mem b0 = o.opt ? a->in[3].data : a->in[0].data;
     cl_ulong cn = n;
-    cl_int decay_on = s.decay_on, mom_on = s.momentum_on && buf, nest = s.nesterov,
+    cl_int decay_on = s.decay_on, mom_on = s.momentum_on && o.opt, nest = s.nesterov,
            first = s.first;
     if (!gf_cl_args(k, 15, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &b, sizeof(cl_mem),
                     &a->in[0].data, sizeof(cl_mem), &b0, sizeof(cl_mem), &a->in[1].data,
@@ -213,17 +193,15 @@ static bool adamw_supports(const struct gf_node *n, const struct gf_tview *in, s
 
 static enum gf_status adamw_run(const struct gf_kernel_args *a)
 {
-    const double *h = hyper_of(a, 4, GF_ADAMW_HYPER);
-    if (!h)
-        return GF_ERR_INVALID;
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
+    if (st != GF_OK)
+        return st;
     size_t n = a->in[0].nelem;
-    for (size_t i = 0; i < 4 + 3; i++)
-        if (!same_size(i < 4 ? &a->in[i] : &a->out[i - 4], n))
-            return gf_kernel_error(a, GF_ERR_INVALID, "operands are not all %zu floats", n);
     if (!n)
         return GF_OK;
     struct gf_adamw_scalars s;
-    gf_adamw_scalars(h, &s);
+    gf_adamw_scalars(o.hyper, &s);
     cl_kernel k = kernel(a, "adamw_step", false);
     if (!k)
         return GF_ERR_INTERNAL;
