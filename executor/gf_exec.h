@@ -172,10 +172,11 @@ float *gf_optim_get_state(struct gf_optim *o, size_t i, size_t k);
 const char *gf_optim_name(enum gf_optim_kind kind);
 bool gf_optim_parse(const char *name, enum gf_optim_kind *kind);
 
-/* The global L2 norm of n gradients (sum of squares in double) and, when
- * max_norm > 0, torch.nn.utils.clip_grad_norm_: every gradient scaled by
- * min(1, max_norm / (norm + 1e-6)).  Returns the norm before clipping. */
-double gf_clip_grad_norm(size_t n, float *const *grads, const size_t *sizes, double max_norm);
+/* torch.nn.utils.clip_grad_norm_'s coefficient for a global gradient norm
+ * (the GradNorm op's): min(1, max_norm / (norm + 1e-6)) in float; 1 when
+ * max_norm <= 0 (no clipping).  The trainer passes it to the update as its
+ * grad_scale, so the gradients are never rescaled on their own. */
+float gf_clip_coef(double max_norm, double norm);
 
 enum gf_lr_schedule {
     GF_LR_CONSTANT, /* lr after the warmup */

@@ -428,25 +428,13 @@ enum gf_status gf_optim_update(struct gf_optim *o, void *params, void *grads, do
     return st;
 }
 
-/* torch.nn.utils.clip_grad_norm_(norm_type=2): total = ||(||g_i||)_i||,
- * coef = max_norm / (total + 1e-6) in float, clamped to 1, every gradient
- * multiplied by it (also when it is 1). */
-double gf_clip_grad_norm(size_t n, float *const *grads, const size_t *sizes, double max_norm)
+/* torch.nn.utils.clip_grad_norm_'s coefficient, in float. */
+float gf_clip_coef(double max_norm, double norm)
 {
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < sizes[i]; k++)
-            sum += (double)grads[i][k] * grads[i][k];
-    double norm = sqrt(sum);
     if (!(max_norm > 0))
-        return norm;
+        return 1.0f;
     float coef = (float)max_norm / ((float)norm + 1e-6f);
-    if (coef > 1.0f)
-        coef = 1.0f;
-    for (size_t i = 0; i < n; i++)
-        for (size_t k = 0; k < sizes[i]; k++)
-            grads[i][k] *= coef;
-    return norm;
+    return coef > 1.0f ? 1.0f : coef;
 }
 
 double gf_lr_at(enum gf_lr_schedule kind, double lr, double min_lr, int64_t warmup,

@@ -1152,11 +1152,7 @@ static enum gf_status update(struct gf_trainer *t, struct gf_data *d,
     if (!isfinite(norm))
         return find_bad_gradient(t, d, from, t->o.accumulate, norm);
     st->grad_norm = norm;
-    float coef = 1.0f;
-    if (t->o.clip_grad_norm > 0) { /* torch.nn.utils.clip_grad_norm_, in float */
-        coef = (float)t->o.clip_grad_norm / ((float)norm + 1e-6f);
-        coef = coef > 1.0f ? 1.0f : coef;
-    }
+    float coef = gf_clip_coef(t->o.clip_grad_norm, norm); /* the update's grad_scale */
     double t0 = t->o.exec.profile ? now_ms() : 0;
     s = gf_optim_update(t->opt, t->P, grad_acc(t), st->lr, coef, n_threads(t));
     if (s == GF_OK && t->o.exec.profile) {
