@@ -74,6 +74,8 @@ struct gf_session_stats {
     size_t n_choice;           /* nodes the autotuner has a choice for (kernels or knob
                                   values of the backend, or a CPU kernel it cached) */
     size_t n_tuned;            /* of those, run with the cache's or the autotuner's pick */
+    size_t n_views;            /* Reshape, Flatten, Squeeze, Unsqueeze, Identity nodes whose
+                                  output aliases their input's bytes (no kernel runs) */
 };
 void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *st);
 /* Time per op type and memory of the last run (with opts.profile). */

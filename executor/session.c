@@ -8,6 +8,16 @@
  * range (ggml-alloc and llm.c do the same).  An elementwise op whose input
  * dies at that op writes its output over the input (in place).
  *
+ * Views: Reshape, Flatten, Squeeze, Unsqueeze and Identity of an
+ * intermediate run no kernel: their output is the input's bytes (same
+ * offset; on a device a sub-buffer of the same range), whatever the
+ * backend.  Values sharing bytes form a group whose bytes stay taken until
+ * the last use of any member, so a value's bytes outlive it while a view
+ * of it is read, and an in-place writer may take them only where the
+ * whole group dies (and reads them through one input only).  A view of a
+ * graph input, initializer or constant, and a view bound to the caller's
+ * memory (gf_session_bind_output), are copied as before.
+ *
  * Backends: on a device backend (OpenCL) the block lives on the device and
  * each intermediate is a view of it (a sub-buffer); initializers, folded
  * constants and graph inputs are uploaded to device buffers of their own,
@@ -77,6 +87,7 @@ struct step {
     const struct gf_kernel *cpu;  /* the CPU kernel (folding, fallback) */
     const int *config;            /* knob values for k; NULL: defaults */
     bool folded; /* outputs computed while planning; not run */
+    bool view;   /* its output aliases its input's bytes (find_views): not run */
     bool on_cpu; /* a device backend without a kernel for it: runs on the host */
     size_t cands; /* configurations of the backend's kernels for it (autotuning) */
     int tuned[GF_TUNE_MAX_KNOBS]; /* knob values the autotuner chose (config points here) */
@@ -117,12 +128,14 @@ struct gf_session {
     int peak_step; /* the step whose outputs set the block's size */
     struct cbuf *consts;
     size_t n_folded, const_bytes;
+    size_t n_views; /* steps whose output aliases their input (step.view) */
     /* outputs of the last run */
     struct gf_model *outm;
     struct gf_tensor **outs;
     /* profile of the last run */
     double op_ms[GF_OP_COUNT];
     int op_calls[GF_OP_COUNT];
+    int op_views[GF_OP_COUNT]; /* view steps (no kernel) */
     double total_ms;
     struct gf_traffic traffic; /* host <-> device copies of the last run */
     /* autotuning (opts.tune_cache, opts.autotune): opened on the first node
@@ -200,7 +213,7 @@ static void drop_plan(struct gf_session *s)
         free(s->consts);
         s->consts = next;
     }
-    s->n_folded = s->const_bytes = 0;
+    s->n_folded = s->const_bytes = s->n_views = 0;
     free(s->v);
     free(s->steps);
     free(s->key);
@@ -305,6 +318,7 @@ void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *s
     st->n_nodes = s->n_steps;
     st->n_choice = s->n_choice;
     st->n_tuned = s->n_tuned_now + s->n_tuned_cached;
+    st->n_views = s->n_views;
 }
 
 /* ---- input checks ---------------------------------------------------------- */
@@ -895,14 +909,77 @@ static bool place_by_size(struct gf_session *s)
     return true;
 }
 
-/* Lifetimes, in-place reuse and offsets for every intermediate value. */
+/* Ops whose output is their input's bytes under another shape: with
+ * row-major tensors the data of Reshape, Flatten, Squeeze, Unsqueeze and
+ * Identity is the input's, byte for byte. */
+static bool is_view_op(enum gf_op op)
+{
+    return op == GF_OP_RESHAPE || op == GF_OP_FLATTEN || op == GF_OP_SQUEEZE ||
+           op == GF_OP_UNSQUEEZE || op == GF_OP_IDENTITY;
+}
+
+/* Views: a step of a view op whose input is an intermediate (in the block,
+ * or itself a view of one) and whose output has its bytes and dtype and
+ * is not bound to the caller's memory does not run: the output takes the
+ * input's place in the block (vi->root: the same group, at the same
+ * offset, on a device a sub-buffer of the same range).  assign_memory
+ * keeps the group's bytes until its last member's last use. */
+static void find_views(struct gf_session *s)
+{
+    for (size_t k = 0; k < s->n_steps; k++) {
+        struct step *st = &s->steps[k];
+        const struct gf_node *n = st->node;
+        st->view = false;
+        if (st->folded || !is_view_op(n->op) || n->n_inputs < 1 || n->n_outputs != 1 ||
+            !n->inputs[0] || !n->outputs[0])
+            continue;
+        const struct vinfo *x = &s->v[n->inputs[0]->id];
+        const struct vinfo *y = &s->v[n->outputs[0]->id];
+        if (x->kind == V_ACT && y->kind == V_ACT && x->dtype == y->dtype &&
+            x->bytes == y->bytes && x->nelem == y->nelem) {
+            st->view = true;
+            s->n_views++;
+        }
+    }
+}
+
+/* The first value of the group value id belongs to. */
+static int64_t group_of(const struct gf_session *s, int64_t id)
+{
+    while (s->v[id].root != id)
+        id = s->v[id].root;
+    return id;
+}
+
+/* Whether node n reads x's bytes through another input too (x and a view
+ * of it): then it must not write over them. */
+static bool reads_twice(const struct gf_session *s, const struct gf_node *n,
+                        const struct gf_value *x)
+{
+    int64_t r = group_of(s, x->id);
+    for (size_t i = 0; i < n->n_inputs; i++)
+        if (n->inputs[i] && n->inputs[i] != x && s->v[n->inputs[i]->id].kind == V_ACT &&
+            group_of(s, n->inputs[i]->id) == r)
+            return true;
+    return false;
+}
+
+/* Lifetimes, in-place reuse and offsets for every intermediate value.
+ * Values sharing bytes form a group (root: the first of them): a value and
+ * the views of it, and an elementwise output written over an input whose
+ * whole group dies at that node.  A group's bytes are taken when its root
+ * is written and returned after the last use of any member. */
 static enum gf_status assign_memory(struct gf_session *s)
 {
     struct gf_graph *g = s->g;
     int end = (int)s->n_steps;
+    int *gend = malloc((g->n_values + 1) * sizeof(*gend)); /* per root: last use, -1 freed */
+    if (!gend)
+        return gf_error(GF_ERR_NOMEM, "out of memory planning");
     for (size_t i = 0; i < g->n_values; i++) {
         struct gf_value *v = g->values[i];
         struct vinfo *vi = &s->v[v->id];
+        gend[v->id] = -1;
         if (vi->kind != V_ACT)
             continue;
         vi->last = vi->def;
@@ -917,7 +994,17 @@ static enum gf_status assign_memory(struct gf_session *s)
         vi->root = v->id;
         s->intermediate_bytes += vi->bytes;
     }
-    /* dying[k]: values whose last use is step k, freed after it runs */
+    /* views join their input's group (in schedule order: chains resolve) */
+    for (size_t k = 0; k < s->n_steps; k++)
+        if (s->steps[k].view) {
+            const struct gf_node *n = s->steps[k].node;
+            s->v[n->outputs[0]->id].root = s->v[n->inputs[0]->id].root;
+        }
+    for (size_t i = 0; i < g->n_values; i++) {
+        const struct vinfo *vi = &s->v[g->values[i]->id];
+        if (vi->kind == V_ACT && vi->end > gend[vi->root])
+            gend[vi->root] = vi->end;
+    }
     struct freelist f = {0};
     bool ok = true;
     for (int k = 0; k < end && ok; k++) {
@@ -932,39 +1019,51 @@ static enum gf_status assign_memory(struct gf_session *s)
             struct vinfo *src = NULL;
             if (vi->kind == V_EXT) /* the caller's memory */
                 continue;
+            if (vi->root != v->id) { /* a view: its group's bytes */
+                vi->offset = s->v[group_of(s, v->id)].offset;
+                continue;
+            }
             for (size_t i = 0; i < n->n_inputs; i++) {
                 struct gf_value *x = n->inputs[i];
                 struct vinfo *xi = x ? &s->v[x->id] : NULL;
                 if (xi && elementwise_inplace(n->op, o, i) && xi->kind == V_ACT &&
-                    xi->last == k && xi->bytes == vi->bytes &&
+                    gend[group_of(s, x->id)] == k && xi->bytes == vi->bytes &&
                     xi->rank == vi->rank && xi->dtype == vi->dtype &&
-                    memcmp(xi->dims, vi->dims, (size_t)vi->rank * sizeof(int64_t)) == 0) {
+                    memcmp(xi->dims, vi->dims, (size_t)vi->rank * sizeof(int64_t)) == 0 &&
+                    !reads_twice(s, n, x)) {
                     src = xi;
                     break;
                 }
             }
-            if (src) {
+            if (src) { /* the group's bytes now hold the output (and its views) too */
+                int64_t r = group_of(s, (int64_t)(src - s->v));
                 vi->offset = src->offset;
-                vi->root = src->root;
-                src->last = -1; /* its bytes now belong to the output */
+                vi->root = r;
+                gend[r] = gend[v->id] > k ? gend[v->id] : k;
+                gend[v->id] = -1;
             } else {
                 vi->offset = fl_take(&f, round_up(s, vi->bytes));
             }
         }
-        /* release what dies here (outputs that nobody reads die at once) */
+        /* release the groups whose last use is here (outputs that nobody
+         * reads die at once) */
         for (size_t i = 0; i < n->n_inputs + n->n_outputs && ok; i++) {
             struct gf_value *x = i < n->n_inputs ? n->inputs[i] : n->outputs[i - n->n_inputs];
             if (!x)
                 continue;
-            struct vinfo *xi = &s->v[x->id];
-            if (xi->kind == V_ACT && xi->last == k) {
-                ok = fl_put(&f, xi->offset, round_up(s, xi->bytes));
-                xi->last = -1; /* freed once even if read twice */
+            int64_t r = group_of(s, x->id);
+            if (s->v[x->id].kind == V_ACT && gend[r] == k) {
+                ok = fl_put(&f, s->v[r].offset, round_up(s, s->v[r].bytes));
+                gend[r] = -1; /* freed once even if read twice */
             }
         }
     }
     s->block_size = f.end;
     free(f.r);
+    free(gend);
+    for (size_t i = 0; i < g->n_values; i++) /* every member names its group's first */
+        if (s->v[g->values[i]->id].kind == V_ACT)
+            s->v[g->values[i]->id].root = group_of(s, g->values[i]->id);
     if (ok)
         ok = place_by_size(s);
     return ok ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory planning");
@@ -1115,7 +1214,7 @@ static void choose_kernels(struct gf_session *s)
     struct gf_tview in[64], out[64];
     for (size_t k = 0; k < s->n_steps; k++) {
         struct step *st = &s->steps[k];
-        if (st->folded)
+        if (st->folded || st->view)
             continue;
         struct gf_node *n = st->node;
         step_views(s, k, in, out);
@@ -1386,18 +1485,19 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
             s->v[s->binds[b].v->id].dev = s->binds[b].dev;
         }
     adopt_known(s);
-    if ((st = fold_constants(s)) != GF_OK)
+    if ((st = fold_constants(s)) != GF_OK || (st = bind_outputs(s)) != GF_OK)
         return st;
+    find_views(s);
     /* kernels (the autotune cache's too) for the steps left to run, and one
      * workspace, the largest any of their backend kernels asks for */
     choose_kernels(s);
     s->ws_size = 0;
     for (size_t k = 0; k < s->n_steps; k++)
-        if (!s->steps[k].folded && !s->steps[k].on_cpu)
+        if (!s->steps[k].folded && !s->steps[k].view && !s->steps[k].on_cpu)
             grow_workspace(s, k);
     if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
         return GF_ERR_NOMEM;
-    if ((st = bind_outputs(s)) != GF_OK || (st = assign_memory(s)) != GF_OK)
+    if ((st = assign_memory(s)) != GF_OK)
         return st;
     size_t total = s->block_size + s->ws_size;
     if (s->o.max_memory && total > s->o.max_memory)
@@ -1576,12 +1676,17 @@ static enum gf_status run_steps(struct gf_session *s)
     struct gf_tview in[64], out[64];
     memset(s->op_ms, 0, sizeof(s->op_ms));
     memset(s->op_calls, 0, sizeof(s->op_calls));
+    memset(s->op_views, 0, sizeof(s->op_views));
     double t_start = now_ms();
     enum gf_status st = upload_inputs(s);
     for (size_t k = 0; k < s->n_steps && st == GF_OK; k++) {
         struct gf_node *n = s->steps[k].node;
         if (s->steps[k].folded)
             continue;
+        if (s->steps[k].view) { /* its output is its input's bytes: nothing to do */
+            s->op_views[n->op]++;
+            continue;
+        }
         if (n->n_outputs > 64)
             return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many outputs", n->name);
         double t0 = s->o.profile ? now_ms() : 0;
@@ -1753,14 +1858,18 @@ bool gf_session_tune_site(const struct gf_session *s, size_t i, struct gf_tune_s
 
 void gf_session_print_profile(const struct gf_session *s, FILE *f)
 {
-    fprintf(f, "profile: %zu nodes (%zu folded into constants while planning, %zu bytes), "
-            "%.3f ms\n", s->n_steps, s->n_folded, s->const_bytes, s->total_ms);
+    fprintf(f, "profile: %zu nodes (%zu folded into constants while planning, %zu bytes; "
+            "%zu views), %.3f ms\n", s->n_steps, s->n_folded, s->const_bytes, s->n_views,
+            s->total_ms);
     fprintf(f, "  %-28s %6s %10s %6s\n", "op", "calls", "ms", "%");
     for (int op = 0; op < GF_OP_COUNT; op++) {
-        if (!s->op_calls[op])
-            continue;
-        fprintf(f, "  %-28s %6d %10.3f %5.1f%%\n", gf_op_get_info(op)->name, s->op_calls[op],
-                s->op_ms[op], s->total_ms > 0 ? 100.0 * s->op_ms[op] / s->total_ms : 0.0);
+        if (s->op_calls[op])
+            fprintf(f, "  %-28s %6d %10.3f %5.1f%%\n", gf_op_get_info(op)->name,
+                    s->op_calls[op], s->op_ms[op],
+                    s->total_ms > 0 ? 100.0 * s->op_ms[op] / s->total_ms : 0.0);
+        if (s->op_views[op]) /* no kernel, nothing copied */
+            fprintf(f, "  %-28s %6d %10s %6s\n", gf_op_get_info(op)->name, s->op_views[op],
+                    "view", "-");
     }
     fprintf(f, "memory: peak activations %zu bytes (planned block), workspace %zu bytes\n",
             s->block_size, s->ws_size);
@@ -1772,6 +1881,17 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
     fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
             s->intermediate_bytes,
             s->intermediate_bytes ? (double)s->block_size / (double)s->intermediate_bytes : 0.0);
+    if (s->n_views) {
+        fprintf(f, "views: %zu node%s alias their input's bytes, no kernel, 0 bytes copied:",
+                s->n_views, s->n_views == 1 ? "" : "s");
+        const char *sep = " ";
+        for (int op = 0; op < GF_OP_COUNT; op++)
+            if (s->op_views[op]) {
+                fprintf(f, "%s%s x%d", sep, gf_op_get_info(op)->name, s->op_views[op]);
+                sep = ", ";
+            }
+        fputc('\n', f);
+    }
     size_t tuned = s->n_tuned_now + s->n_tuned_cached;
     if (s->n_choice)
         fprintf(f, "autotune: %zu of %zu node%s with a choice of kernels run%s a tuned one "

@@ -5,6 +5,12 @@
  *   in the autotune cache, keyed alike (folding rules included: Dropout is
  *   never folded, nor a node whose outputs pass the fold size limit), so a
  *   cache written through the sites is found entry by entry by a run.
+ * - views: Reshape, Flatten, Squeeze, Unsqueeze and Identity of an
+ *   intermediate alias its bytes (no kernel, no memory of their own), the
+ *   bytes stay alive until the last view's last use (no in-place writer or
+ *   later value takes them sooner), chains of views resolve, and a view of
+ *   a graph input or one bound to the caller's memory is copied.  Outputs
+ *   are checked against values computed here.
  *
  * OpenCL cases skip without a platform (GRAPHFUSE_TEST_DEVICE picks the
  * device, as in the other OpenCL tests).
@@ -18,6 +24,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "exec_priv.h"
 #include "fused_graphs.h"
 #include "gf_exec.h"
 #include "gf_tune.h"
@@ -153,11 +160,163 @@ static void test_tune_sites_are_the_plans_lookups(void **state)
     unlink(lock);
 }
 
+/* ---- views ------------------------------------------------------------------------- */
+
+static float relu(float x)
+{
+    return x > 0 ? x : 0;
+}
+
+static void expect_close(const struct gf_tensor *t, const float *want, size_t n, const char *what,
+                         const char *backend)
+{
+    assert_int_equal(t->nelem, n);
+    for (size_t i = 0; i < n; i++) {
+        double got = gf_tensor_get_f64(t, i), w = want[i];
+        if (!(fabs(got - w) <= 1e-5 + 1e-5 * fabs(w)))
+            fail_msg("%s on %s: element %zu is %g, want %g", what, backend, i, got, w);
+    }
+}
+
+/* x [64, 64] -> Relu -> Reshape [4096] -> Unsqueeze [1, 4096] -> Squeeze
+ * [4096] -> Identity -> Flatten [4096, 1] -> Exp: five views of Relu's
+ * bytes, and Exp writes over them (the group dies there), so the block is
+ * one tensor: 16 KiB (a copy per view would need two). */
+static void test_view_chain_takes_no_memory(void **state)
+{
+    (void)state;
+    for (size_t b = 0; b < 2; b++) {
+        if (!available(backends[b]))
+            continue;
+        struct fg g = fg_begin("chain");
+        struct gf_value *x = fg_input(&g, "x", GF_FLOAT, 2, (int64_t[]){64, 64});
+        struct gf_value *v = FG(&g, "Relu", x);
+        v = FG(&g, "Reshape", v, fg_i64s(&g, 1, (int64_t[]){4096}));
+        v = FG(&g, "Unsqueeze", v, fg_i64s(&g, 1, (int64_t[]){0}));
+        v = FG(&g, "Squeeze", v, fg_i64s(&g, 1, (int64_t[]){0}));
+        v = FG(&g, "Identity", v);
+        v = FG(&g, "Flatten", v);
+        fg_int(&g, v, "axis", 1);
+        struct gf_value *y = FG(&g, "Exp", v);
+        fg_output(&g, y);
+        struct gf_model *m = fg_done(&g);
+        assert_non_null(m);
+        float xv[4096], want[4096];
+        for (int i = 0; i < 4096; i++) {
+            xv[i] = (float)((i * 37) % 101) / 25.0f - 2.0f;
+            want[i] = expf(relu(xv[i]));
+        }
+        struct gf_tensor *xt = gf_tensor_new(m, "x", GF_FLOAT, 2, (int64_t[]){64, 64}, xv);
+        struct gf_exec_opts o = opts_for(backends[b], "");
+        struct gf_session *s;
+        struct gf_tensor **out;
+        size_t n_out;
+        assert_int_equal(gf_session_new(m, &o, &s), GF_OK);
+        assert_int_equal(gf_session_run(s, 1, &xt, &out, &n_out), GF_OK);
+        expect_close(out[0], want, 4096, "exp(relu(x)) through five views", backends[b]);
+        assert_int_equal(out[0]->rank, 2);
+        assert_int_equal(out[0]->dims[0], 4096);
+        struct gf_session_stats st;
+        gf_session_get_stats(s, &st);
+        assert_int_equal(st.n_views, 5);
+        assert_int_equal(st.activation_bytes, 4096 * sizeof(float));
+        assert_int_equal(gf_session_tune_count(s) > 0, strcmp(backends[b], "cpu") != 0);
+        struct gf_tune_site site; /* views run no kernel: nothing to tune */
+        for (size_t i = 0; gf_session_tune_site(s, i, &site); i++)
+            assert_true(strcmp(site.node->op_type, "Relu") == 0 ||
+                        strcmp(site.node->op_type, "Exp") == 0);
+        gf_session_free(s);
+        gf_model_free(m);
+    }
+}
+
+/* Lifetimes and the cases that must not alias:
+ *   a = Relu(x); f = Identity(Squeeze(Unsqueeze(Flatten(Reshape(a)))))
+ *   t = Neg(a)           a's own last use, but its view f lives on: Neg must
+ *   u = Exp(t)           not write over a (in place), nor may later values
+ *   w = Sigmoid(u)       take a's bytes while f is alive
+ *   z = Add(f, Reshape(w))                         output [6, 4]
+ *   p = Tanh(x), q = Reshape(p) [4, 6]             both outputs: q is a view of p
+ *   i = Identity(x)      a graph input: copied, not aliased      output
+ *   r = Reshape(Sigmoid(x)) [24]   bound to the caller's memory: copied  output */
+static void test_views_keep_their_bytes_alive(void **state)
+{
+    (void)state;
+    for (size_t b = 0; b < 2; b++) {
+        if (!available(backends[b]))
+            continue;
+        struct fg g = fg_begin("alive");
+        int64_t dx[3] = {2, 3, 4};
+        struct gf_value *x = fg_input(&g, "x", GF_FLOAT, 3, dx);
+        struct gf_value *a = FG(&g, "Relu", x);
+        struct gf_value *f = FG(&g, "Reshape", a, fg_i64s(&g, 2, (int64_t[]){6, 4}));
+        f = FG(&g, "Flatten", f);
+        fg_int(&g, f, "axis", 1);
+        f = FG(&g, "Unsqueeze", f, fg_i64s(&g, 1, (int64_t[]){0}));
+        f = FG(&g, "Squeeze", f, fg_i64s(&g, 1, (int64_t[]){0}));
+        f = FG(&g, "Identity", f);
+        struct gf_value *w = FG(&g, "Sigmoid", FG(&g, "Exp", FG(&g, "Neg", a)));
+        struct gf_value *z = FG(&g, "Add", f, FG(&g, "Reshape", w,
+                                                fg_i64s(&g, 2, (int64_t[]){6, 4})));
+        struct gf_value *p = FG(&g, "Tanh", x);
+        struct gf_value *q = FG(&g, "Reshape", p, fg_i64s(&g, 2, (int64_t[]){4, 6}));
+        struct gf_value *i = FG(&g, "Identity", x);
+        struct gf_value *r = FG(&g, "Reshape", FG(&g, "Sigmoid", x),
+                                fg_i64s(&g, 1, (int64_t[]){24}));
+        fg_output(&g, z);
+        fg_output(&g, p);
+        fg_output(&g, q);
+        fg_output(&g, i);
+        fg_output(&g, r);
+        struct gf_model *m = fg_done(&g);
+        assert_non_null(m);
+        float xv[24], wz[24], wp[24], ws[24];
+        for (int k = 0; k < 24; k++) {
+            xv[k] = (float)k / 4.0f - 3.0f;
+            float ak = relu(xv[k]);
+            wz[k] = ak + 1.0f / (1.0f + expf(-expf(-ak)));
+            wp[k] = tanhf(xv[k]);
+            ws[k] = 1.0f / (1.0f + expf(-xv[k]));
+        }
+        struct gf_tensor *xt = gf_tensor_new(m, "x", GF_FLOAT, 3, dx, xv);
+        struct gf_exec_opts o = opts_for(backends[b], "");
+        struct gf_session *s;
+        struct gf_tensor **out;
+        size_t n_out;
+        assert_int_equal(gf_session_new(m, &o, &s), GF_OK);
+        struct gf_backend *be = gf_session_get_backend(s);
+        void *rbuf = be->ops->alloc(be, sizeof(ws));
+        assert_non_null(rbuf);
+        assert_int_equal(gf_session_bind_output(s, 4, rbuf, sizeof(ws)), GF_OK);
+        for (int run = 0; run < 2; run++) { /* the plan, then a run of it */
+            assert_int_equal(gf_session_run(s, 1, &xt, &out, &n_out), GF_OK);
+            assert_int_equal(n_out, 5);
+            expect_close(out[0], wz, 24, "z = f + w (a's bytes kept for f)", backends[b]);
+            expect_close(out[1], wp, 24, "p = tanh(x)", backends[b]);
+            expect_close(out[2], wp, 24, "q = Reshape(p), both outputs", backends[b]);
+            assert_int_equal(out[2]->rank, 2);
+            assert_int_equal(out[2]->dims[1], 6);
+            expect_close(out[3], xv, 24, "i = Identity(x)", backends[b]);
+            float got[24];
+            assert_int_equal(be->ops->copy_out(be, got, rbuf, sizeof(got)), GF_OK);
+            for (int k = 0; k < 24; k++)
+                assert_float_equal(got[k], ws[k], 1e-6);
+        }
+        struct gf_session_stats st;
+        gf_session_get_stats(s, &st);
+        assert_int_equal(st.n_views, 7); /* 5 of a, Reshape(w), q; not i, not r */
+        gf_session_free(s);
+        be->ops->release(be, rbuf);
+        gf_model_free(m);
+    }
+}
+
 int main(void)
 {
-    (void)backends;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tune_sites_are_the_plans_lookups),
+        cmocka_unit_test(test_view_chain_takes_no_memory),
+        cmocka_unit_test(test_views_keep_their_bytes_alive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
