@@ -690,6 +690,37 @@ enum gf_status gf_rule_matmul(const struct gf_node *n, const struct gf_shape *a,
     return GF_OK;
 }
 
+enum gf_status gf_rule_gemm(const struct gf_node *n, const struct gf_shape *a,
+                            const struct gf_shape *b, const struct gf_shape *c,
+                            struct gf_gemm_rule *r)
+{
+    int64_t opset = gf_model_opset(n->graph->model, "");
+    *r = (struct gf_gemm_rule){
+        .ta = gf_node_attr_int(n, "transA", 0) != 0,
+        .tb = gf_node_attr_int(n, "transB", 0) != 0,
+        .alpha = gf_node_attr_float(n, "alpha", 1.0f),
+        .beta = gf_node_attr_float(n, "beta", 1.0f),
+        .strict = opset > 0 && opset < 7 && !gf_node_attr_int(n, "broadcast", 0),
+    };
+    if ((a->rank >= 0 && a->rank != 2) || (b->rank >= 0 && b->rank != 2))
+        return gf_node_error(n, GF_ERR_INVALID, "A %s and B %s must be 2-D", SHAPE(a), SHAPE(b));
+    enum gf_status st = gf_rule_matmul(n, a, b, r->ta, r->tb, &r->mm);
+    if (st != GF_OK || !c || c->rank < 0)
+        return st;
+    /* Y [M, N], known even where A or B has no rank yet */
+    struct gf_shape y = {.rank = 2, .d = {r->mm.m, r->mm.n}};
+    bool ok = c->rank <= 2 && bcasts_into(c, &y);
+    for (int i = 0; ok && r->strict && i < 2; i++) {
+        struct gf_dim tmp;
+        ok = c->rank == 2 && gf_dim_unify(&c->d[i], &y.d[i], &tmp);
+    }
+    if (!ok)
+        return gf_node_error(n, GF_ERR_INVALID, "C %s does not %s Y %s%s", SHAPE(c),
+                             r->strict ? "match" : "broadcast to", SHAPE(&y),
+                             r->strict ? " (broadcast=0)" : "");
+    return GF_OK;
+}
+
 /* The epilogue's "activation": its index in gf_mme_act_names. */
 static enum gf_status mme_act(const struct gf_node *n, int *act)
 {

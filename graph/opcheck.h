@@ -210,6 +210,17 @@ struct gf_matmul_rule {
 enum gf_status gf_rule_matmul(const struct gf_node *n, const struct gf_shape *a,
                               const struct gf_shape *b, bool ta, bool tb,
                               struct gf_matmul_rule *r);
+/* Gemm(A, B, C?) -> Y [M, N] = alpha A' B' + beta C: A and B 2-D (A' = A^T
+ * with transA, B' likewise), K agreeing; C of rank <= 2 broadcast to
+ * [M, N], before opset 7 with broadcast = 0 exactly [M, N] (strict). */
+struct gf_gemm_rule {
+    bool ta, tb, strict;
+    float alpha, beta;
+    struct gf_matmul_rule mm; /* y: [M, N] once A and B have ranks */
+};
+enum gf_status gf_rule_gemm(const struct gf_node *n, const struct gf_shape *a,
+                            const struct gf_shape *b, const struct gf_shape *c,
+                            struct gf_gemm_rule *r);
 extern const char *const gf_mme_act_names[7]; /* "", relu, gelu, gelu_tanh, silu, tanh, sigmoid */
 struct gf_mme_rule {
     bool ta, tb;

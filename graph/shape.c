@@ -920,69 +920,33 @@ static enum gf_status infer_range(struct ctx *c)
 static enum gf_status infer_matmul(struct ctx *c)
 {
     struct gf_value *va, *vb;
-    struct gf_shape a, b, ba, bb, o;
-    char s1[256], s2[256];
+    struct gf_shape a, b;
+    struct gf_matmul_rule r;
     if (need(c, 0, &va) || need(c, 1, &vb))
         return GF_ERR_INVALID;
     shape_of(va, &a);
     shape_of(vb, &b);
-    if (a.rank == 0 || b.rank == 0)
-        return fail(c, a.rank == 0 ? va : vb, "MatMul operand is a scalar");
-    if (a.rank < 0 || b.rank < 0)
-        return shape_unknown(&o), set_out_like(c, 0, 0, &o);
-    const struct gf_dim *ka = &a.d[a.rank - 1];
-    const struct gf_dim *kb = &b.d[b.rank == 1 ? 0 : b.rank - 2];
-    struct gf_dim k;
-    if (!gf_dim_unify(ka, kb, &k))
-        return fail(c, vb, "inner dims differ: %s x %s", gf_shape_str(&a, s1, sizeof(s1)),
-                    gf_shape_str(&b, s2, sizeof(s2)));
-    shape_blank(&ba, a.rank > 2 ? a.rank - 2 : 0);
-    shape_blank(&bb, b.rank > 2 ? b.rank - 2 : 0);
-    memcpy(ba.d, a.d, sizeof(struct gf_dim) * (size_t)ba.rank);
-    memcpy(bb.d, b.d, sizeof(struct gf_dim) * (size_t)bb.rank);
-    if (!gf_shape_broadcast(&ba, &bb, &o))
-        return fail(c, vb, "cannot broadcast batch dims of %s and %s",
-                    gf_shape_str(&a, s1, sizeof(s1)), gf_shape_str(&b, s2, sizeof(s2)));
-    if (a.rank >= 2)
-        o.d[o.rank++] = a.d[a.rank - 2];
-    if (b.rank >= 2)
-        o.d[o.rank++] = b.d[b.rank - 1];
-    return set_out_like(c, 0, 0, &o);
+    if (gf_rule_matmul(c->n, &a, &b, false, false, &r))
+        return GF_ERR_INVALID;
+    return set_out_like(c, 0, 0, &r.y);
 }
 
-/* Gemm: [M,K] x [K,N] (+ C broadcast to [M,N]) with transA / transB. */
+/* Gemm: [M,K] x [K,N] (+ C broadcast to [M,N]) with transA / transB
+ * (opcheck.c). */
 static enum gf_status infer_gemm(struct ctx *c)
 {
-    struct gf_value *va, *vb, *vc = in(c, 2);
+    struct gf_value *va, *vb;
     struct gf_shape a, b, cc, o;
-    int64_t ta, tb;
-    struct gf_dim k;
-    if (need(c, 0, &va) || need(c, 1, &vb) || attr_int(c, "transA", 0, &ta) ||
-        attr_int(c, "transB", 0, &tb))
+    struct gf_gemm_rule r;
+    if (need(c, 0, &va) || need(c, 1, &vb))
         return GF_ERR_INVALID;
     shape_of(va, &a);
     shape_of(vb, &b);
-    if (a.rank >= 0 && a.rank != 2)
-        return fail(c, va, "Gemm operand has rank %d, expected 2", a.rank);
-    if (b.rank >= 0 && b.rank != 2)
-        return fail(c, vb, "Gemm operand has rank %d, expected 2", b.rank);
+    if (gf_rule_gemm(c->n, &a, &b, rule_shape(c, 2, &cc), &r))
+        return GF_ERR_INVALID;
     shape_blank(&o, 2);
-    if (a.rank == 2)
-        o.d[0] = a.d[ta ? 1 : 0];
-    if (b.rank == 2)
-        o.d[1] = b.d[tb ? 0 : 1];
-    if (a.rank == 2 && b.rank == 2 && !gf_dim_unify(&a.d[ta ? 0 : 1], &b.d[tb ? 1 : 0], &k))
-        return fail(c, vb, "inner dims differ (transA=%lld, transB=%lld)", (long long)ta,
-                    (long long)tb);
-    shape_of(vc, &cc);
-    if (vc && cc.rank > 2)
-        return fail(c, vc, "Gemm bias has rank %d", cc.rank);
-    for (int i = 0; vc && i < cc.rank; i++) {
-        const struct gf_dim *d = &cc.d[cc.rank - 1 - i], *m = &o.d[1 - i];
-        if (gf_dim_known(d) && gf_dim_known(m) && d->value != 1 && d->value != m->value)
-            return fail(c, vc, "bias dim %lld does not broadcast to %lld",
-                        (long long)d->value, (long long)m->value);
-    }
+    o.d[0] = r.mm.m;
+    o.d[1] = r.mm.n;
     return set_out_like(c, 0, 0, &o);
 }
 

@@ -722,6 +722,20 @@ enum gf_status gf_mm_plan(const struct gf_kernel_args *a, bool ta, bool tb, stru
     return st;
 }
 
+enum gf_status gf_gemm_check(const struct gf_kernel_args *a, struct gf_gemm_rule *r,
+                            struct gf_mm *m)
+{
+    struct gf_shape as, bs, cs;
+    if (a->n_in < 2)
+        return gf_kernel_error(a, GF_ERR_INVALID, "needs inputs A and B");
+    gf_shape_of_view(&a->in[0], &as);
+    gf_shape_of_view(&a->in[1], &bs);
+    enum gf_status st = gf_rule_gemm(a->node, &as, &bs, in_shape(a, 2, &cs), r);
+    if (st == GF_OK)
+        mm_geometry(a, &r->mm, m);
+    return st;
+}
+
 enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *r,
                             struct gf_mm *m)
 {

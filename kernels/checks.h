@@ -299,6 +299,10 @@ struct gf_mm {
 };
 /* The product's rule (graph/opcheck.h) and geometry, transposed by ta, tb. */
 enum gf_status gf_mm_plan(const struct gf_kernel_args *a, bool ta, bool tb, struct gf_mm *m);
+/* Gemm(A, B, C?) -> Y: the rule (A, B 2-D, K, C broadcast to [M, N]) and
+ * the product's geometry; C given (fu_has) is checked, types are not. */
+enum gf_status gf_gemm_check(const struct gf_kernel_args *a, struct gf_gemm_rule *r,
+                             struct gf_mm *m);
 /* MatMulEpilogue(A, B, Bias?, Res?) -> Y: inputs, rule, geometry, Y. */
 enum gf_status gf_mme_check(const struct gf_kernel_args *a, struct gf_mme_rule *r,
                             struct gf_mm *m);

@@ -369,7 +369,7 @@ static void test_matmul_errors(void **state)
     in[0] = TV(GF_FLOAT, 2, 2, 3);
     in[1] = TV(GF_FLOAT, 3, 3, 5);
     out = TV(GF_FLOAT, 3, 2, 5);
-    expect_invalid(n, in, 2, &out, "do not broadcast (2 vs 3)");
+    expect_invalid(n, in, 2, &out, "batch dims of A [2,2,3] and B [3,3,5] do not broadcast");
     tv_free(&in[0]), tv_free(&in[1]);
 
     in[0] = TV0(GF_FLOAT);
@@ -489,9 +489,9 @@ static void test_gemm_errors(void **state)
     expect_invalid(n, in, 3, &out, "must be 2-D");
     tv_free(&in[0]);
     in[0] = TV(GF_FLOAT, 2, 5);
-    expect_invalid(n, in, 3, &out, "inner dims differ: A [2,5] gives K=5, B [3,4] gives K=3");
+    expect_invalid(n, in, 3, &out, "inner dims differ: A [2,5] has K = 5, B [3,4] has K = 3");
     gf_node_set_attr_int(n, "transA", 1);
-    expect_invalid(n, in, 3, &out, "A^T [2,5] gives K=2");
+    expect_invalid(n, in, 3, &out, "A^T [2,5] has K = 2");
     gf_node_set_attr_int(n, "transA", 0);
     tv_free(&in[0]);
     in[0] = TV(GF_FLOAT, 2, 3);

@@ -422,8 +422,8 @@ static int64_t product(int rank, const int64_t *dims)
 
 /* Broadcast batch dims of A (ra of them) and B (rb) into gb, with element
  * strides (0 where an input's dim is 1); Y's expected batch dims in dims. */
-static enum gf_status matmul_batch(const struct gf_kernel_args *a, int ra, int rb,
-                                   struct gemm_batch *gb)
+static void matmul_batch(const struct gf_kernel_args *a, int ra, int rb,
+                         struct gemm_batch *gb)
 {
     const struct gf_tview *A = &a->in[0], *B = &a->in[1];
     const struct gemm *g = &gb->g;
@@ -432,10 +432,6 @@ static enum gf_status matmul_batch(const struct gf_kernel_args *a, int ra, int r
     for (int i = r - 1; i >= 0; i--) {
         int ia = i - (r - ra), ib = i - (r - rb);
         int64_t da = ia >= 0 ? A->dims[ia] : 1, db = ib >= 0 ? B->dims[ib] : 1;
-        if (da != db && da != 1 && db != 1)
-            return gf_kernel_error(a, GF_ERR_INVALID,
-                                   "batch dims of A %s and B %s do not broadcast (%lld vs %lld)",
-                                   FU_SHAPE(A), FU_SHAPE(B), (long long)da, (long long)db);
         gb->dims[i] = da == 1 ? db : da;
         gb->sa[i] = da == 1 ? 0 : sa;
         gb->sb[i] = db == 1 ? 0 : sb;
@@ -446,20 +442,16 @@ static enum gf_status matmul_batch(const struct gf_kernel_args *a, int ra, int r
     }
     gb->rank = r;
     gb->count = product(r, gb->dims);
-    return GF_OK;
 }
 
 static enum gf_status matmul_core(const struct gf_kernel_args *a)
 {
     const struct gf_tview *A = &a->in[0], *B = &a->in[1];
-    if (A->rank < 1 || B->rank < 1)
-        return gf_kernel_error(a, GF_ERR_INVALID, "inputs need rank >= 1; A is %s, B is %s",
-                               FU_SHAPE(A), FU_SHAPE(B));
-    int64_t k = A->dims[A->rank - 1], kb = B->dims[B->rank > 1 ? B->rank - 2 : 0];
-    if (k != kb)
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "inner dims differ: A %s has %lld columns, B %s has %lld rows",
-                               FU_SHAPE(A), (long long)k, FU_SHAPE(B), (long long)kb);
+    struct gf_mm m; /* the rule (graph/opcheck.c): ranks, K, batch dims */
+    enum gf_status st = gf_mm_plan(a, false, false, &m);
+    if (st != GF_OK)
+        return st;
+    int64_t k = m.k;
     struct gemm_batch gb = {.g = {
         .dtype = A->dtype,
         .m = A->rank > 1 ? A->dims[A->rank - 2] : 1,
@@ -471,9 +463,7 @@ static enum gf_status matmul_core(const struct gf_kernel_args *a)
     struct gemm *g = &gb.g;
     g->a_rs = k, g->a_cs = 1, g->b_rs = g->n, g->b_cs = 1, g->c_rs = g->n;
     int ra = imax(A->rank - 2, 0), rb = imax(B->rank - 2, 0);
-    enum gf_status st = matmul_batch(a, ra, rb, &gb);
-    if (st != GF_OK)
-        return st;
+    matmul_batch(a, ra, rb, &gb);
     int64_t want[GF_MAX_RANK + 2];
     int rank = gb.rank;
     memcpy(want, gb.dims, sizeof(int64_t) * (size_t)rank);
@@ -509,54 +499,38 @@ static enum gf_status matmul_run(const struct gf_kernel_args *a)
  * B' = transB ? B^T : B ([K, N]); C optional (opset 11) and broadcast to
  * [M, N] (before opset 7 only when the attribute broadcast = 1). */
 
-static enum gf_status gemm_bias(const struct gf_kernel_args *a, const struct gf_tview *C,
-                                const struct gemm *g, double beta)
+static void gemm_bias(const struct gf_kernel_args *a, const struct gf_tview *C,
+                      const struct gemm *g, double beta)
 {
     int64_t cm = C->rank == 2 ? C->dims[0] : 1, cn = C->rank >= 1 ? C->dims[C->rank - 1] : 1;
-    int64_t opset = gf_model_opset(a->node->graph->model, "");
-    bool strict = opset > 0 && opset < 7 && !gf_node_attr_int(a->node, "broadcast", 0);
-    if (C->rank > 2 || (cm != 1 && cm != g->m) || (cn != 1 && cn != g->n) ||
-        (strict && (C->rank != 2 || cm != g->m || cn != g->n)))
-        return gf_kernel_error(a, GF_ERR_INVALID, "C %s does not %s Y [%lld,%lld]%s", FU_SHAPE(C),
-                               strict ? "match" : "broadcast to", (long long)g->m,
-                               (long long)g->n, strict ? " (broadcast=0)" : "");
     struct fill f = {.src = C->data, .dst = g->c, .n = g->n, .rs = cm == 1 ? 0 : cn,
                      .cs = cn == 1 ? 0 : 1, .scale = beta};
     size_t grain = g->n >= 16384 ? 1 : (size_t)(16384 / (g->n + 1));
     gf_parallel_for(a->n_threads, (size_t)g->m, grain, mm_type_of(g->dtype)->fill, &f);
-    return GF_OK;
 }
 
 static enum gf_status gemm_core(const struct gf_kernel_args *a)
 {
     const struct gf_tview *A = &a->in[0], *B = &a->in[1];
     const struct gf_tview *C = a->n_in > 2 && a->in[2].data ? &a->in[2] : NULL;
-    bool ta = gf_node_attr_int(a->node, "transA", 0) != 0;
-    bool tb = gf_node_attr_int(a->node, "transB", 0) != 0;
-    if (A->rank != 2 || B->rank != 2)
-        return gf_kernel_error(a, GF_ERR_INVALID, "A %s and B %s must be 2-D", FU_SHAPE(A),
-                               FU_SHAPE(B));
+    struct gf_gemm_rule r;
+    struct gf_mm m;
+    enum gf_status st = gf_gemm_check(a, &r, &m);
+    if (st != GF_OK)
+        return st;
+    bool ta = r.ta, tb = r.tb;
     struct gemm g = {
-        .dtype = A->dtype,
-        .m = A->dims[ta ? 1 : 0], .k = A->dims[ta ? 0 : 1], .n = B->dims[tb ? 0 : 1],
-        .a = A->data, .b = B->data, .c = a->out[0].data,
-        .alpha = gf_node_attr_float(a->node, "alpha", 1.0f),
+        .dtype = A->dtype, .m = m.m, .k = m.k, .n = m.n,
+        .a = A->data, .b = B->data, .c = a->out[0].data, .alpha = r.alpha,
     };
-    int64_t kb = B->dims[tb ? 1 : 0];
-    if (g.k != kb)
-        return gf_kernel_error(a, GF_ERR_INVALID,
-                               "inner dims differ: A%s %s gives K=%lld, B%s %s gives K=%lld",
-                               ta ? "^T" : "", FU_SHAPE(A), (long long)g.k, tb ? "^T" : "",
-                               FU_SHAPE(B), (long long)kb);
     /* A is stored [M,K] or, transposed, [K,M]; B [K,N] or [N,K] */
     g.a_rs = ta ? 1 : g.k, g.a_cs = ta ? g.m : 1;
     g.b_rs = tb ? 1 : g.n, g.b_cs = tb ? g.k : 1;
     g.c_rs = g.n;
-    enum gf_status st = check_out(a, 2, (int64_t[]){g.m, g.n});
-    if (st == GF_OK && C)
-        st = gemm_bias(a, C, &g, gf_node_attr_float(a->node, "beta", 1.0f));
-    if (st != GF_OK)
+    if ((st = check_out(a, 2, (int64_t[]){g.m, g.n})) != GF_OK)
         return st;
+    if (C)
+        gemm_bias(a, C, &g, r.beta);
     g.accumulate = C != NULL;
     struct gemm_batch gb = {.g = g, .count = 1};
     run_batches(&gb, a->n_threads);

@@ -286,31 +286,23 @@ static enum gf_status matmul_run(const struct gf_kernel_args *a)
 }
 
 /* Gemm: Y [M, N] = alpha A' B' + beta C, C of rank <= 2 broadcast to Y
- * (before opset 7 only with broadcast = 1). */
+ * (the rule: graph/opcheck.c). */
 static enum gf_status gemm_run(const struct gf_kernel_args *a)
 {
-    struct mm_job j = {.ta = gf_node_attr_int(a->node, "transA", 0) != 0,
-                       .tb = gf_node_attr_int(a->node, "transB", 0) != 0,
-                       .g = {.alpha = gf_node_attr_float(a->node, "alpha", 1.0f),
-                             .beta = gf_node_attr_float(a->node, "beta", 1.0f)}};
-    if (a->n_in < 2 || a->in[0].rank != 2 || a->in[1].rank != 2)
-        return gf_kernel_error(a, GF_ERR_INVALID, "A and B must be 2-D");
+    struct gf_gemm_rule r;
     struct gf_mm m;
-    enum gf_status st = mm_inputs(a, &j, &m);
+    enum gf_status st = gf_gemm_check(a, &r, &m);
+    if (st != GF_OK)
+        return st;
+    struct mm_job j = {.ta = r.ta, .tb = r.tb, .g = {.alpha = r.alpha, .beta = r.beta}};
+    st = mm_inputs(a, &j, &m);
     int64_t ydims[2] = {j.g.m, j.g.n};
     if (st == GF_OK)
         st = fu_check_out(a, 0, j.dt, 2, ydims);
-    if (st != GF_OK || a->n_in < 3 || !fu_has(a, 2))
+    if (st != GF_OK || !fu_has(a, 2))
         return st == GF_OK ? mm_launch(a, &j) : st;
     const struct gf_tview *C = &a->in[2];
     int64_t cm = C->rank == 2 ? C->dims[0] : 1, cn = C->rank >= 1 ? C->dims[C->rank - 1] : 1;
-    int64_t opset = gf_model_opset(a->node->graph->model, "");
-    bool strict = opset > 0 && opset < 7 && !gf_node_attr_int(a->node, "broadcast", 0);
-    if (C->rank > 2 || (cm != 1 && cm != j.g.m) || (cn != 1 && cn != j.g.n) ||
-        (strict && (C->rank != 2 || cm != j.g.m || cn != j.g.n)))
-        return gf_kernel_error(a, GF_ERR_INVALID, "C %s does not %s Y [%d,%d]%s", FU_SHAPE(C),
-                               strict ? "match" : "broadcast to", j.g.m, j.g.n,
-                               strict ? " (broadcast=0)" : "");
     if (C->dtype != j.dt)
         return gf_kernel_error(a, GF_ERR_INVALID, "C is %s, expected %s like A",
                                gf_dtype_name(C->dtype), gf_dtype_name(j.dt));
