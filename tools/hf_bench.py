@@ -2,7 +2,7 @@
 """Train a Hugging Face Llama export with graphfuse, side by side with PyTorch.
 
     python3 tools/hf_bench.py [--preset 160m|vocab32k] [--batch B] [--seq T]
-                              [--steps N] [--backend cpu|opencl] [--device NAME]
+                              [--steps N] [--backend cpu|opencl|cuda[,...]] [--device NAME]
                               [--modes unfused,fused,fused-no-lce] [--graphfuse PATH]
 
 Builds `LlamaForCausalLM` from a config with random weights (no hub download),
@@ -10,8 +10,12 @@ exports it with labels through the legacy exporter (opset 17, dynamic batch and
 sequence), writes one batch in the ONNX test layout, then runs
 `graphfuse train --profile` once per mode and PyTorch eager fp32 on the same
 weights and batch, with the same optimizer (AdamW, lr 1e-4, weight decay 0.01).
-Prints, per mode: each step's loss and time, the planned activation peak, and
-the largest relative loss difference against PyTorch.
+Prints, per backend and mode: each step's loss and time, the median step time
+and tokens/s over the steps after the first two (warm-up; all steps when there
+are fewer than four), the planned activation peak (and the device's peak
+allocation where graphfuse reports one), and the largest relative loss
+difference against PyTorch, whose peak allocated memory (CUDA) and forward-only
+time are printed too.  `--backend cuda,opencl` compares backends in one run.
 
 Presets:
   160m      hidden 1024, 8 layers, 16/8 heads, intermediate 2816, vocab 32000
@@ -107,6 +111,8 @@ def torch_losses(m, p, steps, dev):
     ids, mask, labels = (t.to(dev) for t in batch(p))
     m = m.to(dev).train()
     opt = torch.optim.AdamW(m.parameters(), lr=LR, weight_decay=WD)
+    if dev != "cpu":
+        torch.cuda.reset_peak_memory_stats()
     out, times = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -118,7 +124,22 @@ def torch_losses(m, p, steps, dev):
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         out.append(loss.item())
-    return out, times
+    peak = torch.cuda.max_memory_allocated() if dev != "cpu" else None
+    fwd = []
+    with torch.no_grad():  # forward only, on the trained weights
+        for _ in range(5):
+            t0 = time.perf_counter()
+            m(input_ids=ids, attention_mask=mask, labels=labels)
+            if dev != "cpu":
+                torch.cuda.synchronize()
+            fwd.append((time.perf_counter() - t0) * 1e3)
+    return out, times, peak, fwd
+
+
+def steady(ms):
+    """Median of the steps after the first two (warm-up), or of all."""
+    tail = ms[2:] if len(ms) >= 4 else ms
+    return float(np.median(tail)) if tail else float("nan")
 
 
 MODES = {
@@ -139,12 +160,14 @@ def run_graphfuse(gf, model, data, steps, mode, extra):
     losses = [float(x) for x in re.findall(r"^step\s+\d+/\d+\s+loss\s+(\S+)", r.stdout, re.M)]
     ms = [float(x) for x in re.findall(r"lr\s+\S+\s+([\d.]+) ms", r.stdout)]
     peak = re.search(r"peak activations (\d+) bytes \(planned block\), workspace (\d+)", r.stdout)
+    dev_peak = re.search(r"device memory: peak (\d+) bytes", r.stdout)
     lce = "LinearCrossEntropy" in r.stdout
     backend = re.search(r"^backend: (.*)$", r.stdout, re.M)
     fallback = re.findall(r"^note: \d+ nodes? ran on the CPU.*$", r.stdout, re.M)
     return dict(losses=losses, ms=ms, wall=wall, lce=lce,
                 peak=(int(peak.group(1)), int(peak.group(2))) if peak else None,
                 backend=backend.group(1) if backend else "?", fallback=fallback,
+                dev_peak=int(dev_peak.group(1)) if dev_peak else None,
                 stdout=r.stdout), None
 
 
@@ -154,7 +177,7 @@ def main():
     ap.add_argument("--batch", type=int)
     ap.add_argument("--seq", type=int)
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--backend", default="cpu", help="one or several, comma-separated")
     ap.add_argument("--device")
     ap.add_argument("--modes", default="unfused,fused")
     ap.add_argument("--graphfuse", default="build/graphfuse")
@@ -178,33 +201,42 @@ def main():
     print(f"export: {model} ({os.path.getsize(model) / 2**20:.0f} MiB) in "
           f"{time.perf_counter() - t0:.0f} s")
     ref = None
+    tokens = p["batch"] * p["seq"]
     if not a.no_torch:
         dev = a.torch_device
         if dev != "cpu":
             torch.backends.cuda.matmul.allow_tf32 = False  # fp32, as graphfuse computes
             torch.backends.cudnn.allow_tf32 = False
-        ref, tms = torch_losses(build(p), p, a.steps, dev)
+        ref, tms, tpeak, tfwd = torch_losses(build(p), p, a.steps, dev)
         where = torch.cuda.get_device_name() if dev != "cpu" else \
             f"cpu, {torch.get_num_threads()} threads"
+        med = steady(tms)
         print(f"pytorch eager fp32 ({where}): losses "
               + " ".join(f"{x:.6f}" for x in ref) + "; ms " + " ".join(f"{x:.0f}" for x in tms))
-    extra = ["--backend", a.backend] + (["--device", a.device] if a.device else [])
-    print(f"{'mode':<14} {'losses':<40} {'ms/step':<20} {'peak act+ws MB':>14} {'LCE':>4} "
-          f"{'max rel vs torch':>16}")
-    for mode in a.modes.split(","):
-        r, err = run_graphfuse(a.graphfuse, model, data, a.steps, mode, extra)
-        if err:
-            print(f"{mode:<14} FAILED {err}")
-            continue
-        rel = "-"
-        if ref and len(r["losses"]) == len(ref):
-            rel = f"{max(abs(x - y) / abs(y) for x, y in zip(r['losses'], ref)):.2e}"
-        peak = f"{(r['peak'][0] + r['peak'][1]) / 1e6:.1f}" if r["peak"] else "?"
-        print(f"{mode:<14} {' '.join(f'{x:.6f}' for x in r['losses']):<40} "
-              f"{' '.join(f'{x:.0f}' for x in r['ms']):<20} {peak:>14} "
-              f"{'yes' if r['lce'] else 'no':>4} {rel:>16}   [{r['backend']}]")
-        for line in r["fallback"]:
-            print("    " + line)
+        print(f"pytorch eager fp32: {med:.1f} ms/step, {tokens / med * 1e3:,.0f} tokens/s"
+              + (f", peak allocated {tpeak / 2**30:.2f} GiB" if tpeak else "")
+              + f", forward only {float(np.median(tfwd)):.1f} ms")
+    print(f"{'backend':<8} {'mode':<14} {'losses':<40} {'ms/step':<20} {'median':>7} "
+          f"{'tokens/s':>9} {'act+ws MB':>9} {'dev GiB':>7} {'LCE':>4} {'max rel vs torch':>16}")
+    for backend in a.backend.split(","):
+        extra = ["--backend", backend] + (["--device", a.device] if a.device else [])
+        for mode in a.modes.split(","):
+            r, err = run_graphfuse(a.graphfuse, model, data, a.steps, mode, extra)
+            if err:
+                print(f"{backend:<8} {mode:<14} FAILED {err}")
+                continue
+            rel = "-"
+            if ref and len(r["losses"]) == len(ref):
+                rel = f"{max(abs(x - y) / abs(y) for x, y in zip(r['losses'], ref)):.2e}"
+            peak = f"{(r['peak'][0] + r['peak'][1]) / 1e6:.1f}" if r["peak"] else "?"
+            dev_peak = f"{r['dev_peak'] / 2**30:.2f}" if r["dev_peak"] else "-"
+            med = steady(r["ms"])
+            print(f"{backend:<8} {mode:<14} {' '.join(f'{x:.6f}' for x in r['losses']):<40} "
+                  f"{' '.join(f'{x:.0f}' for x in r['ms']):<20} {med:>7.1f} "
+                  f"{tokens / med * 1e3:>9,.0f} {peak:>9} {dev_peak:>7} "
+                  f"{'yes' if r['lce'] else 'no':>4} {rel:>16}   [{r['backend']}]")
+            for line in r["fallback"]:
+                print("    " + line)
     return 0
 
 
