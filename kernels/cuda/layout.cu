@@ -1,9 +1,12 @@
 /*
  * layout.cu — the CUDA layout kernels (host side: layout.c): the strided
- * copy behind Transpose, Slice and Expand, and Gather.  Elements are moved
+ * copy behind Transpose, Slice and Expand, Gather, and (launch_fused.h) Pad,
+ * GatherND, GatherGrad and SliceGrad.  Elements are moved
  * by size (1, 2, 4 or 8 bytes); 64-bit indices, grid-stride loops.
  */
-#include "launch.h"
+#include <string.h>
+
+#include "launch_fused.h"
 
 #define BLOCK 256
 
@@ -93,6 +96,143 @@ extern "C" cudaError_t gf_cu_gather(cudaStream_t s, int size, const void *x, con
     case 2: gather_t<uint16_t>(s, x, ind, i64, y, ni, na, post, n, flag); break;
     case 4: gather_t<uint32_t>(s, x, ind, i64, y, ni, na, post, n, flag); break;
     case 8: gather_t<uint64_t>(s, x, ind, i64, y, ni, na, post, n, flag); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* ---- Pad, GatherND, GatherGrad, SliceGrad ------------------------------------------ */
+
+template <typename T>
+__global__ void k_pad(const T *x, T *y, gf_cu_pad_geom p, T fill, int64_t n)
+{
+    GRID_LOOP(i, n)
+    {
+        int64_t r = i, ox = 0;
+        bool out = false;
+        for (int d = p.rank - 1; d >= 0 && !out; d--) {
+            int64_t c = r % p.dims[d] - p.lead[d], k = p.keep[d], s = c;
+            r /= p.dims[d];
+            if (c < 0 || c >= k) {
+                int64_t q = 2 * (k - 1);
+                if (p.mode == 0)
+                    out = true;
+                else if (p.mode == 2)
+                    s = c < 0 ? 0 : k - 1;
+                else if (p.mode == 3)
+                    s = (c % k + k) % k;
+                else if (k == 1)
+                    s = 0;
+                else {
+                    int64_t m = (c % q + q) % q;
+                    s = m < k ? m : q - m;
+                }
+            }
+            ox += (p.crop[d] + s) * p.sx[d];
+        }
+        y[i] = out ? fill : x[ox];
+    }
+}
+
+template <typename T>
+static void pad_t(cudaStream_t s, const void *x, void *y, const gf_cu_pad_geom *p, int64_t n)
+{
+    T fill;
+    memcpy(&fill, &p->fill, sizeof(T));
+    k_pad<T><<<grid_for(n), BLOCK, 0, s>>>((const T *)x, (T *)y, *p, fill, n);
+}
+
+extern "C" cudaError_t gf_cu_pad(cudaStream_t s, int size, const void *x, void *y,
+                                 const struct gf_cu_pad_geom *p, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    switch (size) {
+    case 1: pad_t<uint8_t>(s, x, y, p, n); break;
+    case 2: pad_t<uint16_t>(s, x, y, p, n); break;
+    case 4: pad_t<uint32_t>(s, x, y, p, n); break;
+    case 8: pad_t<uint64_t>(s, x, y, p, n); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k_gather_nd(const T *x, const int64_t *off, T *y, int64_t slice, int64_t n)
+{
+    GRID_LOOP(i, n) y[i] = x[off[i / slice] + i % slice];
+}
+
+extern "C" cudaError_t gf_cu_gather_nd(cudaStream_t s, int size, const void *x,
+                                       const int64_t *off, void *y, int64_t slice, int64_t n)
+{
+    if (n <= 0 || slice <= 0)
+        return cudaSuccess;
+    unsigned g = grid_for(n);
+    switch (size) {
+    case 1: k_gather_nd<uint8_t><<<g, BLOCK, 0, s>>>((const uint8_t *)x, off, (uint8_t *)y, slice, n); break;
+    case 2: k_gather_nd<uint16_t><<<g, BLOCK, 0, s>>>((const uint16_t *)x, off, (uint16_t *)y, slice, n); break;
+    case 4: k_gather_nd<uint32_t><<<g, BLOCK, 0, s>>>((const uint32_t *)x, off, (uint32_t *)y, slice, n); break;
+    case 8: k_gather_nd<uint64_t><<<g, BLOCK, 0, s>>>((const uint64_t *)x, off, (uint64_t *)y, slice, n); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+/* y [pre, na, post]: each element sums its index value's rows of g in
+ * increasing position (float, from 0), as the CPU's scatter-add. */
+__global__ void k_gather_grad(const float *g, const int64_t *csr, float *y, int64_t ni,
+                              int64_t na, int64_t post, int64_t n)
+{
+    const int64_t *order = csr + na + 1;
+    GRID_LOOP(o, n)
+    {
+        int64_t q = o % post, t = o / post, k = t % na, p = t / na;
+        float s = 0.0f;
+        for (int64_t j = csr[k]; j < csr[k + 1]; j++)
+            s += g[(p * ni + order[j]) * post + q];
+        y[o] = s;
+    }
+}
+
+extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const int64_t *csr,
+                                         float *y, int64_t pre, int64_t ni, int64_t na,
+                                         int64_t post)
+{
+    int64_t n = pre * na * post;
+    if (n <= 0)
+        return cudaSuccess;
+    k_gather_grad<<<grid_for(n), BLOCK, 0, s>>>(g, csr, y, ni, na, post, n);
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void k_slice_grad(const T *g, T *y, gf_cu_sg_geom p, int64_t n)
+{
+    GRID_LOOP(o, n)
+    {
+        int64_t r = o, gi = 0, gs = 1;
+        bool on = true;
+        for (int d = p.rank - 1; d >= 0; d--) {
+            int64_t c = r % p.dims[d], t = c - p.first[d], q = t / p.step[d];
+            r /= p.dims[d];
+            on = on && q * p.step[d] == t && q >= 0 && q < p.gdims[d];
+            gi += q * gs;
+            gs *= p.gdims[d];
+        }
+        y[o] = on ? g[gi] : (T)0;
+    }
+}
+
+extern "C" cudaError_t gf_cu_slice_grad(cudaStream_t s, int size, const void *g, void *y,
+                                        const struct gf_cu_sg_geom *p, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    unsigned gr = grid_for(n);
+    switch (size) {
+    case 4: k_slice_grad<uint32_t><<<gr, BLOCK, 0, s>>>((const uint32_t *)g, (uint32_t *)y, *p, n); break;
+    case 8: k_slice_grad<uint64_t><<<gr, BLOCK, 0, s>>>((const uint64_t *)g, (uint64_t *)y, *p, n); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
