@@ -2,14 +2,18 @@
  *
  *   ReduceSum ReduceMean ReduceMax SumToShape      any set of axes
  *   Softmax LogSoftmax SoftmaxGrad LogSoftmaxGrad  along one axis
+ *   Sum                                            variadic, numpy broadcasting
  *
+ * (LayerNormalization and its Grad: fused_norm.c, with the fused norms.)
  * fp32; sums in double (as the CPU), each in a fixed order.  Checks and
  * messages follow kernels/opencl/reduce.c and the CPU's reduce.c.  Not here
- * yet (they run on the CPU): Sum (variadic), LayerNormalization and its
- * Grad, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their Grads,
- * fp16 / bf16 storage.
+ * yet (they run on the CPU): SoftmaxCrossEntropyLoss,
+ * NegativeLogLikelihoodLoss and their Grads, fp16 / bf16 storage.
  */
+#include <stdio.h>
+
 #include "cu.h"
+#include "launch_fused.h"
 
 /* Input i (named `name`) is present and fp32. */
 static enum gf_status check_in(const struct gf_kernel_args *a, size_t i, const char *name)
@@ -190,6 +194,69 @@ static bool float_supports(const struct gf_node *n, const struct gf_tview *in, s
     return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK;
 }
 
+/* ==== Sum ============================================================================= */
+
+/* Adds the inputs in order, four per launch: y = in0 + in1 + in2 + in3,
+ * then y = y + in4 + ..., each float sum rounded as the CPU's pairwise
+ * folds round it. */
+static enum gf_status sum_run(const struct gf_kernel_args *a)
+{
+    bool empty;
+    enum gf_status st = gf_ew_begin(a, 0, &empty);
+    if (st != GF_OK || empty)
+        return st;
+    const struct gf_tview *y = &a->out[0];
+    if (a->n_in == 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
+    for (size_t k = 0; k < a->n_in; k++) {
+        char what[32];
+        snprintf(what, sizeof(what), "input %zu", k);
+        if ((st = gf_ew_check_in(a, k)) ||
+            (st = gf_ew_check_dtype(a, what, a->in[k].dtype, y->dtype)))
+            return st;
+        if (!fu_bcasts_to(&a->in[k], y->rank, y->dims))
+            return gf_kernel_error(a, GF_ERR_INVALID, "input %zu %s does not broadcast to the "
+                                   "output %s", k, FU_SHAPE(&a->in[k]), FU_SHAPE(y));
+    }
+    if (y->dtype != GF_FLOAT)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no CUDA kernel for type %s",
+                               gf_dtype_name(y->dtype));
+    if (a->n_in == 1) {
+        if (a->in[0].nelem != y->nelem)
+            return gf_kernel_error(a, GF_ERR_INVALID, "input 0 has %zu elements, the output "
+                                   "%zu", a->in[0].nelem, y->nelem);
+        return a->backend->ops->copy(a->backend, y->data, a->in[0].data, gf_tview_bytes(y));
+    }
+    for (size_t done = 0; done < a->n_in;) {
+        const float *src[4];
+        int64_t sts[4][GF_MAX_RANK] = {{0}};
+        int n = 0;
+        if (done) { /* the sum so far */
+            gf_strides_of(y->rank, y->dims, sts[0]);
+            src[n++] = y->data;
+        }
+        for (; n < 4 && done < a->n_in; n++, done++) {
+            fu_strides(&a->in[done], y->rank, y->dims, sts[n]);
+            src[n] = a->in[done].data;
+        }
+        struct gf_cu_nd nd;
+        gf_cu_nd_init(&nd, y->rank, y->dims, n, sts);
+        cudaError_t e = gf_cu_sum(gf_cu_stream(a), src, n, y->data, &nd, (int64_t)y->nelem);
+        if ((st = gf_cu_check(a, e, "Sum kernel")))
+            return st;
+    }
+    return GF_OK;
+}
+
+static bool sum_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
+            return false;
+    return n_in >= 1;
+}
+
 /* ==== the table ====================================================================== */
 
 #define KERNEL(OP, IMPL, SUPPORTS, RUN)                                                     \
@@ -201,6 +268,7 @@ static const struct gf_kernel kernels[] = {
     KERNEL(REDUCE_MEAN, "reduce", red_supports, red_run),
     KERNEL(REDUCE_MAX, "reduce", red_supports, red_run),
     KERNEL(SUM_TO_SHAPE, "reduce", s2s_supports, s2s_run),
+    KERNEL(SUM, "variadic", sum_supports, sum_run),
     KERNEL(SOFTMAX, "rows", float_supports, smx_run),
     KERNEL(LOG_SOFTMAX, "rows", float_supports, smx_run),
     KERNEL(SOFTMAX_GRAD, "rows", float_supports, smx_grad_run),

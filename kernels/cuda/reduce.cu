@@ -1,13 +1,14 @@
 /*
  * reduce.cu — the CUDA reductions (host side: reduce.c): Reduce{Sum,Mean,
  * Max} over any set of axes (one block per output element) and Softmax,
- * LogSoftmax and their gradients along one axis (one block per row).
+ * LogSoftmax and their gradients along one axis (one block per row), and
+ * (launch_fused.h) variadic Sum.
  * fp32 data; sums in double, each in a fixed order (thread t takes
  * elements t, t + 256, ..., then a fixed tree), so runs repeat exactly.
  */
 #include <math.h>
 
-#include "launch.h"
+#include "launch_fused.h"
 
 #define BLOCK 256
 
@@ -147,5 +148,43 @@ extern "C" cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, const float *
     if (rows <= 0 || n <= 0)
         return cudaSuccess;
     k_softmax_grad<<<blocks_for(rows), BLOCK, 0, s>>>(log, g, y, dx, n, inner, rows);
+    return cudaGetLastError();
+}
+
+/* ---- Sum ------------------------------------------------------------------------ */
+
+struct sum_src {
+    const float *p[4];
+};
+
+/* y = ((s0 + s1) + s2) + s3 over nd, in float (the CPU's pairwise folds). */
+__global__ void k_sum(sum_src src, int nops, float *y, gf_cu_nd nd, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t o[4] = {0, 0, 0, 0}, r = i;
+        for (int d = nd.rank - 1; d >= 0; d--) {
+            int64_t c = r % nd.dims[d];
+            r /= nd.dims[d];
+            for (int k = 0; k < 4; k++)
+                o[k] += c * nd.st[k][d];
+        }
+        float v = src.p[0][o[0]];
+        for (int k = 1; k < nops; k++)
+            v = v + src.p[k][o[k]];
+        y[i] = v;
+    }
+}
+
+extern "C" cudaError_t gf_cu_sum(cudaStream_t s, const float *const *src, int nops, float *y,
+                                 const struct gf_cu_nd *nd, int64_t n)
+{
+    if (n <= 0 || nops < 1 || nops > 4)
+        return n <= 0 ? cudaSuccess : cudaErrorInvalidValue;
+    sum_src ss = {{src[0], nops > 1 ? src[1] : src[0], nops > 2 ? src[2] : src[0],
+                   nops > 3 ? src[3] : src[0]}};
+    int64_t b = (n + BLOCK - 1) / BLOCK;
+    unsigned g = (unsigned)(b > 65536 ? 65536 : b);
+    k_sum<<<g, BLOCK, 0, s>>>(ss, nops, y, *nd, n);
     return cudaGetLastError();
 }
