@@ -26,6 +26,7 @@
 #include <cublasLt.h>
 
 #include "cu.h"
+#include "launch_mla.h"
 
 #define GF_CU_BLAS_WS ((size_t)32 << 20)
 
@@ -84,6 +85,8 @@ struct prod {
     bool ta, tb;
     int64_t batch, sa, sb, sy;
     float alpha, beta; /* beta: Y holds C already */
+    int epi;           /* cublasLtEpilogue_t (0: CUBLASLT_EPILOGUE_DEFAULT) */
+    const float *bias; /* the epilogue's bias [n], or NULL */
 };
 
 static enum gf_status blas_fail(const struct gf_kernel_args *a, const char *what,
@@ -129,6 +132,19 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb));
+    if (s == CUBLAS_STATUS_SUCCESS && p->epi) {
+        /* cuBLASLt's rows are our columns: its bias [n] is ours, shared by
+         * every batch (stride 0) */
+        cublasLtEpilogue_t epi = (cublasLtEpilogue_t)p->epi;
+        int64_t bstride = 0;
+        s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi));
+        if (s == CUBLAS_STATUS_SUCCESS && p->bias)
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p->bias,
+                                               sizeof(p->bias));
+        if (s == CUBLAS_STATUS_SUCCESS && p->bias && p->batch > 1)
+            s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE,
+                                               &bstride, sizeof(bstride));
+    }
     /* our B as stored: [K, N] (or [N, K] transposed); our A: [M, K] (or [K, M]) */
     if (s == CUBLAS_STATUS_SUCCESS)
         s = layout(&la, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, p->batch, p->sb);
@@ -176,13 +192,15 @@ static bool uniform(int r, const int64_t *dims, const int64_t *st)
 }
 
 /* Y = alpha A' B' + beta Y for the plan m (Y dense [..., M, N]). */
-static enum gf_status run_plan(const struct gf_kernel_args *a, const struct gf_mm *m, bool ta,
-                               bool tb, float alpha, float beta)
+static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct gf_mm *m,
+                                   bool ta, bool tb, float alpha, float beta, int epi,
+                                   const float *bias)
 {
     const float *A = a->in[0].data, *B = a->in[1].data;
     float *Y = a->out[0].data;
     struct prod p = {.m = m->m, .n = m->n, .k = m->k, .lda = m->lda, .ldb = m->ldb, .ta = ta,
-                     .tb = tb, .batch = 1, .sy = m->m * m->n, .alpha = alpha, .beta = beta};
+                     .tb = tb, .batch = 1, .sy = m->m * m->n, .alpha = alpha, .beta = beta,
+                     .epi = epi, .bias = bias};
     if (m->count == 0 || p.m == 0 || p.n == 0)
         return GF_OK;
     int r = m->brank;
@@ -217,6 +235,29 @@ static enum gf_status run_plan(const struct gf_kernel_args *a, const struct gf_m
         st = run_prod(a, &p, A + oa, B + ob, Y + o * inner * p.sy);
     }
     return st;
+}
+
+static enum gf_status run_plan(const struct gf_kernel_args *a, const struct gf_mm *m, bool ta,
+                               bool tb, float alpha, float beta)
+{
+    return run_plan_epi(a, m, ta, tb, alpha, beta, 0, NULL);
+}
+
+enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int64_t m,
+                          int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                          const float *B, int64_t ldb, float beta, float *C)
+{
+    struct prod p = {.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ta = ta, .tb = tb,
+                     .batch = 1, .alpha = alpha, .beta = beta};
+    if (m <= 0 || n <= 0)
+        return GF_OK;
+    if (k <= 0) {
+        if (beta != 0.0f)
+            return gf_kernel_error(a, GF_ERR_INTERNAL, "a GEMM with K = 0 and beta != 0");
+        return gf_cu_check(a, cudaMemsetAsync(C, 0, (size_t)(m * n) * sizeof(float),
+                                              gf_cu_stream(a)), "memset");
+    }
+    return run_prod(a, &p, A, B, C);
 }
 
 /* ---- the ops ------------------------------------------------------------------------ */
@@ -299,6 +340,145 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
     return run_plan(a, &m, ta, tb, alpha, has_c ? beta : 0.0f);
 }
 
+/* ---- MatMulEpilogue ------------------------------------------------------------------ */
+
+/* MatMulEpilogue(A, B, Bias?, Res?) -> Y = act(alpha A' B' + beta Bias) + Res
+ * (kernels/cpu/fused_matmul.c).  Bias a row vector [N] with beta 1:
+ * cuBLASLt's BIAS epilogue, with RELU_BIAS or GELU_BIAS (tanh GELU: only
+ * for approximate="tanh") fused when there is no Res; else Bias is
+ * broadcast into Y first and the GEMM accumulates onto beta Y.  What
+ * cuBLASLt cannot fuse exactly (erf GELU, SiLU, Tanh, Sigmoid, Res) is one
+ * elementwise pass over Y (matmul.cu). */
+static bool row_vector(const struct gf_tview *t, const struct gf_tview *y, int64_t *st)
+{
+    gf_bcast_strides(t, y, st);
+    for (int i = 0; i + 1 < y->rank; i++)
+        if (st[i] != 0)
+            return false;
+    return y->rank >= 1 && (st[y->rank - 1] == 1 || y->dims[y->rank - 1] == 1) &&
+           t->nelem == (size_t)y->dims[y->rank - 1];
+}
+
+static enum gf_status mme_run(const struct gf_kernel_args *a)
+{
+    struct gf_mme_rule r;
+    struct gf_mm m;
+    enum gf_status st = gf_mme_check(a, &r, &m);
+    if (st == GF_OK)
+        st = fu_check_in(a, 0, "A", GF_FLOAT);
+    if (st == GF_OK)
+        st = fu_check_in(a, 1, "B", GF_FLOAT);
+    if (st != GF_OK || a->out[0].nelem == 0)
+        return st;
+    if (m.k == 0)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K = 0 is left to the CPU");
+    struct gf_tview *y = &a->out[0];
+    bool has_b = fu_has(a, 2) && a->in[2].nelem > 0 && r.beta != 0.0f;
+    bool has_r = fu_has(a, 3) && a->in[3].nelem > 0;
+    int act = r.act;
+    int64_t bst[GF_MAX_RANK];
+    cudaStream_t s = gf_cu_stream(a);
+    if (has_b && r.beta == 1.0f && row_vector(&a->in[2], y, bst)) {
+        int epi = CUBLASLT_EPILOGUE_BIAS, left = act;
+        if (!has_r && act == GF_CU_MACT_RELU)
+            epi = CUBLASLT_EPILOGUE_RELU_BIAS, left = GF_CU_MACT_NONE;
+        else if (!has_r && act == GF_CU_MACT_GELU_TANH)
+            epi = CUBLASLT_EPILOGUE_GELU_BIAS, left = GF_CU_MACT_NONE;
+        st = run_plan_epi(a, &m, r.ta, r.tb, r.alpha, 0.0f, epi, a->in[2].data);
+        if (st == GF_OK) {
+            act = left;
+            has_b = false;
+        }
+        if (st == GF_OK && act == GF_CU_MACT_NONE && !has_r)
+            return GF_OK;
+        if (st == GF_OK)
+            goto epilogue;
+    }
+    if (has_b) { /* Y = Bias broadcast, then Y = alpha A' B' + beta Y */
+        int64_t st2[1][GF_MAX_RANK];
+        gf_bcast_strides(&a->in[2], y, st2[0]);
+        struct gf_cu_nd nd;
+        gf_cu_nd_init(&nd, y->rank, y->dims, 1, st2);
+        if ((st = gf_cu_check(a, gf_cu_copy_nd(s, 4, a->in[2].data, y->data, &nd,
+                                                (int64_t)y->nelem), "Bias broadcast")))
+            return st;
+    }
+    if ((st = run_plan(a, &m, r.ta, r.tb, r.alpha, has_b ? r.beta : 0.0f)) != GF_OK)
+        return st;
+    if (act == GF_CU_MACT_NONE && !has_r)
+        return GF_OK;
+epilogue:;
+    struct gf_cu_nd nd = {.rank = 1, .dims = {1}};
+    if (has_r) {
+        int64_t st2[1][GF_MAX_RANK];
+        gf_bcast_strides(&a->in[3], y, st2[0]);
+        gf_cu_nd_init(&nd, y->rank, y->dims, 1, st2);
+    }
+    return gf_cu_check(a, gf_cu_mme_epi(s, act, y->data, has_r ? a->in[3].data : NULL, &nd,
+                                        (int64_t)y->nelem), "MatMulEpilogue's epilogue");
+}
+
+/* fp32, rank <= 8, K > 0 (a K of 0 is beta Bias: the CPU's). */
+static bool mme_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 2 || in[0].dtype != GF_FLOAT || in[0].rank < 1 || in[1].rank < 1)
+        return false;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+            return false;
+    bool ta = gf_node_attr_int(n, "transA", 0) != 0 && in[0].rank >= 2;
+    int64_t k = in[0].dims[in[0].rank - (ta ? 2 : 1)];
+    return k > 0;
+}
+
+/* ---- MatMulEpilogueGrad ------------------------------------------------------------- */
+
+/* MatMulEpilogueGrad(dY, Z) -> dZ = dY act'(Z), dBias? = beta (column sums
+ * of dZ) (kernels/cpu/fused_grad.c).  No GEMM here, so no cuBLASLt
+ * epilogue: one pass that writes dZ and each row group's column sums in
+ * double, then one that adds the groups in order.  ws = [groups x N
+ * doubles]. */
+static size_t mmeg_workspace(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 1 || a->in[0].rank < 1 || !fu_has_out(a, 1))
+        return 0;
+    const struct gf_tview *dy = &a->in[0];
+    int64_t n = dy->dims[dy->rank - 1], rows = n ? (int64_t)dy->nelem / n : 0;
+    return (size_t)gf_cu_colsum_groups(rows) * (size_t)n * sizeof(double);
+}
+
+static enum gf_status mmeg_run(const struct gf_kernel_args *a)
+{
+    struct gf_mme_grad_rule r;
+    enum gf_status st = gf_mme_grad_check(a, &r);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *dy = &a->in[0];
+    int64_t n = dy->dims[dy->rank - 1], rows = n ? (int64_t)dy->nelem / n : 0;
+    if (n == 0)
+        return GF_OK;
+    bool want_db = fu_has_out(a, 1);
+    if (want_db && !a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the dBias partials");
+    cudaStream_t s = gf_cu_stream(a);
+    double *part = want_db ? a->workspace : NULL;
+    cudaError_t e = gf_cu_mme_grad(s, r.act, r.from_y, dy->data, a->in[1].data,
+                                   a->out[0].data, part, rows, n);
+    if (e == cudaSuccess && want_db)
+        e = gf_cu_colsum_finish(s, part, gf_cu_colsum_groups(rows), n, NULL, NULL,
+                                a->out[1].data, gf_node_attr_float(a->node, "beta", 1.0f));
+    return gf_cu_check(a, e, "MatMulEpilogueGrad");
+}
+
+static bool mmeg_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
+            return false;
+    return n_in >= 2;
+}
+
 /* fp32 operands of rank <= 8 (C included); a Gemm with K > 0 (with K = 0
  * it is beta C, left to the CPU). */
 static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
@@ -320,6 +500,10 @@ static const struct gf_kernel kernels[] = {
      .supports = mm_supports, .run = matmul_run},
     {.op = GF_OP_GEMM, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
      .supports = mm_supports, .run = gemm_run},
+    {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
+     .supports = mme_supports, .run = mme_run},
+    {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_columns",
+     .supports = mmeg_supports, .workspace = mmeg_workspace, .run = mmeg_run},
 };
 
 const struct gf_kernel_table gf_cuda_matmul_table = {kernels,

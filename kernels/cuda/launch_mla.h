@@ -1,0 +1,118 @@
+/*
+ * launch_mla.h — the launchers of matmul.cu (MatMulEpilogue's epilogue,
+ * MatMulEpilogueGrad), fused_loss.cu (the cross-entropy rows, JSD) and
+ * fused_attn.cu (flash attention forward and backward); internal to
+ * kernels/cuda/, plain C, included by both sides like launch.h.  Each
+ * launcher enqueues on `s` and returns the launch's cudaError_t; none waits.
+ */
+#ifndef GF_CU_LAUNCH_MLA_H
+#define GF_CU_LAUNCH_MLA_H
+
+#include "launch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- matmul.cu ---------------------------------------------------------- */
+
+/* Activations, in gf_mme_act_names' order (none relu gelu gelu_tanh silu
+ * tanh sigmoid). */
+enum gf_cu_mact { GF_CU_MACT_NONE, GF_CU_MACT_RELU, GF_CU_MACT_GELU, GF_CU_MACT_GELU_TANH,
+                  GF_CU_MACT_SILU, GF_CU_MACT_TANH, GF_CU_MACT_SIGMOID };
+
+/* y[i] = act(y[i]) + res[offset of i under nd.st[0]] (res NULL: none), n
+ * elements of y (dense). */
+cudaError_t gf_cu_mme_epi(cudaStream_t s, int act, float *y, const float *res,
+                          const struct gf_cu_nd *nd, int64_t n);
+
+/* MatMulEpilogueGrad: dz = dy act'(z) over [rows, n] (z: Y with from_y);
+ * part: [groups, n] doubles of column sums (NULL: no dBias), groups =
+ * gf_cu_colsum_groups(rows). */
+int gf_cu_colsum_groups(int64_t rows);
+cudaError_t gf_cu_mme_grad(cudaStream_t s, int act, int from_y, const float *dy, const float *z,
+                           float *dz, double *part, int64_t rows, int64_t n);
+/* Column sums of x [rows, n] into part [groups, n] doubles (fixed order). */
+cudaError_t gf_cu_colsum_part(cudaStream_t s, const float *x, double *part, int64_t rows,
+                              int64_t n);
+/* out[j] = scale * (acc[j] (NULL: 0) + sum over groups of part[g, j]);
+ * acc_out (NULL: none) gets the double sum too. */
+cudaError_t gf_cu_colsum_finish(cudaStream_t s, const double *part, int groups, int64_t n,
+                                const double *acc, double *acc_out, float *out, float scale);
+
+/* ---- fused_loss.cu ------------------------------------------------------ */
+
+/* One cross-entropy launch over n_pos positions ("rows" of c classes). */
+struct gf_cu_ce {
+    const float *x;      /* scores: position p's class k at base(p) + k * stride */
+    const void *t;       /* labels (int64 when t64, else int32) */
+    int t64;
+    const float *w;      /* class weights [c], or NULL */
+    int64_t n_pos, c, d; /* d: positions per class plane (1 with shift / rows) */
+    int64_t s1;          /* shift: S - 1 (rows of [B, S, C] but each batch's last), else 0 */
+    int has_ii;
+    int64_t ii;
+    int softmax;         /* 0: NLL (x are log-probabilities) */
+    float *loss;         /* per-position loss [n_pos] (reduction none), or NULL */
+    double *lpart;       /* per-position (loss, weight) pairs [2 n_pos], or NULL */
+    float *logp;         /* LogP like x (shift: [n_pos, c]), or NULL */
+    float *g;            /* gradient like x (may be x), or NULL */
+    const double *gsum;  /* device: sum of the counted weights (G's mean divisor), or NULL */
+    float gscale;        /* G's extra factor */
+    int *bad;            /* device: smallest bad label position (atomicMin), or NULL */
+    int64_t pos0;        /* added to the positions recorded in *bad */
+    int block;           /* threads per position (0: automatic) */
+    int cluster;         /* >1: the row in the shared memory of a cluster of this many
+                          * blocks (stride 1, no logp) */
+};
+cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c);
+/* Whether the cluster path can run c (device limits). */
+int gf_cu_ce_cluster_ok(const struct gf_cu_ce *c, int cluster);
+/* *gsum = sum over the counted positions of their weight (1 without w). */
+cudaError_t gf_cu_ce_weights(cudaStream_t s, const struct gf_cu_ce *c, double *gsum);
+/* out[0] = sum of lpart's losses (mean: / the sum of its weights). */
+cudaError_t gf_cu_loss_reduce(cudaStream_t s, const double *lpart, int64_t n, int mean,
+                              float *out);
+/* Rows of [B, S, C] that are no position (shift): zeros. */
+cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, float *g, int64_t b, int64_t s_, int64_t c);
+/* CrossEntropyGrad: out = g * dl[0] (scalar), or per position: row of
+ * position p scaled by dl[p] (d: positions per class plane; s: S with
+ * shift, the last row of each batch zero). */
+cudaError_t gf_cu_ce_scale(cudaStream_t s, const float *g, const float *dl, float *out,
+                           int64_t n, int per_pos, int64_t c, int64_t d, int64_t s_);
+
+/* ---- fused_attn.cu ------------------------------------------------------ */
+
+struct gf_cu_attn {
+    int64_t items, sq, sk, d, dv;
+    int tb;               /* K [Sk, D] (else [D, Sk]) */
+    float scale;
+    int causal;           /* the mask is causal (bottom-right aligned): not read */
+    const float *mask;    /* additive, or NULL */
+    int64_t mst_it, mst_i, mst_j; /* its strides: per item (flat; see below), row, column */
+    int mrank;            /* batch dims for the mask's item offset */
+    int64_t mbd[GF_CU_MAX_RANK], mbs[GF_CU_MAX_RANK];
+    const float *q, *k, *v, *o, *dout;
+    float *out, *dq, *dk, *dvv;
+    float *lse, *delta;   /* backward scratch: [items, sq] each */
+};
+/* Whether the head dims fit the kernels. */
+int gf_cu_attn_ok(int64_t d, int64_t dv);
+cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a);
+cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifndef __CUDACC__
+#include <stdbool.h>
+struct gf_kernel_args;
+/* Host side (matmul.c): row-major C [m, n] (ld n) = alpha op(A) op(B) +
+ * beta C through cuBLASLt on the node's stream (fp32, no TF32); A is [m, k]
+ * (ta: [k, m]) with row stride lda, B [k, n] (tb: [n, k]) with ldb. */
+enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int64_t m,
+                          int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                          const float *B, int64_t ldb, float beta, float *C);
+#endif
+#endif /* GF_CU_LAUNCH_MLA_H */
