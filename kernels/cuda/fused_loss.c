@@ -1,5 +1,474 @@
-/* CUDA kernels of the fused loss ops (issue 14; device code: fused_loss.cu).
- * Empty for now: these nodes run on the CPU, node by node. */
-#include "cu.h"
+/* CUDA kernels of the fused losses (device code: fused_loss.cu), fp32:
+ *
+ *   SoftmaxCrossEntropy  L, T, Wc? -> Loss, LogP?, G?   one block (or one
+ *                        cluster of blocks, the row in shared memory) per
+ *                        position; G in the same pass (over L in place)
+ *   CrossEntropyGrad     dLoss, G -> dL             G times dLoss
+ *   LinearCrossEntropy   H, W, T, Bias? -> Loss, dH?, dW?, dBias?   chunks of R
+ *                        rows: the chunk's logits z [R, V] by cuBLASLt (Bias
+ *                        broadcast first), the rows' losses and, training,
+ *                        their gradient in place of z; then dH = z W'^T,
+ *                        dW += Hc^T z (or z^T Hc), dBias += column sums of
+ *                        z (double): the whole logits never exist
+ *   SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss (ONNX) -> loss, log_prob?
+ *
+ * Semantics, checks and messages are the CPU's (kernels/cpu/fused_loss.c,
+ * reduce.c) through the shared checks; the output lists are theirs.  Labels
+ * are checked on the host when they have a host copy, else on the device
+ * (the smallest bad position read back after the kernels: one sync).
+ * Per-position (loss, weight) pairs go to the workspace and one block sums
+ * them in a fixed order.  Not here (CPU): JSD, JSDGrad, the ONNX losses'
+ * Grad ops.
+ */
+#include <limits.h>
 
-const struct gf_kernel_table gf_cuda_fused_loss_table = {NULL, 0};
+#include "cu.h"
+#include "launch_mla.h"
+
+/* knobs: threads per position (0: automatic), cluster blocks per position
+ * (0: automatic, 1: off), LinearCrossEntropy's rows per chunk (0: auto) */
+enum { K_BLOCK, K_CLUSTER, K_CHUNK };
+static const int block_values[] = {0, 128, 256, 512, 1024};
+static const int cluster_values[] = {0, 1, 2, 4, 8, 16};
+static const int chunk_values[] = {0, 256, 512, 1024, 2048, 4096};
+static const struct gf_config_knob knobs[] = {
+    {"block", 5, block_values},
+    {"cluster", 6, cluster_values},
+    {"chunk_rows", 6, chunk_values},
+};
+#define LCE_BYTES ((size_t)128 << 20) /* automatic chunk: logits of about this size */
+#define LCE_MAX_ROWS 4096
+
+static int knob(const struct gf_kernel_args *a, int k)
+{
+    return a->config ? a->config[k] : 0;
+}
+
+#define A256(x) (((x) + 255) & ~(size_t)255)
+
+/* Workspace: [lpart: 2 doubles a position][gsum: double][bad: int]. */
+struct lossws {
+    size_t lpart, gsum, bad, end;
+};
+
+static void lossws_layout(struct lossws *w, size_t start, size_t n_pos)
+{
+    w->lpart = start;
+    w->gsum = w->lpart + A256(2 * n_pos * sizeof(double));
+    w->bad = w->gsum + 256;
+    w->end = w->bad + 256;
+}
+
+static void *ws_at(const struct gf_kernel_args *a, size_t off)
+{
+    return (char *)a->workspace + off;
+}
+
+/* Before the kernels: the labels checked on the host, or the device's bad
+ * word set to INT_MAX. */
+static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct gf_labels *l,
+                                   size_t n_pos, int *bad)
+{
+    if (l->t->host)
+        return gf_check_labels(a, "label T", l, l->t->host, n_pos);
+    int v = INT_MAX;
+    return gf_cu_check(a, cudaMemcpyAsync(bad, &v, sizeof(v), cudaMemcpyHostToDevice,
+                                          gf_cu_stream(a)), "label check");
+}
+
+/* After the kernels: the bad label the device found, if any (one sync). */
+static enum gf_status labels_end(const struct gf_kernel_args *a, const struct gf_labels *l,
+                                 const char *name, const int *bad)
+{
+    if (l->t->host)
+        return GF_OK;
+    int p = INT_MAX;
+    cudaStream_t s = gf_cu_stream(a);
+    cudaError_t e = cudaMemcpyAsync(&p, bad, sizeof(p), cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(s);
+    if (e != cudaSuccess || p == INT_MAX)
+        return gf_cu_check(a, e, "reading the label check");
+    size_t i = gf_label_index(l, (size_t)p), es = l->t->dtype == GF_INT32 ? 4 : 8;
+    int64_t v = 0;
+    int32_t v32 = 0;
+    e = cudaMemcpy(es == 4 ? (void *)&v32 : (void *)&v, (const char *)l->t->data + i * es, es,
+                   cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return gf_cu_check(a, e, "reading a label");
+    return gf_label_error(a, name, l, i, es == 4 ? v32 : v);
+}
+
+/* Cluster size for c: the knob, else (automatic) the smallest of 2, 4, 8
+ * whose slices fit 64 KiB when a row exceeds 32 KiB. */
+static int pick_cluster(const struct gf_kernel_args *a, const struct gf_cu_ce *c)
+{
+    int k = knob(a, K_CLUSTER);
+    if (k == 1)
+        return 0;
+    if (k > 1)
+        return gf_cu_ce_cluster_ok(c, k) ? k : 0;
+    if (c->c * 4 <= (32 << 10))
+        return 0;
+    for (int cl = 2; cl <= 8; cl *= 2)
+        if ((c->c + cl - 1) / cl * 4 <= (64 << 10) && gf_cu_ce_cluster_ok(c, cl))
+            return cl;
+    return 0;
+}
+
+/* ==== SoftmaxCrossEntropy ============================================================== */
+
+struct sce {
+    enum gf_reduction red;
+    struct gf_labels lab;
+    size_t n_pos, c, d;
+    struct lossws ws;
+};
+
+static enum gf_status sce_check(const struct gf_kernel_args *a, bool outs, struct sce *c)
+{
+    const struct gf_tview *x = &a->in[0];
+    struct gf_sce_rule r;
+    enum gf_status st = gf_sce_check(a, &r);
+    if (st == GF_OK && outs)
+        st = gf_sce_check_run(a, &r);
+    if (st != GF_OK)
+        return st;
+    c->red = r.ce.red;
+    c->c = (size_t)r.c.value;
+    c->d = r.ce.shift ? 1 : gf_dims_prod(x->dims, 2, x->rank);
+    c->n_pos = gf_shape_numel(&r.pos);
+    gf_labels_init(&c->lab, &a->in[1], 1, &r.ce, c->c, r.ce.shift ? (size_t)x->dims[1] - 1 : 0);
+    lossws_layout(&c->ws, 0, c->n_pos);
+    return GF_OK;
+}
+
+static size_t sce_workspace(const struct gf_kernel_args *a)
+{
+    struct sce c;
+    return sce_check(a, false, &c) == GF_OK ? c.ws.end : 0;
+}
+
+static void ce_init(const struct gf_kernel_args *a, struct gf_cu_ce *k, const struct gf_labels *l,
+                    size_t n_pos, size_t classes, size_t d, int *bad)
+{
+    memset(k, 0, sizeof(*k));
+    k->t = l->t->data;
+    k->t64 = l->t->dtype == GF_INT64;
+    k->n_pos = (int64_t)n_pos;
+    k->c = (int64_t)classes;
+    k->d = (int64_t)d;
+    k->s1 = (int64_t)l->s1;
+    k->has_ii = l->has_ii;
+    k->ii = l->ii;
+    k->softmax = 1;
+    k->gscale = 1.0f;
+    k->bad = l->t->host ? NULL : bad;
+    k->block = knob(a, K_BLOCK);
+}
+
+static enum gf_status sce_run(const struct gf_kernel_args *a)
+{
+    struct sce c;
+    enum gf_status st = sce_check(a, true, &c);
+    const struct gf_tview *x = &a->in[0];
+    bool grad = fu_has_out(a, 2) && a->out[2].nelem;
+    if (st != GF_OK || (c.red == GF_RED_NONE && c.n_pos == 0 && !grad))
+        return st;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
+    int *bad = ws_at(a, c.ws.bad);
+    double *gsum = ws_at(a, c.ws.gsum), *lpart = ws_at(a, c.ws.lpart);
+    if ((st = labels_begin(a, &c.lab, c.n_pos, bad)) != GF_OK)
+        return st;
+    cudaStream_t s = gf_cu_stream(a);
+    struct gf_cu_ce k;
+    ce_init(a, &k, &c.lab, c.n_pos, c.c, c.d, bad);
+    k.x = x->data;
+    k.w = fu_has(a, 2) ? a->in[2].data : NULL;
+    k.loss = c.red == GF_RED_NONE ? a->out[0].data : NULL;
+    k.lpart = c.red == GF_RED_NONE ? NULL : lpart;
+    k.logp = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    k.g = grad ? a->out[2].data : NULL;
+    cudaError_t e = cudaSuccess;
+    if (grad && c.red == GF_RED_MEAN && c.n_pos) {
+        k.gsum = gsum;
+        e = gf_cu_ce_weights(s, &k, gsum);
+    }
+    k.cluster = pick_cluster(a, &k);
+    if (e == cudaSuccess)
+        e = gf_cu_ce(s, &k);
+    if (e == cudaSuccess && grad && c.lab.s1)
+        e = gf_cu_ce_zero_rows(s, a->out[2].data, x->dims[0], x->dims[1], x->dims[2]);
+    if (e == cudaSuccess && c.red != GF_RED_NONE)
+        e = gf_cu_loss_reduce(s, lpart, (int64_t)c.n_pos, c.red == GF_RED_MEAN, a->out[0].data);
+    if ((st = gf_cu_check(a, e, "SoftmaxCrossEntropy")) != GF_OK || !c.n_pos)
+        return st;
+    return labels_end(a, &c.lab, "label T", bad);
+}
+
+/* ==== CrossEntropyGrad ================================================================== */
+
+static enum gf_status ceg_run(const struct gf_kernel_args *a)
+{
+    struct gf_ceg_rule r;
+    enum gf_status st = gf_ce_grad_check(a, &r);
+    const struct gf_tview *g = &a->in[1];
+    if (st != GF_OK || g->nelem == 0)
+        return st;
+    bool none = r.ce.red == GF_RED_NONE;
+    int64_t sd = none && r.ce.shift ? g->dims[1] : 0;
+    int64_t d = none && !r.ce.shift ? (int64_t)gf_dims_prod(g->dims, 2, g->rank) : 1;
+    int64_t c = g->dims[sd ? 2 : 1];
+    return gf_cu_check(a, gf_cu_ce_scale(gf_cu_stream(a), g->data, a->in[0].data,
+                                         a->out[0].data, (int64_t)g->nelem, none, c, d, sd),
+                       "CrossEntropyGrad");
+}
+
+/* ==== SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss (ONNX) ========================== */
+
+static size_t nll_workspace(const struct gf_kernel_args *a)
+{
+    struct lossws w;
+    size_t n = a->n_in > 1 ? a->in[1].nelem : 0;
+    lossws_layout(&w, 0, n);
+    return w.end;
+}
+
+static enum gf_status nll_run(const struct gf_kernel_args *a)
+{
+    struct gf_loss_rule r;
+    struct gf_labels l;
+    enum gf_status st = gf_nll_check(a, &r, &l);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = &a->in[r.si];
+    size_t n_pos = a->in[r.ti].nelem;
+    bool none = r.ce.red == GF_RED_NONE;
+    if (n_pos == 0 && none)
+        return GF_OK;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
+    struct lossws w;
+    lossws_layout(&w, 0, n_pos);
+    int *bad = ws_at(a, w.bad);
+    double *lpart = ws_at(a, w.lpart);
+    bool host = gf_host_bytes(a, l.t) != NULL; /* gf_nll_check checked them */
+    int v = INT_MAX;
+    cudaStream_t s = gf_cu_stream(a);
+    if (!host && (st = gf_cu_check(a, cudaMemcpyAsync(bad, &v, sizeof(v), cudaMemcpyHostToDevice,
+                                                      s), "label check")) != GF_OK)
+        return st;
+    struct gf_cu_ce k;
+    ce_init(a, &k, &l, n_pos, l.classes, x->dims[0] ? n_pos / (size_t)x->dims[0] : 1, bad);
+    k.bad = host ? NULL : bad;
+    k.x = x->data;
+    k.w = fu_has(a, r.wi) ? a->in[r.wi].data : NULL;
+    k.softmax = a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS;
+    k.loss = none ? a->out[0].data : NULL;
+    k.lpart = none ? NULL : lpart;
+    k.logp = k.softmax && fu_has_out(a, 1) ? a->out[1].data : NULL;
+    cudaError_t e = gf_cu_ce(s, &k);
+    if (e == cudaSuccess && !none)
+        e = gf_cu_loss_reduce(s, lpart, (int64_t)n_pos, r.ce.red == GF_RED_MEAN, a->out[0].data);
+    if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || host || !n_pos)
+        return st;
+    struct gf_labels lh = l;
+    lh.t = &a->in[r.ti];
+    return labels_end(a, &lh, "labels", bad);
+}
+
+static bool nll_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 2 && in[0].dtype == GF_FLOAT && in[0].rank >= 2 && in[0].dims[1] > 0 &&
+           (in[1].dtype == GF_INT64 || in[1].dtype == GF_INT32) &&
+           (n_in < 3 || in[2].dtype == GF_UNDEFINED || in[2].dtype == GF_FLOAT);
+}
+
+/* ==== LinearCrossEntropy ================================================================ */
+
+struct lce {
+    enum gf_reduction red;
+    struct gf_labels lab;
+    bool tb, train;
+    size_t k, v, n_pos, rows, groups;
+    size_t z, part, acc; /* workspace: z [R, V] floats, dBias partials, dBias sums */
+    struct lossws ws;
+};
+
+static enum gf_status lce_check(const struct gf_kernel_args *a, bool outs, struct lce *c)
+{
+    struct gf_lce_rule r;
+    memset(c, 0, sizeof(*c));
+    c->train = fu_has_out(a, 1) || fu_has_out(a, 2) || fu_has_out(a, 3);
+    enum gf_status st = gf_lce_check(a, &r);
+    if (st == GF_OK && outs)
+        st = gf_loss_check_run(a, r.ce.red, &r.pos);
+    if (st == GF_OK && outs && c->train)
+        st = gf_lce_train_check(a, &r);
+    if (st != GF_OK)
+        return st;
+    c->red = r.ce.red;
+    c->tb = r.tb;
+    c->k = (size_t)r.k.value;
+    c->v = (size_t)r.v.value;
+    c->n_pos = gf_shape_numel(&r.pos);
+    gf_labels_init(&c->lab, &a->in[2], 2, &r.ce, c->v,
+                   r.ce.shift ? (size_t)a->in[0].dims[1] - 1 : 0);
+    int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
+    if (chunk < 0)
+        return gf_kernel_error(a, GF_ERR_INVALID, "chunk_rows %lld is negative",
+                               (long long)chunk);
+    size_t fit = LCE_BYTES / (sizeof(float) * (c->v ? c->v : 1));
+    fit = fit < 1 ? 1 : fit > LCE_MAX_ROWS ? LCE_MAX_ROWS : fit;
+    c->rows = knob(a, K_CHUNK) > 0 ? (size_t)knob(a, K_CHUNK) : chunk ? (size_t)chunk : fit;
+    c->rows = c->rows < c->n_pos ? c->rows : c->n_pos ? c->n_pos : 1;
+    c->groups = (size_t)gf_cu_colsum_groups((int64_t)c->rows);
+    c->z = 0;
+    c->part = A256(c->rows * c->v * sizeof(float));
+    c->acc = c->part + (fu_has_out(a, 3) ? A256(c->groups * c->v * sizeof(double)) : 0);
+    size_t end = c->acc + (fu_has_out(a, 3) ? A256(c->v * sizeof(double)) : 0);
+    lossws_layout(&c->ws, end, c->n_pos);
+    return GF_OK;
+}
+
+static size_t lce_workspace(const struct gf_kernel_args *a)
+{
+    struct lce c;
+    return lce_check(a, false, &c) == GF_OK ? c.ws.end : 0;
+}
+
+/* Positions [p0, p0 + n) on H rows [r0, r0 + n) (one batch's with shift). */
+static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce *c,
+                                struct gf_cu_ce *k, size_t p0, size_t r0, size_t n, bool first)
+{
+    cudaStream_t s = gf_cu_stream(a);
+    const float *h = (const float *)a->in[0].data + r0 * c->k, *w = a->in[1].data;
+    float *z = ws_at(a, c->z);
+    int64_t K = (int64_t)c->k, V = (int64_t)c->v, R = (int64_t)n;
+    bool bias = fu_has(a, 3) && a->in[3].nelem;
+    enum gf_status st = GF_OK;
+    if (bias) { /* z = Bias broadcast over the rows, then z += h W' */
+        int64_t dims[2] = {R, V}, bst[1][GF_MAX_RANK] = {{0, 1}};
+        struct gf_cu_nd nd;
+        gf_cu_nd_init(&nd, 2, dims, 1, bst);
+        st = gf_cu_check(a, gf_cu_copy_nd(s, 4, a->in[3].data, z, &nd, R * V), "Bias");
+    }
+    if (st == GF_OK)
+        st = gf_cu_gemm(a, false, c->tb, R, V, K, 1.0f, h, K, w, c->tb ? K : V,
+                        bias ? 1.0f : 0.0f, z);
+    if (st != GF_OK)
+        return st;
+    /* the chunk's positions: labels from element label_index(p0) on, consecutive */
+    size_t es = c->lab.t->dtype == GF_INT32 ? 4 : 8;
+    k->t = (const char *)c->lab.t->data + gf_label_index(&c->lab, p0) * es;
+    k->n_pos = R;
+    k->pos0 = (int64_t)p0;
+    k->x = z;
+    k->loss = c->red == GF_RED_NONE ? (float *)a->out[0].data + p0 : NULL;
+    k->lpart = c->red == GF_RED_NONE ? NULL : (double *)ws_at(a, c->ws.lpart) + 2 * p0;
+    k->g = c->train ? z : NULL;
+    k->cluster = pick_cluster(a, k);
+    if ((st = gf_cu_check(a, gf_cu_ce(s, k), "LinearCrossEntropy rows")) != GF_OK || !c->train)
+        return st;
+    if (fu_has_out(a, 1)) /* dH rows = z W'^T */
+        st = gf_cu_gemm(a, false, !c->tb, R, K, V, 1.0f, z, V, w, c->tb ? K : V, 0.0f,
+                        (float *)a->out[1].data + r0 * c->k);
+    if (st == GF_OK && fu_has_out(a, 2)) { /* dW += h^T z, or z^T h */
+        float *dw = a->out[2].data;
+        if (c->tb)
+            st = gf_cu_gemm(a, true, false, V, K, R, 1.0f, z, V, h, K, first ? 0.0f : 1.0f, dw);
+        else
+            st = gf_cu_gemm(a, true, false, K, V, R, 1.0f, h, K, z, V, first ? 0.0f : 1.0f, dw);
+    }
+    if (st == GF_OK && fu_has_out(a, 3)) {
+        double *part = ws_at(a, c->part), *acc = ws_at(a, c->acc);
+        cudaError_t e = gf_cu_colsum_part(s, z, part, R, V);
+        if (e == cudaSuccess)
+            e = gf_cu_colsum_finish(s, part, gf_cu_colsum_groups(R), V, first ? NULL : acc, acc,
+                                    a->out[3].data, 1.0f);
+        st = gf_cu_check(a, e, "dBias");
+    }
+    return st;
+}
+
+static enum gf_status lce_run(const struct gf_kernel_args *a)
+{
+    struct lce c;
+    enum gf_status st = lce_check(a, true, &c);
+    if (st != GF_OK || (c.n_pos == 0 && c.red == GF_RED_NONE && !c.train))
+        return st;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the chunks");
+    cudaStream_t s = gf_cu_stream(a);
+    int *bad = ws_at(a, c.ws.bad);
+    double *gsum = ws_at(a, c.ws.gsum);
+    if ((st = labels_begin(a, &c.lab, c.n_pos, bad)) != GF_OK)
+        return st;
+    struct gf_cu_ce k;
+    ce_init(a, &k, &c.lab, c.n_pos, c.v, 1, bad);
+    cudaError_t e = cudaSuccess;
+    if (c.train && c.red == GF_RED_MEAN && c.n_pos) {
+        e = gf_cu_ce_weights(s, &k, gsum);
+        k.gsum = gsum;
+    }
+    k.s1 = 0; /* chunks are consecutive rows with consecutive labels */
+    if (c.train && fu_has_out(a, 1) && c.lab.s1 && e == cudaSuccess) /* the rows of no position */
+        e = cudaMemsetAsync(a->out[1].data, 0, gf_tview_bytes(&a->out[1]), s);
+    if (c.train && fu_has_out(a, 2) && c.n_pos == 0 && e == cudaSuccess)
+        e = cudaMemsetAsync(a->out[2].data, 0, gf_tview_bytes(&a->out[2]), s);
+    if (c.train && fu_has_out(a, 3) && c.n_pos == 0 && e == cudaSuccess)
+        e = cudaMemsetAsync(a->out[3].data, 0, gf_tview_bytes(&a->out[3]), s);
+    if ((st = gf_cu_check(a, e, "LinearCrossEntropy")) != GF_OK)
+        return st;
+    size_t seg = c.lab.s1 ? c.lab.s1 : c.n_pos, nseg = seg ? c.n_pos / seg : 0;
+    bool first = true;
+    for (size_t b = 0; b < nseg && st == GF_OK; b++)
+        for (size_t i = 0; i < seg && st == GF_OK; i += c.rows) {
+            size_t n = seg - i < c.rows ? seg - i : c.rows;
+            size_t p0 = b * seg + i, r0 = c.lab.s1 ? b * (seg + 1) + i : p0;
+            st = lce_chunk(a, &c, &k, p0, r0, n, first);
+            first = false;
+        }
+    if (st == GF_OK && c.red != GF_RED_NONE)
+        st = gf_cu_check(a, gf_cu_loss_reduce(s, ws_at(a, c.ws.lpart), (int64_t)c.n_pos,
+                                              c.red == GF_RED_MEAN, a->out[0].data),
+                         "the loss");
+    if (st != GF_OK || !c.n_pos)
+        return st;
+    return labels_end(a, &c.lab, "label T", bad);
+}
+
+/* ==== the table ========================================================================== */
+
+/* fp32 scores (and W, Bias, weights), int32 / int64 labels, rank <= 8. */
+static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    size_t li = n->op == GF_OP_LINEAR_CROSS_ENTROPY ? 2 : 1;
+    if (n->op == GF_OP_CROSS_ENTROPY_GRAD)
+        return n_in >= 2 && in[0].dtype == GF_FLOAT && in[1].dtype == GF_FLOAT &&
+               in[1].rank <= GF_MAX_RANK;
+    if (n_in <= li || (in[li].dtype != GF_INT64 && in[li].dtype != GF_INT32))
+        return false;
+    for (size_t i = 0; i < n_in; i++)
+        if (i != li && in[i].dtype != GF_UNDEFINED &&
+            (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+            return false;
+    return in[0].dtype == GF_FLOAT;
+}
+
+#define KERNEL(OP, IMPL, SUP, WS, RUN)                                                    \
+    {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_FLOAT, .impl = IMPL, .supports = SUP, \
+     .workspace = WS, .run = RUN, .n_knobs = 3, .knobs = knobs}
+
+static const struct gf_kernel kernels[] = {
+    KERNEL(SOFTMAX_CROSS_ENTROPY, "cu_rows", loss_supports, sce_workspace, sce_run),
+    KERNEL(CROSS_ENTROPY_GRAD, "cu_elementwise", loss_supports, NULL, ceg_run),
+    KERNEL(LINEAR_CROSS_ENTROPY, "cublaslt_chunks", loss_supports, lce_workspace, lce_run),
+    KERNEL(SOFTMAX_CROSS_ENTROPY_LOSS, "cu_rows", nll_supports, nll_workspace, nll_run),
+    KERNEL(NEGATIVE_LOG_LIKELIHOOD_LOSS, "cu_rows", nll_supports, nll_workspace, nll_run),
+};
+
+const struct gf_kernel_table gf_cuda_fused_loss_table = {kernels,
+                                                         sizeof(kernels) / sizeof(kernels[0])};

@@ -1,0 +1,456 @@
+/*
+ * fused_loss.cu — the CUDA cross-entropy rows (host side: fused_loss.c):
+ * SoftmaxCrossEntropy, the ONNX SoftmaxCrossEntropyLoss and
+ * NegativeLogLikelihoodLoss, and LinearCrossEntropy's chunks of logits.
+ * One "position" is a row of C class scores with its label.
+ *
+ *   k_ce_rows     one block per position: an online max / sum (sum of
+ *                 exp(x - max) in double) in one read, then the loss, LogP
+ *                 and the gradient in a second (any stride, NLL too)
+ *   k_ce_cluster  one cluster of CL blocks per position (stride 1): each
+ *                 block keeps its slice of the row in shared memory, the
+ *                 blocks exchange their max and sums through distributed
+ *                 shared memory, and the gradient is written from shared
+ *                 memory: the logits are read once and the gradient written
+ *                 once (G may be the logits: every read is done before the
+ *                 cluster's second barrier, every write after it)
+ *
+ * The gradient for a unit upstream gradient: g = coef (softmax(x) -
+ * onehot(t)), coef = w[t] (/ the sum of the counted weights with mean);
+ * ignored positions (and bad labels, recorded in *bad) get zeros.  The
+ * per-position (loss, weight) pairs are summed by one block in a fixed
+ * order, so runs repeat exactly.
+ */
+#include <cooperative_groups.h>
+#include <math.h>
+
+#include "launch_mla.h"
+
+namespace cg = cooperative_groups;
+
+#define RED_BLOCK 1024
+
+__device__ __forceinline__ int64_t label_at(const struct gf_cu_ce &c, int64_t p)
+{
+    int64_t li = c.s1 ? p / c.s1 * (c.s1 + 1) + p % c.s1 + 1 : p;
+    return c.t64 ? ((const int64_t *)c.t)[li] : (int64_t)((const int32_t *)c.t)[li];
+}
+
+__device__ __forceinline__ int64_t base_of(const struct gf_cu_ce &c, int64_t p)
+{
+    if (c.s1)
+        return (p / c.s1 * (c.s1 + 1) + p % c.s1) * c.c;
+    return p / c.d * c.c * c.d + p % c.d;
+}
+
+/* The label of p: t, or -1 when ignored (or bad: recorded). */
+__device__ __forceinline__ int64_t label_use(const struct gf_cu_ce &c, int64_t p, bool record)
+{
+    int64_t t = label_at(c, p);
+    if (c.has_ii && t == c.ii)
+        return -1;
+    if (t < 0 || t >= c.c) {
+        if (record && c.bad)
+            atomicMin(c.bad, (int)(p + c.pos0 < 0x7ffffffe ? p + c.pos0 : 0x7ffffffe));
+        return -1;
+    }
+    return t;
+}
+
+/* Block-wide reductions (blockDim a multiple of 32); every thread gets the
+ * result.  sh: 32 slots. */
+__device__ float block_max(float v, float *sh)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : -INFINITY;
+    for (int o = 16; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ double block_sum(double v, double *sh)
+{
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (l == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0;
+    for (int o = 16; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The position's loss and weight, and its coefficient of G. */
+__device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, int64_t p, int64_t t, float m,
+                                          double s, float xt, float *cf)
+{
+    double wt = 0, l = 0;
+    if (t >= 0) {
+        wt = c.w ? (double)c.w[t] : 1.0;
+        l = c.softmax ? -(((double)xt - (double)m) - log(s)) * wt : -(double)xt * wt;
+    }
+    double coef = wt * (double)c.gscale;
+    if (c.gsum)
+        coef = coef * (1.0 / *c.gsum);
+    *cf = (float)coef;
+    if (threadIdx.x == 0) {
+        if (c.loss)
+            c.loss[p] = (float)l;
+        if (c.lpart) {
+            c.lpart[2 * p] = l;
+            c.lpart[2 * p + 1] = wt;
+        }
+    }
+}
+
+template <bool VEC>
+__global__ void k_ce_rows(struct gf_cu_ce c)
+{
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    int64_t stride = c.s1 ? 1 : c.d;
+    for (int64_t p = blockIdx.x; p < c.n_pos; p += gridDim.x) {
+        const float *x = c.x + base_of(c, p);
+        int64_t t = label_use(c, p, threadIdx.x == 0);
+        float m = 0.0f;
+        double s = 1.0;
+        if (c.softmax && (t >= 0 || c.logp)) {
+            /* online: per thread max and sum of exp(x - max) */
+            float mt = -INFINITY;
+            double st = 0;
+            if (VEC) {
+                const float4 *x4 = (const float4 *)x;
+                for (int64_t j = threadIdx.x; j < c.c / 4; j += blockDim.x) {
+                    float4 v = x4[j];
+                    float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+                    if (vm > mt) {
+                        st = mt == -INFINITY ? 0.0 : st * exp((double)(mt - vm));
+                        mt = vm;
+                    }
+                    st += (double)expf(v.x - mt) + (double)expf(v.y - mt) +
+                          (double)expf(v.z - mt) + (double)expf(v.w - mt);
+                }
+            } else {
+                for (int64_t j = threadIdx.x; j < c.c; j += blockDim.x) {
+                    float v = x[j * stride];
+                    if (v > mt) {
+                        st = mt == -INFINITY ? 0.0 : st * exp((double)(mt - v));
+                        mt = v;
+                    }
+                    st += (double)expf(v - mt);
+                }
+            }
+            m = block_max(mt, shf);
+            s = block_sum(mt == -INFINITY ? 0.0 : st * exp((double)(mt - m)), shd);
+        }
+        float xt = t >= 0 ? x[t * stride] : 0.0f, cf;
+        ce_finish(c, p, t, m, s, xt, &cf);
+        __syncthreads(); /* every read of x[t] before G may overwrite it */
+        float inv = (float)(1.0 / s), ls = (float)log(s);
+        float pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
+        float *g = c.g ? c.g + base_of(c, p) : NULL;
+        float *lp = c.logp ? c.logp + (c.s1 ? p * c.c : base_of(c, p)) : NULL;
+        if (!g && !lp)
+            continue;
+        if (VEC && !lp) {
+            const float4 *x4 = (const float4 *)x;
+            float4 *g4 = (float4 *)g;
+            for (int64_t j = threadIdx.x; j < c.c / 4; j += blockDim.x) {
+                float4 v = x4[j], o;
+                if (t < 0) {
+                    o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                } else {
+                    o.x = expf(v.x - m) * inv * cf;
+                    o.y = expf(v.y - m) * inv * cf;
+                    o.z = expf(v.z - m) * inv * cf;
+                    o.w = expf(v.w - m) * inv * cf;
+                    int64_t k = t - 4 * j;
+                    if (k == 0) o.x = (pt - 1.0f) * cf;
+                    if (k == 1) o.y = (pt - 1.0f) * cf;
+                    if (k == 2) o.z = (pt - 1.0f) * cf;
+                    if (k == 3) o.w = (pt - 1.0f) * cf;
+                }
+                g4[j] = o;
+            }
+        } else {
+            int64_t ls_ = c.s1 ? 1 : stride;
+            for (int64_t j = threadIdx.x; j < c.c; j += blockDim.x) {
+                float v = x[j * stride];
+                if (lp)
+                    lp[j * ls_] = (v - m) - ls;
+                if (g)
+                    g[j * stride] = t < 0 ? 0.0f : j == t ? (pt - 1.0f) * cf
+                                                          : expf(v - m) * inv * cf;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* One cluster per position, the row's slice [rank * slice, ...) of this
+ * block in shared memory (slice a multiple of 4; C too). */
+__global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice)
+{
+    extern __shared__ float4 row4[];
+    __shared__ float shf[32];
+    __shared__ double shd[32];
+    __shared__ float part_m;
+    __shared__ double part_s;
+    cg::cluster_group cl = cg::this_cluster();
+    unsigned rank = cl.block_rank(), ncl = cl.num_blocks();
+    int64_t first = blockIdx.x / ncl, step = gridDim.x / ncl;
+    int64_t j0 = rank * slice, j1 = j0 + slice < c.c ? j0 + slice : c.c;
+    int64_t n4 = j1 > j0 ? (j1 - j0) / 4 : 0;
+    for (int64_t p = first; p < c.n_pos; p += step) {
+        const float *x = c.x + base_of(c, p);
+        int64_t t = label_use(c, p, rank == 0 && threadIdx.x == 0);
+        const float4 *x4 = (const float4 *)(x + j0);
+        float mt = -INFINITY;
+        for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+            float4 v = x4[j];
+            row4[j] = v;
+            mt = fmaxf(mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        }
+        mt = block_max(mt, shf);
+        if (threadIdx.x == 0)
+            part_m = mt;
+        cl.sync(); /* (1) the blocks' maxima */
+        float m = -INFINITY;
+        for (unsigned r = 0; r < ncl; r++)
+            m = fmaxf(m, *cl.map_shared_rank(&part_m, r));
+        double st = 0;
+        for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+            float4 v = row4[j];
+            st += (double)expf(v.x - m) + (double)expf(v.y - m) + (double)expf(v.z - m) +
+                  (double)expf(v.w - m);
+        }
+        st = block_sum(st, shd);
+        float xt = t >= 0 ? x[t] : 0.0f; /* read before any block writes G */
+        if (threadIdx.x == 0)
+            part_s = st;
+        cl.sync(); /* (2) the blocks' sums; every read of x done */
+        double s = 0;
+        for (unsigned r = 0; r < ncl; r++)
+            s += *cl.map_shared_rank(&part_s, r);
+        float cf;
+        if (rank == 0) {
+            ce_finish(c, p, t, m, s, xt, &cf);
+        } else {
+            struct gf_cu_ce c2 = c;
+            c2.loss = NULL;
+            c2.lpart = NULL;
+            ce_finish(c2, p, t, m, s, xt, &cf);
+        }
+        if (!c.g)
+            continue;
+        float inv = (float)(1.0 / s), pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
+        float4 *g4 = (float4 *)(c.g + base_of(c, p) + j0);
+        for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+            float4 v = row4[j], o;
+            if (t < 0) {
+                o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            } else {
+                o.x = expf(v.x - m) * inv * cf;
+                o.y = expf(v.y - m) * inv * cf;
+                o.z = expf(v.z - m) * inv * cf;
+                o.w = expf(v.w - m) * inv * cf;
+                int64_t k = t - j0 - 4 * j;
+                if (k == 0) o.x = (pt - 1.0f) * cf;
+                if (k == 1) o.y = (pt - 1.0f) * cf;
+                if (k == 2) o.z = (pt - 1.0f) * cf;
+                if (k == 3) o.w = (pt - 1.0f) * cf;
+            }
+            g4[j] = o;
+        }
+        __syncthreads(); /* row4 reused by the next position */
+    }
+    cl.sync(); /* no block leaves while another may read its part_s */
+}
+
+static int sm_count(void)
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            n = 0;
+        n = n > 0 ? n : 80;
+    }
+    return n;
+}
+
+static int64_t cluster_slice(const struct gf_cu_ce *c, int cl)
+{
+    int64_t per = (c->c + cl - 1) / cl;
+    return (per + 3) / 4 * 4;
+}
+
+#define CLUSTER_SMEM_MAX (200 << 10)
+
+extern "C" int gf_cu_ce_cluster_ok(const struct gf_cu_ce *c, int cl)
+{
+    if (cl < 2 || cl > 16 || !c->softmax || c->logp || (!c->s1 && c->d != 1) || c->c % 4 ||
+        ((uintptr_t)c->x % 16) || (c->g && (uintptr_t)c->g % 16))
+        return 0;
+    return cluster_slice(c, cl) * 4 <= CLUSTER_SMEM_MAX;
+}
+
+static cudaError_t launch_cluster(cudaStream_t s, const struct gf_cu_ce *c, int cl, int threads)
+{
+    int64_t slice = cluster_slice(c, cl);
+    size_t bytes = (size_t)slice * 4;
+    cudaError_t e = cudaFuncSetAttribute(k_ce_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes);
+    if (e == cudaSuccess && cl > 8)
+        e = cudaFuncSetAttribute(k_ce_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)cl;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = bytes;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    cfg.gridDim = dim3((unsigned)cl);
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, k_ce_cluster, &cfg) != cudaSuccess || fit < 1) {
+        cudaGetLastError();
+        fit = sm_count() / cl;
+    }
+    int64_t n = c->n_pos < fit ? c->n_pos : fit;
+    cfg.gridDim = dim3((unsigned)(n * cl));
+    return cudaLaunchKernelEx(&cfg, k_ce_cluster, *c, slice);
+}
+
+extern "C" cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c)
+{
+    if (c->n_pos <= 0)
+        return cudaSuccess;
+    if (c->cluster > 1 && gf_cu_ce_cluster_ok(c, c->cluster))
+        return launch_cluster(s, c, c->cluster, c->block > 0 ? c->block : 512);
+    bool vec = (c->s1 || c->d == 1) && c->c % 4 == 0 && (uintptr_t)c->x % 16 == 0 &&
+               (!c->g || (uintptr_t)c->g % 16 == 0);
+    int64_t work = vec ? c->c / 4 : c->c;
+    int threads = c->block;
+    if (threads <= 0) {
+        threads = 32;
+        while (threads < 1024 && threads < work / 4)
+            threads *= 2;
+    }
+    int64_t blocks = c->n_pos < (int64_t)sm_count() * 64 ? c->n_pos : (int64_t)sm_count() * 64;
+    if (vec)
+        k_ce_rows<true><<<(unsigned)blocks, threads, 0, s>>>(*c);
+    else
+        k_ce_rows<false><<<(unsigned)blocks, threads, 0, s>>>(*c);
+    return cudaGetLastError();
+}
+
+__global__ void k_ce_weights(struct gf_cu_ce c, double *gsum)
+{
+    __shared__ double shd[32];
+    double acc = 0;
+    for (int64_t p = threadIdx.x; p < c.n_pos; p += blockDim.x) {
+        int64_t t = label_use(c, p, false);
+        if (t >= 0)
+            acc += c.w ? (double)c.w[t] : 1.0;
+    }
+    acc = block_sum(acc, shd);
+    if (threadIdx.x == 0)
+        *gsum = acc;
+}
+
+extern "C" cudaError_t gf_cu_ce_weights(cudaStream_t s, const struct gf_cu_ce *c, double *gsum)
+{
+    k_ce_weights<<<1, RED_BLOCK, 0, s>>>(*c, gsum);
+    return cudaGetLastError();
+}
+
+__global__ void k_loss_reduce(const double *lp, int64_t n, int mean, float *out)
+{
+    __shared__ double shd[32];
+    double l = 0, w = 0;
+    for (int64_t p = threadIdx.x; p < n; p += blockDim.x) {
+        l += lp[2 * p];
+        w += lp[2 * p + 1];
+    }
+    l = block_sum(l, shd);
+    w = block_sum(w, shd);
+    if (threadIdx.x == 0)
+        out[0] = (float)(mean ? l / w : l);
+}
+
+extern "C" cudaError_t gf_cu_loss_reduce(cudaStream_t s, const double *lpart, int64_t n,
+                                         int mean, float *out)
+{
+    k_loss_reduce<<<1, RED_BLOCK, 0, s>>>(lpart, n, mean, out);
+    return cudaGetLastError();
+}
+
+__global__ void k_zero_rows(float *g, int64_t b, int64_t s_, int64_t c)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b * c;
+         i += (int64_t)gridDim.x * blockDim.x)
+        g[((i / c + 1) * s_ - 1) * c + i % c] = 0.0f;
+}
+
+extern "C" cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, float *g, int64_t b, int64_t s_,
+                                          int64_t c)
+{
+    if (b * c <= 0)
+        return cudaSuccess;
+    int64_t blocks = (b * c + 255) / 256;
+    k_zero_rows<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, s>>>(g, b, s_, c);
+    return cudaGetLastError();
+}
+
+/* CrossEntropyGrad: per_pos 0: out = g dl[0]; else element i of G [N, C, d]
+ * (s_: [B, S, C]) scaled by its position's dl (the last row of each batch
+ * 0 with shift). */
+__global__ void k_ce_scale(const float *g, const float *dl, float *out, int64_t n, int per_pos,
+                           int64_t c, int64_t d, int64_t s_)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float f;
+        if (!per_pos) {
+            f = dl[0];
+        } else if (s_) {
+            int64_t row = i / c, b = row / s_, si = row % s_;
+            f = si == s_ - 1 ? 0.0f : dl[b * (s_ - 1) + si];
+            if (si == s_ - 1) {
+                out[i] = 0.0f;
+                continue;
+            }
+        } else {
+            f = dl[i / (c * d) * d + i % d];
+        }
+        out[i] = g[i] * f;
+    }
+}
+
+extern "C" cudaError_t gf_cu_ce_scale(cudaStream_t s, const float *g, const float *dl,
+                                      float *out, int64_t n, int per_pos, int64_t c, int64_t d,
+                                      int64_t s_)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    int64_t blocks = (n + 255) / 256;
+    k_ce_scale<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, s>>>(g, dl, out, n,
+                                                                           per_pos, c, d, s_);
+    return cudaGetLastError();
+}

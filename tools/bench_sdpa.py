@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""PyTorch's numbers next to tests/bench_cuda_loss_attn (run on the GPU machine).
+
+    python3 tools/bench_sdpa.py [--reps N]
+
+fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
+  - scaled_dot_product_attention forward + backward, B=8, 16 query heads,
+    T=512, d=64, causal: with 16 KV heads, and GQA with 8 KV heads
+    (enable_gqa=True where this PyTorch has it; else K, V repeated);
+  - cross-entropy forward + backward 4096 x 128256 (torch eager
+    F.cross_entropy, mean), GB/s on 2 BT V fp32 elements (Liger's measure);
+  - F.linear + cross_entropy forward + backward 8192 x 4096 x 32000 and its
+    peak extra memory.
+Medians of --reps runs after warm-up, timed with CUDA events.
+"""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+
+def timed(fn, reps):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = "cuda"
+    print(f"bench_sdpa on {torch.cuda.get_device_name()} (torch {torch.__version__}), fp32")
+
+    B, H, T, D = 8, 16, 512, 64
+    for hk in (16, 8):
+        q = torch.randn(B, H, T, D, device=dev, requires_grad=True)
+        k = torch.randn(B, hk, T, D, device=dev, requires_grad=True)
+        v = torch.randn(B, hk, T, D, device=dev, requires_grad=True)
+        do = torch.randn(B, H, T, D, device=dev)
+
+        def attn():
+            if hk == H:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            try:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            except TypeError:
+                r = H // hk
+                return F.scaled_dot_product_attention(
+                    q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1), is_causal=True)
+
+        def fwd():
+            with torch.no_grad():
+                attn()
+
+        def fwd_bwd():
+            o = attn()
+            torch.autograd.grad(o, (q, k, v), do)
+
+        tf, tfb = timed(fwd, args.reps), timed(fwd_bwd, args.reps)
+        print(f"| SDPA fwd, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tf:.3f} ms |")
+        print(f"| SDPA fwd+bwd, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tfb:.3f} ms |")
+
+    n, V = 4096, 128256
+    x = torch.randn(n, V, device=dev, requires_grad=True)
+    t = torch.randint(0, V, (n,), device=dev)
+
+    def ce():
+        loss = F.cross_entropy(x, t)
+        torch.autograd.grad(loss, x)
+
+    tce = timed(ce, args.reps)
+    print(f"| torch eager cross_entropy fwd+bwd | {n}x{V} | {tce:.3f} ms | "
+          f"{2 * n * V * 4 / (tce * 1e-3) / 1e9:.0f} GB/s |")
+    del x
+
+    n, K, V = 8192, 4096, 32000
+    h = torch.randn(n, K, device=dev, requires_grad=True)
+    w = (torch.randn(V, K, device=dev) * 0.02).requires_grad_()
+    t = torch.randint(0, V, (n,), device=dev)
+
+    def lce():
+        loss = F.cross_entropy(F.linear(h, w), t)
+        torch.autograd.grad(loss, (h, w))
+
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    tl = timed(lce, max(3, args.reps // 4))
+    peak = torch.cuda.max_memory_allocated() - base
+    print(f"| torch eager linear + cross_entropy fwd+bwd | {n}x{K}x{V} | {tl:.3f} ms | "
+          f"peak extra {peak / 2**20:.0f} MiB |")
+
+
+if __name__ == "__main__":
+    main()
