@@ -530,7 +530,7 @@ int main(int argc, char **argv)
         printf("  workspace (extra memory) %.1f MiB; the whole logits would be %.1f MiB; "
                "%.1f TFLOP/s over its 3 GEMMs\n", (double)c.c.kernel_ws / 1048576.0,
                8192.0 * 32000 * 4 / 1048576.0, 3 * 2.0 * 8192 * 4096 * 32000 / (t * 1e-3) / 1e12);
-        for (int r = 512; r <= 4096; r *= 2) {
+        for (int r = 1024; r <= 4096; r *= 4) {
             int cfg[3] = {0, 0, r};
             char what[64];
             snprintf(what, sizeof(what), "  LinearCrossEntropy chunk_rows=%d", r);
