@@ -1,21 +1,15 @@
 /*
- * opencl_fixture.h — the fixtures of the tests of fused OpenCL kernels
- * (test_opencl_fused.c, test_opencl_attn.c): one graphfuse node in a fresh
- * model, host buffers kept until the cmocka teardown, and a skip without
- * OpenCL.  Include after opencl_util.h.
+ * backend_fixture.h — the fixtures of the tests of fused kernels
+ * (test_backend_fused.c, test_backend_attn.c): one graphfuse node in a
+ * fresh model, host buffers kept until the cmocka teardown.  Include after
+ * backend_util.h.
  */
-#ifndef GF_OPENCL_FIXTURE_H
-#define GF_OPENCL_FIXTURE_H
+#ifndef GF_BACKEND_FIXTURE_H
+#define GF_BACKEND_FIXTURE_H
 
 static struct gf_model *model;
 static void *bufs[64];
 static size_t n_bufs;
-
-static inline void need_opencl(void)
-{
-    if (!oclt_backend())
-        skip();
-}
 
 static inline int teardown(void **state)
 {
@@ -61,4 +55,4 @@ static inline struct gf_node *node(const char *op, size_t n_in, size_t n_out)
     return n;
 }
 
-#endif /* GF_OPENCL_FIXTURE_H */
+#endif /* GF_BACKEND_FIXTURE_H */

@@ -1,5 +1,6 @@
-/* The OpenCL fused attention kernels (kernels/opencl/fused_attn.c) against
- * the CPU kernels of the same nodes on the same inputs (tests/opencl_util.h):
+/* The fused attention kernels of every backend (tests/backend_util.h: each
+ * available one besides the CPU) against the CPU kernels of the same nodes
+ * on the same inputs:
  * Attention and AttentionGrad on Sq, Sk of 1, 7, 33, 100, head dims 16, 17,
  * 64 and up to 256 (tiles shrunk to fit local memory), Dv != D, batch dims
  * of rank 1 and 2, every Mask broadcast (full, over heads, [Sq, Sk], over
@@ -9,7 +10,7 @@
  * every setting with GRAPHFUSE_TEST_ALL_CONFIGS=1, as on the GPU machine),
  * fp16 and bf16 storage (against the CPU kernel on
  * the same values widened to float), results that do not depend on timing,
- * and the error paths.  Skips without an OpenCL platform.
+ * and the error paths.  Skips without a backend besides the CPU.
  * Tolerances: 1e-5 relative plus 1e-5 absolute (the softmax sums and the
  * dK / dV sums over query rows are summed in another order than the CPU's);
  * fp16 / bf16 outputs allow their own rounding on top.
@@ -21,8 +22,8 @@
 #include <cmocka.h>
 
 #include "gf_half.h"
-#include "opencl_util.h"
-#include "opencl_fixture.h"
+#include "backend_util.h"
+#include "backend_fixture.h"
 
 #define RTOL 1e-5
 #define ATOL 1e-5
@@ -34,9 +35,9 @@ static unsigned seed = 1;
 /* Random fp32 values of magnitude [0, amp) and either sign. */
 static struct gf_tview frand(float amp, int rank, const int64_t *dims)
 {
-    struct gf_tview t = oclt_view(GF_FLOAT, NULL, rank, dims);
+    struct gf_tview t = bt_view(GF_FLOAT, NULL, rank, dims);
     float *p = keep(malloc(t.nelem * sizeof(float) + 4));
-    oclt_fill(p, t.nelem, -amp, amp, seed++);
+    bt_fill(p, t.nelem, -amp, amp, seed++);
     t.data = p;
     t.host = p;
     return t;
@@ -44,7 +45,7 @@ static struct gf_tview frand(float amp, int rank, const int64_t *dims)
 
 static struct gf_tview fout(int rank, const int64_t *dims)
 {
-    return oclt_view(GF_FLOAT, NULL, rank, dims);
+    return bt_view(GF_FLOAT, NULL, rank, dims);
 }
 
 #define NONE ((struct gf_tview){0})
@@ -144,13 +145,13 @@ static struct gf_tview cpu_forward(const struct acase *c, const struct tensors *
     struct gf_tview o = fout(t->rank, t->od);
     o.data = keep(calloc(1, gf_tview_bytes(&o) + 8));
     o.host = o.data;
-    assert_int_equal(oclt_run_on(gf_backend_get("cpu"), nd, in, c->mask ? 4 : 3, &o, 1, NULL),
+    assert_int_equal(bt_run_on(gf_backend_get("cpu"), nd, in, c->mask ? 4 : 3, &o, 1, NULL),
                      GF_OK);
     return o;
 }
 
-/* Attention on OpenCL against the CPU: with the default config, or a sweep
- * of the configs (oclt_compare_configs; returns the size of the space). */
+/* Attention on the backend under test against the CPU: with the default config, or a sweep
+ * of the configs (bt_compare_configs; returns the size of the space). */
 static int fwd_case(const struct acase *c, bool all_configs)
 {
     struct tensors t = make_tensors(c);
@@ -159,9 +160,9 @@ static int fwd_case(const struct acase *c, bool all_configs)
     size_t n_in = c->mask ? 4 : 3;
     int runs = 1;
     if (all_configs)
-        runs = oclt_compare_configs(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
+        runs = bt_compare_configs(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
     else
-        oclt_compare(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
+        bt_compare(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
     release_bufs();
     return runs;
 }
@@ -181,7 +182,7 @@ static void grad_inputs(const struct acase *c, struct gf_tview *in)
     }
 }
 
-/* AttentionGrad on OpenCL against the CPU; `want` bit k: output k (dQ,
+/* AttentionGrad on the backend under test against the CPU; `want` bit k: output k (dQ,
  * dK, dV) wanted.  A sweep of the configs when all_configs (returns the size
  * of the space). */
 static int grad_case(const struct acase *c, unsigned want, bool all_configs)
@@ -194,9 +195,9 @@ static int grad_case(const struct acase *c, unsigned want, bool all_configs)
         out[k] = (want >> k) & 1 ? fout(in[1 + k].rank, in[1 + k].dims) : NONE;
     int runs = 1;
     if (all_configs)
-        runs = oclt_compare_configs(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
+        runs = bt_compare_configs(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
     else
-        oclt_compare(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
+        bt_compare(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
     release_bufs();
     return runs;
 }
@@ -242,7 +243,7 @@ static void grad_each(const struct acase *c, unsigned i)
 static void test_forward(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     each_case(fwd_each);
     /* every Mask form and both layouts on one odd shape */
     for (int m = M_NONE; m <= M_CAUSAL; m++)
@@ -253,7 +254,7 @@ static void test_forward(void **state)
 static void test_forward_large_heads(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     fwd_case(&(struct acase){1, 1, 2, 33, 70, 128, 128, 1, M_HEADS, 0.1f}, false);
     fwd_case(&(struct acase){1, 1, 2, 33, 70, 256, 256, 0, M_2D, 0.0625f}, false);
     fwd_case(&(struct acase){1, 1, 1, 9, 17, 200, 256, 1, M_NONE, 0}, false);
@@ -263,7 +264,7 @@ static void test_forward_large_heads(void **state)
 static void test_forward_configs(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     assert_int_equal(fwd_case(&(struct acase){2, 2, 2, 33, 70, 17, 24, 0, M_HEADS, 0.2f}, true),
                      5 * 5 * 4);
     assert_int_equal(fwd_case(&(struct acase){1, 1, 2, 20, 9, 96, 64, 1, M_FULL, 0}, true),
@@ -273,7 +274,7 @@ static void test_forward_configs(void **state)
 static void test_grad(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     each_case(grad_each);
     for (int m = M_NONE; m <= M_CAUSAL; m++)
         for (int tb = 0; tb < 2; tb++)
@@ -283,7 +284,7 @@ static void test_grad(void **state)
 static void test_grad_subsets(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (unsigned want = 1; want < 8; want++)
         for (int tb = 0; tb < 2; tb++)
             grad_case(&(struct acase){1, 1, 3, 7, 33, 16, 9, tb, M_KEYS, 0.5f}, want, false);
@@ -292,7 +293,7 @@ static void test_grad_subsets(void **state)
 static void test_grad_large_heads(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     grad_case(&(struct acase){1, 1, 2, 33, 70, 128, 128, 1, M_HEADS, 0.1f}, 7, false);
     grad_case(&(struct acase){1, 1, 1, 20, 37, 256, 256, 0, M_2D, 0.0625f}, 7, false);
     grad_case(&(struct acase){1, 1, 1, 9, 17, 200, 64, 1, M_NONE, 0}, 7, false);
@@ -301,7 +302,7 @@ static void test_grad_large_heads(void **state)
 static void test_grad_configs(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     assert_int_equal(grad_case(&(struct acase){2, 2, 2, 33, 70, 17, 24, 0, M_HEADS, 0.2f}, 7,
                                true),
                      5 * 5 * 4);
@@ -314,7 +315,7 @@ static void test_grad_configs(void **state)
 static void test_empty(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     grad_case(&(struct acase){1, 1, 3, 0, 7, 16, 8, 1, M_NONE, 0}, 7, false);
     grad_case(&(struct acase){1, 1, 3, 5, 0, 16, 8, 0, M_NONE, 0}, 7, false);
     struct acase c = {1, 1, 3, 5, 0, 16, 8, 1, M_NONE, 0};
@@ -322,7 +323,7 @@ static void test_empty(void **state)
     struct gf_node *nd = fwd_node(&c);
     struct gf_tview in[3] = {t.q, t.k, t.v}, out[1] = {fout(t.rank, t.od)};
     void *res[1];
-    assert_int_equal(oclt_run_cl(nd, in, 3, ALL_HOST, out, 1, NULL, res), GF_OK);
+    assert_int_equal(bt_run(nd, in, 3, ALL_HOST, out, 1, NULL, res), GF_OK);
     for (size_t i = 0; i < out[0].nelem; i++)
         assert_true(((float *)res[0])[i] == 0.0f);
     free(res[0]);
@@ -332,7 +333,7 @@ static void test_empty(void **state)
 static void test_deterministic(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     struct acase c = {2, 2, 4, 100, 100, 32, 32, 1, M_CAUSAL, 0.17f};
     struct gf_tview in[6], out[3];
     grad_inputs(&c, in);
@@ -341,8 +342,8 @@ static void test_deterministic(void **state)
     for (int k = 0; k < 3; k++)
         out[k] = fout(in[1 + k].rank, in[1 + k].dims);
     void *r1[3], *r2[3];
-    assert_int_equal(oclt_run_cl(nd, in, 6, ALL_HOST, out, 3, NULL, r1), GF_OK);
-    assert_int_equal(oclt_run_cl(nd, in, 6, ALL_HOST, out, 3, NULL, r2), GF_OK);
+    assert_int_equal(bt_run(nd, in, 6, ALL_HOST, out, 3, NULL, r1), GF_OK);
+    assert_int_equal(bt_run(nd, in, 6, ALL_HOST, out, 3, NULL, r2), GF_OK);
     for (int k = 0; k < 3; k++) {
         assert_memory_equal(r1[k], r2[k], gf_tview_bytes(&out[k]));
         free(r1[k]);
@@ -353,7 +354,7 @@ static void test_deterministic(void **state)
 /* ---- fp16 / bf16 storage ------------------------------------------------------------ */
 
 /* t rounded to dtype dt: the rounded values as float (the CPU's inputs,
- * t itself) and in dt (the OpenCL inputs, returned). */
+ * t itself) and in dt (the backend's inputs, returned). */
 static struct gf_tview narrow(struct gf_tview *t, enum gf_dtype dt)
 {
     if (!t->data)
@@ -371,7 +372,7 @@ static struct gf_tview narrow(struct gf_tview *t, enum gf_dtype dt)
     return h;
 }
 
-/* Runs node nd on OpenCL with inputs narrowed to dt and on the CPU with
+/* Runs node nd on the backend under test with inputs narrowed to dt and on the CPU with
  * the same values as float; outputs compared within `rtol` relative (the
  * rounding of dt) plus ATOL. */
 static void compare_narrow(const struct gf_node *nd, struct gf_tview *in, size_t n_in,
@@ -389,17 +390,17 @@ static void compare_narrow(const struct gf_node *nd, struct gf_tview *in, size_t
         cout[k].data = keep(calloc(1, gf_tview_bytes(&out[k]) + 8));
         cout[k].host = cout[k].data;
     }
-    assert_int_equal(oclt_run_on(gf_backend_get("cpu"), nd, in, n_in, cout, n_out, NULL),
+    assert_int_equal(bt_run_on(gf_backend_get("cpu"), nd, in, n_in, cout, n_out, NULL),
                      GF_OK);
     void *res[3];
-    if (oclt_run_cl(nd, hin, n_in, ALL_HOST, hout, n_out, NULL, res) != GF_OK)
-        fail_msg("OpenCL %s (%s) failed: %s", nd->op_type, gf_dtype_name(dt), gf_last_error());
+    if (bt_run(nd, hin, n_in, ALL_HOST, hout, n_out, NULL, res) != GF_OK)
+        fail_msg("%s %s (%s) failed: %s", bt_name(), nd->op_type, gf_dtype_name(dt), gf_last_error());
     for (size_t k = 0; k < n_out; k++) {
         for (size_t i = 0; i < out[k].nelem; i++) {
-            double w = ((float *)cout[k].data)[i], g = oclt_elem(dt, res[k], i);
+            double w = ((float *)cout[k].data)[i], g = bt_elem(dt, res[k], i);
             if (!(fabs(g - w) <= ATOL + rtol * fabs(w)))
-                fail_msg("%s (%s) output %zu element %zu: OpenCL %.7g, CPU %.7g", nd->op_type,
-                         gf_dtype_name(dt), k, i, g, w);
+                fail_msg("%s %s (%s) output %zu element %zu: %.7g, CPU %.7g", bt_name(),
+                         nd->op_type, gf_dtype_name(dt), k, i, g, w);
         }
         free(res[k]);
     }
@@ -425,7 +426,7 @@ static void half_case(enum gf_dtype dt, double rtol, const struct acase *c)
 static void test_half_storage(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     /* outputs rounded to fp16 (11 bits) / bf16 (8 bits), and the backward's
      * sums of products of rounded values */
     half_case(GF_FLOAT16, 2e-3, &(struct acase){2, 2, 3, 33, 40, 17, 24, 1, M_HEADS, 0.3f});
@@ -440,8 +441,8 @@ static void expect_error(struct gf_node *nd, struct gf_tview *in, size_t n_in,
                          struct gf_tview *out, size_t n_out, enum gf_status want,
                          const char *needle)
 {
-    void *res[OCLT_MAX];
-    enum gf_status st = oclt_run_cl(nd, in, n_in, ALL_HOST, out, n_out, NULL, res);
+    void *res[BT_MAX];
+    enum gf_status st = bt_run(nd, in, n_in, ALL_HOST, out, n_out, NULL, res);
     for (size_t i = 0; i < n_out; i++)
         free(res[i]);
     assert_int_equal(st, want);
@@ -453,7 +454,7 @@ static void expect_error(struct gf_node *nd, struct gf_tview *in, size_t n_in,
 static void test_errors(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     struct gf_node *nd = node("Attention", 3, 1); /* K's D is not Q's */
     struct gf_tview in[6] = {frand(1, DIMS(2, 4, 8)), frand(1, DIMS(2, 5, 9)),
                              frand(1, DIMS(2, 5, 3))};
@@ -476,7 +477,7 @@ static void test_errors(void **state)
     nd = node("Attention", 4, 1); /* a bool Mask */
     in[0] = frand(1, DIMS(2, 4, 8)), in[1] = frand(1, DIMS(2, 8, 5));
     in[2] = frand(1, DIMS(2, 5, 3));
-    in[3] = oclt_view(GF_BOOL, keep(calloc(1, 20)), DIMS(4, 5));
+    in[3] = bt_view(GF_BOOL, keep(calloc(1, 20)), DIMS(4, 5));
     out[0] = fout(DIMS(2, 4, 3));
     expect_error(nd, in, 4, out, 1, GF_ERR_INVALID, "Mask (input 3) is bool");
     release_bufs();
@@ -505,25 +506,25 @@ static void test_errors(void **state)
 }
 
 /* Double inputs and head dims past the device kernel's limit go to the
- * CPU: the registry finds no OpenCL kernel. */
+ * CPU: the registry finds no kernel on the backend. */
 static void test_declines(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     struct gf_node *nd = node("Attention", 3, 1);
     double x[16] = {0};
-    struct gf_tview in[3] = {oclt_view(GF_DOUBLE, x, DIMS(2, 2)),
-                             oclt_view(GF_DOUBLE, x, DIMS(2, 2)),
-                             oclt_view(GF_DOUBLE, x, DIMS(2, 2))};
-    assert_null(gf_kernel_find(oclt_backend(), nd, in, 3));
+    struct gf_tview in[3] = {bt_view(GF_DOUBLE, x, DIMS(2, 2)),
+                             bt_view(GF_DOUBLE, x, DIMS(2, 2)),
+                             bt_view(GF_DOUBLE, x, DIMS(2, 2))};
+    assert_null(gf_kernel_find(bt_backend(), nd, in, 3));
     static float f[2 * 2000];
-    in[0] = oclt_view(GF_FLOAT, f, DIMS(2, 2000));
-    in[1] = oclt_view(GF_FLOAT, f, DIMS(2000, 2));
-    in[2] = oclt_view(GF_FLOAT, f, DIMS(2, 2));
-    assert_null(gf_kernel_find(oclt_backend(), nd, in, 3));
-    in[0] = oclt_view(GF_FLOAT, f, DIMS(2, 1000));
-    in[1] = oclt_view(GF_FLOAT, f, DIMS(1000, 2));
-    assert_non_null(gf_kernel_find(oclt_backend(), nd, in, 3));
+    in[0] = bt_view(GF_FLOAT, f, DIMS(2, 2000));
+    in[1] = bt_view(GF_FLOAT, f, DIMS(2000, 2));
+    in[2] = bt_view(GF_FLOAT, f, DIMS(2, 2));
+    assert_null(gf_kernel_find(bt_backend(), nd, in, 3));
+    in[0] = bt_view(GF_FLOAT, f, DIMS(2, 1000));
+    in[1] = bt_view(GF_FLOAT, f, DIMS(1000, 2));
+    assert_non_null(gf_kernel_find(bt_backend(), nd, in, 3));
 }
 
 int main(void)
@@ -542,5 +543,5 @@ int main(void)
         cmocka_unit_test_teardown(test_errors, teardown),
         cmocka_unit_test_teardown(test_declines, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return bt_run_tests(tests, NULL, NULL);
 }

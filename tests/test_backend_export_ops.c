@@ -1,4 +1,5 @@
-/* OpenCL kernels of the ops real Hugging Face exports add, against the CPU
+/* Every backend's kernels of the ops real Hugging Face exports add
+ * (tests/backend_util.h), against the CPU
  * kernels, exactly.  Pad: every mode (constant, reflect, edge, wrap), pads
  * that crop (negative) and pads longer than the axis (reflect and wrap
  * repeat), opset-18 axes, the constant value from the input or absent (0),
@@ -15,9 +16,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "opencl/ocl.h"
-#include "opencl_util.h"
-#include "opencl_half.h"
+#include "backend_util.h"
+#include "backend_half.h"
 
 static struct gf_model *model;
 
@@ -48,12 +48,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static void need_opencl(void)
-{
-    if (!oclt_backend())
-        skip();
-}
-
 struct pad_case {
     int r;
     int64_t dims[3];
@@ -77,7 +71,7 @@ static const enum gf_dtype types[] = {GF_FLOAT, GF_INT64, GF_FLOAT16, GF_UINT8};
 static void *data_of(enum gf_dtype t, size_t n, unsigned seed)
 {
     float *f = malloc(n * sizeof(float) + 8);
-    oclt_fill(f, n, -100, 100, seed);
+    bt_fill(f, n, -100, 100, seed);
     void *p = malloc(n * 8 + 8);
     for (size_t i = 0; i < n; i++) {
         if (t == GF_FLOAT)
@@ -113,14 +107,14 @@ static void run_case(const struct pad_case *c, const char *mode, enum gf_dtype t
     void *x = data_of(t, n, 3);
     void *v = data_of(t, 1, 11);
     int64_t np = 2 * na;
-    struct gf_tview in[4] = {oclt_view(t, x, c->r, c->dims),
-                             oclt_view(GF_INT64, (void *)c->pads, DIMS(np)),
-                             value ? oclt_view(t, v, DIMS()) : oclt_view(t, NULL, DIMS(0)),
-                             c->n_axes ? oclt_view(GF_INT64, (void *)c->axes, DIMS(c->n_axes))
-                                       : oclt_view(GF_INT64, NULL, DIMS(0))};
-    struct gf_tview out = oclt_view(t, NULL, c->r, od);
+    struct gf_tview in[4] = {bt_view(t, x, c->r, c->dims),
+                             bt_view(GF_INT64, (void *)c->pads, DIMS(np)),
+                             value ? bt_view(t, v, DIMS()) : bt_view(t, NULL, DIMS(0)),
+                             c->n_axes ? bt_view(GF_INT64, (void *)c->axes, DIMS(c->n_axes))
+                                       : bt_view(GF_INT64, NULL, DIMS(0))};
+    struct gf_tview out = bt_view(t, NULL, c->r, od);
     size_t n_in = c->n_axes ? 4 : value ? 3 : 2;
-    oclt_compare(pad_node(mode), in, n_in, 0xe, &out, 1, 0, 0);
+    bt_compare(pad_node(mode), in, n_in, 0xe, &out, 1, 0, 0);
     (void)on;
     free(x);
     free(v);
@@ -129,7 +123,7 @@ static void run_case(const struct pad_case *c, const char *mode, enum gf_dtype t
 static void test_pad(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
         for (int m = 0; m < 4; m++)
             for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
@@ -140,15 +134,15 @@ static void test_pad(void **state)
 static void test_label_shift(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     int64_t labels[32], fill = -100, pads[4] = {0, 0, 0, 1};
     for (int i = 0; i < 32; i++)
         labels[i] = i % 5 == 0 ? -100 : i * 7;
-    struct gf_tview in[3] = {oclt_view(GF_INT64, labels, DIMS(2, 16)),
-                             oclt_view(GF_INT64, pads, DIMS(4)),
-                             oclt_view(GF_INT64, &fill, DIMS())};
-    struct gf_tview out = oclt_view(GF_INT64, NULL, DIMS(2, 17));
-    oclt_compare(pad_node("constant"), in, 3, 0xe, &out, 1, 0, 0);
+    struct gf_tview in[3] = {bt_view(GF_INT64, labels, DIMS(2, 16)),
+                             bt_view(GF_INT64, pads, DIMS(4)),
+                             bt_view(GF_INT64, &fill, DIMS())};
+    struct gf_tview out = bt_view(GF_INT64, NULL, DIMS(2, 17));
+    bt_compare(pad_node("constant"), in, 3, 0xe, &out, 1, 0, 0);
 }
 
 /* data [2, 3, 4] (fp32 and int64), indices [.., k] */
@@ -167,10 +161,10 @@ static void check_gather_nd(enum gf_dtype it, int b, int qr, const int64_t *qd, 
         void *x = data_of(types2[t], 24, 5);
         struct gf_node *n = mk("GatherND", 2);
         assert_int_equal(gf_node_set_attr_int(n, "batch_dims", b), GF_OK);
-        struct gf_tview in[2] = {oclt_view(types2[t], x, 3, xd),
-                                 oclt_view(it, it == GF_INT64 ? (void *)v : v32, qr, qd)};
-        struct gf_tview out = oclt_view(types2[t], NULL, orank, od);
-        oclt_compare(n, in, 2, 0x2, &out, 1, 0, 0);
+        struct gf_tview in[2] = {bt_view(types2[t], x, 3, xd),
+                                 bt_view(it, it == GF_INT64 ? (void *)v : v32, qr, qd)};
+        struct gf_tview out = bt_view(types2[t], NULL, orank, od);
+        bt_compare(n, in, 2, 0x2, &out, 1, 0, 0);
         free(x);
     }
 }
@@ -178,7 +172,7 @@ static void check_gather_nd(enum gf_dtype it, int b, int qr, const int64_t *qd, 
 static void test_gather_nd(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     static const int64_t rows_q[3] = {2, 2, 2}, rows_v[8] = {0, 1, 1, -1, 1, 0, 0, 2};
     static const int64_t rows_o[3] = {2, 2, 4};
     static const int64_t elem_q[2] = {3, 3}, elem_v[9] = {1, 2, 3, 0, 0, -1, 1, -3, 0};
@@ -193,10 +187,10 @@ static void test_gather_nd(void **state)
     /* an index out of range: an error from both, no crash */
     int64_t bad[2] = {0, 3}, q[1] = {2}, xd[3] = {2, 3, 4};
     float *x = data_of(GF_FLOAT, 24, 1);
-    struct gf_tview in[2] = {oclt_view(GF_FLOAT, x, 3, xd), oclt_view(GF_INT64, bad, 1, q)};
-    struct gf_tview out = oclt_view(GF_FLOAT, NULL, DIMS(4));
+    struct gf_tview in[2] = {bt_view(GF_FLOAT, x, 3, xd), bt_view(GF_INT64, bad, 1, q)};
+    struct gf_tview out = bt_view(GF_FLOAT, NULL, DIMS(4));
     void *res[1];
-    assert_int_equal(oclt_run_cl(mk("GatherND", 2), in, 2, 0x2, &out, 1, NULL, res),
+    assert_int_equal(bt_run(mk("GatherND", 2), in, 2, 0x2, &out, 1, NULL, res),
                      GF_ERR_INVALID);
     free(res[0]);
     free(x);
@@ -205,22 +199,22 @@ static void test_gather_nd(void **state)
 static void test_isnan_isinf(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     float v[12] = {0, 1, -1, NAN, INFINITY, -INFINITY, 3.5f, -NAN, 1e38f, -1e-38f, 2, INFINITY};
     uint16_t h[12];
     for (int i = 0; i < 12; i++)
         h[i] = gf_float_to_half(v[i]);
     for (int t = 0; t < 2; t++) {
-        struct gf_tview in = t ? oclt_view(GF_FLOAT16, h, DIMS(3, 4))
-                               : oclt_view(GF_FLOAT, v, DIMS(3, 4));
-        struct gf_tview out = oclt_view(GF_BOOL, NULL, DIMS(3, 4));
-        oclt_compare(mk("IsNaN", 1), &in, 1, 0, &out, 1, 0, 0);
+        struct gf_tview in = t ? bt_view(GF_FLOAT16, h, DIMS(3, 4))
+                               : bt_view(GF_FLOAT, v, DIMS(3, 4));
+        struct gf_tview out = bt_view(GF_BOOL, NULL, DIMS(3, 4));
+        bt_compare(mk("IsNaN", 1), &in, 1, 0, &out, 1, 0, 0);
         for (int neg = 0; neg < 2; neg++)
             for (int pos = 0; pos < 2; pos++) {
                 struct gf_node *n = mk("IsInf", 1);
                 assert_int_equal(gf_node_set_attr_int(n, "detect_negative", neg), GF_OK);
                 assert_int_equal(gf_node_set_attr_int(n, "detect_positive", pos), GF_OK);
-                oclt_compare(n, &in, 1, 0, &out, 1, 0, 0);
+                bt_compare(n, &in, 1, 0, &out, 1, 0, 0);
             }
     }
 }
@@ -233,5 +227,5 @@ int main(void)
         cmocka_unit_test_teardown(test_gather_nd, teardown),
         cmocka_unit_test_teardown(test_isnan_isinf, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return bt_run_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
-/* OpenCL reductions, Sum, SumToShape, softmax, layer normalization and the
- * losses, forward and backward (kernels/opencl/reduce.c), against the CPU
+/* Every backend's reductions, Sum, SumToShape, softmax, layer normalization
+ * and the losses, forward and backward (tests/backend_util.h), against the CPU
  * kernels on the same inputs: sizes 1, 7, 33, 129, 1000 and 4096 (no
  * multiple of the work-group), axes that are not last, broadcasting, NaN,
  * every config of the knob space on odd shapes; the losses' means are
@@ -10,15 +10,15 @@
  * again on fp16 and bf16 tensors, within one unit in the last place of
  * the CPU's result (Sum exactly: the same roundings); the backward ops,
  * which the CPU has in fp32 only, against the CPU on the inputs widened
- * to fp32 (opencl_half.h). */
+ * to fp32 (backend_half.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "opencl_util.h"
-#include "opencl_half.h"
+#include "backend_util.h"
+#include "backend_half.h"
 
 #define RTOL 1e-5
 
@@ -35,12 +35,6 @@ static int teardown(void **state)
     gf_model_free(model);
     model = NULL;
     return 0;
-}
-
-static void need_opencl(void)
-{
-    if (!oclt_backend())
-        skip();
 }
 
 /* A fresh model (ai.onnx `opset`, graphfuse 1) holding one node named n0. */
@@ -72,10 +66,10 @@ static void *keep(size_t bytes)
 /* Random floats in [lo, hi) (freed at teardown). */
 static struct gf_tview rnd(float lo, float hi, int rank, const int64_t *dims)
 {
-    struct gf_tview v = oclt_view(GF_FLOAT, NULL, rank, dims);
+    struct gf_tview v = bt_view(GF_FLOAT, NULL, rank, dims);
     v.data = keep(v.nelem * sizeof(float));
     v.host = v.data;
-    oclt_fill(v.data, v.nelem, lo, hi, (unsigned)(n_bufs * 7919 + v.nelem));
+    bt_fill(v.data, v.nelem, lo, hi, (unsigned)(n_bufs * 7919 + v.nelem));
     return v;
 }
 
@@ -83,7 +77,7 @@ static struct gf_tview rnd(float lo, float hi, int rank, const int64_t *dims)
 static struct gf_tview ints(enum gf_dtype dt, const int64_t *v, size_t n, int rank,
                             const int64_t *dims)
 {
-    struct gf_tview t = oclt_view(dt, NULL, rank, dims);
+    struct gf_tview t = bt_view(dt, NULL, rank, dims);
     t.data = keep(n * 8);
     t.host = t.data;
     for (size_t i = 0; i < n; i++) {
@@ -97,7 +91,7 @@ static struct gf_tview ints(enum gf_dtype dt, const int64_t *v, size_t n, int ra
 
 static struct gf_tview out(int rank, const int64_t *dims)
 {
-    return oclt_view(GF_FLOAT, NULL, rank, dims);
+    return bt_view(GF_FLOAT, NULL, rank, dims);
 }
 
 static const struct gf_tview NONE = {.dtype = GF_UNDEFINED};
@@ -123,13 +117,13 @@ static struct gf_tview as_type(struct gf_tview v, enum gf_dtype t)
 /* An output of type t (float for t = GF_FLOAT). */
 static struct gf_tview out_t(enum gf_dtype t, int rank, const int64_t *dims)
 {
-    return oclt_view(t, NULL, rank, dims);
+    return bt_view(t, NULL, rank, dims);
 }
 
 /* The relative tolerance of results of type t. */
 static double rtol_of(enum gf_dtype t)
 {
-    return t == GF_FLOAT ? RTOL : ohalf_ulp(t);
+    return t == GF_FLOAT ? RTOL : bth_ulp(t);
 }
 
 static const enum gf_dtype halves[] = {GF_FLOAT16, GF_BFLOAT16};
@@ -205,14 +199,14 @@ static void red_one(const char *op, const struct red_case *c, bool as_attr, cons
     double atol = 2e-6 * sqrt((double)red_count(c, yd, yr));
     if (strcmp(op, "ReduceMean") == 0)
         atol /= (double)red_count(c, yd, yr);
-    oclt_compare_cfg(n, in, 2, 2, &y, 1, cfg, strcmp(op, "ReduceMax") ? rtol_of(dt) : 0,
+    bt_compare_cfg(n, in, 2, 2, &y, 1, cfg, strcmp(op, "ReduceMax") ? rtol_of(dt) : 0,
                      strcmp(op, "ReduceMax") ? atol : 0);
 }
 
 static void test_reduce(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     const char *ops[] = {"ReduceSum", "ReduceMean", "ReduceMax"};
     for (size_t o = 0; o < 3; o++)
         for (size_t i = 0; i < sizeof(red_cases) / sizeof(red_cases[0]); i++) {
@@ -227,7 +221,7 @@ static void test_reduce(void **state)
 static void test_reduce_nan(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     const char *ops[] = {"ReduceSum", "ReduceMax"};
     for (size_t o = 0; o < 2; o++) {
         struct gf_node *n = node(ops[o], "", 18, 2, 1);
@@ -235,14 +229,14 @@ static void test_reduce_nan(void **state)
                                                                 DIMS(1))};
         ((float *)in[0].data)[45] = NAN;
         struct gf_tview y = out(DIMS(3, 1));
-        oclt_compare(n, in, 2, 2, &y, 1, RTOL, 1e-5);
+        bt_compare(n, in, 2, 2, &y, 1, RTOL, 1e-5);
     }
 }
 
 static void test_reduce_configs(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     static const int wgs[] = {256, 64, 128, 512, 1024};
     for (size_t i = 0; i < 5; i++) {
         red_one("ReduceSum", &red_cases[1], false, &wgs[i], GF_FLOAT);
@@ -255,18 +249,18 @@ static void test_reduce_configs(void **state)
 static void test_reduce_errors(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     struct gf_node *n = node("ReduceSum", "", 18, 2, 1);
     struct gf_tview in[2] = {rnd(-1, 1, DIMS(3, 4)), ints(GF_INT64, (int64_t[]){2}, 1, DIMS(1))};
     struct gf_tview y = out(DIMS(3, 1));
     void *res[1];
-    assert_int_equal(oclt_run_cl(n, in, 2, 2, &y, 1, NULL, res), GF_ERR_INVALID);
+    assert_int_equal(bt_run(n, in, 2, 2, &y, 1, NULL, res), GF_ERR_INVALID);
     free(res[0]);
     if (!strstr(gf_last_error(), "n0") || !strstr(gf_last_error(), "out of range"))
         fail_msg("%s", gf_last_error());
     /* axes without a host copy: left to the CPU */
     in[1].host = NULL;
-    assert_null(gf_kernel_find(oclt_backend(), n, in, 2));
+    assert_null(gf_kernel_find(bt_backend(), n, in, 2));
 }
 
 /* ==== SumToShape, Sum ================================================================== */
@@ -281,15 +275,15 @@ static void s2s(int xr, const int64_t *xd, int yr, const int64_t *yd, enum gf_dt
     size_t ny = y.nelem ? y.nelem : 1;
     double atol = 2e-6 * sqrt((double)(in[0].nelem / ny + 1));
     if (dt == GF_FLOAT)
-        oclt_compare(n, in, 2, 2, &y, 1, RTOL, atol);
+        bt_compare(n, in, 2, 2, &y, 1, RTOL, atol);
     else
-        ohalf_compare_wide(n, in, 2, 2, &y, 1, NULL, ohalf_ulp(dt), atol);
+        bth_compare_wide(n, in, 2, 2, &y, 1, NULL, bth_ulp(dt), atol);
 }
 
 static void test_sum_to_shape(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (int t = 0; t < 3; t++) {
         enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
         s2s(DIMS(2, 3, 4, 5), DIMS(3, 1, 5), dt);
@@ -305,7 +299,7 @@ static void test_sum_to_shape(void **state)
                                                           DIMS(2))};
     struct gf_tview y = out(DIMS(2, 4));
     void *res[1];
-    assert_int_equal(oclt_run_cl(n, in, 2, 2, &y, 1, NULL, res), GF_ERR_INVALID);
+    assert_int_equal(bt_run(n, in, 2, 2, &y, 1, NULL, res), GF_ERR_INVALID);
     free(res[0]);
     if (!strstr(gf_last_error(), "n0") || !strstr(gf_last_error(), "cannot be summed"))
         fail_msg("%s", gf_last_error());
@@ -320,13 +314,13 @@ static void sum(size_t n_in, const int *ranks, const int64_t (*dims)[4], int yr,
         in[i] = as_type(rnd(-1, 1, ranks[i], dims[i]), dt);
     struct gf_tview y = out_t(dt, yr, yd);
     /* the same float additions, in order, each partial sum rounded to dt */
-    oclt_compare(n, in, n_in, 0, &y, 1, 0, 0);
+    bt_compare(n, in, n_in, 0, &y, 1, 0, 0);
 }
 
 static void test_sum(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     static const int64_t d[8][4] = {{3, 1, 5}, {4, 5}, {5}, {1}, {3, 4, 5}, {3, 4, 1},
                                     {1, 4, 5}, {4, 1}};
     static const int r[8] = {3, 2, 1, 1, 3, 3, 3, 2};
@@ -362,7 +356,7 @@ static void smx(const char *op, const struct rows_case *c, int64_t opset, const 
     struct gf_tview x = as_type(rnd(-8, 8, c->rank, c->dims), dt), y = out_t(dt, c->rank, c->dims);
     /* log-softmax: (x - max) - log(sum), each term up to 16: a float ulp there */
     double atol = strcmp(op, "Softmax") ? 4e-6 : 1e-7;
-    oclt_compare_cfg(n, &x, 1, 0, &y, 1, cfg, rtol_of(dt), dt == GF_FLOAT ? atol : OHALF_ATOL);
+    bt_compare_cfg(n, &x, 1, 0, &y, 1, cfg, rtol_of(dt), dt == GF_FLOAT ? atol : BTH_ATOL);
 }
 
 /* fp16 / bf16 (dt) against the CPU's fp32 kernel on the widened inputs. */
@@ -379,15 +373,15 @@ static void smx_grad(const char *op, const struct rows_case *c, const int *cfg,
     int ax = (int)(c->axis < 0 ? c->axis + c->rank : c->axis);
     double atol = 4e-6 * sqrt((double)c->dims[ax]);
     if (dt == GF_FLOAT)
-        oclt_compare_cfg(n, in, 2, 0, &y, 1, cfg, RTOL, atol);
+        bt_compare_cfg(n, in, 2, 0, &y, 1, cfg, RTOL, atol);
     else
-        ohalf_compare_wide(n, in, 2, 0, &y, 1, cfg, ohalf_ulp(dt), atol);
+        bth_compare_wide(n, in, 2, 0, &y, 1, cfg, bth_ulp(dt), atol);
 }
 
 static void test_softmax(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (size_t i = 0; i < sizeof(rows_cases) / sizeof(rows_cases[0]); i++)
         for (int t = 0; t < 3; t++) {
             enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
@@ -409,7 +403,7 @@ static void test_softmax(void **state)
         ((float *)x.data)[13] = NAN;
         ((float *)x.data)[20] = -INFINITY;
         ((float *)x.data)[30] = INFINITY;
-        oclt_compare(n, &x, 1, 0, &y, 1, RTOL, 1e-6);
+        bt_compare(n, &x, 1, 0, &y, 1, RTOL, 1e-6);
     }
 }
 
@@ -417,23 +411,23 @@ static void test_softmax(void **state)
 static void test_rows_configs(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     struct gf_node *n = node("Softmax", "", 13, 1, 1);
     struct gf_tview x = rnd(-8, 8, DIMS(5, 1000)), y = out(DIMS(5, 1000));
-    assert_int_equal(oclt_compare_configs(n, &x, 1, 0, &y, 1, RTOL, 1e-7), 15);
+    bt_expect_space(bt_compare_configs(n, &x, 1, 0, &y, 1, RTOL, 1e-7), "opencl", 15);
     x = rnd(-8, 8, DIMS(3, 129));
     y = out(DIMS(3, 129));
-    oclt_compare_configs(n, &x, 1, 0, &y, 1, RTOL, 1e-7);
+    bt_compare_configs(n, &x, 1, 0, &y, 1, RTOL, 1e-7);
     n = node("LayerNormalization", "", 17, 3, 3);
     struct gf_tview in[3] = {rnd(-3, 5, DIMS(6, 1000)), rnd(0, 2, DIMS(1000)),
                              rnd(-1, 1, DIMS(1000))};
     struct gf_tview o[3] = {out(DIMS(6, 1000)), out(DIMS(6, 1)), out(DIMS(6, 1))};
-    oclt_compare_configs(n, in, 3, 0, o, 3, RTOL, 1e-5);
+    bt_compare_configs(n, in, 3, 0, o, 3, RTOL, 1e-5);
     n = node("LayerNormalizationGrad", "graphfuse", 17, 3, 3);
     struct gf_tview g[3] = {rnd(-1, 1, DIMS(70, 36)), rnd(-3, 5, DIMS(70, 36)),
                             rnd(0, 2, DIMS(36))};
     struct gf_tview go[3] = {out(DIMS(70, 36)), out(DIMS(36)), out(DIMS(36))};
-    oclt_compare_configs(n, g, 3, 0, go, 3, RTOL, 1e-4);
+    bt_compare_configs(n, g, 3, 0, go, 3, RTOL, 1e-4);
     /* fp16 and bf16 storage through every VEC (the loads and stores of the
      * storage type; the work-group size does not touch them) */
     static const int vcfg[3][2] = {{64, 1}, {128, 2}, {256, 4}};
@@ -443,12 +437,12 @@ static void test_rows_configs(void **state)
             n = node("Softmax", "", 13, 1, 1);
             x = as_type(rnd(-8, 8, DIMS(5, 1000)), dt);
             y = out_t(dt, DIMS(5, 1000));
-            oclt_compare_cfg(n, &x, 1, 0, &y, 1, vcfg[c], ohalf_ulp(dt), OHALF_ATOL);
+            bt_compare_cfg(n, &x, 1, 0, &y, 1, vcfg[c], bth_ulp(dt), BTH_ATOL);
             n = node("LayerNormalization", "", 17, 3, 3);
             struct gf_tview hin[3] = {as_type(in[0], dt), as_type(in[1], dt),
                                       as_type(in[2], dt)};
             o[0] = out_t(dt, DIMS(6, 1000));
-            oclt_compare_cfg(n, hin, 3, 0, o, 3, vcfg[c], ohalf_ulp(dt), 1e-5);
+            bt_compare_cfg(n, hin, 3, 0, o, 3, vcfg[c], bth_ulp(dt), 1e-5);
         }
     for (size_t i = 0; i < 5; i++) {
         static const int cfgs[5][2] = {{64, 1}, {128, 2}, {512, 4}, {1024, 1}, {256, 2}};
@@ -490,7 +484,7 @@ static int stat_shape(const struct ln_case *c, int64_t *sd)
 static void test_layernorm(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (size_t i = 0; i < sizeof(ln_cases) / sizeof(ln_cases[0]); i++)
         for (int t = 0; t < 3; t++) {
             enum gf_dtype dt = t ? halves[t - 1] : GF_FLOAT;
@@ -504,14 +498,14 @@ static void test_layernorm(void **state)
             int64_t sd[3];
             int sr = stat_shape(c, sd);
             struct gf_tview o[3] = {out_t(dt, c->rank, c->dims), out(sr, sd), out(sr, sd)};
-            oclt_compare(n, in, 3, 0, o, c->stats ? 3 : 1, rtol_of(dt), 1e-5);
+            bt_compare(n, in, 3, 0, o, c->stats ? 3 : 1, rtol_of(dt), 1e-5);
         }
     /* Scale of another type than X is an error naming both */
     struct gf_node *n = node("LayerNormalization", "", 17, 2, 1);
     struct gf_tview in[2] = {as_type(rnd(-3, 5, DIMS(3, 8)), GF_FLOAT16), rnd(0, 2, DIMS(8))};
     struct gf_tview y = out_t(GF_FLOAT16, DIMS(3, 8));
     void *res[1];
-    assert_int_equal(oclt_run_cl(n, in, 2, 0, &y, 1, NULL, res), GF_ERR_INVALID);
+    assert_int_equal(bt_run(n, in, 2, 0, &y, 1, NULL, res), GF_ERR_INVALID);
     free(res[0]);
     if (!strstr(gf_last_error(), "Scale (input 1) is float, X is float16"))
         fail_msg("%s", gf_last_error());
@@ -538,7 +532,7 @@ static void check_layernorm_grad(const struct ln_case *c, enum gf_dtype dt)
         }
         struct gf_tview fin[2] = {x, w};
         struct gf_backend *cpu = gf_backend_get("cpu");
-        assert_int_equal(oclt_run_on(cpu, f, fin, 2, fo, 3, NULL), GF_OK);
+        assert_int_equal(bt_run_on(cpu, f, fin, 2, fo, 3, NULL), GF_OK);
         st[0] = fo[1];
         st[1] = fo[2];
     }
@@ -552,15 +546,15 @@ static void check_layernorm_grad(const struct ln_case *c, enum gf_dtype dt)
     size_t rows = x.nelem / o[1].nelem;
     double atol = 1e-5 * sqrt((double)rows + 10);
     if (dt == GF_FLOAT)
-        oclt_compare(n, in, 5, 0, o, c->bias ? 3 : 2, RTOL, atol);
+        bt_compare(n, in, 5, 0, o, c->bias ? 3 : 2, RTOL, atol);
     else
-        ohalf_compare_wide(n, in, 5, 0, o, c->bias ? 3 : 2, NULL, ohalf_ulp(dt), atol);
+        bth_compare_wide(n, in, 5, 0, o, c->bias ? 3 : 2, NULL, bth_ulp(dt), atol);
 }
 
 static void test_layernorm_grad(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (size_t i = 0; i < sizeof(ln_cases) / sizeof(ln_cases[0]); i++)
         for (int t = 0; t < 3; t++)
             check_layernorm_grad(&ln_cases[i], t ? halves[t - 1] : GF_FLOAT);
@@ -628,7 +622,7 @@ static void loss_fwd(const char *op, const struct loss_case *c, unsigned host_ma
         as_type(sce ? rnd(-4, 4, c->rank, c->dims) : rnd(-9, 0, c->rank, c->dims), dt),
         labels(c), c->weights ? as_type(rnd(0.5f, 2, DIMS(c->dims[1])), dt) : NONE};
     struct gf_tview o[2] = {loss_out(c, &in[1], dt), out_t(dt, c->rank, c->dims)};
-    oclt_compare_cfg(n, in, 3, host_mask, o, sce && c->log_prob ? 2 : 1, cfg, rtol_of(dt),
+    bt_compare_cfg(n, in, 3, host_mask, o, sce && c->log_prob ? 2 : 1, cfg, rtol_of(dt),
                      2e-6);
 }
 
@@ -650,15 +644,15 @@ static void loss_bwd(const char *op, const struct loss_case *c, unsigned host_ma
     struct gf_tview o = out_t(dt, c->rank, c->dims);
     unsigned mask = host_mask | (sce ? 0 : 2);
     if (dt == GF_FLOAT)
-        oclt_compare_cfg(n, in, 4, mask, &o, 1, cfg, RTOL, 1e-6);
+        bt_compare_cfg(n, in, 4, mask, &o, 1, cfg, RTOL, 1e-6);
     else
-        ohalf_compare_wide(n, in, 4, mask, &o, 1, cfg, ohalf_ulp(dt), 1e-6);
+        bth_compare_wide(n, in, 4, mask, &o, 1, cfg, bth_ulp(dt), 1e-6);
 }
 
 static void test_losses(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     for (size_t i = 0; i < sizeof(loss_cases) / sizeof(loss_cases[0]); i++) {
         const struct loss_case *c = &loss_cases[i];
         unsigned labels_on_host = i % 2 ? 0 : 2 | 4; /* labels: input 1 forward, 2 backward */
@@ -675,7 +669,7 @@ static void test_losses(void **state)
 static void test_loss_configs(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     static const int cfgs[][2] = {{64, 1}, {128, 2}, {512, 4}, {1024, 4}, {256, 1}};
     for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
         loss_fwd("SoftmaxCrossEntropyLoss", &loss_cases[2], 0, cfgs[i], GF_FLOAT);
@@ -690,7 +684,7 @@ static void test_loss_configs(void **state)
 static void test_loss_deterministic(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     struct loss_case c = {2, {300, 513}, "mean", true, true, false, GF_INT64};
     struct gf_node *n = node("SoftmaxCrossEntropyLoss", "", 13, 3, 1);
     loss_attrs(n, &c);
@@ -703,7 +697,7 @@ static void test_loss_deterministic(void **state)
     float first = 0;
     for (int run = 0; run < 4; run++) {
         void *res[1];
-        assert_int_equal(oclt_run_cl(n, in, 3, 0, &y, 1, NULL, res), GF_OK);
+        assert_int_equal(bt_run(n, in, 3, 0, &y, 1, NULL, res), GF_OK);
         float got = *(float *)res[0];
         free(res[0]);
         if (run == 0)
@@ -711,7 +705,7 @@ static void test_loss_deterministic(void **state)
         else if (memcmp(&got, &first, sizeof(float)) != 0)
             fail_msg("run %d gave %.9g, run 0 %.9g", run, got, first);
     }
-    oclt_compare(n, in, 3, 0, &y, 1, RTOL, 0);
+    bt_compare(n, in, 3, 0, &y, 1, RTOL, 0);
 }
 
 /* A label outside [0, C): caught on the host with a host copy, else
@@ -719,7 +713,7 @@ static void test_loss_deterministic(void **state)
 static void test_loss_bad_label(void **state)
 {
     (void)state;
-    need_opencl();
+    need_backend();
     const struct loss_case c = {2, {4, 9}, "mean", false, true, false, GF_INT64};
     for (unsigned mask = 0; mask <= 2; mask += 2) {
         struct gf_node *n = node("SoftmaxCrossEntropyLoss", "", 13, 2, 1);
@@ -728,7 +722,7 @@ static void test_loss_bad_label(void **state)
                                  ints(GF_INT64, (int64_t[]){1, II, 9, 0}, 4, DIMS(4))};
         struct gf_tview y = out(0, NULL);
         void *res[1];
-        assert_int_equal(oclt_run_cl(n, in, 2, mask, &y, 1, NULL, res), GF_ERR_INVALID);
+        assert_int_equal(bt_run(n, in, 2, mask, &y, 1, NULL, res), GF_ERR_INVALID);
         free(res[0]);
         if (!strstr(gf_last_error(), "n0") || !strstr(gf_last_error(), "[0, 9)"))
             fail_msg("%s", gf_last_error());
@@ -737,7 +731,7 @@ static void test_loss_bad_label(void **state)
         struct gf_tview g[3] = {rnd(1, 2, 0, NULL), ints(GF_INT64, (int64_t[]){4, 9}, 2,
                                                          DIMS(2)), in[1]};
         struct gf_tview o = out(DIMS(4, 9));
-        assert_int_equal(oclt_run_cl(n, g, 3, 2 | (mask << 1), &o, 1, NULL, res),
+        assert_int_equal(bt_run(n, g, 3, 2 | (mask << 1), &o, 1, NULL, res),
                          GF_ERR_INVALID);
         free(res[0]);
         if (!strstr(gf_last_error(), "n0") || !strstr(gf_last_error(), "[0, 9)"))
@@ -763,5 +757,5 @@ int main(void)
         cmocka_unit_test_teardown(test_loss_deterministic, teardown),
         cmocka_unit_test_teardown(test_loss_bad_label, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return bt_run_tests(tests, NULL, NULL);
 }

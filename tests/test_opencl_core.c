@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "opencl/ocl.h"
-#include "opencl_util.h"
+#include "backend_util.h"
 
 extern const struct gf_backend_ops gf_opencl_ops; /* kernels/opencl/backend.c */
 
@@ -23,7 +23,7 @@ static char cache_dir[256];
 
 static void need_opencl(void)
 {
-    if (!oclt_backend())
+    if (!bt_only("opencl"))
         skip();
 }
 
@@ -31,7 +31,7 @@ static void test_open_and_list(void **state)
 {
     (void)state;
     need_opencl();
-    struct gf_backend *be = oclt_backend(), *again = NULL;
+    struct gf_backend *be = bt_only("opencl"), *again = NULL;
     assert_string_equal(be->ops->name, "opencl");
     assert_false(be->host_memory);
     assert_true(be->align >= 64 && (be->align & (be->align - 1)) == 0);
@@ -68,8 +68,8 @@ static void test_bad_device(void **state)
     assert_int_equal(gf_backend_open("opencl", "no-such-device-xyz", &be), GF_ERR_UNSUPPORTED);
     assert_null(be);
     const char *msg = gf_last_error();
-    if (!strstr(msg, "no-such-device-xyz") || !strstr(msg, oclt_backend()->ops->device_name(
-                                                              oclt_backend())))
+    if (!strstr(msg, "no-such-device-xyz") || !strstr(msg, bt_only("opencl")->ops->device_name(
+                                                              bt_only("opencl"))))
         fail_msg("message lacks the name asked for or the devices available: %s", msg);
 }
 
@@ -77,7 +77,7 @@ static void test_memory(void **state)
 {
     (void)state;
     need_opencl();
-    struct gf_backend *be = oclt_backend();
+    struct gf_backend *be = bt_only("opencl");
     size_t al = be->align, n = 3 * al + 40;
     unsigned char *src = malloc(n), *dst = calloc(1, n);
     for (size_t i = 0; i < n; i++)
@@ -130,7 +130,7 @@ static int cache_files(char names[][512], int max)
 static struct gf_backend fresh(void)
 {
     struct gf_backend b = {.ops = &gf_opencl_ops};
-    assert_int_equal(gf_opencl_ops.init(&b, oclt_backend()->ops->device_name(oclt_backend())),
+    assert_int_equal(gf_opencl_ops.init(&b, bt_only("opencl")->ops->device_name(bt_only("opencl"))),
                      GF_OK);
     return b;
 }
@@ -163,7 +163,7 @@ static void check_neg(struct gf_backend *b, const char *opts)
 
 static bool is_pocl(void)
 {
-    return strstr(gf_cl_of(oclt_backend())->platform_name, "Portable Computing Language");
+    return strstr(gf_cl_of(bt_only("opencl"))->platform_name, "Portable Computing Language");
 }
 
 static void test_program_cache(void **state)
@@ -236,7 +236,7 @@ static void test_build_error(void **state)
 {
     (void)state;
     need_opencl();
-    struct gf_backend *be = oclt_backend();
+    struct gf_backend *be = bt_only("opencl");
     /* a macro that breaks the source: the message names the file and
      * quotes the build log */
     assert_null(gf_cl_kernel(be, "elementwise.cl", "un_neg", "-DVEC=4 -Dun_neg=1"));
