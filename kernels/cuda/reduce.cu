@@ -1,10 +1,12 @@
 /*
  * reduce.cu — the CUDA reductions (host side: reduce.c): Reduce{Sum,Mean,
- * Max} over any set of axes (one block per output element) and Softmax,
- * LogSoftmax and their gradients along one axis (one block per row), and
- * (launch_fused.h) variadic Sum.
- * fp32 data; sums in double, each in a fixed order (thread t takes
- * elements t, t + 256, ..., then a fixed tree), so runs repeat exactly.
+ * Max} over any set of axes, and Softmax, LogSoftmax and their gradients
+ * along one axis (one block per row), and (launch_fused.h) variadic Sum.
+ * A reduction takes one block per output element (thread t takes elements
+ * t, t + 256, ..., then a fixed tree), or, where the innermost kept axis is
+ * contiguous or at most 16 elements are summed, one thread per output
+ * (its elements one after another, as the CPU sums them).
+ * fp32 data; sums in double, each in a fixed order, so runs repeat exactly.
  */
 #include <math.h>
 
@@ -72,12 +74,54 @@ __global__ void k_reduce(int op, const float *x, float *y, gf_cu_red g)
     }
 }
 
+/* One thread per output, its elements summed one after another: neighbour
+ * threads read neighbour addresses when the innermost kept axis is
+ * contiguous (SumToShape of a broadcast gradient, column sums). */
+__global__ void k_reduce_rows(int op, const float *x, float *y, gf_cu_red g)
+{
+    for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < g.nout;
+         o += (int64_t)gridDim.x * blockDim.x) {
+        int64_t base = 0, r = o;
+        for (int d = g.nk - 1; d >= 0; d--) {
+            base += r % g.kdim[d] * g.kstr[d];
+            r /= g.kdim[d];
+        }
+        double sum = 0;
+        float mx = -INFINITY;
+        int64_t idx[GF_CU_MAX_RANK] = {0}, off = base;
+        for (int64_t j = 0; j < g.nred; j++) {
+            float v = x[off];
+            if (op == GF_CU_RED_MAX)
+                mx = (v > mx || isnan(v)) ? v : mx;
+            else
+                sum += (double)v;
+            for (int d = g.nr - 1; d >= 0; d--) { /* odometer over the reduced axes */
+                off += g.rstr[d];
+                if (++idx[d] < g.rdim[d])
+                    break;
+                off -= idx[d] * g.rstr[d];
+                idx[d] = 0;
+            }
+        }
+        y[o] = op == GF_CU_RED_MAX    ? mx
+               : op == GF_CU_RED_MEAN ? (float)(sum / (double)g.nred)
+                                      : (float)sum;
+    }
+}
+
 extern "C" cudaError_t gf_cu_reduce(cudaStream_t s, int op, const float *x, float *y,
                                     const struct gf_cu_red *g)
 {
     if (g->nout <= 0)
         return cudaSuccess;
-    k_reduce<<<blocks_for(g->nout), BLOCK, 0, s>>>(op, x, y, *g);
+    bool inner_kept = g->nk > 0 && g->kstr[g->nk - 1] == 1;
+    if (g->nred <= 16 || (inner_kept && g->nout >= 256)) {
+        int64_t blocks = (g->nout + BLOCK - 1) / BLOCK;
+        k_reduce_rows<<<(unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks), BLOCK, 0, s>>>(
+            op, x, y, *g);
+    } else {
+        k_reduce<<<blocks_for(g->nout), BLOCK, 0, s>>>(op, x, y, *g);
+    }
     return cudaGetLastError();
 }
 
