@@ -2,19 +2,13 @@
  * descriptor): one line a family.
  *
  * Not yet on CUDA (these nodes run on the CPU, node by node; issue 14):
- *   - every fused op, forward and backward: RMSNorm AddRMSNorm LayerNorm
- *     AddLayerNorm and their Grads, SwiGLU GeGLU (and Grads), RoPE (and
- *     Grad), SoftmaxCrossEntropy CrossEntropyGrad LinearCrossEntropy, JSD
- *     (and Grad), Attention (and Grad), MatMulEpilogue (and Grad)
- *   - of the OpenCL tables' plain ops: Pad, GatherND, GatherGrad,
- *     SliceGrad (layout); Sum (variadic), LayerNormalization and its
- *     Grad, SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their
- *     Grads (reduce)
- *   - fp16 / bf16 storage of the float ops (the OpenCL kernels have it),
- *     and fp16 / bf16 MatMul / Gemm on tensor cores
+ *   - JSD and JSDGrad; SoftmaxCrossEntropyLossGrad and
+ *     NegativeLogLikelihoodLossGrad (the ONNX losses' forwards are here)
+ *   - GatherND / GatherGrad whose indices have no host copy
+ *   - Attention with a head dim over 128
+ *   - fp16 / bf16 storage of every op, and fp16 / bf16 GEMMs on tensor
+ *     cores
  *   - the ops the OpenCL tables lack too (the CPU's contrib ops, ...)
- *   - CUDA Graph capture of a run, the autotuner's choice among
- *     cuBLASLt's heuristic candidates and cuBLASLt's fused epilogues
  */
 #include "cu.h"
 
