@@ -17,11 +17,22 @@
  * shared (a Linear over [B, T, K]) are more rows of one product.
  *
  * Gemm's C is first broadcast into Y (the layout kernel's strided copy),
- * then Y = alpha A' B' + beta Y in place.  The algorithm is cuBLASLt's
- * first heuristic choice within the backend's workspace (GF_CU_BLAS_WS);
- * choosing among the candidates is the autotuner's job (issue 14).
+ * then Y = alpha A' B' + beta Y in place.
+ *
+ * The algorithm: knob "algo" (MatMul, Gemm, MatMulEpilogue) is the index
+ * into cuBLASLt's heuristic list for this exact problem (up to GF_CU_ALGOS
+ * candidates within the backend's workspace, GF_CU_BLAS_WS); 0, the
+ * default, is the heuristic's first choice.  An index past the candidates
+ * offered is declined (GF_ERR_UNSUPPORTED, nothing launched), so the
+ * autotuner skips it; choosing among them is the autotuner's job (issue
+ * 14).  The heuristic's list is cached per problem (shape, transposes,
+ * batch strides, epilogue, operand alignment) in the backend: a query costs
+ * tens of microseconds, so it runs once per problem, not per call.
+ * LinearCrossEntropy's GEMMs (gf_cu_gemm) take the first choice.
  */
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cublasLt.h>
 
@@ -29,11 +40,33 @@
 #include "launch_mla.h"
 
 #define GF_CU_BLAS_WS ((size_t)32 << 20)
+#define GF_CU_ALGOS 8   /* heuristic candidates asked for: knob "algo" 0..7 */
+#define ALGO_SLOTS 256  /* problems whose candidates are cached */
+#define ALGO_PROBE 8    /* slots tried from a problem's hash */
 
-/* The handle and its workspace, made together on first use. */
+/* A problem as the heuristic sees it: every field that can change its
+ * answer (int64 throughout: no padding, so memcmp and the hash see only
+ * these bytes). */
+struct algo_key {
+    int64_t m, n, k, lda, ldb, batch, sa, sb, sy;
+    int64_t ta, tb, epi, bias, align_a, align_b, align_y;
+};
+
+/* The heuristic's candidates for one problem, in its order. */
+struct algo_entry {
+    struct algo_key key;
+    int used;
+    int n; /* candidates (0..GF_CU_ALGOS) */
+    cublasLtMatmulAlgo_t algo[GF_CU_ALGOS];
+};
+
+/* The handle, its workspace and the heuristic's cache, made together on
+ * first use. */
 struct blas {
     cublasLtHandle_t h;
     void *ws;
+    struct algo_entry *cache; /* ALGO_SLOTS */
+    unsigned evict;           /* round robin over a full probe run */
 };
 
 void *gf_cu_blas(struct gf_backend *be)
@@ -42,12 +75,17 @@ void *gf_cu_blas(struct gf_backend *be)
     if (cu->blas)
         return cu->blas;
     struct blas *b = calloc(1, sizeof(*b));
+    if (b && !(b->cache = calloc(ALGO_SLOTS, sizeof(*b->cache)))) {
+        free(b);
+        b = NULL;
+    }
     if (!b) {
         gf_error(GF_ERR_NOMEM, "out of memory starting cuBLASLt");
         return NULL;
     }
     cublasStatus_t s = cublasLtCreate(&b->h);
     if (s != CUBLAS_STATUS_SUCCESS) {
+        free(b->cache);
         free(b);
         gf_error(GF_ERR_INTERNAL, "cuBLASLt: cannot start on '%s': %s", cu->device_name,
                  cublasLtGetStatusString(s));
@@ -56,6 +94,7 @@ void *gf_cu_blas(struct gf_backend *be)
     if (cudaMalloc(&b->ws, GF_CU_BLAS_WS) != cudaSuccess) {
         cudaGetLastError();
         cublasLtDestroy(b->h);
+        free(b->cache);
         free(b);
         gf_error(GF_ERR_NOMEM, "cuBLASLt: cannot allocate its %zu-byte workspace on '%s'",
                  GF_CU_BLAS_WS, cu->device_name);
@@ -72,6 +111,7 @@ void gf_cu_blas_free(struct gf_cu *cu)
         return;
     cudaFree(b->ws);
     cublasLtDestroy(b->h);
+    free(b->cache);
     free(b);
     cu->blas = NULL;
 }
@@ -87,7 +127,57 @@ struct prod {
     float alpha, beta; /* beta: Y holds C already */
     int epi;           /* cublasLtEpilogue_t (0: CUBLASLT_EPILOGUE_DEFAULT) */
     const float *bias; /* the epilogue's bias [n], or NULL */
+    int algo;          /* index into the heuristic's candidates (knob "algo") */
 };
+
+/* The "algo" knob: the heuristic's candidates by index, its first choice
+ * the default. */
+static const int algo_values[GF_CU_ALGOS] = {0, 1, 2, 3, 4, 5, 6, 7};
+static const struct gf_config_knob mm_knobs[] = {{"algo", GF_CU_ALGOS, algo_values}};
+#define N_KNOBS (sizeof(mm_knobs) / sizeof(mm_knobs[0]))
+
+static int knob_algo(const struct gf_kernel_args *a)
+{
+    return a->config ? a->config[0] : 0;
+}
+
+/* The largest power of two (up to 256) that p's address is a multiple of. */
+static int64_t align_of(const void *p)
+{
+    uintptr_t u = (uintptr_t)p;
+    int64_t al = 256;
+    while (al > 1 && (u & (uintptr_t)(al - 1)))
+        al >>= 1;
+    return al;
+}
+
+static uint64_t key_hash(const struct algo_key *k)
+{
+    const unsigned char *p = (const unsigned char *)k;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof(*k); i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The cached entry for key, or the slot to fill (*fresh set): one of the
+ * probe run's free slots, else one of them in turn. */
+static struct algo_entry *algo_slot(struct blas *bl, const struct algo_key *key, bool *fresh)
+{
+    size_t h = (size_t)(key_hash(key) % ALGO_SLOTS);
+    struct algo_entry *free_slot = NULL;
+    for (size_t i = 0; i < ALGO_PROBE; i++) {
+        struct algo_entry *e = &bl->cache[(h + i) % ALGO_SLOTS];
+        if (e->used && memcmp(&e->key, key, sizeof(*key)) == 0) {
+            *fresh = false;
+            return e;
+        }
+        if (!e->used && !free_slot)
+            free_slot = e;
+    }
+    *fresh = true;
+    return free_slot ? free_slot : &bl->cache[(h + bl->evict++ % ALGO_PROBE) % ALGO_SLOTS];
+}
 
 static enum gf_status blas_fail(const struct gf_kernel_args *a, const char *what,
                                 cublasStatus_t s)
@@ -124,8 +214,15 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
     cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* theirs: our B */
     cublasOperation_t opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* theirs: our A */
     size_t ws = GF_CU_BLAS_WS;
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
+    struct algo_key key;
+    memset(&key, 0, sizeof(key));
+    key = (struct algo_key){.m = p->m, .n = p->n, .k = p->k, .lda = p->lda, .ldb = p->ldb,
+                            .batch = p->batch, .sa = p->sa, .sb = p->sb, .sy = p->sy,
+                            .ta = p->ta, .tb = p->tb, .epi = p->epi, .bias = p->bias != NULL,
+                            .align_a = align_of(A), .align_b = align_of(B),
+                            .align_y = align_of(Y)};
+    bool fresh;
+    struct algo_entry *e = algo_slot(bl, &key, &fresh);
     const char *what = "setup";
     cublasStatus_t s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -152,21 +249,49 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
         s = layout(&lb, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, p->batch, p->sa);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = layout(&ly, p->m, p->n, p->n, p->batch, p->sy);
-    if (s == CUBLAS_STATUS_SUCCESS)
+    if (s == CUBLAS_STATUS_SUCCESS && fresh)
         s = cublasLtMatmulPreferenceCreate(&pref);
-    if (s == CUBLAS_STATUS_SUCCESS)
+    if (s == CUBLAS_STATUS_SUCCESS && fresh)
         s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                  &ws, sizeof(ws));
-    if (s == CUBLAS_STATUS_SUCCESS) {
+    /* the operands' alignment as they lie (theirs: A is our B); the
+     * heuristic otherwise assumes 256 bytes */
+    uint32_t al[3] = {(uint32_t)key.align_b, (uint32_t)key.align_a, (uint32_t)key.align_y};
+    if (s == CUBLAS_STATUS_SUCCESS && fresh)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                 &al[0], sizeof(al[0]));
+    if (s == CUBLAS_STATUS_SUCCESS && fresh)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                 &al[1], sizeof(al[1]));
+    if (s == CUBLAS_STATUS_SUCCESS && fresh)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                 &al[2], sizeof(al[2]));
+    if (s == CUBLAS_STATUS_SUCCESS && fresh)
+        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                 &al[2], sizeof(al[2]));
+    if (s == CUBLAS_STATUS_SUCCESS && fresh) {
+        cublasLtMatmulHeuristicResult_t h[GF_CU_ALGOS];
+        int found = 0;
         what = "heuristic";
-        s = cublasLtMatmulAlgoGetHeuristic(bl->h, op, la, lb, ly, ly, pref, 1, &h, &found);
-        if (s == CUBLAS_STATUS_SUCCESS && found == 0)
+        s = cublasLtMatmulAlgoGetHeuristic(bl->h, op, la, lb, ly, ly, pref, GF_CU_ALGOS, h,
+                                           &found);
+        e->used = 0;
+        e->n = 0;
+        for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < found && i < GF_CU_ALGOS; i++)
+            if (h[i].state == CUBLAS_STATUS_SUCCESS && h[i].workspaceSize <= ws)
+                e->algo[e->n++] = h[i].algo;
+        if (s == CUBLAS_STATUS_SUCCESS && e->n == 0)
             s = CUBLAS_STATUS_NOT_SUPPORTED;
+        if (s == CUBLAS_STATUS_SUCCESS) {
+            e->key = key;
+            e->used = 1;
+        }
     }
-    if (s == CUBLAS_STATUS_SUCCESS) {
+    bool declined = s == CUBLAS_STATUS_SUCCESS && (p->algo < 0 || p->algo >= e->n);
+    if (s == CUBLAS_STATUS_SUCCESS && !declined) {
         what = "matmul";
         s = cublasLtMatmul(bl->h, op, &p->alpha, B, la, A, lb, &p->beta, Y, ly, Y, ly,
-                           &h.algo, bl->ws, ws, gf_cu_stream(a));
+                           &e->algo[p->algo], bl->ws, ws, gf_cu_stream(a));
     }
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
@@ -178,6 +303,10 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
         cublasLtMatrixLayoutDestroy(la);
     if (op)
         cublasLtMatmulDescDestroy(op);
+    if (declined) /* nothing launched: the tuner skips this config */
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "cuBLASLt algo %d: the heuristic offers "
+                               "%d candidate%s for this product", p->algo, e->n,
+                               e->n == 1 ? "" : "s");
     return s == CUBLAS_STATUS_SUCCESS ? GF_OK : blas_fail(a, what, s);
 }
 
@@ -200,7 +329,7 @@ static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct 
     float *Y = a->out[0].data;
     struct prod p = {.m = m->m, .n = m->n, .k = m->k, .lda = m->lda, .ldb = m->ldb, .ta = ta,
                      .tb = tb, .batch = 1, .sy = m->m * m->n, .alpha = alpha, .beta = beta,
-                     .epi = epi, .bias = bias};
+                     .epi = epi, .bias = bias, .algo = knob_algo(a)};
     if (m->count == 0 || p.m == 0 || p.n == 0)
         return GF_OK;
     int r = m->brank;
@@ -385,6 +514,8 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
         else if (!has_r && act == GF_CU_MACT_GELU_TANH)
             epi = CUBLASLT_EPILOGUE_GELU_BIAS, left = GF_CU_MACT_NONE;
         st = run_plan_epi(a, &m, r.ta, r.tb, r.alpha, 0.0f, epi, a->in[2].data);
+        if (st == GF_ERR_UNSUPPORTED) /* an algo past the candidates: declined */
+            return st;
         if (st == GF_OK) {
             act = left;
             has_b = false;
@@ -497,11 +628,11 @@ static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size
 
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_MATMUL, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
-     .supports = mm_supports, .run = matmul_run},
+     .supports = mm_supports, .run = matmul_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
     {.op = GF_OP_GEMM, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
-     .supports = mm_supports, .run = gemm_run},
+     .supports = mm_supports, .run = gemm_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
     {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
-     .supports = mme_supports, .run = mme_run},
+     .supports = mme_supports, .run = mme_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
     {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_columns",
      .supports = mmeg_supports, .workspace = mmeg_workspace, .run = mmeg_run},
 };
