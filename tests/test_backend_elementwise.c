@@ -452,7 +452,8 @@ static void test_clip(void **state)
                              bt_view(GF_FLOAT, two, 0, NULL), bt_view(GF_FLOAT, two + 1, 0,
                                                                           NULL)};
     struct gf_tview out = bt_view(GF_FLOAT, NULL, DIMS(17, 59));
-    bt_expect_space(bt_compare_configs(mk("Clip", "", 3, 1), in, 3, 0, &out, 1, 0, 0), "opencl", 20);
+    bt_expect_space(bt_compare_configs(mk("Clip", "", 3, 1), in, 3, 0, &out, 1, 0, 0),
+                    "opencl", 20);
     /* a bound that is no scalar is an error naming it */
     void *res[1];
     in[1] = bt_view(GF_FLOAT, two, DIMS(2));

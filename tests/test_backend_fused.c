@@ -209,7 +209,8 @@ static void rms_case(const char *op, int64_t rows, int64_t n, bool w, bool sum_o
     out[0] = fout(DIMS(rows, n));
     out[1] = sum_out ? fout(DIMS(rows, n)) : NONE;
     size_t no = add ? 2 : 1;
-    bt_expect_space(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, RTOL, ATOL), "opencl", norm_configs(sweep));
+    bt_expect_space(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, RTOL, ATOL),
+                    "opencl", norm_configs(sweep));
     release_bufs();
 }
 
@@ -270,7 +271,8 @@ static void ln_case(const char *op, int64_t rows, int64_t n, bool w, bool b, boo
         out[no++] = fout(DIMS(rows, n));
     out[no++] = stats ? fout(DIMS(rows, 1)) : NONE;
     out[no++] = stats ? fout(DIMS(rows, 1)) : NONE;
-    bt_expect_space(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, RTOL, ATOL), "opencl", norm_configs(sweep));
+    bt_expect_space(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, RTOL, ATOL),
+                    "opencl", norm_configs(sweep));
     release_bufs();
 }
 
@@ -337,7 +339,8 @@ static void rms_grad_case(int64_t rows, int64_t n, bool w, int outside, float of
     bt_compare(nd, in, 3, ALL_HOST, out, 1, RTOL, 2 * ATOL);
     out[1] = fout(DIMS(n));
     double atol = 4e-6 * (double)rows;
-    bt_expect_space(compare_sweep(nd, in, 3, ALL_HOST, out, 2, sweep, RTOL, atol), "opencl", norm_configs(sweep));
+    bt_expect_space(compare_sweep(nd, in, 3, ALL_HOST, out, 2, sweep, RTOL, atol),
+                    "opencl", norm_configs(sweep));
     release_bufs();
 }
 
@@ -437,7 +440,8 @@ static void glu_grad_case(const char *op, const char *approx, int64_t rows, int6
                               want & 2 ? fout(DIMS(rows, n)) : NONE};
     /* gelu' has a root near -0.75: an absolute term for the cancellation there */
     if (all_configs)
-        bt_expect_space(bt_compare_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL), "opencl", 32);
+        bt_expect_space(bt_compare_configs(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL),
+                        "opencl", 32);
     else
         bt_compare(nd, in, 3, ALL_HOST, out, 2, RTOL, 4 * ATOL);
     release_bufs();
@@ -742,7 +746,8 @@ static void ln_grad_case(int64_t rows, int64_t n, bool w, bool stats, int want,
                               want & 2 ? fout(DIMS(n)) : NONE};
     /* dX cancels like RMSNormGrad's; dW, dB are sums over the rows */
     double atol = 4e-6 * (double)(rows + 1);
-    bt_expect_space(compare_sweep(nd, in, 5, ALL_HOST, out, 3, sweep, RTOL, atol), "opencl", norm_configs(sweep));
+    bt_expect_space(compare_sweep(nd, in, 5, ALL_HOST, out, 3, sweep, RTOL, atol),
+                    "opencl", norm_configs(sweep));
     release_bufs();
 }
 
@@ -968,7 +973,8 @@ static void compare_widened(const struct gf_node *nd, const struct gf_tview *in,
             double g = bt_elem(out[k].dtype, res[k], i);
             if (!(fabs(g - w) <= atol + rtol * fabs(w)))
                 fail_msg("%s %s %s output %zu element %zu of %zu: %.9g, CPU fp32 %.9g",
-                         bt_name(), nd->op_type, gf_dtype_name(out[k].dtype), k, i, out[k].nelem, g, w);
+                         bt_name(), nd->op_type, gf_dtype_name(out[k].dtype), k, i,
+                         out[k].nelem, g, w);
         }
         free(res[k]);
     }
@@ -998,7 +1004,8 @@ static void half_norm_case(const char *op, enum gf_dtype dt, int64_t rows, int64
         out[no++] = fout(DIMS(rows, 1));
     }
     double rtol = half_rtol(dt), atol = 1e-5;
-    bt_expect_space(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, rtol, atol), "opencl", norm_configs(sweep));
+    bt_expect_space(compare_sweep(nd, in, ni, ALL_HOST, out, no, sweep, rtol, atol),
+                    "opencl", norm_configs(sweep));
     release_bufs();
 }
 
