@@ -78,6 +78,19 @@ struct gf_backend_ops {
     size_t (*list_devices)(struct gf_device_info *out, size_t max);
     /* Driver/runtime version of the open device (autotune cache key). */
     const char *(*driver_version)(const struct gf_backend *be);
+    /* Optional graph capture (CUDA Graphs); NULL on a backend without it
+     * (the executor then runs node by node).  Between capture_begin and
+     * capture_end the kernels and device copies sent to the backend's
+     * stream are recorded, not run; alloc, release, sync, copy_in and
+     * copy_out are refused then (an error naming the call; capture_end
+     * reports it too).  capture_end always ends the capture: *graph is an
+     * executable graph (*n_nodes: its nodes), or NULL with gf_error set.
+     * graph_launch enqueues one replay on the stream, in order with every
+     * other launch and copy; graph_free releases a graph. */
+    enum gf_status (*capture_begin)(struct gf_backend *be);
+    enum gf_status (*capture_end)(struct gf_backend *be, void **graph, size_t *n_nodes);
+    enum gf_status (*graph_launch)(struct gf_backend *be, void *graph);
+    void (*graph_free)(struct gf_backend *be, void *graph);
 };
 
 /* One device as `graphfuse backends` lists it. */

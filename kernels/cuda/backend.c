@@ -11,6 +11,15 @@
  *
  * Without a driver or a device (CI), list_devices finds none and open says
  * so (GF_ERR_UNSUPPORTED); the CUDA runtime prints nothing of its own.
+ *
+ * Graph capture (CUDA Graphs): capture_begin puts the stream in capture
+ * mode (cudaStreamCaptureModeThreadLocal: this thread may make no unsafe
+ * call meanwhile), kernels and device copies are then recorded, and
+ * capture_end instantiates them as one executable graph that graph_launch
+ * replays on the stream.  While capturing, alloc, release, sync, copy_in
+ * and copy_out are refused with an error naming the call: nothing runs
+ * during a capture, so a wait would wait for nothing, a host copy would be
+ * replayed from a host address long gone, and memory cannot be made.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -291,9 +300,30 @@ static enum gf_status cu_status(struct gf_backend *be, cudaError_t e, const char
                     gf_cu_of(be)->device_name, cudaGetErrorString(e));
 }
 
+/* A call made while the stream is captured: refused, the first one kept for
+ * capture_end's message. */
+static enum gf_status refuse(struct gf_backend *be, const char *what, size_t n)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    char call[128];
+    if (n)
+        snprintf(call, sizeof(call), "%s of %zu bytes", what, n);
+    else
+        snprintf(call, sizeof(call), "%s", what);
+    if (!cu->refused[0])
+        snprintf(cu->refused, sizeof(cu->refused), "%s", call);
+    return gf_error(GF_ERR_INTERNAL, "CUDA graph capture on '%s': %s is not allowed while "
+                    "kernels are captured (nothing may allocate, free, synchronize or copy "
+                    "host memory then)", cu->device_name, call);
+}
+
 static void *cu_alloc(struct gf_backend *be, size_t bytes)
 {
     void *p = NULL;
+    if (gf_cu_of(be)->capturing) {
+        refuse(be, "an allocation", bytes);
+        return NULL;
+    }
     if (!gf_cu_use(be))
         return NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : be->align);
@@ -308,6 +338,10 @@ static void *cu_alloc(struct gf_backend *be, size_t bytes)
 
 static void cu_release(struct gf_backend *be, void *p)
 {
+    if (p && gf_cu_of(be)->capturing) { /* cudaFree waits: kept (a leak, no corruption) */
+        refuse(be, "freeing memory", 0);
+        return;
+    }
     if (p && gf_cu_use(be)) {
         /* cudaFree waits for the device; the stream's work on p is done */
         if (cudaFree(p) != cudaSuccess)
@@ -319,6 +353,8 @@ static enum gf_status cu_copy_in(struct gf_backend *be, void *dst, const void *h
 {
     if (n == 0)
         return GF_OK;
+    if (gf_cu_of(be)->capturing)
+        return refuse(be, "an upload (copy_in)", n);
     if (!gf_cu_use(be))
         return GF_ERR_INTERNAL;
     return cu_status(be, cudaMemcpyAsync(dst, host, n, cudaMemcpyHostToDevice,
@@ -329,6 +365,8 @@ static enum gf_status cu_copy_out(struct gf_backend *be, void *host, const void 
 {
     if (n == 0)
         return GF_OK;
+    if (gf_cu_of(be)->capturing)
+        return refuse(be, "a download (copy_out)", n);
     if (!gf_cu_use(be))
         return GF_ERR_INTERNAL;
     cudaStream_t s = gf_cu_of(be)->stream;
@@ -350,6 +388,8 @@ static enum gf_status cu_copy(struct gf_backend *be, void *dst, const void *src,
 
 static enum gf_status cu_sync(struct gf_backend *be)
 {
+    if (gf_cu_of(be)->capturing)
+        return refuse(be, "a synchronization", 0);
     if (!gf_cu_use(be))
         return GF_ERR_INTERNAL;
     return cu_status(be, cudaStreamSynchronize(gf_cu_of(be)->stream), "finishing the stream",
@@ -362,6 +402,78 @@ static void *cu_view(struct gf_backend *be, void *base, size_t off, size_t n)
 {
     (void)be;
     return n ? (unsigned char *)base + off : NULL;
+}
+
+/* ---- graph capture ------------------------------------------------------------ */
+
+static enum gf_status cu_capture_begin(struct gf_backend *be)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    if (cu->capturing)
+        return gf_error(GF_ERR_INTERNAL, "CUDA graph capture on '%s': already capturing",
+                        cu->device_name);
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    cudaGetLastError(); /* a stale error must not end the capture */
+    cudaError_t e = cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess)
+        return cu_status(be, e, "beginning a graph capture", 0);
+    cu->capturing = true;
+    cu->refused[0] = 0;
+    return GF_OK;
+}
+
+static enum gf_status cu_capture_end(struct gf_backend *be, void **graph, size_t *n_nodes)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    *graph = NULL;
+    *n_nodes = 0;
+    if (!cu->capturing)
+        return gf_error(GF_ERR_INTERNAL, "CUDA graph capture on '%s': not capturing",
+                        cu->device_name);
+    cudaGraph_t g = NULL;
+    gf_cu_use(be);
+    cudaError_t e = cudaStreamEndCapture(cu->stream, &g);
+    cu->capturing = false;
+    enum gf_status st = GF_OK;
+    if (cu->refused[0])
+        st = gf_error(GF_ERR_INTERNAL, "CUDA graph capture on '%s': %s was asked for while "
+                      "capturing", cu->device_name, cu->refused);
+    else if (e != cudaSuccess || !g)
+        st = cu_status(be, e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated,
+                       "ending a graph capture", 0);
+    cudaGraphExec_t x = NULL;
+    if (st == GF_OK) {
+        cudaGraphGetNodes(g, NULL, n_nodes);
+        e = cudaGraphInstantiate(&x, g, 0);
+        if (e != cudaSuccess) {
+            x = NULL;
+            st = cu_status(be, e, "instantiating a captured graph", 0);
+        }
+    }
+    if (g)
+        cudaGraphDestroy(g);
+    cudaGetLastError();
+    *graph = x;
+    if (!x)
+        *n_nodes = 0;
+    return st;
+}
+
+static enum gf_status cu_graph_launch(struct gf_backend *be, void *graph)
+{
+    if (gf_cu_of(be)->capturing)
+        return refuse(be, "a graph launch", 0);
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    return cu_status(be, cudaGraphLaunch((cudaGraphExec_t)graph, gf_cu_of(be)->stream),
+                     "launching a captured graph", 0);
+}
+
+static void cu_graph_free(struct gf_backend *be, void *graph)
+{
+    if (graph && gf_cu_use(be) && cudaGraphExecDestroy((cudaGraphExec_t)graph) != cudaSuccess)
+        cudaGetLastError();
 }
 
 static const char *cu_device_name(const struct gf_backend *be)
@@ -389,6 +501,10 @@ const struct gf_backend_ops gf_cuda_ops = {
     .copy = cu_copy,
     .list_devices = cu_list_devices,
     .driver_version = cu_driver_version,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_free = cu_graph_free,
 };
 
 extern const struct gf_kernel_table *const gf_cuda_tables[]; /* tables.c */

@@ -35,6 +35,10 @@ struct gf_cu {
     int sm_count;
     size_t max_threads;       /* per block */
     void *blas;               /* cublasLtHandle_t, made on first use (matmul.c) */
+    /* graph capture (backend.c): the stream is being captured; the first
+     * call refused meanwhile (alloc, sync, a host copy), "" if none */
+    bool capturing;
+    char refused[160];
 };
 
 static inline struct gf_cu *gf_cu_of(const struct gf_backend *be)
