@@ -469,6 +469,10 @@ static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
         *(a[2] == 'p' ? &o->profile : &o->autotune) = true;
         return 1;
     }
+    if (strcmp(a, "--no-cuda-graph") == 0) {
+        o->no_cuda_graph = true;
+        return 1;
+    }
     if (strcmp(a, "--backend") != 0 && strcmp(a, "--device") != 0 &&
         strcmp(a, "--threads") != 0 && strcmp(a, "--max-memory") != 0 &&
         strcmp(a, "--tune-cache") != 0)
@@ -529,6 +533,7 @@ static int cmd_run(int argc, char **argv)
     const char *path = NULL, *outdir = NULL;
     struct cli_inputs ia = {.dim_default = 1}; /* symbolic dims: --dim, else 1 */
     bool fuse = false;
+    int repeat = 1;
     struct gf_exec_opts o = {0};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -539,6 +544,12 @@ static int cmd_run(int argc, char **argv)
             i += used - 1;
         } else if (strcmp(a, "--fuse") == 0) {
             fuse = true;
+        } else if (strcmp(a, "--repeat") == 0) {
+            char *end = NULL;
+            long r = ++i < argc ? strtol(argv[i], &end, 10) : 0;
+            if (i == argc || !end || *end || r < 1 || r > 1000000)
+                return cli_usage(NULL, "run: %s needs a count >= 1", a);
+            repeat = (int)r;
         } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
             if (++i == argc || !strchr(argv[i], '='))
                 return cli_usage(NULL, "run: %s needs NAME=FILE.pb", a);
@@ -587,11 +598,12 @@ static int cmd_run(int argc, char **argv)
         goto out;
     struct gf_tensor **outs;
     size_t n_out;
-    if ((st = gf_session_run(s, n_in, in, &outs, &n_out)) != GF_OK) {
-        gf_error_prefix(path);
-        rc = cli_fail(st);
-        goto out;
-    }
+    for (int r = 0; r < repeat; r++) /* the outputs and profile: the last run's */
+        if ((st = gf_session_run(s, n_in, in, &outs, &n_out)) != GF_OK) {
+            gf_error_prefix(path);
+            rc = cli_fail(st);
+            goto out;
+        }
     printf("outputs:\n");
     for (size_t i = 0; i < n_out; i++)
         print_tensor_summary(outs[i]);
@@ -816,11 +828,14 @@ static const char usage[] =
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
     "      [--backend cpu|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
     "      [--max-memory SIZE] [--fuse] [--dim NAME=SIZE (run --random-inputs)]\n"
-    "      [--tune-cache FILE] [--autotune]\n"
+    "      [--tune-cache FILE] [--autotune] [--repeat N] [--no-cuda-graph]\n"
     "                                  run the graph; outputs summarized and written\n"
     "                                  as output_K.pb into DIR; --fuse optimizes\n"
     "                                  the model in memory first; kernels tuned by\n"
-    "                                  `tune` are used, --autotune tunes missing ones\n"
+    "                                  `tune` are used, --autotune tunes missing ones;\n"
+    "                                  --repeat: N runs (outputs, profile: the last;\n"
+    "                                  on CUDA the 2nd captures a CUDA Graph, later\n"
+    "                                  ones replay it; --no-cuda-graph: never)\n"
     "  test DIR... [--rtol R] [--atol A] [--by-op] [--fuse] [run options]\n"
     "                                  ONNX backend-test folders (model.onnx +\n"
     "                                  test_data_set_*): PASS / FAIL / UNSUPPORTED\n"

@@ -62,7 +62,8 @@ static bool to_int64(const char *s, int64_t lo, int64_t *out)
 
 
 static const char *const flags[] = {"--nesterov", "--fuse", "--no-fuse", "--no-tie",
-                                    "--list-params", "--profile", "--autotune"};
+                                    "--list-params", "--profile", "--autotune",
+                                    "--no-cuda-graph"};
 
 static bool is_flag(const char *a)
 {
@@ -85,6 +86,8 @@ static void flag_option(const char *a, struct train_args *t)
         t->list_params = true;
     else if (strcmp(a, "--autotune") == 0)
         t->to.exec.autotune = true;
+    else if (strcmp(a, "--no-cuda-graph") == 0)
+        t->to.exec.no_cuda_graph = true;
     else
         t->to.exec.profile = true;
 }

@@ -36,6 +36,30 @@ enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev,
 void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
                          double *total_ms);
 
+/* ---- CUDA Graphs (session.c) -------------------------------------------------------- */
+
+/* Why a session with options o on a backend with ops never captures its
+ * runs (NULL: it may), checked in this order: a backend without the capture
+ * ops ("the backend cannot capture": nothing to report), opts.no_cuda_graph,
+ * GRAPHFUSE_NO_CUDA_GRAPH (set, not "" or "0"), opts.check_finite (reads
+ * every node's outputs back). */
+const char *gf_capture_off_reason(const struct gf_exec_opts *o, const struct gf_backend_ops *ops);
+
+/* What a step of a plan is to capture: nothing to launch (folded, a view),
+ * launches a graph may hold, or a step that must run outside any graph. */
+enum gf_capture_kind { GF_CAP_SKIP, GF_CAP_GRAPH, GF_CAP_EAGER };
+
+/* A range of steps [first, end) replayed as one graph; n: its GF_CAP_GRAPH steps. */
+struct gf_capture_seg {
+    size_t first, end, n;
+};
+/* The graphs of a plan of n steps: maximal ranges without a GF_CAP_EAGER step
+ * (starting and ending at a GF_CAP_GRAPH step) holding at least min_steps
+ * GF_CAP_GRAPH steps (fewer run node by node: a replay costs about a
+ * launch).  Fills out (room for n / 2 + 1) and returns how many. */
+size_t gf_capture_segments(const unsigned char *kind, size_t n, size_t min_steps,
+                           struct gf_capture_seg *out);
+
 /* ---- ops run outside a graph (optim.c) --------------------------------------------- */
 
 /* One node of a small model of the caller's, run on a backend with views

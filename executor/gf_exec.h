@@ -38,6 +38,9 @@ struct gf_exec_opts {
     const char *tune_cache; /* autotune cache (gf_tune.h) for nodes with a choice of
                                kernels or knob values; NULL: the default file; "": none */
     bool autotune;       /* tune nodes the cache lacks while planning, and save them */
+    bool no_cuda_graph;  /* never capture runs as CUDA Graphs (also
+                            GRAPHFUSE_NO_CUDA_GRAPH=1): every node launched one by one,
+                            for debugging; see "CUDA Graphs" below */
 };
 
 struct gf_session;
@@ -54,7 +57,20 @@ struct gf_value *gf_session_input(const struct gf_session *s, size_t i);
 
 /* Runs the graph.  inputs[i] feeds gf_session_input(s, i); dtypes and
  * shapes are checked against the declared ones.  The outputs (one per
- * graph output, in order) belong to the session until the next run. */
+ * graph output, in order) belong to the session until the next run.
+ *
+ * CUDA Graphs: on a backend that can capture (CUDA), the first run of a
+ * plan launches node by node, the second captures the kernel launches
+ * (nothing may allocate or wait then; lazily made resources exist by then)
+ * and replays them, later runs with the same plan only copy the inputs in,
+ * replay and copy the outputs out.  Nodes that must run on the host each
+ * time stay outside the graphs, between them: nodes run on the CPU, and
+ * nodes whose kernel is handed a host copy of a value that changes between
+ * runs (a graph input the plan is not keyed on, e.g. token ids read for an
+ * index check).  A node whose capture fails (its kernel synchronizes or
+ * copies host memory) runs outside from then on, and the next run captures
+ * again.  Off with opts.no_cuda_graph, GRAPHFUSE_NO_CUDA_GRAPH=1 or
+ * opts.check_finite; gf_session_print_profile says what was replayed. */
 enum gf_status gf_session_run(struct gf_session *s, size_t n_inputs,
                               struct gf_tensor *const *inputs, struct gf_tensor ***outputs,
                               size_t *n_outputs);
@@ -78,7 +94,9 @@ struct gf_session_stats {
                                   output aliases their input's bytes (no kernel runs) */
 };
 void gf_session_get_stats(const struct gf_session *s, struct gf_session_stats *st);
-/* Time per op type and memory of the last run (with opts.profile). */
+/* Time per op type and memory of the last run (with opts.profile); the
+ * captured part of a run is one entry per graph replayed ("CUDA graph"),
+ * timed as a whole, and one line says what ran inside and outside graphs. */
 void gf_session_print_profile(const struct gf_session *s, FILE *f);
 /* On a device backend, the nodes of the plan that run on the CPU because
  * the backend has no kernel for them: one line per op type with a count,

@@ -38,6 +38,20 @@
  * has the gradient outputs written where it wants them
  * (gf_session_bind_output: V_EXT values, outside the block, not copied
  * back), so a training run copies only the batch in and the loss out.
+ *
+ * CUDA Graphs (a backend with capture ops): the first run of a plan
+ * launches node by node (so that whatever a kernel makes on first use
+ * exists), the second captures the launches of each range of steps that
+ * may be replayed (gf_capture_segments) and launches the graphs, later runs
+ * replay them.  Every address a kernel sees is fixed per plan (the block,
+ * the workspace, uploaded inputs, bound memory), so a replay only needs the
+ * inputs copied in first (upload_inputs, outside any graph) and the outputs
+ * read after.  Steps run outside the graphs, between them: CPU steps, and
+ * steps whose kernel is handed a host copy of a value that changes between
+ * runs (host_changes).  A capture that fails (a kernel synchronized or
+ * copied host memory: the backend refuses it) ran nothing: its range runs
+ * node by node, the failing step stays outside from then on, and the next
+ * run captures again (at most MAX_CAPTURE_TRIES times per plan).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -48,6 +62,8 @@
 #include "gf_tune.h"
 
 #define ALIGN 64
+#define MAX_CAPTURE_TRIES 4 /* failed captures before a plan runs node by node */
+#define MIN_GRAPH_STEPS 2   /* fewer steps between two outside a graph: launched directly */
 
 /* V_CONST: computed while planning (a shape computation that inference
  * resolved, or a node whose inputs are all constant); data in s->consts.
@@ -89,6 +105,7 @@ struct step {
     bool folded; /* outputs computed while planning; not run */
     bool view;   /* its output aliases its input's bytes (find_views): not run */
     bool on_cpu; /* a device backend without a kernel for it: runs on the host */
+    bool no_capture; /* its capture failed once: it runs outside the graphs */
     size_t cands; /* configurations of the backend's kernels for it (autotuning) */
     int tuned[GF_TUNE_MAX_KNOBS]; /* knob values the autotuner chose (config points here) */
 };
@@ -146,6 +163,19 @@ struct gf_session {
     size_t n_tuned_now, n_tuned_cached; /* nodes of the plan tuned now / from the cache */
     size_t n_tuned_run;                 /* entries tuned by every plan of the session */
     char tune_note[600];
+    /* CUDA Graphs (the backend's capture ops) */
+    const char *graph_off;   /* why runs never replay graphs (NULL: they may) */
+    bool plan_off;           /* this plan's captures failed MAX_CAPTURE_TRIES times */
+    int plan_runs;           /* runs of this plan so far */
+    int capture_tries;       /* failed captures of this plan */
+    char graph_why[600];     /* the last failed capture and why */
+    bool segs_ready;         /* segs / graphs hold this plan's ranges */
+    size_t n_segs;
+    struct gf_capture_seg *segs;
+    void **graphs;           /* per range: its executable graph, NULL until captured */
+    size_t *graph_nodes;     /* per range: the backend's nodes in it */
+    double graph_ms;         /* replays of the last run (timed with opts.profile) */
+    int graph_calls;
 };
 
 /* ---- session ------------------------------------------------------------ */
@@ -185,12 +215,33 @@ enum gf_status gf_session_new(struct gf_model *m, const struct gf_exec_opts *o,
     for (size_t i = 0; i < s->g->n_inputs; i++)
         if (!s->g->inputs[i]->init)
             s->inputs[s->n_inputs++] = s->g->inputs[i];
+    s->graph_off = gf_capture_off_reason(&s->o, be->ops);
     *out = s;
     return GF_OK;
 }
 
+/* The plan's graphs and ranges (built again by the next run that replays). */
+static void free_graphs(struct gf_session *s)
+{
+    for (size_t i = 0; s->graphs && i < s->n_segs; i++)
+        if (s->graphs[i])
+            s->be->ops->graph_free(s->be, s->graphs[i]);
+    free(s->segs);
+    free(s->graphs);
+    free(s->graph_nodes);
+    s->segs = NULL;
+    s->graphs = NULL;
+    s->graph_nodes = NULL;
+    s->n_segs = 0;
+    s->segs_ready = false;
+}
+
 static void drop_plan(struct gf_session *s)
 {
+    free_graphs(s);
+    s->plan_off = false;
+    s->plan_runs = s->capture_tries = 0;
+    s->graph_why[0] = 0;
     for (size_t i = 0; s->device && s->v && i < s->g->n_values; i++) {
         struct vinfo *vi = &s->v[s->g->values[i]->id];
         if (vi->dev && vi->dev_owned)
@@ -279,7 +330,7 @@ enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev,
 void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
                          double *total_ms)
 {
-    double k = 0;
+    double k = s->graph_ms;
     for (int op = 0; op < GF_OP_COUNT; op++)
         k += s->op_ms[op];
     *tr = s->traffic;
@@ -1671,22 +1722,15 @@ static enum gf_status run_step(struct gf_session *s, const struct step *st,
     return st->k->run(&a);
 }
 
-static enum gf_status run_steps(struct gf_session *s)
+/* Steps [a, b) launched one by one (timed per op type with opts.profile). */
+static enum gf_status run_range(struct gf_session *s, size_t a, size_t b, struct gf_tview *in,
+                                struct gf_tview *out)
 {
-    struct gf_tview in[64], out[64];
-    memset(s->op_ms, 0, sizeof(s->op_ms));
-    memset(s->op_calls, 0, sizeof(s->op_calls));
-    memset(s->op_views, 0, sizeof(s->op_views));
-    double t_start = now_ms();
-    enum gf_status st = upload_inputs(s);
-    for (size_t k = 0; k < s->n_steps && st == GF_OK; k++) {
+    enum gf_status st = GF_OK;
+    for (size_t k = a; k < b && st == GF_OK; k++) {
         struct gf_node *n = s->steps[k].node;
-        if (s->steps[k].folded)
+        if (s->steps[k].folded || s->steps[k].view) /* a view: its input's bytes */
             continue;
-        if (s->steps[k].view) { /* its output is its input's bytes: nothing to do */
-            s->op_views[n->op]++;
-            continue;
-        }
         if (n->n_outputs > 64)
             return gf_error(GF_ERR_UNSUPPORTED, "node '%s' has too many outputs", n->name);
         double t0 = s->o.profile ? now_ms() : 0;
@@ -1700,6 +1744,216 @@ static enum gf_status run_steps(struct gf_session *s)
             s->op_calls[n->op]++;
         }
     }
+    return st;
+}
+
+/* ---- CUDA Graphs ---------------------------------------------------------------- */
+
+const char *gf_capture_off_reason(const struct gf_exec_opts *o, const struct gf_backend_ops *ops)
+{
+    const char *env = getenv("GRAPHFUSE_NO_CUDA_GRAPH");
+    if (!ops || !ops->capture_begin || !ops->capture_end || !ops->graph_launch ||
+        !ops->graph_free)
+        return "the backend cannot capture";
+    if (o && o->no_cuda_graph)
+        return "--no-cuda-graph";
+    if (env && *env && strcmp(env, "0") != 0)
+        return "GRAPHFUSE_NO_CUDA_GRAPH is set";
+    if (o && o->check_finite)
+        return "check_finite reads every node's outputs back";
+    return NULL;
+}
+
+size_t gf_capture_segments(const unsigned char *kind, size_t n, size_t min_steps,
+                           struct gf_capture_seg *out)
+{
+    size_t m = 0;
+    struct gf_capture_seg cur = {0, 0, 0};
+    for (size_t k = 0; k <= n; k++) {
+        if (k == n || kind[k] == GF_CAP_EAGER) {
+            if (cur.n && cur.n >= min_steps)
+                out[m++] = cur;
+            cur.n = 0;
+        } else if (kind[k] == GF_CAP_GRAPH) {
+            if (!cur.n)
+                cur.first = k;
+            cur.end = k + 1;
+            cur.n++;
+        }
+    }
+    return m;
+}
+
+/* Whether a kernel reading v gets a host copy of it that may differ from
+ * run to run: a graph input the plan is not keyed on (plan_key keeps the
+ * values of small integer inputs), or an initializer that is a graph input
+ * and not the caller's device memory (a parameter the caller may change). */
+static bool host_changes(const struct gf_session *s, const struct gf_value *v)
+{
+    const struct vinfo *vi = &s->v[v->id];
+    struct gf_tview t;
+    device_view(s, v, false, &t);
+    if (!t.host)
+        return false;
+    if (vi->kind == V_INPUT)
+        return !((vi->dtype == GF_INT64 || vi->dtype == GF_INT32) && vi->nelem <= 64);
+    return vi->kind == V_INIT && v->is_input;
+}
+
+static enum gf_capture_kind step_kind(const struct gf_session *s, size_t k)
+{
+    const struct step *st = &s->steps[k];
+    if (st->folded || st->view)
+        return GF_CAP_SKIP;
+    if (st->on_cpu || st->no_capture)
+        return GF_CAP_EAGER;
+    for (size_t i = 0; i < st->node->n_inputs; i++)
+        if (st->node->inputs[i] && host_changes(s, st->node->inputs[i]))
+            return GF_CAP_EAGER;
+    return GF_CAP_GRAPH;
+}
+
+static enum gf_status build_segments(struct gf_session *s)
+{
+    size_t n = s->n_steps;
+    unsigned char *kind = malloc(n + 1);
+    s->segs = malloc((n / 2 + 1) * sizeof(*s->segs));
+    s->graphs = calloc(n / 2 + 1, sizeof(*s->graphs));
+    s->graph_nodes = calloc(n / 2 + 1, sizeof(*s->graph_nodes));
+    if (!kind || !s->segs || !s->graphs || !s->graph_nodes) {
+        free(kind);
+        free_graphs(s);
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < n; k++)
+        kind[k] = (unsigned char)step_kind(s, k);
+    s->n_segs = gf_capture_segments(kind, n, MIN_GRAPH_STEPS, s->segs);
+    free(kind);
+    s->segs_ready = true;
+    return GF_OK;
+}
+
+static const char *node_label(const struct gf_node *n)
+{
+    return n->name && *n->name ? n->name : "unnamed";
+}
+
+/* One replay of range i's graph (with opts.profile waited for and timed). */
+static enum gf_status launch_graph(struct gf_session *s, size_t i)
+{
+    double t0 = s->o.profile ? now_ms() : 0;
+    enum gf_status st = s->be->ops->graph_launch(s->be, s->graphs[i]);
+    if (st == GF_OK && s->o.profile) {
+        st = s->be->ops->sync(s->be);
+        s->graph_ms += now_ms() - t0;
+    }
+    s->graph_calls++;
+    return st;
+}
+
+/* Captures range i and launches it.  A capture that fails ran nothing: the
+ * range runs node by node now, the step that failed (else the whole range)
+ * stays outside the graphs from then on, and *failed asks the caller to
+ * capture again on the next run. */
+static enum gf_status capture_range(struct gf_session *s, size_t i, struct gf_tview *in,
+                                    struct gf_tview *out, bool *failed)
+{
+    const struct gf_capture_seg *g = &s->segs[i];
+    struct gf_backend *be = s->be;
+    size_t bad = SIZE_MAX;
+    enum gf_status st = be->ops->capture_begin(be);
+    if (st != GF_OK) {
+        snprintf(s->graph_why, sizeof(s->graph_why), "a capture could not begin: %s",
+                 gf_last_error());
+        s->plan_off = true;
+        *failed = true;
+        return run_range(s, g->first, g->end, in, out);
+    }
+    for (size_t k = g->first; k < g->end && st == GF_OK; k++) {
+        const struct step *sp = &s->steps[k];
+        if (sp->folded || sp->view)
+            continue;
+        st = sp->node->n_outputs > 64 ? GF_ERR_UNSUPPORTED : run_step(s, sp, in, out);
+        if (st != GF_OK)
+            bad = k;
+    }
+    char why[400];
+    snprintf(why, sizeof(why), "%s", st != GF_OK ? gf_last_error() : "");
+    void *graph = NULL;
+    size_t nodes = 0;
+    enum gf_status end = be->ops->capture_end(be, &graph, &nodes);
+    if (st == GF_OK && end == GF_OK && graph) {
+        s->graphs[i] = graph;
+        s->graph_nodes[i] = nodes;
+        return launch_graph(s, i);
+    }
+    if (graph)
+        be->ops->graph_free(be, graph);
+    if (st == GF_OK)
+        snprintf(why, sizeof(why), "%s", gf_last_error());
+    if (bad != SIZE_MAX) {
+        const struct gf_node *n = s->steps[bad].node;
+        s->steps[bad].no_capture = true;
+        snprintf(s->graph_why, sizeof(s->graph_why), "capturing node '%s' (%s) failed, it "
+                 "runs outside the graphs: %s", node_label(n), n->op_type, why);
+    } else {
+        for (size_t k = g->first; k < g->end; k++)
+            s->steps[k].no_capture = true;
+        snprintf(s->graph_why, sizeof(s->graph_why), "capturing nodes '%s' to '%s' failed, "
+                 "they run outside the graphs: %s", node_label(s->steps[g->first].node),
+                 node_label(s->steps[g->end - 1].node), why);
+    }
+    if (++s->capture_tries >= MAX_CAPTURE_TRIES)
+        s->plan_off = true;
+    *failed = true;
+    return run_range(s, g->first, g->end, in, out);
+}
+
+/* A run through the plan's graphs: each range replayed (captured first if
+ * it has no graph yet), the steps outside them launched in between. */
+static enum gf_status run_graphed(struct gf_session *s, struct gf_tview *in,
+                                  struct gf_tview *out)
+{
+    enum gf_status st = s->segs_ready ? GF_OK : build_segments(s);
+    size_t k = 0;
+    bool failed = false;
+    for (size_t i = 0; i < s->n_segs && st == GF_OK; i++) {
+        const struct gf_capture_seg *g = &s->segs[i];
+        if ((st = run_range(s, k, g->first, in, out)) != GF_OK)
+            break;
+        if (failed) /* capture again on the next run, all ranges at once */
+            st = run_range(s, g->first, g->end, in, out);
+        else if (s->graphs[i])
+            st = launch_graph(s, i);
+        else
+            st = capture_range(s, i, in, out, &failed);
+        k = g->end;
+    }
+    if (st == GF_OK)
+        st = run_range(s, k, s->n_steps, in, out);
+    if (failed)
+        free_graphs(s);
+    return st;
+}
+
+static enum gf_status run_steps(struct gf_session *s)
+{
+    struct gf_tview in[64], out[64];
+    memset(s->op_ms, 0, sizeof(s->op_ms));
+    memset(s->op_calls, 0, sizeof(s->op_calls));
+    memset(s->op_views, 0, sizeof(s->op_views));
+    s->graph_ms = 0;
+    s->graph_calls = 0;
+    for (size_t k = 0; k < s->n_steps; k++)
+        if (s->steps[k].view && !s->steps[k].folded)
+            s->op_views[s->steps[k].node->op]++;
+    double t_start = now_ms();
+    enum gf_status st = upload_inputs(s);
+    /* the first run of a plan makes what kernels make on first use */
+    bool graphs = !s->graph_off && !s->plan_off && s->plan_runs > 0;
+    if (st == GF_OK)
+        st = graphs ? run_graphed(s, in, out) : run_range(s, 0, s->n_steps, in, out);
+    s->plan_runs++;
     if (st == GF_OK)
         st = fill_bound_outputs(s);
     if (st == GF_OK)
@@ -1856,6 +2110,60 @@ bool gf_session_tune_site(const struct gf_session *s, size_t i, struct gf_tune_s
 
 /* ---- profile ----------------------------------------------------------------------- */
 
+/* One line (two with a failed capture) on what the last run replayed. */
+static void print_graphs(const struct gf_session *s, FILE *f)
+{
+    if (s->graph_off) {
+        if (strcmp(s->graph_off, "the backend cannot capture") != 0)
+            fprintf(f, "cuda graph: off (%s): every node launched one by one\n", s->graph_off);
+        return;
+    }
+    size_t inside = 0, nodes = 0, outside = 0, run = 0;
+    int count[GF_OP_COUNT] = {0};
+    for (size_t i = 0; s->segs_ready && i < s->n_segs; i++) {
+        inside += s->segs[i].n;
+        nodes += s->graph_nodes[i];
+    }
+    for (size_t k = 0; s->planned && k < s->n_steps; k++)
+        if (!s->steps[k].folded && !s->steps[k].view)
+            run++;
+    if (s->plan_off)
+        fprintf(f, "cuda graph: off for this plan (%d failed captures): every node launched "
+                "one by one\n", s->capture_tries);
+    else if (s->plan_runs <= 1)
+        fprintf(f, "cuda graph: none yet: the first run of a plan launches node by node, the "
+                "second captures, later runs replay\n");
+    else if (!s->segs_ready)
+        fprintf(f, "cuda graph: a capture failed in this run, which launched the rest node "
+                "by node; the next run captures again\n");
+    else if (!s->n_segs)
+        fprintf(f, "cuda graph: none: no %d or more nodes in a row can be captured\n",
+                MIN_GRAPH_STEPS);
+    else {
+        for (size_t k = 0, i = 0; k < s->n_steps; k++) {
+            while (i < s->n_segs && s->segs[i].end <= k)
+                i++;
+            bool in_seg = i < s->n_segs && k >= s->segs[i].first;
+            if (!in_seg && !s->steps[k].folded && !s->steps[k].view) {
+                outside++;
+                count[s->steps[k].node->op]++;
+            }
+        }
+        fprintf(f, "cuda graph: %zu of %zu nodes replayed as %zu graph%s (%zu CUDA nodes), "
+                "%zu launched outside them", inside, run, s->n_segs, s->n_segs == 1 ? "" : "s",
+                nodes, outside);
+        const char *sep = ": ";
+        for (int op = 0; op < GF_OP_COUNT; op++)
+            if (count[op]) {
+                fprintf(f, "%s%s x%d", sep, gf_op_get_info(op)->name, count[op]);
+                sep = ", ";
+            }
+        fputc('\n', f);
+    }
+    if (s->graph_why[0])
+        fprintf(f, "cuda graph: %s\n", s->graph_why);
+}
+
 void gf_session_print_profile(const struct gf_session *s, FILE *f)
 {
     fprintf(f, "profile: %zu nodes (%zu folded into constants while planning, %zu bytes; "
@@ -1871,6 +2179,10 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
             fprintf(f, "  %-28s %6d %10s %6s\n", gf_op_get_info(op)->name, s->op_views[op],
                     "view", "-");
     }
+    if (s->graph_calls)
+        fprintf(f, "  %-28s %6d %10.3f %5.1f%%\n", "CUDA graph (replay)", s->graph_calls,
+                s->graph_ms, s->total_ms > 0 ? 100.0 * s->graph_ms / s->total_ms : 0.0);
+    print_graphs(s, f);
     fprintf(f, "memory: peak activations %zu bytes (planned block), workspace %zu bytes\n",
             s->block_size, s->ws_size);
     if (s->planned && s->block_size) {

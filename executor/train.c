@@ -18,6 +18,14 @@
  * diagnosis of a NaN.  On the CPU the buffers are host memory and the host
  * copies are views of P: nothing is copied at all.
  *
+ * CUDA Graphs: the session captures forward + backward on its second run
+ * and replays it from the third (gf_session_run; P and G are bound, so
+ * their addresses are fixed).  The trainer's own launches after it stay
+ * outside the graphs: GradNorm's result is read by the host (NaN check,
+ * clipping coefficient) before the update, and the update's learning
+ * rate, AdamW step and coefficient are kernel arguments set per step,
+ * which a captured launch would freeze.
+ *
  * Buffers (n_m: elements of the masters, n_all: of every parameter, each
  * parameter at an offset aligned for a view; the gaps stay zero):
  *   P        [n_all]  the parameters: masters in group order, then copies

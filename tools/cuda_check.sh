@@ -10,7 +10,10 @@
 #     cuda` against PyTorch's recorded outputs (--atol 1e-5, as make test
 #     does on the CPU), and the nodes left to the CPU listed
 #   - 20 AdamW training steps of each model on cuda and on the cpu: the
-#     losses agree within 1e-4 relative
+#     losses agree within 1e-4 relative; on cuda with --no-cuda-graph too:
+#     the same losses, bit for bit, as with the step captured and replayed
+#   - CUDA Graphs: `run --repeat 3 --profile` reports the graph replay, and
+#     llama_tiny's step time with and without capture (`train --profile`)
 # Exit status 0 when every check passed.
 #
 # Usage (repository root, GPU machine):
@@ -132,11 +135,13 @@ for m in mlp llama_tiny gpt2_tiny; do
                 result FAIL "test $m/$e --$f on cuda" "$(tail -3 "$tmp/t" | tr '\n' ' ')"
             fi
             ok=1
-            for b in cpu cuda; do
+            for b in cpu cuda cuda-nograph; do
+                ng=""
+                [ $b = cuda-nograph ] && ng=--no-cuda-graph
                 # shellcheck disable=SC2086
                 "$gf" train "models/$m/$e/model.onnx" --data "models/$m/train_data" \
-                    --steps 20 $ADAMW $extra --$f --backend $b --log "$tmp/$b.csv" \
-                    >"$tmp/$b.out" 2>&1 || ok=0
+                    --steps 20 $ADAMW $extra --$f --backend ${b%-nograph} $ng \
+                    --log "$tmp/$b.csv" >"$tmp/$b.out" 2>&1 || ok=0
             done
             if [ $ok = 0 ]; then
                 result FAIL "train $m/$e --$f on cuda" "$(tail -2 "$tmp/cuda.out" "$tmp/cpu.out" |
@@ -151,8 +156,45 @@ for m in mlp llama_tiny gpt2_tiny; do
                 result FAIL "train $m/$e --$f: losses differ from the cpu's by $r (relative)" \
                     "$(cpu_nodes "$tmp/cuda.out")"
             fi
+            # step, loss, grad_norm, lr: bit for bit with and without CUDA Graphs
+            cut -d, -f1-4 "$tmp/cuda.csv" >"$tmp/g.csv"
+            cut -d, -f1-4 "$tmp/cuda-nograph.csv" >"$tmp/ng.csv"
+            if cmp -s "$tmp/g.csv" "$tmp/ng.csv"; then
+                result PASS "train $m/$e --$f on cuda: same losses with --no-cuda-graph"
+            else
+                result FAIL "train $m/$e --$f on cuda: losses differ with --no-cuda-graph" \
+                    "$(diff "$tmp/g.csv" "$tmp/ng.csv" | head -4 | tr '\n' ' ')"
+            fi
         done
     done
+done
+
+# ---- CUDA Graphs: the replay in the profile, and the step time it saves -------------
+M=models/llama_tiny/legacy
+"$gf" run $M/model.onnx --random-inputs --repeat 3 --profile --backend cuda >"$tmp/rp" 2>&1
+grep -i 'cuda graph' "$tmp/rp"
+if grep -q '^  CUDA graph (replay)' "$tmp/rp" && grep -q '^cuda graph: [0-9]* of' "$tmp/rp"; then
+    result PASS "run --repeat 3 --profile on cuda reports the graph replay" \
+        "$(grep '^cuda graph: [0-9]* of' "$tmp/rp" | cut -c1-200)"
+else
+    result FAIL "run --repeat 3 --profile on cuda reports no graph replay" \
+        "$(grep -i 'cuda graph' "$tmp/rp" | tr '\n' ' ' | cut -c1-300)"
+fi
+for ng in "" --no-cuda-graph; do
+    "$gf" train $M/model.onnx --data models/llama_tiny/train_data --steps 20 $ADAMW \
+        --backend cuda --profile $ng --log "$tmp/p$ng.csv" >"$tmp/p$ng.out" 2>&1
+    ms=$(awk -F, 'NR > 6 { s += $5; k++ } END { if (k) printf "%.3f", s / k }' "$tmp/p$ng.csv")
+    echo "== llama_tiny/legacy train on cuda ${ng:-with CUDA Graphs}: mean step of steps 6-20" \
+        "$ms ms"
+    grep -i 'cuda graph\|train profile' "$tmp/p$ng.out" | cut -c1-240
+    result INFO "llama_tiny train step ${ng:-(graphs)}: $ms ms (steps 6-20, --profile)" \
+        "$(grep 'train profile' "$tmp/p$ng.out" | cut -c1-200)"
+done
+for ng in "" --no-cuda-graph; do # without --profile: no sync after each node
+    "$gf" train $M/model.onnx --data models/llama_tiny/train_data --steps 50 $ADAMW \
+        --backend cuda $ng --log "$tmp/q$ng.csv" >/dev/null 2>&1
+    ms=$(awk -F, 'NR > 6 { s += $5; k++ } END { if (k) printf "%.3f", s / k }' "$tmp/q$ng.csv")
+    result INFO "llama_tiny train step ${ng:-(graphs)}: $ms ms (steps 6-50, no --profile)"
 done
 
 echo
