@@ -523,15 +523,17 @@ static enum gf_status rule_reduce(struct gf_grad_args *a)
 
 /* ---- matrix products ------------------------------------------------------------- */
 
-/* x with its last two axes swapped (rank r >= 2). */
-static struct gf_value *swap_last2(struct gf_grad_args *a, struct gf_value *x, int r)
+/* MatMulEpilogue(x, y) {transA = tx, transB = ty}: x' @ y' with the
+ * transposes read by the GEMM (cuBLASLt / OpenBLAS take a transposed
+ * operand as is) instead of copied by a Transpose node.  Both operands
+ * have rank >= 2; batch dims broadcast as in MatMul. */
+static struct gf_value *matmul_t(struct gf_grad_args *a, struct gf_value *x, struct gf_value *y,
+                                 bool tx, bool ty)
 {
-    int64_t perm[64];
-    for (int i = 0; i < r; i++)
-        perm[i] = i;
-    perm[r - 2] = r - 1;
-    perm[r - 1] = r - 2;
-    return gf_ad_transpose(a->ad, x, (size_t)r, perm);
+    struct gf_value *v = OP2("MatMulEpilogue", x, y);
+    if (tx)
+        v = gf_ad_attr_int(a->ad, v, "transA", 1);
+    return ty ? gf_ad_attr_int(a->ad, v, "transB", 1) : v;
 }
 
 /* True when x's batch dims (all but the last two) provably equal y's. */
@@ -560,7 +562,7 @@ static enum gf_status matmul_vector(struct gf_grad_args *a, int ra, int rb)
     } else if (ra == 1) { /* A [K], B [..., K, N], g [..., N] */
         struct gf_value *g2 = gf_ad_unsqueeze(a->ad, g, 1, &m2); /* [..., 1, N] */
         if (need(a, 0)) /* [..., 1, K] summed to [K] */
-            a->dx[0] = OP2("SumToShape", OP2("MatMul", g2, swap_last2(a, B, rb)),
+            a->dx[0] = OP2("SumToShape", matmul_t(a, g2, B, false, true),
                            gf_ad_shape(a->ad, A));
         if (need(a, 1)) /* [K, 1] * [..., 1, N]: B's shape (Y's batch is B's) */
             a->dx[1] = OP2("Mul", gf_ad_unsqueeze(a->ad, A, 1, &m1), g2);
@@ -575,7 +577,8 @@ static enum gf_status matmul_vector(struct gf_grad_args *a, int ra, int rb)
 }
 
 /* MatMul with ONNX batch broadcasting: dA = g @ B^T, dB = A^T @ g, each
- * summed over the batch dims its operand was broadcast along.  A 2-D B
+ * summed over the batch dims its operand was broadcast along; the
+ * transposes are MatMulEpilogue's transA / transB, not Transpose nodes.  A 2-D B
  * (a linear layer's weight) gets dB from one GEMM over the flattened rows:
  * Gemm(Flatten(A), Flatten(g), transA=1). */
 static enum gf_status rule_matmul(struct gf_grad_args *a)
@@ -587,7 +590,7 @@ static enum gf_status rule_matmul(struct gf_grad_args *a)
     if (ra == 1 || rb == 1)
         return matmul_vector(a, ra, rb);
     if (need(a, 0)) {
-        struct gf_value *d = OP2("MatMul", g, swap_last2(a, B, rb));
+        struct gf_value *d = matmul_t(a, g, B, false, true);
         a->dx[0] = same_batch(A, y) ? d : OP2("SumToShape", d, gf_ad_shape(a->ad, A));
     }
     if (need(a, 1) && rb == 2) { /* A [rows..., K], g [rows..., N] as 2-D */
@@ -598,7 +601,7 @@ static enum gf_status rule_matmul(struct gf_grad_args *a)
             g2 = gf_ad_attr_int(a->ad, OP1("Flatten", g), "axis", ry - 1);
         a->dx[1] = gf_ad_attr_int(a->ad, OP2("Gemm", a2, g2), "transA", 1);
     } else if (need(a, 1)) {
-        struct gf_value *d = OP2("MatMul", swap_last2(a, A, ra), g);
+        struct gf_value *d = matmul_t(a, A, g, true, false);
         a->dx[1] = same_batch(B, y) ? d : OP2("SumToShape", d, gf_ad_shape(a->ad, B));
     }
     return gf_ad_status(a->ad);

@@ -747,6 +747,50 @@ static void test_tied(void **state)
     assert_int_equal(failures, 0);
 }
 
+/* MatMul's gradients read B^T and A^T through MatMulEpilogue's transB /
+ * transA, no Transpose node, also with broadcast batch dims (summed back
+ * by SumToShape) and a vector A; still equal to finite differences. */
+static void test_matmul_transposes(void **state)
+{
+    static const struct {
+        const char *spec;
+        int ta, tb; /* backward MatMulEpilogues with transA / transB */
+    } cases[] = {
+        {"p A 2x1x3x4; p B 3x4x5; MatMul(A,B)->Y", 1, 1},
+        {"p A 3x4; p B 2x4x5; MatMul(A,B)->Y", 1, 1},
+        {"p A 2x3x4; p B 2x4x5; MatMul(A,B)->Y", 1, 1},
+        {"p A 2x3x4; p B 4x5; MatMul(A,B)->Y", 0, 1}, /* dB: one Gemm over the rows */
+        {"p A 4; p B 2x4x5; MatMul(A,B)->Y", 0, 1},
+    };
+    (void)state;
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        struct built b = build(cases[c].spec, 18, GF_FLOAT, true);
+        size_t nodes = b.m->graph->n_nodes, k = 0;
+        struct gf_autodiff_opts o = {.n_params = b.n_params, .params = b.params};
+        struct gf_autodiff_result r;
+        int ta = 0, tb = 0, transposes = 0;
+        assert_int_equal(gf_pass_autodiff(b.m, &o, &r), GF_OK);
+        assert_int_equal(gf_graph_validate(b.m->graph), GF_OK);
+        for (const struct gf_node *n = b.m->graph->first; n; n = n->next, k++) {
+            if (k < nodes)
+                continue;
+            transposes += n->op == GF_OP_TRANSPOSE;
+            if (n->op == GF_OP_MATMUL_EPILOGUE) {
+                assert_string_equal(n->domain, "graphfuse");
+                ta += gf_node_attr_int(n, "transA", 0) != 0;
+                tb += gf_node_attr_int(n, "transB", 0) != 0;
+            }
+        }
+        if (transposes || ta != cases[c].ta || tb != cases[c].tb)
+            fail_msg("%s: %d Transpose, %d transA, %d transB in the backward graph",
+                     cases[c].spec, transposes, ta, tb);
+        gf_model_free(b.m);
+        failures = 0;
+        check_op(&(struct optest){cases[c].spec, 18, cases[c].spec});
+        assert_int_equal(failures, 0);
+    }
+}
+
 /* Defaults: float initializers of rank >= 1 the loss depends on, in file
  * order; they become graph inputs keeping their data; "<p>_grad" outputs
  * of the same type.  A value only read by Shape gets no gradient. */
@@ -1323,6 +1367,7 @@ int main(void)
         cmocka_unit_test(test_random_shapes),
         cmocka_unit_test(test_fused),
         cmocka_unit_test(test_tied),
+        cmocka_unit_test(test_matmul_transposes),
         cmocka_unit_test(test_default_params),
         cmocka_unit_test(test_unreachable_param),
         cmocka_unit_test(test_unsupported),
