@@ -150,6 +150,59 @@ static enum gf_status tr_rewrite(struct gf_match *m, struct gf_fused *f)
     return emit(f, &p);
 }
 
+/* ---- Transpose of an operand of a MatMulEpilogue ---------------------------------------
+ *   a ─(Transpose: last two axes)─┐
+ *   b ─(Transpose: last two axes)─MatMulEpilogue {transA, transB, ...}── y   (one or both)
+ *   = MatMulEpilogue(a, b) {transA / transB toggled, the rest kept}
+ * (an earlier rewrite, an optimized model or the backward graph made the
+ * product; a transposed operand transposed again reads it as it is) */
+enum { U_TA, U_A, U_TB, U_B, U_ROOT };
+static const struct gf_pnode tr_mme_nodes[] = {
+    [U_TA] = {GF_P("transpose(a)", GF_OP_TRANSPOSE, GF_C(CA))},
+    [U_A] = {GF_P("a", GF_PAT_ALT, GF_N(U_TA), GF_C(CA))},
+    [U_TB] = {GF_P("transpose(b)", GF_OP_TRANSPOSE, GF_C(CB))},
+    [U_B] = {GF_P("b", GF_PAT_ALT, GF_N(U_TB), GF_C(CB))},
+    [U_ROOT] = {GF_P("epilogue", GF_OP_MATMUL_EPILOGUE, GF_N(U_A), GF_N(U_B), GF_OPT(CC),
+                     GF_OPT(CR))},
+};
+
+/* The root's attributes, with the flag of each transposed operand toggled. */
+static void tr_mme_prod(const struct gf_match *m, struct prod *p)
+{
+    const struct gf_node *n = gf_match_node(m, U_ROOT);
+    *p = (struct prod){
+        .y = n->outputs[0],
+        .a = gf_match_cap(m, CA), .b = gf_match_cap(m, CB),
+        .bias = gf_match_cap(m, CC), .res = gf_match_cap(m, CR),
+        .ta = gf_node_attr_int(n, "transA", 0) != 0,
+        .tb = gf_node_attr_int(n, "transB", 0) != 0,
+        .alpha = gf_node_attr_float(n, "alpha", 1.0f),
+        .beta = gf_node_attr_float(n, "beta", 1.0f),
+        .act = gf_node_attr_string(n, "activation", ""),
+    };
+    p->ta ^= gf_match_node(m, U_TA) != NULL;
+    p->tb ^= gf_match_node(m, U_TB) != NULL;
+}
+
+static bool tr_mme_check(struct gf_match *m)
+{
+    bool ta = gf_match_node(m, U_TA) != NULL, tb = gf_match_node(m, U_TB) != NULL;
+    struct prod p;
+    if (!ta && !tb)
+        return gf_match_fail(m, U_ROOT, "neither operand is a Transpose");
+    if ((ta && !swaps_last_two(m, U_TA)) || (tb && !swaps_last_two(m, U_TB)))
+        return false;
+    tr_mme_prod(m, &p);
+    return prod_ok(m, U_ROOT, &p);
+}
+
+static enum gf_status tr_mme_rewrite(struct gf_match *m, struct gf_fused *f)
+{
+    struct prod p;
+    tr_mme_prod(m, &p);
+    return emit(f, &p);
+}
+
 /* ---- constant scale ------------------------------------------------------------------
  *   a ─┐
  *   b ─MatMul | Gemm | MatMulEpilogue ─Mul(s) | Div(s)── y     (s: one constant element)
@@ -384,6 +437,8 @@ static enum gf_status act_rewrite(struct gf_match *m, struct gf_fused *f)
 const struct gf_pattern gf_patterns_matmul[] = {
     GF_PATTERN("matmul_transpose", "MatMul(Transpose(a), b) and (a, Transpose(b))", tr_nodes,
                mm_caps, tr_check, tr_rewrite),
+    GF_PATTERN("matmul_transpose", "MatMulEpilogue(Transpose(a), b) and (a, Transpose(b))",
+               tr_mme_nodes, mm_caps, tr_mme_check, tr_mme_rewrite),
     GF_PATTERN("matmul_scale", "product*s", scale_mul_nodes, scale_caps, scale_check,
                scale_rewrite),
     GF_PATTERN("matmul_scale", "product/s", scale_div_nodes, scale_caps, scale_check,

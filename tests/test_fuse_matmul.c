@@ -544,6 +544,132 @@ static void test_transpose_reused(void **state)
     gf_model_free(t.m);
 }
 
+/* A MatMulEpilogue (graphfuse domain) reading a (rank 3, [1, 3]) x-side
+ * operand `a` and b, with transB = tb and alpha 0.5; y its output. */
+static struct gf_node *mme_node(struct tg *t, const char *a, const char *b, int64_t tb)
+{
+    struct gf_value *in[3] = {gf_graph_find(t->g, a), gf_graph_find(t->g, b),
+                              gf_graph_find(t->g, "bias")};
+    struct gf_value *y = gf_graph_new_value(t->g, "y", NULL);
+    assert_int_equal(gf_model_set_opset(t->m, "graphfuse", 1), GF_OK);
+    struct gf_node *n = gf_graph_add_node(t->g, "MatMulEpilogue", "graphfuse", "mme", 3, in, 1,
+                                          &y);
+    assert_non_null(n);
+    if (tb)
+        assert_int_equal(gf_node_set_attr_int(n, "transB", 1), GF_OK);
+    assert_int_equal(gf_node_set_attr_float(n, "alpha", 0.5f), GF_OK);
+    return n;
+}
+
+/* x [2,8,3] -> Transpose(last two) -> [2,3,8] @ w^T (w [16,8], transB) + bias. */
+static struct tg tr_epilogue(const int64_t *perm)
+{
+    struct tg t = tg_new(17);
+    tg_input(&t, "x", GF_FLOAT, "2,8,3");
+    tg_input(&t, "w", GF_FLOAT, "16,8");
+    tg_init(&t, "bias", GF_FLOAT, "16", NULL);
+    gf_node_set_attr_ints(tg_node(&t, "Transpose", "x", "xt"), "perm", 3, perm);
+    mme_node(&t, "xt", "w", 1);
+    tg_output(&t, "y");
+    return t;
+}
+
+/* A Transpose into a MatMulEpilogue sets its transA; the rest is kept. */
+static void test_transpose_into_epilogue(void **state)
+{
+    (void)state;
+    int64_t perm[] = {0, 2, 1};
+    struct tg t = tr_epilogue(perm);
+    struct gf_fuse_report rep;
+    tg_check_fused(&t, NULL, &rep);
+    expect_mme(&t, (struct want){.in = {"x", "w", "bias"}, .ta = 1, .tb = 1, .alpha = 0.5});
+    assert_int_equal(t.g->n_nodes, 1);
+    assert_int_equal(tg_hits(&rep, "matmul_transpose"), 1);
+    gf_fuse_report_free(&rep);
+    gf_model_free(t.m);
+}
+
+/* A Transpose of an operand the epilogue reads transposed: transB off. */
+static void test_transpose_toggles_epilogue(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(17);
+    tg_input(&t, "x", GF_FLOAT, "2,3,8");
+    tg_input(&t, "w", GF_FLOAT, "8,16");
+    tg_init(&t, "bias", GF_FLOAT, "16", NULL);
+    tg_node(&t, "Transpose", "w", "wt"); /* rank 2, no perm: the swap */
+    mme_node(&t, "x", "wt", 1);
+    tg_output(&t, "y");
+    tg_check_fused(&t, NULL, NULL);
+    expect_mme(&t, (struct want){.in = {"x", "w", "bias"}, .alpha = 0.5});
+    assert_int_equal(tg_count(&t, "Transpose"), 0);
+    gf_model_free(t.m);
+}
+
+/* perm [1,0,2] is not a last-two swap: the epilogue stays as it was. */
+static void test_transpose_epilogue_wrong_perm(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(17);
+    tg_input(&t, "x", GF_FLOAT, "3,2,8");
+    tg_input(&t, "w", GF_FLOAT, "16,8");
+    tg_init(&t, "bias", GF_FLOAT, "16", NULL);
+    int64_t perm[] = {1, 0, 2};
+    gf_node_set_attr_ints(tg_node(&t, "Transpose", "x", "xt"), "perm", 3, perm);
+    mme_node(&t, "xt", "w", 1);
+    tg_output(&t, "y");
+    tg_check_fused(&t, NULL, NULL);
+    expect_mme(&t, (struct want){.in = {"xt", "w", "bias"}, .tb = 1, .alpha = 0.5});
+    assert_int_equal(tg_count(&t, "Transpose"), 1);
+    gf_model_free(t.m);
+}
+
+/* The transposed x is read again (a graph output): no fold. */
+static void test_transpose_epilogue_reused(void **state)
+{
+    (void)state;
+    int64_t perm[] = {0, 2, 1};
+    struct tg t = tr_epilogue(perm);
+    tg_output(&t, "xt");
+    tg_check_fused(&t, NULL, NULL);
+    expect_mme(&t, (struct want){.in = {"xt", "w", "bias"}, .tb = 1, .alpha = 0.5});
+    assert_int_equal(tg_count(&t, "Transpose"), 1);
+    gf_model_free(t.m);
+}
+
+/* The Transpose is read by a second node (a Relu): no fold. */
+static void test_transpose_epilogue_two_readers(void **state)
+{
+    (void)state;
+    int64_t perm[] = {0, 2, 1};
+    struct tg t = tr_epilogue(perm);
+    tg_node(&t, "Relu", "xt", "r");
+    tg_output(&t, "r");
+    tg_check_fused(&t, NULL, NULL);
+    expect_mme(&t, (struct want){.in = {"xt", "w", "bias"}, .tb = 1, .alpha = 0.5});
+    assert_int_equal(tg_count(&t, "Transpose"), 1);
+    gf_model_free(t.m);
+}
+
+/* A Transpose read by a MatMul and by another node: no fold. */
+static void test_transpose_two_readers(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(17);
+    tg_input(&t, "q", GF_FLOAT, "2,3,4");
+    tg_input(&t, "k", GF_FLOAT, "2,5,4");
+    int64_t perm[] = {0, 2, 1};
+    gf_node_set_attr_ints(tg_node(&t, "Transpose", "k", "kt"), "perm", 3, perm);
+    tg_node(&t, "MatMul", "q,kt", "y");
+    tg_node(&t, "Relu", "kt", "r");
+    tg_output(&t, "y");
+    tg_output(&t, "r");
+    tg_check_fused(&t, NULL, NULL);
+    expect_no_mme(&t);
+    assert_int_equal(tg_count(&t, "Transpose"), 1);
+    gf_model_free(t.m);
+}
+
 /* A scale that is not constant, or not one element: no alpha. */
 static void test_scale_not_constant(void **state)
 {
@@ -613,6 +739,12 @@ int main(void)
         cmocka_unit_test(test_transpose_both),
         cmocka_unit_test(test_transpose_wrong_perm),
         cmocka_unit_test(test_transpose_reused),
+        cmocka_unit_test(test_transpose_two_readers),
+        cmocka_unit_test(test_transpose_into_epilogue),
+        cmocka_unit_test(test_transpose_toggles_epilogue),
+        cmocka_unit_test(test_transpose_epilogue_wrong_perm),
+        cmocka_unit_test(test_transpose_epilogue_reused),
+        cmocka_unit_test(test_transpose_epilogue_two_readers),
         cmocka_unit_test(test_scale_not_constant),
         cmocka_unit_test(test_scale_vector),
         cmocka_unit_test(test_scale_after_bias),
