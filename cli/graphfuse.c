@@ -826,7 +826,7 @@ static const char usage[] =
     "                                  after and hits per pattern; --explain tells\n"
     "                                  where PATTERN stopped at each candidate node\n"
     "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
-    "      [--backend cpu|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
+    "      [--backend cpu|cuda|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
     "      [--max-memory SIZE] [--fuse] [--dim NAME=SIZE (run --random-inputs)]\n"
     "      [--tune-cache FILE] [--autotune] [--repeat N] [--no-cuda-graph]\n"
     "                                  run the graph; outputs summarized and written\n"
