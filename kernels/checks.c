@@ -835,3 +835,20 @@ enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_ar
         st = gf_check_out_count(a, k, GF_FLOAT, n);
     return st;
 }
+
+enum gf_status gf_check_int_divisor(const struct gf_kernel_args *a, const struct gf_tview *b)
+{
+    if (a->node->op != GF_OP_DIV || (b->dtype != GF_INT64 && b->dtype != GF_INT32))
+        return GF_OK;
+    if (!b->host)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "integer Div needs the divisor on the "
+                               "host");
+    for (size_t i = 0; i < b->nelem; i++) {
+        int64_t v = b->dtype == GF_INT64 ? ((const int64_t *)b->host)[i]
+                                         : ((const int32_t *)b->host)[i];
+        if (v == 0)
+            return gf_kernel_error(a, GF_ERR_INVALID, "input 1 (divisor) element %zu is 0: "
+                                   "integer division by zero", i);
+    }
+    return GF_OK;
+}

@@ -299,6 +299,9 @@ struct gf_mm {
 };
 /* The product's rule (graph/opcheck.h) and geometry, transposed by ta, tb. */
 enum gf_status gf_mm_plan(const struct gf_kernel_args *a, bool ta, bool tb, struct gf_mm *m);
+/* A device kernel's integer Div (int64 / int32): the divisor B read from its
+ * host copy (none: GF_ERR_UNSUPPORTED), no element 0.  Other nodes: OK. */
+enum gf_status gf_check_int_divisor(const struct gf_kernel_args *a, const struct gf_tview *b);
 /* Gemm(A, B, C?) -> Y: the rule (A, B 2-D, K, C broadcast to [M, N]) and
  * the product's geometry; C given (fu_has) is checked, types are not. */
 enum gf_status gf_gemm_check(const struct gf_kernel_args *a, struct gf_gemm_rule *r,

@@ -204,24 +204,6 @@ static bool bin_supports(const struct gf_node *n, const struct gf_tview *in, siz
     return !(n->op == GF_OP_DIV && is_int(in[0].dtype) && !in[1].host);
 }
 
-/* Integer Div: no zero divisor (read from the host copy). */
-static enum gf_status bin_check_divisor(const struct gf_kernel_args *a, const struct gf_tview *b)
-{
-    if (a->node->op != GF_OP_DIV || !is_int(b->dtype))
-        return GF_OK;
-    if (!b->host)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "integer Div needs the divisor on the "
-                               "host");
-    for (size_t i = 0; i < b->nelem; i++) {
-        int64_t v = b->dtype == GF_INT64 ? ((const int64_t *)b->host)[i]
-                                         : ((const int32_t *)b->host)[i];
-        if (v == 0)
-            return gf_kernel_error(a, GF_ERR_INVALID, "input 1 (divisor) element %zu is 0: "
-                                   "integer division by zero", i);
-    }
-    return GF_OK;
-}
-
 /* out = op(x, b), both broadcast to out (x may be out itself). */
 static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct bin_op *op,
                                const struct gf_tview *x, int kx, const struct gf_tview *b,
@@ -268,7 +250,7 @@ static enum gf_status bin_run(const struct gf_kernel_args *a)
         return a->backend->ops->copy(a->backend, a->out[0].data, a->in[0].data,
                                      gf_tview_bytes(&a->out[0]));
     }
-    if ((st = bin_check_divisor(a, &a->in[1])) ||
+    if ((st = gf_check_int_divisor(a, &a->in[1])) ||
         (st = bin_pair(a, op, &a->in[0], 0, &a->in[1], 1)))
         return st;
     /* Max / Min of more: folded into the output */
