@@ -325,6 +325,8 @@ struct optimize_args {
     size_t n_disabled;
     const char *drops[64];
     size_t n_drops;
+    const char *enabled[8];
+    size_t n_enabled;
     char *lists[64]; /* copies of the --disable arguments, split in place */
     size_t n_lists;
 };
@@ -384,6 +386,11 @@ static int parse_optimize(int argc, char **argv, struct optimize_args *a)
         } else if ((v = opt_value(argc, argv, &i, "--disable", &missing))) {
             if ((rc = add_disabled(a, v)) != 0)
                 return rc;
+        } else if ((v = opt_value(argc, argv, &i, "--enable", &missing))) {
+            if (!gf_fuse_pattern_opt_in(v))
+                return cli_usage(NULL, "optimize: '%s' is not an opt-in pattern (attention)", v);
+            if (a->n_enabled < 8)
+                a->enabled[a->n_enabled++] = v;
         } else if ((v = opt_value(argc, argv, &i, "--report", &missing))) {
             if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
                 return cli_usage(NULL, "optimize: unknown report format '%s' (text or json)", v);
@@ -431,6 +438,7 @@ static int cmd_optimize(int argc, char **argv)
     if (rc == 0 && (st = gf_op_census_take(&input, m->graph)) != GF_OK)
         rc = cli_fail(st);
     struct gf_fuse_opts fo = {.disabled = a.disabled, .n_disabled = a.n_disabled,
+                              .enabled = a.enabled, .n_enabled = a.n_enabled,
                               .explain = a.explain, .target = a.target};
     if (rc == 0 && (st = optimize_model(m, a.path, &fo, &rep, &cs)) != GF_OK)
         rc = cli_fail(st);
@@ -821,6 +829,7 @@ static const char usage[] =
     "                                  the graph, one line per node / Graphviz / JSON\n"
     "  optimize MODEL -o OUT [--target graphfuse|ort|onnx] [--disable P1,P2]\n"
     "      [--report text|json] [--explain PATTERN] [--drop-output NAME]\n"
+    "      [--enable attention]\n"
     "                                  cleanup and fusion (patterns below); writes\n"
     "                                  OUT atomically and prints op counts before /\n"
     "                                  after and hits per pattern; --explain tells\n"

@@ -401,6 +401,8 @@ enum gf_status gf_rule_attention(const struct gf_node *n, const struct gf_shape 
                                  const struct gf_shape *mask, struct gf_attn_rule *r)
 {
     enum gf_status st = attr_flag(n, "transB", &r->tb);
+    if (st == GF_OK)
+        st = attr_flag(n, "zero_masked_rows", &r->zero_rows);
     if (st != GF_OK)
         return st;
     r->scale = gf_node_attr_float(n, "scale", 1.0f);

@@ -135,9 +135,12 @@ enum gf_status gf_rule_loss(const struct gf_node *n, const struct gf_shape *dlos
  * Attention(Q, K, V, Mask?) -> O: Q [b..., Sq, D], K [b..., Sk, D] with
  * transB = 1 (else [b..., D, Sk]), V [b..., Sk, Dv], Mask broadcasting to
  * the scores [b..., Sq, Sk]; O [b..., Sq, Dv].  AttentionGrad(dO, Q, K, V,
- * Mask?, O): dO and O like O. */
+ * Mask?, O): dO and O like O.  zero_masked_rows = 1: a row whose scores
+ * are all -inf (every key masked) gives O = 0 and no gradient, where the
+ * softmax alone gives NaN (the exporters' Where(IsNaN(P), 0, P)). */
 struct gf_attn_rule {
     bool tb;
+    bool zero_rows; /* zero_masked_rows: a row whose scores are all -inf gives 0s, not NaN */
     float scale;
     struct gf_dim sq, sk, d, dv;
     struct gf_shape scores; /* [b..., Sq, Sk] */
