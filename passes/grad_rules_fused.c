@@ -417,6 +417,7 @@ enum gf_status gf_grad_fused_attention(struct gf_grad_args *a)
     struct gf_value *d = gf_ad_node(a->ad, "AttentionGrad", 6, ins, 3, outs);
     d = gf_ad_attr_copy(a->ad, d, "scale");
     d = gf_ad_attr_copy(a->ad, d, "transB");
+    d = gf_ad_attr_copy(a->ad, d, "zero_masked_rows");
     for (size_t i = 0; i < 3; i++)
         a->dx[i] = need(a, i) ? outs[i] : NULL;
     return gf_ad_status(a->ad);

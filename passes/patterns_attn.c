@@ -4,6 +4,7 @@
  * every head at once (README "Fused ops").  Opt-in (gf_fuse_opts.enabled):
  * the trainer turns it on, for the memory the backward would otherwise keep.
  * Pattern format: pattern.h. */
+#include <math.h>
 #include <string.h>
 
 #include "pattern.h"
@@ -98,10 +99,154 @@ static enum gf_status attn_rewrite(struct gf_match *m, struct gf_fused *f)
     return st;
 }
 
+/* ---- the exporters' SDPA math: q and k scaled apart, NaN rows zeroed ----------------------
+ * torch's scaled_dot_product_attention, exported (legacy and dynamo) as its math
+ * fallback, scales q and kᵀ by sqrt(scale) each and zeroes the rows a fully
+ * masked softmax turns to NaN:
+ *   q ──[Mul(sq)]───────────────────────────────────┐
+ *   k ──Transpose | Reshape·Transpose·Reshape──[Mul(sk)]─MatMul─[Add(mask)]─Softmax─┐
+ *                                      Where(IsNaN(p), 0, p) or p ──────────MatMul(v)── o
+ *   = Attention(q, k, v, mask) {scale = sq sk, transB = 1, zero_masked_rows}
+ * k without a transpose gives transB = 0 (k is then [b..., D, Sk]). */
+enum { SQ, SK, SV, SM, SSQ, SSK, SZ };
+static const struct gf_pcap sdpa_caps[] = {
+    [SQ] = GF_K_ANY("q"),          [SK] = GF_K_ANY("k"),
+    [SV] = GF_K_ANY("v"),          [SM] = GF_K_ANY("mask"),
+    [SSQ] = GF_K_CONST("q scale"), [SSK] = GF_K_CONST("k scale"),
+    [SZ] = GF_K_SCALAR("zero", 0.0, 0),
+};
+enum { S_QMUL, S_Q, S_KT, S_KR1, S_KTR, S_KR2, S_KTA, S_KMUL, S_K, S_MM, S_ADD, S_SRC, S_SM,
+       S_NAN, S_WH, S_P, S_ROOT };
+static const struct gf_pnode sdpa_nodes[] = {
+    [S_QMUL] = {GF_P("q scale", GF_OP_MUL, GF_C(SQ), GF_C(SSQ)), .flags = GF_PF_COMMUTE},
+    [S_Q] = {GF_P("q", GF_PAT_ALT, GF_N(S_QMUL), GF_C(SQ))},
+    [S_KT] = {GF_P("k transpose", GF_OP_TRANSPOSE, GF_C(SK))},
+    [S_KR1] = {GF_P("k flattened", GF_OP_RESHAPE, GF_C(SK), GF_ANY)},
+    [S_KTR] = {GF_P("flat k transpose", GF_OP_TRANSPOSE, GF_N(S_KR1))},
+    [S_KR2] = {GF_P("k transposed", GF_OP_RESHAPE, GF_N(S_KTR), GF_ANY)},
+    [S_KTA] = {GF_P("k'", GF_PAT_ALT, GF_N(S_KT), GF_N(S_KR2), GF_C(SK))},
+    [S_KMUL] = {GF_P("k scale", GF_OP_MUL, GF_N(S_KTA), GF_C(SSK)), .flags = GF_PF_COMMUTE},
+    [S_K] = {GF_P("scaled k'", GF_PAT_ALT, GF_N(S_KMUL), GF_N(S_KTA))},
+    [S_MM] = {GF_P("scores", GF_OP_MATMUL, GF_N(S_Q), GF_N(S_K))},
+    [S_ADD] = {GF_P("mask", GF_OP_ADD, GF_N(S_MM), GF_C(SM)), .flags = GF_PF_COMMUTE},
+    [S_SRC] = {GF_P("masked scores", GF_PAT_ALT, GF_N(S_ADD), GF_N(S_MM))},
+    [S_SM] = {GF_P("softmax", GF_OP_SOFTMAX, GF_N(S_SRC))},
+    [S_NAN] = {GF_P("isnan", GF_OP_IS_NAN, GF_N(S_SM))},
+    [S_WH] = {GF_P("zero NaN rows", GF_OP_WHERE, GF_N(S_NAN), GF_C(SZ), GF_N(S_SM))},
+    [S_P] = {GF_P("probabilities", GF_PAT_ALT, GF_N(S_WH), GF_N(S_SM))},
+    [S_ROOT] = {GF_P("matmul", GF_OP_MATMUL, GF_N(S_P), GF_C(SV))},
+};
+
+/* perm of a Transpose node swaps the last two of its rank axes, nothing else. */
+static bool swaps_last_two(const struct gf_node *t, int rank)
+{
+    const struct gf_attr *a = gf_node_attr(t, "perm");
+    if (rank < 2 || !a || a->type != GF_ATTR_INTS || (int)a->n != rank)
+        return false;
+    for (int i = 0; i < rank; i++)
+        if (a->ints[i] != (i < rank - 2 ? i : i == rank - 2 ? rank - 1 : rank - 2))
+            return false;
+    return true;
+}
+
+/* Dims a[i] and b[j] are provably equal. */
+static bool same_dim(const struct gf_value *a, int i, const struct gf_value *b, int j)
+{
+    const struct gf_dim *p = &a->type.dims[i], *q = &b->type.dims[j];
+    return p->value >= 0 || q->value >= 0
+               ? p->value == q->value
+               : p->param && q->param && strcmp(p->param, q->param) == 0;
+}
+
+/* Reshape(Transpose(Reshape(k, [n, Sk, D]), perm 0 2 1), [b..., D, Sk]): kᵀ of
+ * the last two axes with the batch dims flattened (the dynamo exporter's). */
+static bool flat_transpose(struct gf_match *m, const struct gf_value *k)
+{
+    const struct gf_node *r1 = gf_match_node(m, S_KR1), *t = gf_match_node(m, S_KTR);
+    const struct gf_value *flat = r1->outputs[0], *kt = gf_match_node(m, S_KR2)->outputs[0];
+    int r = gf_pat_rank(k), fr = gf_pat_rank(flat);
+    if (fr < 2 || !swaps_last_two(t, fr) || gf_pat_rank(kt) != r || r < 2)
+        return gf_match_fail(m, S_KTR, "not a transpose of the last two axes of k");
+    if (!same_dim(flat, fr - 2, k, r - 2) || !same_dim(flat, fr - 1, k, r - 1) ||
+        !same_dim(kt, r - 2, k, r - 1) || !same_dim(kt, r - 1, k, r - 2))
+        return gf_match_fail(m, S_KR2, "the reshapes do not provably keep k's last two axes");
+    for (int i = 0; i < r - 2; i++)
+        if (!same_dim(kt, i, k, i))
+            return gf_match_fail(m, S_KR2, "the reshapes do not provably keep k's batch dims");
+    return true;
+}
+
+/* A scale capture: one finite element (missing: 1). */
+static bool scale_of(struct gf_match *m, int cap, int pn, double *s)
+{
+    const struct gf_tensor *t = gf_match_const(m, cap);
+    *s = 1.0;
+    if (!gf_match_cap(m, cap))
+        return true;
+    if (!t || !gf_pat_scalar(t, s) || !isfinite(*s))
+        return gf_match_fail(m, pn, "the scale is not one finite constant");
+    return true;
+}
+
+static bool sdpa_check(struct gf_match *m)
+{
+    struct gf_value *q = gf_match_cap(m, SQ), *k = gf_match_cap(m, SK), *v = gf_match_cap(m, SV);
+    struct gf_value *mask = gf_match_cap(m, SM);
+    double sq = 1, sk = 1;
+    if (!scale_of(m, SSQ, S_QMUL, &sq) || !scale_of(m, SSK, S_KMUL, &sk))
+        return false;
+    const struct gf_node *kt = gf_match_node(m, S_KT);
+    if (kt && !swaps_last_two(kt, gf_pat_rank(k)))
+        return gf_match_fail(m, S_KT, "the transpose is not of k's last two axes");
+    if (gf_match_node(m, S_KR2) && !flat_transpose(m, k))
+        return false;
+    if (!compute_dtype(q) || !compute_dtype(k) || !compute_dtype(v) ||
+        (mask && !compute_dtype(mask)))
+        return gf_match_fail(m, S_ROOT, "q, k, v (and the mask) must be float or double");
+    if (q->type.dtype != k->type.dtype || q->type.dtype != v->type.dtype ||
+        (mask && mask->type.dtype != q->type.dtype))
+        return gf_match_fail(m, S_ROOT, "q, k, v and the mask differ in dtype");
+    if (!same_batch(q, k) || !same_batch(q, v))
+        return gf_match_fail(m, S_ROOT, "q, k and v do not provably share their batch dims");
+    if (mask && gf_pat_rank(mask) > gf_pat_rank(q))
+        return gf_match_fail(m, S_ADD, "the mask has a higher rank than the scores");
+    const struct gf_node *sm = gf_match_node(m, S_SM);
+    int r = gf_pat_rank(sm->inputs[0]);
+    int64_t axis = gf_node_attr_int(sm, "axis", gf_model_opset(m->graph->model, "") >= 13 ? -1 : 1);
+    if (r < 0 || (axis != -1 && axis != r - 1))
+        return gf_match_fail(m, S_SM, "the softmax axis %lld is not the last of rank %d",
+                             (long long)axis, r);
+    m->f[0] = sq * sk;
+    return true;
+}
+
+static enum gf_status sdpa_rewrite(struct gf_match *m, struct gf_fused *f)
+{
+    enum gf_status st = GF_OK;
+    bool tb = gf_match_node(m, S_KT) || gf_match_node(m, S_KR2);
+    f->op = GF_OP_ATTENTION;
+    st = gf_fused_input(f, gf_match_cap(m, SQ));
+    if (st == GF_OK)
+        st = gf_fused_input(f, gf_match_cap(m, SK));
+    if (st == GF_OK)
+        st = gf_fused_input(f, gf_match_cap(m, SV));
+    if (st == GF_OK)
+        st = gf_fused_input(f, gf_match_cap(m, SM));
+    if (st == GF_OK && m->f[0] != 1.0)
+        st = gf_fused_attr_float(f, "scale", (float)m->f[0]);
+    if (st == GF_OK && tb)
+        st = gf_fused_attr_int(f, "transB", 1);
+    if (st == GF_OK && gf_match_node(m, S_WH))
+        st = gf_fused_attr_int(f, "zero_masked_rows", 1);
+    return st;
+}
+
 /* ---- the table ----------------------------------------------------------------------------- */
 
 const struct gf_pattern gf_patterns_attn[] = {
     GF_PATTERN("attention", "softmax(scale q k' + mask) v", attn_nodes, attn_caps, attn_check,
                attn_rewrite),
+    GF_PATTERN("attention", "SDPA math: softmax(q s (k s)' + mask), NaN rows 0, v", sdpa_nodes,
+               sdpa_caps, sdpa_check, sdpa_rewrite),
 };
 const size_t gf_patterns_attn_count = sizeof(gf_patterns_attn) / sizeof(gf_patterns_attn[0]);

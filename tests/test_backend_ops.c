@@ -66,6 +66,12 @@ struct tcase {
 #define T_RED 1e-5, 1e-5  /* reductions and rows */
 #define T_MM 1e-5, 2e-5   /* products over K <= 1000 */
 
+/* An attention mask [Sq 5, Sk 6] whose query row 0 sees no key and row 3
+ * one (zero_masked_rows: row 0 gives 0s). */
+#define MASK_ROWS                                                                          \
+    "f[5,6]=-inf,-inf,-inf,-inf,-inf,-inf,0,0,-inf,0,0,0,0,0,0,0,0,0,-inf,-inf,-inf,-inf,"  \
+    "-inf,0,0,-inf,0,-inf,0,-inf"
+
 static const struct tcase cases[] = {
     /* ---- elementwise, binary: broadcasting, odd sizes, every type the ops take */
     {"Add", "", NULL, "f[7,33] f[33]", NULL, T_EW, F32 | HALF},
@@ -207,6 +213,8 @@ static const struct tcase cases[] = {
      T_RED, F32 | HALF},
     {"Attention", GF, "transB=i:1 scale=f:0.25",
      "f[3,33,17]~-1,1 f[3,7,17]~-1,1 f[3,7,5]~-1,1 f[33,7]", NULL, T_RED, F32},
+    {"Attention", GF, "transB=i:1 zero_masked_rows=i:1",
+     "f[2,5,8]~-1,1 f[2,6,8]~-1,1 f[2,6,4]~-1,1 " MASK_ROWS, NULL, T_RED, F32},
     /* ---- gradient ops */
     {"SumToShape", GF, NULL, "f[1000,33] l[1]=33", NULL, 1e-5, 1e-4, F32 | HALF},
     {"SumToShape", GF, NULL, "f[2,3,4,5] l[3]=3,1,5", NULL, 1e-5, 1e-5, F32},
@@ -244,6 +252,9 @@ static const struct tcase cases[] = {
      "f[2,3,7,16]~-1,1 f[2,3,7,16]~-1,1 f[2,3,16,33]~-1,1 f[2,3,33,16]~-1,1 - "
      "f[2,3,7,16]~-1,1",
      "yyy", 1e-4, 1e-5, F32 | HALF},
+    {"AttentionGrad", GF, "transB=i:1 zero_masked_rows=i:1",
+     "f[2,5,4]~-1,1 f[2,5,8]~-1,1 f[2,6,8]~-1,1 f[2,6,4]~-1,1 " MASK_ROWS " f[2,5,4]~-1,1",
+     "yyy", 1e-4, 1e-5, F32},
     /* ---- optimizer ops (fp32 state; hyper float64 on the host: kernels/optim_ops.h) */
     {"GradAccumulate", GF, "scale=f:0.5", "F[1000] F[1000]", NULL, 0, 0, 0},
     {"GradAccumulate", GF, "transpose=i:1", "F[33,7] F[7,33]", NULL, 0, 0, 0},

@@ -33,6 +33,7 @@
 struct attn {
     enum gf_dtype dt;
     bool tb;
+    bool zero_rows; /* zero_masked_rows: a row of -inf scores gives 0s, not NaN */
     double scale;
     size_t items, sq, sk, d, dv; /* (batch, head) items, Sq, Sk, D, Dv */
     size_t rb;                   /* query rows of a block */
@@ -98,6 +99,10 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
             T *sr = s + i * c->sk, m = -INFINITY;                                       \
             for (size_t j = 0; j < c->sk; j++)                                          \
                 m = sr[j] > m ? sr[j] : m;                                              \
+            if (m == -INFINITY && c->zero_rows) {                                       \
+                memset(sr, 0, c->sk * sizeof(T));                                       \
+                continue;                                                               \
+            }                                                                           \
             double acc[FU_LANES] = {0}, l = 0;                                          \
             size_t j = 0;                                                               \
             for (; j < c->sk; j++)                                                      \
@@ -235,7 +240,8 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Q is %s: float and double only",
                                gf_dtype_name(q->dtype));
     int rk = q->rank;
-    c->dt = q->dtype, c->tb = r.tb, c->brank = rk - 2, c->scale = r.scale;
+    c->dt = q->dtype, c->tb = r.tb, c->zero_rows = r.zero_rows;
+    c->brank = rk - 2, c->scale = r.scale;
     c->sq = (size_t)r.sq.value, c->sk = (size_t)r.sk.value;
     c->d = (size_t)r.d.value, c->dv = (size_t)r.dv.value;
     if (c->sq > INT_MAX || c->sk > INT_MAX || c->d > INT_MAX || c->dv > INT_MAX)

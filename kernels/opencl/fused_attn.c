@@ -34,6 +34,7 @@
 #define F_DQ 4u
 #define F_DK 8u
 #define F_DV 16u
+#define F_ZERO 32u
 
 /* knobs: query rows of a tile, keys of a tile, work-group size */
 enum { K_ROWS, K_KEYS, K_WG };
@@ -93,7 +94,8 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
     c->items = gf_dims_prod(q->dims, 0, rk - 2);
     c->arg = (struct attn_arg){.rows = (cl_uint)(c->items * c->sq), .sq = (cl_uint)c->sq,
                                .sk = (cl_uint)c->sk, .d = (cl_uint)c->d, .dv = (cl_uint)c->dv,
-                               .flags = r.tb ? F_TB : 0, .scale = r.scale};
+                               .flags = (r.tb ? F_TB : 0) | (r.zero_rows ? F_ZERO : 0),
+                               .scale = r.scale};
     for (size_t k = 0; qi && k < 3; k++)
         if (fu_has_out(a, k))
             c->arg.flags |= F_DQ << k;

@@ -32,6 +32,7 @@
 #define F_DQ 4u   /* dQ wanted */
 #define F_DK 8u   /* dK wanted */
 #define F_DV 16u  /* dV wanted */
+#define F_ZERO 32u /* zero_masked_rows: a row of -inf scores gives 0s, not NaN */
 
 /* The shapes, tiles and Mask strides (struct attn_arg of fused_attn.c). */
 struct attn_arg {
@@ -188,8 +189,10 @@ __kernel void attn_fwd(__global const store_t *q, __global const store_t *k,
 #pragma unroll
     for (uint i = 0; i < MAXO; i++) {
         uint e = lid + i * wg;
-        if (e < nacc && e / a.dv < nr)
-            ST(o, (it * a.sq + q0) * a.dv + e, acc[i] / lrow[e / a.dv]);
+        if (e < nacc && e / a.dv < nr) {
+            float l = lrow[e / a.dv];
+            ST(o, (it * a.sq + q0) * a.dv + e, l == 0.0f && (a.flags & F_ZERO) ? 0.0f : acc[i] / l);
+        }
     }
 }
 
@@ -240,6 +243,10 @@ __kernel void attn_dq(__global const store_t *dout, __global const store_t *q,
         }
     }
     for (uint r = lid; r < nr; r += wg) {
+        if ((a.flags & F_ZERO) && mrow[r] == -INFINITY) {
+            mrow[r] = 0.0f; /* every p = exp(-inf) / inf = 0 */
+            lrow[r] = INFINITY;
+        }
         float di = 0.0f;
         for (uint c = 0; c < a.dv; c++)
             di += dos[r * ldo + c] * LD(o, (row0 + r) * a.dv + c);
