@@ -76,7 +76,7 @@ HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h ker
            executor/gf_exec.h executor/gf_tune.h
 
 
-.PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench bench-opencl \
+.PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench bench-opencl bench-cuda \
         install clean help bad-corpus
 all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc $(BUILD)/models/matmul.onnx
 
@@ -87,6 +87,7 @@ help:
 	@echo "make demo       run the bundled model, train it on a word list, sample words"
 	@echo "make bench      load/save speed against bare protobuf-c"
 	@echo "make bench-opencl ARGS=\"--device NAME\"  OpenCL kernel bandwidth (--small: quick)"
+	@echo "make bench-cuda HF_ARGS=\"--steps 5\"  CUDA kernels, GEMMs; PyTorch side by side on a GPU"
 	@echo "make install PREFIX=/usr/local"
 
 # Installs missing Debian packages (prints the apt-get line when not root).
@@ -258,6 +259,28 @@ bench-opencl: all $(BUILD)/tests/bench_opencl $(BUILD)/tests/bench_opencl_matmul
 	@$(BUILD)/tests/bench_opencl $(ARGS)
 	@echo "== $(BUILD)/tests/bench_opencl_matmul $(ARGS)"
 	@$(BUILD)/tests/bench_opencl_matmul $(ARGS)
+
+# The CUDA backend on an NVIDIA GPU (docs/backends.md, "CUDA"): the fused
+# kernels' bandwidth against the card's copy, cross-entropy, linear
+# cross-entropy and attention (each checked against the CPU first), the 160M
+# Llama's GEMM shapes with cuBLASLt's default against the tuned candidate;
+# then, where python3 has torch and transformers (the GPU machine),
+# PyTorch's SDPA and cross-entropy at the same shapes and the 160M Llama's
+# training step on cuda and opencl next to PyTorch eager fp32, same weights
+# and batch (tools/hf_bench.py; its options in HF_ARGS="--steps 5").
+CUDA_BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_cuda_*.c))
+bench-cuda: all $(CUDA_BENCHES)
+	@if ! $(BUILD)/graphfuse backends | grep -q '^cuda: available'; then \
+	    echo "bench-cuda: no CUDA device here ($(BUILD)/graphfuse backends)"; exit 1; fi
+	@set -e; for b in $(CUDA_BENCHES); do echo "== $$b"; $$b; done
+	@if python3 -c 'import torch, transformers' 2>/dev/null; then \
+	    set -e; echo "== tools/bench_sdpa.py"; python3 tools/bench_sdpa.py; \
+	    echo "== tools/hf_bench.py --preset 160m --backend cuda,opencl $(HF_ARGS)"; \
+	    python3 tools/hf_bench.py --preset 160m --backend cuda,opencl \
+	        --graphfuse $(BUILD)/graphfuse $(HF_ARGS); \
+	else \
+	    echo "bench-cuda: python3 has no torch / transformers: PyTorch's side skipped"; \
+	fi
 
 $(BUILD)/tests/bench_%: tests/bench_%.c $(BUILD)/libgraphfuse.a
 	@mkdir -p $(dir $@)

@@ -2193,6 +2193,13 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
     fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
             s->intermediate_bytes,
             s->intermediate_bytes ? (double)s->block_size / (double)s->intermediate_bytes : 0.0);
+    if (s->be && s->be->ops->memory) { /* hf_bench.py reads this line */
+        uint64_t now, peak;
+        s->be->ops->memory(s->be, &now, &peak);
+        fprintf(f, "device memory: peak %llu bytes (%.2f GiB) held by the backend at once, "
+                "%llu now\n", (unsigned long long)peak, (double)peak / (1 << 30),
+                (unsigned long long)now);
+    }
     if (s->n_views) {
         fprintf(f, "views: %zu node%s alias their input's bytes, no kernel, 0 bytes copied:",
                 s->n_views, s->n_views == 1 ? "" : "s");

@@ -78,6 +78,10 @@ struct gf_backend_ops {
     size_t (*list_devices)(struct gf_device_info *out, size_t max);
     /* Driver/runtime version of the open device (autotune cache key). */
     const char *(*driver_version)(const struct gf_backend *be);
+    /* Optional: bytes of device memory the backend holds now and the most
+     * it held at once since the device was opened (its own allocations and
+     * library workspaces; not the driver's context); NULL: not tracked. */
+    void (*memory)(const struct gf_backend *be, uint64_t *now, uint64_t *peak);
     /* Optional graph capture (CUDA Graphs); NULL on a backend without it
      * (the executor then runs node by node).  Between capture_begin and
      * capture_end the kernels and device copies sent to the backend's

@@ -247,6 +247,7 @@ static void cu_free(struct gf_backend *be)
         gf_cu_blas_free(cu);
         cudaStreamDestroy(cu->stream);
     }
+    free(cu->blocks);
     free(cu);
     be->priv = NULL;
 }
@@ -317,6 +318,51 @@ static enum gf_status refuse(struct gf_backend *be, const char *what, size_t n)
                     "host memory then)", cu->device_name, call);
 }
 
+/* ---- device memory bookkeeping --------------------------------------------
+ * A plain array of the live blocks: a training run holds a few hundred
+ * (the planned block, workspaces, parameters, gradients, optimizer state),
+ * so a linear search on release costs nothing next to cudaFree. */
+static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void gf_cu_mem_add(struct gf_cu *cu, void *p, size_t n)
+{
+    pthread_mutex_lock(&mem_mu);
+    if (cu->n_blocks == cu->cap_blocks) {
+        size_t cap = cu->cap_blocks ? 2 * cu->cap_blocks : 64;
+        struct gf_cu_block *b = realloc(cu->blocks, cap * sizeof(*b));
+        if (b) /* else the block goes uncounted: bookkeeping, not correctness */
+            cu->blocks = b, cu->cap_blocks = cap;
+    }
+    if (cu->n_blocks < cu->cap_blocks) {
+        cu->blocks[cu->n_blocks++] = (struct gf_cu_block){p, n};
+        cu->bytes_now += n;
+        if (cu->bytes_now > cu->bytes_peak)
+            cu->bytes_peak = cu->bytes_now;
+    }
+    pthread_mutex_unlock(&mem_mu);
+}
+
+void gf_cu_mem_remove(struct gf_cu *cu, void *p)
+{
+    pthread_mutex_lock(&mem_mu);
+    for (size_t i = cu->n_blocks; i-- > 0;)
+        if (cu->blocks[i].p == p) {
+            cu->bytes_now -= cu->blocks[i].n;
+            cu->blocks[i] = cu->blocks[--cu->n_blocks];
+            break;
+        }
+    pthread_mutex_unlock(&mem_mu);
+}
+
+static void cu_memory(const struct gf_backend *be, uint64_t *now, uint64_t *peak)
+{
+    const struct gf_cu *cu = gf_cu_of(be);
+    pthread_mutex_lock(&mem_mu);
+    *now = cu ? cu->bytes_now : 0;
+    *peak = cu ? cu->bytes_peak : 0;
+    pthread_mutex_unlock(&mem_mu);
+}
+
 static void *cu_alloc(struct gf_backend *be, size_t bytes)
 {
     void *p = NULL;
@@ -333,6 +379,7 @@ static void *cu_alloc(struct gf_backend *be, size_t bytes)
                  gf_cu_of(be)->device_name, cudaGetErrorString(e));
         return NULL;
     }
+    gf_cu_mem_add(gf_cu_of(be), p, bytes ? bytes : be->align);
     return p;
 }
 
@@ -343,6 +390,7 @@ static void cu_release(struct gf_backend *be, void *p)
         return;
     }
     if (p && gf_cu_use(be)) {
+        gf_cu_mem_remove(gf_cu_of(be), p);
         /* cudaFree waits for the device; the stream's work on p is done */
         if (cudaFree(p) != cudaSuccess)
             cudaGetLastError();
@@ -492,6 +540,7 @@ const struct gf_backend_ops gf_cuda_ops = {
     .free = cu_free,
     .alloc = cu_alloc,
     .release = cu_release,
+    .memory = cu_memory,
     .copy_in = cu_copy_in,
     .copy_out = cu_copy_out,
     .sync = cu_sync,

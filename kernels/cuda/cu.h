@@ -39,12 +39,24 @@ struct gf_cu {
      * call refused meanwhile (alloc, sync, a host copy), "" if none */
     bool capturing;
     char refused[160];
+    /* device memory (backend.c): every live cudaMalloc of the backend and
+     * its size (release needs it), the bytes held now and the most held at
+     * once since the device was opened */
+    struct gf_cu_block { void *p; size_t n; } *blocks;
+    size_t n_blocks, cap_blocks;
+    uint64_t bytes_now, bytes_peak;
 };
 
 static inline struct gf_cu *gf_cu_of(const struct gf_backend *be)
 {
     return (struct gf_cu *)be->priv;
 }
+
+/* Device memory bookkeeping (backend.c) for allocations made outside
+ * cu_alloc (the cuBLASLt workspace): entered after a successful cudaMalloc,
+ * removed before its cudaFree. */
+void gf_cu_mem_add(struct gf_cu *cu, void *p, size_t n);
+void gf_cu_mem_remove(struct gf_cu *cu, void *p);
 
 /* The backend's stream, its device made current for this thread first. */
 cudaStream_t gf_cu_stream(const struct gf_kernel_args *a);
