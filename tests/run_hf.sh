@@ -6,14 +6,17 @@
 #     left to the CPU;
 #  2. train --untie all: 5 SGD and 5 AdamW steps on every export with
 #     labels, both exporters, fused and unfused, within 1e-5 relative of
-#     PyTorch training its real (separate) parameters; the same on OpenCL
-#     (AdamW, fused and unfused, within 1e-4, no node on the CPU);
+#     PyTorch training its real (separate) parameters; the same on each
+#     device backend present, OpenCL and CUDA (AdamW, fused and unfused,
+#     within 1e-4, no node on the CPU);
 #  3. without --untie, train warns about each parameter the exporter merged;
 #  4. LinearCrossEntropy fires on every causal-LM export with labels, in
 #     optimize --drop-output logits and in train.
 # (tests/test_params.c checks the parameter set against initializers.txt and
 # that -o leaves every folded constant byte-identical.)
 # Usage: tests/run_hf.sh path/to/graphfuse
+# RUN_HF_DEVICES="cuda" limits the device backends (default: every one that
+# `graphfuse backends` lists as available, of opencl and cuda).
 set -u
 gf=${1:?usage: run_hf.sh path/to/graphfuse}
 tmp=$(mktemp -d)
@@ -32,8 +35,10 @@ fail() {
 
 . "$(dirname "$0")/sanitizer.sh" # gfx: a run, repeated if LeakSanitizer itself fails
 
-opencl=no
-"$gf" backends 2>/dev/null | grep -q '^opencl: available' && opencl=yes
+devs=""
+for b in ${RUN_HF_DEVICES:-opencl cuda}; do
+    "$gf" backends 2>/dev/null | grep -q "^$b: available" && devs="$devs $b"
+done
 
 # max relative difference of the loss column of LOG against REF (step,loss)
 maxrel() {
@@ -49,13 +54,12 @@ within() { # within VALUE TOLERANCE
     awk -v r="$1" -v t="$2" 'BEGIN { exit !(r + 0 == r && r <= t) }'
 }
 
-echo "== models/hf: graphfuse test against PyTorch (cpu atol 1e-5, opencl atol 1e-4: $opencl)"
+echo "== models/hf: graphfuse test against PyTorch (cpu atol 1e-5, devices atol 1e-4:${devs:- none})"
 for a in $ARCHS; do
     for d in models/hf/$a/*/; do
-        for b in cpu opencl; do
-            [ $b = opencl ] && [ $opencl = no ] && continue
+        for b in cpu $devs; do
             atol=1e-5
-            [ $b = opencl ] && atol=1e-4
+            [ $b != cpu ] && atol=1e-4
             for f in "" --fuse; do
                 n=$((n + 1))
                 # shellcheck disable=SC2086
@@ -98,8 +102,8 @@ for a in $ARCHS; do
     done
 done
 
-if [ $opencl = yes ]; then
-    echo "== train --untie all on OpenCL: 5 AdamW steps against PyTorch (tolerance 1e-4)"
+for b in $devs; do
+    echo "== train --untie all on $b: 5 AdamW steps against PyTorch (tolerance 1e-4)"
     for a in $ARCHS; do
         line=$(printf "%-8s" "$a")
         for e in legacy dynamo; do
@@ -108,20 +112,20 @@ if [ $opencl = yes ]; then
                 n=$((n + 1))
                 # shellcheck disable=SC2086
                 if ! gfx "$tmp/out" train "$d/model.onnx" --data "$d" --steps 5 $ADAMW --untie all \
-                    --$f --backend opencl --log "$tmp/log.csv"; then
-                    fail "$a/$e opencl --$f: $(tail -3 "$tmp/out")"
+                    --$f --backend $b --log "$tmp/log.csv"; then
+                    fail "$a/$e $b --$f: $(tail -3 "$tmp/out")"
                     continue
                 fi
                 grep -q 'ran on the CPU' "$tmp/out" &&
-                    fail "$a/$e opencl --$f: $(grep 'ran on the CPU' "$tmp/out")"
+                    fail "$a/$e $b --$f: $(grep 'ran on the CPU' "$tmp/out")"
                 r=$(maxrel "$tmp/log.csv" "models/hf/$a/train_adamw.csv")
                 line="$line $e --$f $r;"
-                within "$r" 1e-4 || fail "$a/$e opencl --$f: losses differ by $r"
+                within "$r" 1e-4 || fail "$a/$e $b --$f: losses differ by $r"
             done
         done
         echo "$line"
     done
-fi
+done
 
 echo "== merged parameters: the warning without --untie"
 m0=$n
