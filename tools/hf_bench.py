@@ -3,7 +3,8 @@
 
     python3 tools/hf_bench.py [--preset 160m|vocab32k] [--batch B] [--seq T]
                               [--steps N] [--backend cpu|opencl|cuda[,...]] [--device NAME]
-                              [--modes unfused,fused,fused-no-lce] [--graphfuse PATH]
+                              [--modes unfused,fused,fused-no-lce,fused-no-attn]
+                              [--graphfuse PATH]
 
 Builds `LlamaForCausalLM` from a config with random weights (no hub download),
 exports it with labels through the legacy exporter (opset 17, dynamic batch and
@@ -146,6 +147,7 @@ MODES = {
     "unfused": ["--no-fuse"],
     "fused": ["--fuse"],
     "fused-no-lce": ["--fuse", "--disable", "linear_cross_entropy"],
+    "fused-no-attn": ["--fuse", "--disable", "attention"],
 }
 
 
