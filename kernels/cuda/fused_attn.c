@@ -84,6 +84,7 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
     k->sq = c->r.sq.value, k->sk = c->r.sk.value, k->d = c->r.d.value, k->dv = c->r.dv.value;
     k->tb = c->r.tb;
     k->scale = c->r.scale;
+    k->zero_rows = c->r.zero_rows;
     k->items = 1;
     for (int i = 0; i < q->rank - 2; i++)
         k->items *= q->dims[i];

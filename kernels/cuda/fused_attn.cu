@@ -14,7 +14,11 @@
  * tx + 16 j of a 64 x 64 tile; the 16 threads of a row are one half-warp, so
  * row reductions are shuffles.  The products use explicit fmaf (the build's
  * --fmad=false keeps the rest of the arithmetic unfused).  Causal masks
- * (bottom-right aligned) skip the tiles above the diagonal.
+ * (bottom-right aligned) skip the tiles above the diagonal; with a mask in
+ * memory, a tile whose every score the mask hides (-inf: the upper
+ * triangle of the exporters' causal-and-padding mask) is skipped too.
+ * zero_rows (zero_masked_rows): a row that sees no key gives O = 0 and no
+ * gradient, where the softmax alone gives NaN.
  */
 #include <math.h>
 
@@ -51,6 +55,23 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *
     if (mk)
         s = s + mk[i * a.mst_i + j * a.mst_j];
     return s;
+}
+
+/* Whether the mask hides every score of query rows [q0, q0 + BT) x keys
+ * [k0, k0 + BT) (-inf throughout, or outside the matrix): such a tile adds
+ * exp(-inf) = 0 to every sum and is skipped.  A barrier: every thread of the
+ * block calls it, and all get the same answer. */
+__device__ __forceinline__ bool tile_masked(const gf_cu_attn &a, const float *mk, int64_t q0,
+                                            int64_t k0)
+{
+    if (!mk)
+        return false;
+    int open = 0;
+    for (int e = threadIdx.x; e < BT * BT && !open; e += NT) {
+        int64_t i = q0 + e / BT, j = k0 + e % BT;
+        open = i < a.sq && j < a.sk && mk[i * a.mst_i + j * a.mst_j] != -INFINITY;
+    }
+    return !__syncthreads_or(open);
 }
 
 /* Rows [r0, r0 + BT) x cols [0, n) of src (row stride ld; transposed: src
@@ -150,6 +171,8 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gf_cu_attn a)
     int64_t kend = key_end(a, q0);
     for (int64_t k0 = 0; k0 < kend; k0 += BT) {
         __syncthreads();
+        if (tile_masked(a, mk, q0, k0))
+            continue;
         load_tile<LD>(Ks, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
                       a.tb ? a.d : a.sk, !a.tb);
         load_tile<LD>(Vs, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
@@ -184,10 +207,13 @@ __global__ void __launch_bounds__(NT) k_attn_fwd(gf_cu_attn a)
         int64_t gi = q0 + ty + 16 * i;
         if (gi >= a.sq)
             continue;
+        /* no key seen (l = 0): 0 with zero_rows or no keys at all (a sum
+         * over nothing, as the CPU), else the softmax's NaN */
+        bool none = l[i] == 0.0f && (a.zero_rows || a.sk == 0);
         for (int c = 0; c < LD / 16; c++) {
             int col = tx + 16 * c;
             if (col < a.dv)
-                a.out[(it * a.sq + gi) * a.dv + col] = o[i][c] / l[i];
+                a.out[(it * a.sq + gi) * a.dv + col] = none ? 0.0f : o[i][c] / l[i];
         }
     }
 }
@@ -230,6 +256,8 @@ __global__ void __launch_bounds__(NT) k_attn_dq(gf_cu_attn a)
                 dq[i][c] = 0.0f;
         for (int64_t k0 = 0; k0 < kend; k0 += BT) {
             __syncthreads();
+            if (tile_masked(a, mk, q0, k0))
+                continue;
             load_tile<LD>(Ks, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
                           a.tb ? a.d : a.sk, !a.tb);
             if (pass)
@@ -267,6 +295,10 @@ __global__ void __launch_bounds__(NT) k_attn_dq(gf_cu_attn a)
         if (!pass) {
             for (int i = 0; i < 4; i++) {
                 int64_t gi = q0 + ty + 16 * i;
+                if (a.zero_rows && m[i] == -INFINITY) { /* every p = exp(-inf - 0) / inf = 0 */
+                    m[i] = 0.0f;
+                    l[i] = INFINITY;
+                }
                 if (tx == 0 && gi < a.sq) {
                     a.lse[it * a.sq + gi] = m[i];
                     a.lse[(a.items + it) * a.sq + gi] = l[i];
@@ -310,6 +342,8 @@ __global__ void __launch_bounds__(NT) k_attn_dkv(gf_cu_attn a)
     qstart = qstart < 0 ? 0 : qstart / BT * BT;
     for (int64_t q0 = qstart; q0 < a.sq; q0 += BT) {
         __syncthreads();
+        if (tile_masked(a, mk, q0, k0))
+            continue;
         load_tile<LD>(Qs, q, q0, a.sq, (int)a.d, a.d, false);
         load_tile<LD>(Ds, dout, q0, a.sq, (int)a.dv, a.dv, false);
         __syncthreads();

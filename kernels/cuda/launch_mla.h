@@ -88,6 +88,7 @@ struct gf_cu_attn {
     int tb;               /* K [Sk, D] (else [D, Sk]) */
     float scale;
     int causal;           /* the mask is causal (bottom-right aligned): not read */
+    int zero_rows;        /* zero_masked_rows: a row that sees no key gives 0s */
     const float *mask;    /* additive, or NULL */
     int64_t mst_it, mst_i, mst_j; /* its strides: per item (flat; see below), row, column */
     int mrank;            /* batch dims for the mask's item offset */
