@@ -17,7 +17,9 @@
  * shared (a Linear over [B, T, K]) are more rows of one product.
  *
  * Gemm's C is first broadcast into Y (the layout kernel's strided copy),
- * then Y = alpha A' B' + beta Y in place.
+ * then Y = alpha A' B' + beta Y in place.  K = 0 is a sum of nothing, done
+ * without cuBLASLt as the CPU does it: MatMul 0, Gemm beta C (or 0),
+ * MatMulEpilogue act(beta Bias) + Res.
  *
  * The algorithm: knob "algo" (MatMul, Gemm, MatMulEpilogue) is the index
  * into cuBLASLt's heuristic list for this exact problem (up to GF_CU_ALGOS
@@ -320,6 +322,18 @@ static bool uniform(int r, const int64_t *dims, const int64_t *st)
     return true;
 }
 
+/* y[n] = beta y: zeros for beta 0 (whatever y held), nothing for 1 (a
+ * GEMM over K = 0, which cuBLASLt is not asked to do). */
+static enum gf_status scale_y(const struct gf_kernel_args *a, float *y, int64_t n, float beta)
+{
+    cudaStream_t s = gf_cu_stream(a);
+    if (n <= 0 || beta == 1.0f)
+        return GF_OK;
+    if (beta == 0.0f)
+        return gf_cu_check(a, cudaMemsetAsync(y, 0, (size_t)n * sizeof(float), s), "memset");
+    return gf_cu_check(a, gf_cu_grad_acc(s, y, NULL, y, beta, n), "beta Y");
+}
+
 /* Y = alpha A' B' + beta Y for the plan m (Y dense [..., M, N]). */
 static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct gf_mm *m,
                                    bool ta, bool tb, float alpha, float beta, int epi,
@@ -380,12 +394,8 @@ enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int6
                      .batch = 1, .alpha = alpha, .beta = beta};
     if (m <= 0 || n <= 0)
         return GF_OK;
-    if (k <= 0) {
-        if (beta != 0.0f)
-            return gf_kernel_error(a, GF_ERR_INTERNAL, "a GEMM with K = 0 and beta != 0");
-        return gf_cu_check(a, cudaMemsetAsync(C, 0, (size_t)(m * n) * sizeof(float),
-                                              gf_cu_stream(a)), "memset");
-    }
+    if (k <= 0) /* a sum of nothing: C = beta C */
+        return scale_y(a, C, m * n, beta);
     return run_prod(a, &p, A, B, C);
 }
 
@@ -456,7 +466,7 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
     }
     if (a->out[0].nelem == 0)
         return GF_OK;
-    if (has_c) { /* Y = C broadcast, then Y = alpha A' B' + beta Y */
+    if (has_c) { /* Y = C broadcast, then Y = alpha A' B' + beta Y (K = 0: beta Y) */
         int64_t st2[1][GF_MAX_RANK];
         gf_bcast_strides(&a->in[2], &a->out[0], st2[0]);
         struct gf_cu_nd nd;
@@ -466,6 +476,8 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
         if ((st = gf_cu_check(a, e, "Gemm's C broadcast")))
             return st;
     }
+    if (m.k == 0)
+        return scale_y(a, a->out[0].data, (int64_t)a->out[0].nelem, has_c ? beta : 0.0f);
     return run_plan(a, &m, ta, tb, alpha, has_c ? beta : 0.0f);
 }
 
@@ -499,15 +511,13 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
         st = fu_check_in(a, 1, "B", GF_FLOAT);
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
-    if (m.k == 0)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "K = 0 is left to the CPU");
     struct gf_tview *y = &a->out[0];
     bool has_b = fu_has(a, 2) && a->in[2].nelem > 0 && r.beta != 0.0f;
     bool has_r = fu_has(a, 3) && a->in[3].nelem > 0;
     int act = r.act;
     int64_t bst[GF_MAX_RANK];
     cudaStream_t s = gf_cu_stream(a);
-    if (has_b && r.beta == 1.0f && row_vector(&a->in[2], y, bst)) {
+    if (has_b && r.beta == 1.0f && m.k > 0 && row_vector(&a->in[2], y, bst)) {
         int epi = CUBLASLT_EPILOGUE_BIAS, left = act;
         if (!has_r && act == GF_CU_MACT_RELU)
             epi = CUBLASLT_EPILOGUE_RELU_BIAS, left = GF_CU_MACT_NONE;
@@ -534,7 +544,11 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
                                                 (int64_t)y->nelem), "Bias broadcast")))
             return st;
     }
-    if ((st = run_plan(a, &m, r.ta, r.tb, r.alpha, has_b ? r.beta : 0.0f)) != GF_OK)
+    if (m.k == 0) /* a sum of nothing: Y = beta Bias (or 0), then the epilogue */
+        st = scale_y(a, y->data, (int64_t)y->nelem, has_b ? r.beta : 0.0f);
+    else
+        st = run_plan(a, &m, r.ta, r.tb, r.alpha, has_b ? r.beta : 0.0f);
+    if (st != GF_OK)
         return st;
     if (act == GF_CU_MACT_NONE && !has_r)
         return GF_OK;
@@ -549,17 +563,16 @@ epilogue:;
                                         (int64_t)y->nelem), "MatMulEpilogue's epilogue");
 }
 
-/* fp32, rank <= 8, K > 0 (a K of 0 is beta Bias: the CPU's). */
+/* fp32, rank <= 8 (K = 0 too: act(beta Bias) + Res). */
 static bool mme_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
+    (void)n;
     if (n_in < 2 || in[0].dtype != GF_FLOAT || in[0].rank < 1 || in[1].rank < 1)
         return false;
     for (size_t i = 0; i < n_in; i++)
         if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
             return false;
-    bool ta = gf_node_attr_int(n, "transA", 0) != 0 && in[0].rank >= 2;
-    int64_t k = in[0].dims[in[0].rank - (ta ? 2 : 1)];
-    return k > 0;
+    return true;
 }
 
 /* ---- MatMulEpilogueGrad ------------------------------------------------------------- */
@@ -610,31 +623,31 @@ static bool mmeg_supports(const struct gf_node *n, const struct gf_tview *in, si
     return n_in >= 2;
 }
 
-/* fp32 operands of rank <= 8 (C included); a Gemm with K > 0 (with K = 0
- * it is beta C, left to the CPU). */
+/* fp32 operands of rank <= 8 (C included); K = 0 too (zeros, or Gemm's
+ * beta C). */
 static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
+    (void)n;
     if (n_in < 2 || in[0].dtype != GF_FLOAT)
         return false;
     for (size_t i = 0; i < n_in; i++)
         if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
             return false;
-    if (n->op == GF_OP_GEMM && in[0].rank == 2) {
-        bool ta = gf_node_attr_int(n, "transA", 0) != 0;
-        return in[0].dims[ta ? 0 : 1] > 0;
-    }
     return true;
 }
 
+/* dtype GF_UNDEFINED: `supports` checks fp32, so that an empty A (K = 0: no
+ * data on the device, the registry sees no type) finds its kernel too. */
 static const struct gf_kernel kernels[] = {
-    {.op = GF_OP_MATMUL, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
+    {.op = GF_OP_MATMUL, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cublaslt",
      .supports = mm_supports, .run = matmul_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
-    {.op = GF_OP_GEMM, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
+    {.op = GF_OP_GEMM, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cublaslt",
      .supports = mm_supports, .run = gemm_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
-    {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cublaslt",
+    {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cublaslt",
      .supports = mme_supports, .run = mme_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
-    {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_columns",
-     .supports = mmeg_supports, .workspace = mmeg_workspace, .run = mmeg_run},
+    {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "cuda", .dtype = GF_UNDEFINED,
+     .impl = "cu_columns", .supports = mmeg_supports, .workspace = mmeg_workspace,
+     .run = mmeg_run},
 };
 
 const struct gf_kernel_table gf_cuda_matmul_table = {kernels,
