@@ -120,6 +120,7 @@ static int pick_cluster(const struct gf_kernel_args *a, const struct gf_cu_ce *c
 
 struct sce {
     enum gf_reduction red;
+    bool shift;
     struct gf_labels lab;
     size_t n_pos, c, d;
     struct lossws ws;
@@ -135,6 +136,7 @@ static enum gf_status sce_check(const struct gf_kernel_args *a, bool outs, struc
     if (st != GF_OK)
         return st;
     c->red = r.ce.red;
+    c->shift = r.ce.shift;
     c->c = (size_t)r.c.value;
     c->d = r.ce.shift ? 1 : gf_dims_prod(x->dims, 2, x->rank);
     c->n_pos = gf_shape_numel(&r.pos);
@@ -198,7 +200,7 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     k.cluster = pick_cluster(a, &k);
     if (e == cudaSuccess)
         e = gf_cu_ce(s, &k);
-    if (e == cudaSuccess && grad && c.lab.s1)
+    if (e == cudaSuccess && grad && c.shift) /* S = 1 too: then every row (s1 is 0) */
         e = gf_cu_ce_zero_rows(s, a->out[2].data, x->dims[0], x->dims[1], x->dims[2]);
     if (e == cudaSuccess && c.red != GF_RED_NONE)
         e = gf_cu_loss_reduce(s, lpart, (int64_t)c.n_pos, c.red == GF_RED_MEAN, a->out[0].data);
@@ -458,9 +460,11 @@ static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, si
     return in[0].dtype == GF_FLOAT;
 }
 
+/* dtype GF_UNDEFINED: `supports` checks fp32, so that a kernel is found for
+ * an empty input 0 too (no data on the device: the registry sees no type). */
 #define KERNEL(OP, IMPL, SUP, WS, RUN)                                                    \
-    {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_FLOAT, .impl = IMPL, .supports = SUP, \
-     .workspace = WS, .run = RUN, .n_knobs = 3, .knobs = knobs}
+    {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = IMPL,            \
+     .supports = SUP, .workspace = WS, .run = RUN, .n_knobs = 3, .knobs = knobs}
 
 static const struct gf_kernel kernels[] = {
     KERNEL(SOFTMAX_CROSS_ENTROPY, "cu_rows", loss_supports, sce_workspace, sce_run),

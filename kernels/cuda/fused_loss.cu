@@ -419,27 +419,25 @@ extern "C" cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, float *g, int64_t b, i
 }
 
 /* CrossEntropyGrad: per_pos 0: out = g dl[0]; else element i of G [N, C, d]
- * (s_: [B, S, C]) scaled by its position's dl (the last row of each batch
- * 0 with shift). */
+ * (s_: [B, S, C]) scaled by its position's dl.  With shift the last row of
+ * each batch is no position: copied, as the CPU does (SoftmaxCrossEntropy
+ * leaves zeros there). */
 __global__ void k_ce_scale(const float *g, const float *dl, float *out, int64_t n, int per_pos,
                            int64_t c, int64_t d, int64_t s_)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float f;
+        float v = g[i];
         if (!per_pos) {
-            f = dl[0];
+            v *= dl[0];
         } else if (s_) {
             int64_t row = i / c, b = row / s_, si = row % s_;
-            f = si == s_ - 1 ? 0.0f : dl[b * (s_ - 1) + si];
-            if (si == s_ - 1) {
-                out[i] = 0.0f;
-                continue;
-            }
+            if (si != s_ - 1)
+                v *= dl[b * (s_ - 1) + si];
         } else {
-            f = dl[i / (c * d) * d + i % d];
+            v *= dl[i / (c * d) * d + i % d];
         }
-        out[i] = g[i] * f;
+        out[i] = v;
     }
 }
 
