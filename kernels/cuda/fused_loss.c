@@ -11,14 +11,18 @@
  *                        dW += Hc^T z (or z^T Hc), dBias += column sums of
  *                        z (double): the whole logits never exist
  *   SoftmaxCrossEntropyLoss NegativeLogLikelihoodLoss (ONNX) -> loss, log_prob?
+ *   SoftmaxCrossEntropyLossGrad NLLLossGrad  dLoss, scores | shape, labels,
+ *                        weights? -> dX     the rows with dLoss's scale; a
+ *                        scatter of -coef for NLL
+ *   JSD                  X, Y, T? -> Loss   one block per row, batchmean
+ *   JSDGrad              dLoss, X, Y, T? -> dX?, dY?   elementwise
  *
  * Semantics, checks and messages are the CPU's (kernels/cpu/fused_loss.c,
- * reduce.c) through the shared checks; the output lists are theirs.  Labels
- * are checked on the host when they have a host copy, else on the device
- * (the smallest bad position read back after the kernels: one sync).
- * Per-position (loss, weight) pairs go to the workspace and one block sums
- * them in a fixed order.  Not here (CPU): JSD, JSDGrad, the ONNX losses'
- * Grad ops.
+ * fused_grad.c, grad.c, reduce.c) through the shared checks; the output
+ * lists are theirs.  Labels are checked on the host when they have a host
+ * copy, else on the device (the smallest bad position read back after the
+ * kernels: one sync).  Per-position (loss, weight) pairs go to the
+ * workspace and one block sums them in a fixed order.
  */
 #include <limits.h>
 
@@ -288,6 +292,83 @@ static bool nll_supports(const struct gf_node *n, const struct gf_tview *in, siz
            (n_in < 3 || in[2].dtype == GF_UNDEFINED || in[2].dtype == GF_FLOAT);
 }
 
+/* ==== SoftmaxCrossEntropyLossGrad, NLLLossGrad (ONNX) ===================================== */
+
+/* dX [N, C, d...] (like the scores) of the ONNX losses for dLoss (scalar,
+ * or per position with reduction none): SoftmaxCrossEntropyLossGrad runs
+ * the cross-entropy rows with the upstream scale (G written once, the
+ * scores read twice); NLLLossGrad zeros dX and writes -coef at each
+ * counted position's label.  ws = [-][gsum][bad]. */
+static size_t nllg_workspace(const struct gf_kernel_args *a)
+{
+    struct lossws w;
+    (void)a;
+    lossws_layout(&w, 0, 0);
+    return w.end;
+}
+
+static enum gf_status nllg_run(const struct gf_kernel_args *a)
+{
+    struct gf_loss_rule r;
+    struct gf_labels l;
+    enum gf_status st = gf_nll_check(a, &r, &l);
+    if (st != GF_OK)
+        return st;
+    bool sce = a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD;
+    const struct gf_tview *x = sce ? &a->in[1] : &a->out[0], *o = &a->out[0];
+    size_t n_pos = l.t->nelem;
+    if (n_pos == 0 && o->nelem == 0)
+        return GF_OK;
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
+    struct lossws w;
+    lossws_layout(&w, 0, 0);
+    int *bad = ws_at(a, w.bad);
+    double *gsum = ws_at(a, w.gsum);
+    bool host = gf_host_bytes(a, l.t) != NULL; /* gf_nll_check checked them */
+    int v = INT_MAX;
+    cudaStream_t s = gf_cu_stream(a);
+    cudaError_t e = cudaSuccess;
+    if (!host && n_pos)
+        e = cudaMemcpyAsync(bad, &v, sizeof(v), cudaMemcpyHostToDevice, s);
+    struct gf_cu_ce k;
+    ce_init(a, &k, &l, n_pos, l.classes, x->dims[0] ? n_pos / (size_t)x->dims[0] : 1, bad);
+    k.bad = host ? NULL : bad;
+    k.w = fu_has(a, 3) ? a->in[3].data : NULL;
+    bool per_pos = r.ce.red == GF_RED_NONE;
+    if (e == cudaSuccess && r.ce.red == GF_RED_MEAN && n_pos) {
+        k.gsum = gsum;
+        e = gf_cu_ce_weights(s, &k, gsum);
+    }
+    if (e == cudaSuccess && sce) {
+        k.x = x->data;
+        k.g = o->data;
+        e = gf_cu_ce_dl(s, &k, a->in[0].data, per_pos);
+    } else if (e == cudaSuccess) {
+        k.softmax = 0;
+        if (o->nelem)
+            e = cudaMemsetAsync(o->data, 0, gf_tview_bytes(o), s);
+        if (e == cudaSuccess)
+            e = gf_cu_nll_grad(s, &k, a->in[0].data, per_pos, o->data);
+    }
+    if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || host || !n_pos)
+        return st;
+    return labels_end(a, &l, "labels", bad);
+}
+
+/* fp32 dLoss, scores and weights; int32 / int64 labels; NLLLossGrad's
+ * shape on the host (gf_check_shape_input reads it there). */
+static bool nllg_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 3 || in[0].dtype != GF_FLOAT || (in[2].dtype != GF_INT64 &&
+                                                in[2].dtype != GF_INT32) ||
+        (n_in > 3 && in[3].dtype != GF_UNDEFINED && in[3].dtype != GF_FLOAT))
+        return false;
+    if (n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD)
+        return in[1].dtype == GF_FLOAT && in[1].rank >= 2 && in[1].rank <= GF_MAX_RANK;
+    return in[1].nelem == 0 || in[1].host;
+}
+
 /* ==== LinearCrossEntropy ================================================================ */
 
 struct lce {
@@ -442,6 +523,97 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     return labels_end(a, &c.lab, "label T", bad);
 }
 
+/* ==== JSD, JSDGrad ====================================================================== */
+
+/* Rows of X's last axis (with an empty last axis, the product of the others). */
+static size_t jsd_rows(const struct gf_tview *x, size_t n)
+{
+    size_t rows = n ? x->nelem / n : 0;
+    for (int i = 0; !n && i < x->rank - 1; i++)
+        rows = (i ? rows : 1) * (size_t)x->dims[i];
+    return rows;
+}
+
+/* The launch of JSD (xi 0) or JSDGrad (xi 1, dLoss first) after the checks;
+ * *ws its workspace: per row (sum, counted) for JSD, one double (the rows
+ * counted) for JSDGrad with labels. */
+static enum gf_status jsd_setup(const struct gf_kernel_args *a, size_t xi, struct gf_cu_jsd *j,
+                                size_t *ws)
+{
+    float beta;
+    int64_t ii;
+    enum gf_status st = xi ? gf_jsd_grad_check(a, &beta, &ii) : gf_jsd_check(a, &beta, &ii);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = &a->in[xi];
+    bool labels = fu_has(a, xi + 2);
+    memset(j, 0, sizeof(*j));
+    j->x = x->data;
+    j->y = a->in[xi + 1].data;
+    j->t = labels ? a->in[xi + 2].data : NULL;
+    j->t64 = labels && a->in[xi + 2].dtype == GF_INT64;
+    j->ii = ii;
+    j->beta = beta;
+    j->n = x->dims[x->rank - 1];
+    j->rows = (int64_t)jsd_rows(x, (size_t)j->n);
+    j->block = knob(a, K_BLOCK);
+    *ws = xi ? (labels ? 256 : 0) : A256(2 * (size_t)j->rows * sizeof(double));
+    return GF_OK;
+}
+
+static size_t jsd_workspace(const struct gf_kernel_args *a)
+{
+    struct gf_cu_jsd j;
+    size_t ws = 0;
+    return jsd_setup(a, a->node->op == GF_OP_JSD_GRAD, &j, &ws) == GF_OK ? ws : 0;
+}
+
+static enum gf_status jsd_run(const struct gf_kernel_args *a)
+{
+    struct gf_cu_jsd j;
+    size_t ws;
+    enum gf_status st = jsd_setup(a, 0, &j, &ws);
+    if (st != GF_OK)
+        return st;
+    if (!a->workspace && j.rows)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the row values");
+    cudaStream_t s = gf_cu_stream(a);
+    j.lpart = a->workspace;
+    cudaError_t e = gf_cu_jsd(s, &j);
+    if (e == cudaSuccess) /* the sum over the rows counted / their number, as the CPU's */
+        e = gf_cu_loss_reduce(s, j.lpart, j.rows, 1, a->out[0].data);
+    return gf_cu_check(a, e, "JSD");
+}
+
+static enum gf_status jsdg_run(const struct gf_kernel_args *a)
+{
+    struct gf_cu_jsd j;
+    size_t ws;
+    enum gf_status st = jsd_setup(a, 1, &j, &ws);
+    if (st != GF_OK || a->in[1].nelem == 0)
+        return st;
+    j.dl = a->in[0].data;
+    j.dx = fu_has_out(a, 0) ? a->out[0].data : NULL;
+    j.dy = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    if (j.t && !a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the rows counted");
+    j.cnt = j.t ? a->workspace : NULL;
+    return gf_cu_check(a, gf_cu_jsd_grad(gf_cu_stream(a), &j), "JSDGrad");
+}
+
+/* fp32 X, Y (and dLoss), int32 / int64 labels, rank <= 8. */
+static bool jsd_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    size_t xi = n->op == GF_OP_JSD_GRAD, ti = xi + 2;
+    if (n_in < xi + 2 || in[xi].rank > GF_MAX_RANK)
+        return false;
+    for (size_t i = 0; i < n_in && i < ti; i++)
+        if (in[i].dtype != GF_FLOAT)
+            return false;
+    return ti >= n_in || in[ti].dtype == GF_UNDEFINED || in[ti].dtype == GF_INT64 ||
+           in[ti].dtype == GF_INT32;
+}
+
 /* ==== the table ========================================================================== */
 
 /* fp32 scores (and W, Bias, weights), int32 / int64 labels, rank <= 8. */
@@ -466,12 +638,22 @@ static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, si
     {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = IMPL,            \
      .supports = SUP, .workspace = WS, .run = RUN, .n_knobs = 3, .knobs = knobs}
 
+/* Kernels whose only knob is the block size (JSD, the ONNX Grad ops). */
+#define KERNEL_B(OP, IMPL, SUP, WS, RUN)                                                  \
+    {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = IMPL,            \
+     .supports = SUP, .workspace = WS, .run = RUN, .n_knobs = 1, .knobs = knobs}
+
 static const struct gf_kernel kernels[] = {
     KERNEL(SOFTMAX_CROSS_ENTROPY, "cu_rows", loss_supports, sce_workspace, sce_run),
     KERNEL(CROSS_ENTROPY_GRAD, "cu_elementwise", loss_supports, NULL, ceg_run),
     KERNEL(LINEAR_CROSS_ENTROPY, "cublaslt_chunks", loss_supports, lce_workspace, lce_run),
     KERNEL(SOFTMAX_CROSS_ENTROPY_LOSS, "cu_rows", nll_supports, nll_workspace, nll_run),
     KERNEL(NEGATIVE_LOG_LIKELIHOOD_LOSS, "cu_rows", nll_supports, nll_workspace, nll_run),
+    KERNEL_B(SOFTMAX_CROSS_ENTROPY_LOSS_GRAD, "cu_rows", nllg_supports, nllg_workspace,
+             nllg_run),
+    KERNEL_B(NLL_LOSS_GRAD, "cu_scatter", nllg_supports, nllg_workspace, nllg_run),
+    KERNEL_B(JSD, "cu_rows", jsd_supports, jsd_workspace, jsd_run),
+    KERNEL_B(JSD_GRAD, "cu_elementwise", jsd_supports, jsd_workspace, jsdg_run),
 };
 
 const struct gf_kernel_table gf_cuda_fused_loss_table = {kernels,

@@ -1,8 +1,9 @@
 /*
  * fused_loss.cu — the CUDA cross-entropy rows (host side: fused_loss.c):
  * SoftmaxCrossEntropy, the ONNX SoftmaxCrossEntropyLoss and
- * NegativeLogLikelihoodLoss, and LinearCrossEntropy's chunks of logits.
- * One "position" is a row of C class scores with its label.
+ * NegativeLogLikelihoodLoss and their Grad ops, LinearCrossEntropy's chunks
+ * of logits; and JSD, JSDGrad (at the end).  One "position" is a row of C
+ * class scores with its label.
  *
  *   k_ce_rows     one block per position: an online max / sum (sum of
  *                 exp(x - max) in double) in one read, then the loss, LogP
@@ -16,10 +17,10 @@
  *                 cluster's second barrier, every write after it)
  *
  * The gradient for a unit upstream gradient: g = coef (softmax(x) -
- * onehot(t)), coef = w[t] (/ the sum of the counted weights with mean);
- * ignored positions (and bad labels, recorded in *bad) get zeros.  The
- * per-position (loss, weight) pairs are summed by one block in a fixed
- * order, so runs repeat exactly.
+ * onehot(t)), coef = w[t] (/ the sum of the counted weights with mean;
+ * times dLoss for the ONNX Grad ops); ignored positions (and bad labels,
+ * recorded in *bad) get zeros.  The per-position (loss, weight) pairs are
+ * summed by one block in a fixed order, so runs repeat exactly.
  */
 #include <cooperative_groups.h>
 #include <math.h>
@@ -89,19 +90,38 @@ __device__ double block_sum(double v, double *sh)
     return v;
 }
 
+/* The upstream gradient of the ONNX losses' Grad ops (gf_cu_ce_dl): G is
+ * scaled by dl[0], or by dl[p] per position; dl NULL: 1. */
+struct ce_up {
+    const float *dl;
+    int per_pos;
+};
+
+/* G's coefficient for a position of weight wt: wt gscale (times the
+ * upstream dl), / the counted weights with mean.  The Grad ops take a zero
+ * sum as a zero scale (the CPU's loss_setup); SoftmaxCrossEntropy divides
+ * (its CPU kernel does too). */
+__device__ __forceinline__ double ce_coef(const struct gf_cu_ce &c, struct ce_up up, int64_t p,
+                                          double wt)
+{
+    double coef = wt * (double)c.gscale;
+    if (up.dl)
+        coef *= (double)up.dl[up.per_pos ? p : 0];
+    if (c.gsum)
+        coef = up.dl && *c.gsum == 0 ? 0.0 : coef * (1.0 / *c.gsum);
+    return coef;
+}
+
 /* The position's loss and weight, and its coefficient of G. */
-__device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, int64_t p, int64_t t, float m,
-                                          double s, float xt, float *cf)
+__device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, struct ce_up up, int64_t p,
+                                          int64_t t, float m, double s, float xt, float *cf)
 {
     double wt = 0, l = 0;
     if (t >= 0) {
         wt = c.w ? (double)c.w[t] : 1.0;
         l = c.softmax ? -(((double)xt - (double)m) - log(s)) * wt : -(double)xt * wt;
     }
-    double coef = wt * (double)c.gscale;
-    if (c.gsum)
-        coef = coef * (1.0 / *c.gsum);
-    *cf = (float)coef;
+    *cf = (float)ce_coef(c, up, p, wt);
     if (threadIdx.x == 0) {
         if (c.loss)
             c.loss[p] = (float)l;
@@ -113,7 +133,7 @@ __device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, int64_t p, i
 }
 
 template <bool VEC>
-__global__ void k_ce_rows(struct gf_cu_ce c)
+__global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
 {
     __shared__ float shf[32];
     __shared__ double shd[32];
@@ -153,7 +173,7 @@ __global__ void k_ce_rows(struct gf_cu_ce c)
             s = block_sum(mt == -INFINITY ? 0.0 : st * exp((double)(mt - m)), shd);
         }
         float xt = t >= 0 ? x[t * stride] : 0.0f, cf;
-        ce_finish(c, p, t, m, s, xt, &cf);
+        ce_finish(c, up, p, t, m, s, xt, &cf);
         __syncthreads(); /* every read of x[t] before G may overwrite it */
         float inv = (float)(1.0 / s), ls = (float)log(s);
         float pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
@@ -198,7 +218,7 @@ __global__ void k_ce_rows(struct gf_cu_ce c)
 
 /* One cluster per position, the row's slice [rank * slice, ...) of this
  * block in shared memory (slice a multiple of 4; C too). */
-__global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice)
+__global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
 {
     extern __shared__ float4 row4[];
     __shared__ float shf[32];
@@ -243,12 +263,12 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice)
             s += *cl.map_shared_rank(&part_s, r);
         float cf;
         if (rank == 0) {
-            ce_finish(c, p, t, m, s, xt, &cf);
+            ce_finish(c, up, p, t, m, s, xt, &cf);
         } else {
             struct gf_cu_ce c2 = c;
             c2.loss = NULL;
             c2.lpart = NULL;
-            ce_finish(c2, p, t, m, s, xt, &cf);
+            ce_finish(c2, up, p, t, m, s, xt, &cf);
         }
         if (!c.g)
             continue;
@@ -305,7 +325,8 @@ extern "C" int gf_cu_ce_cluster_ok(const struct gf_cu_ce *c, int cl)
     return cluster_slice(c, cl) * 4 <= CLUSTER_SMEM_MAX;
 }
 
-static cudaError_t launch_cluster(cudaStream_t s, const struct gf_cu_ce *c, int cl, int threads)
+static cudaError_t launch_cluster(cudaStream_t s, const struct gf_cu_ce *c, struct ce_up up,
+                                  int cl, int threads)
 {
     int64_t slice = cluster_slice(c, cl);
     size_t bytes = (size_t)slice * 4;
@@ -334,15 +355,15 @@ static cudaError_t launch_cluster(cudaStream_t s, const struct gf_cu_ce *c, int 
     }
     int64_t n = c->n_pos < fit ? c->n_pos : fit;
     cfg.gridDim = dim3((unsigned)(n * cl));
-    return cudaLaunchKernelEx(&cfg, k_ce_cluster, *c, slice);
+    return cudaLaunchKernelEx(&cfg, k_ce_cluster, *c, slice, up);
 }
 
-extern "C" cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c)
+static cudaError_t ce_launch(cudaStream_t s, const struct gf_cu_ce *c, struct ce_up up)
 {
     if (c->n_pos <= 0)
         return cudaSuccess;
     if (c->cluster > 1 && gf_cu_ce_cluster_ok(c, c->cluster))
-        return launch_cluster(s, c, c->cluster, c->block > 0 ? c->block : 512);
+        return launch_cluster(s, c, up, c->cluster, c->block > 0 ? c->block : 512);
     bool vec = (c->s1 || c->d == 1) && c->c % 4 == 0 && (uintptr_t)c->x % 16 == 0 &&
                (!c->g || (uintptr_t)c->g % 16 == 0);
     int64_t work = vec ? c->c / 4 : c->c;
@@ -354,10 +375,21 @@ extern "C" cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c)
     }
     int64_t blocks = c->n_pos < (int64_t)sm_count() * 64 ? c->n_pos : (int64_t)sm_count() * 64;
     if (vec)
-        k_ce_rows<true><<<(unsigned)blocks, threads, 0, s>>>(*c);
+        k_ce_rows<true><<<(unsigned)blocks, threads, 0, s>>>(*c, up);
     else
-        k_ce_rows<false><<<(unsigned)blocks, threads, 0, s>>>(*c);
+        k_ce_rows<false><<<(unsigned)blocks, threads, 0, s>>>(*c, up);
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c)
+{
+    return ce_launch(s, c, ce_up{NULL, 0});
+}
+
+extern "C" cudaError_t gf_cu_ce_dl(cudaStream_t s, const struct gf_cu_ce *c, const float *dl,
+                                   int per_pos)
+{
+    return ce_launch(s, c, ce_up{dl, per_pos});
 }
 
 __global__ void k_ce_weights(struct gf_cu_ce c, double *gsum)
@@ -450,5 +482,152 @@ extern "C" cudaError_t gf_cu_ce_scale(cudaStream_t s, const float *g, const floa
     int64_t blocks = (n + 255) / 256;
     k_ce_scale<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, s>>>(g, dl, out, n,
                                                                            per_pos, c, d, s_);
+    return cudaGetLastError();
+}
+
+/* NLLLossGrad: dx[base(p) + t * d] = -coef of each counted position (dx
+ * zeroed before). */
+__global__ void k_nll_grad(struct gf_cu_ce c, struct ce_up up, float *dx)
+{
+    for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < c.n_pos;
+         p += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = label_use(c, p, true);
+        if (t >= 0)
+            dx[base_of(c, p) + t * c.d] = -(float)ce_coef(c, up, p, c.w ? (double)c.w[t] : 1.0);
+    }
+}
+
+extern "C" cudaError_t gf_cu_nll_grad(cudaStream_t s, const struct gf_cu_ce *c, const float *dl,
+                                      int per_pos, float *dx)
+{
+    if (c->n_pos <= 0)
+        return cudaSuccess;
+    int64_t blocks = (c->n_pos + 255) / 256;
+    k_nll_grad<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, s>>>(*c, ce_up{dl, per_pos},
+                                                                           dx);
+    return cudaGetLastError();
+}
+
+/* ==== JSD, JSDGrad ====================================================================== */
+
+__device__ __forceinline__ int64_t jsd_label(const struct gf_cu_jsd &j, int64_t r)
+{
+    return j.t64 ? ((const int64_t *)j.t)[r] : (int64_t)((const int32_t *)j.t)[r];
+}
+
+/* One element's share of a row (X = log Q, Y = log P), 0 log 0 = 0: beta 0
+ * is KL(P || Q), beta 1 KL(Q || P), else beta KL(P || M) + (1 - beta)
+ * KL(Q || M), M = beta P + (1 - beta) Q (the CPU's jsd_kl_f, jsd_mix_f). */
+__device__ __forceinline__ float jsd_term(float lq, float lp, float beta)
+{
+    if (beta == 0.0f) {
+        float p = expf(lp);
+        return p > 0.0f ? p * (lp - lq) : 0.0f;
+    }
+    if (beta == 1.0f) {
+        float q = expf(lq);
+        return q > 0.0f ? q * (lq - lp) : 0.0f;
+    }
+    float p = expf(lp), q = expf(lq), bq = 1.0f - beta, lm = logf(beta * p + bq * q);
+    return beta * (p > 0.0f ? p * (lp - lm) : 0.0f) + bq * (q > 0.0f ? q * (lq - lm) : 0.0f);
+}
+
+/* One block per row: lpart[2 r] = the row's sum (double), lpart[2 r + 1] =
+ * 1, both 0 on an ignored row; gf_cu_loss_reduce's mean is then JSD's
+ * batchmean over the rows counted. */
+__global__ void k_jsd_rows(struct gf_cu_jsd j)
+{
+    __shared__ double shd[32];
+    for (int64_t r = blockIdx.x; r < j.rows; r += gridDim.x) {
+        bool ign = j.t && jsd_label(j, r) == j.ii;
+        const float *x = j.x + r * j.n, *y = j.y + r * j.n;
+        double acc = 0;
+        for (int64_t k = threadIdx.x; !ign && k < j.n; k += blockDim.x)
+            acc += (double)jsd_term(x[k], y[k], j.beta);
+        acc = block_sum(acc, shd);
+        if (threadIdx.x == 0) {
+            j.lpart[2 * r] = ign ? 0.0 : acc;
+            j.lpart[2 * r + 1] = ign ? 0.0 : 1.0;
+        }
+    }
+}
+
+extern "C" cudaError_t gf_cu_jsd(cudaStream_t s, const struct gf_cu_jsd *j)
+{
+    if (j->rows <= 0)
+        return cudaSuccess;
+    int threads = j->block;
+    if (threads <= 0) {
+        threads = 32;
+        while (threads < 1024 && threads < j->n / 4)
+            threads *= 2;
+    }
+    int64_t cap = (int64_t)sm_count() * 64, blocks = j->rows < cap ? j->rows : cap;
+    k_jsd_rows<<<(unsigned)blocks, threads, 0, s>>>(*j);
+    return cudaGetLastError();
+}
+
+/* *cnt = the rows whose label is not ignore_index (one block). */
+__global__ void k_jsd_count(struct gf_cu_jsd j)
+{
+    __shared__ double shd[32];
+    double acc = 0;
+    for (int64_t r = threadIdx.x; r < j.rows; r += blockDim.x)
+        acc += jsd_label(j, r) == j.ii ? 0.0 : 1.0;
+    acc = block_sum(acc, shd);
+    if (threadIdx.x == 0)
+        *j.cnt = acc;
+}
+
+/* JSDGrad, c = dLoss / (rows counted), per element of a counted row (zeros
+ * on an ignored one), P = e^Y, Q = e^X:
+ *   beta 0: dX = -c P,               dY = c P (Y - X + 1)
+ *   beta 1: dX = c Q (X - Y + 1),    dY = -c Q
+ *   else:   dX = c (1 - beta) Q (X - log M),   dY = c beta P (Y - log M)
+ * a zero probability contributing nothing.  dX / dY may be X / Y. */
+__global__ void k_jsd_grad(struct gf_cu_jsd j, int64_t total)
+{
+    float c = (float)((double)j.dl[0] / (j.t ? *j.cnt : (double)j.rows));
+    float b = j.beta, b1 = 1.0f - b;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float gx = 0.0f, gy = 0.0f;
+        if (!(j.t && jsd_label(j, i / j.n) == j.ii)) {
+            float xv = j.x[i], yv = j.y[i], p = expf(yv), q = expf(xv);
+            if (b == 0.0f) {
+                gx = -p;
+                gy = p > 0.0f ? p * (yv - xv + 1.0f) : 0.0f;
+            } else if (b == 1.0f) {
+                gx = q > 0.0f ? q * (xv - yv + 1.0f) : 0.0f;
+                gy = -q;
+            } else {
+                float lm = logf(b * p + b1 * q);
+                gx = q > 0.0f ? b1 * q * (xv - lm) : 0.0f;
+                gy = p > 0.0f ? b * p * (yv - lm) : 0.0f;
+            }
+            gx *= c;
+            gy *= c;
+        }
+        if (j.dx)
+            j.dx[i] = gx;
+        if (j.dy)
+            j.dy[i] = gy;
+    }
+}
+
+extern "C" cudaError_t gf_cu_jsd_grad(cudaStream_t s, const struct gf_cu_jsd *j)
+{
+    int64_t total = j->rows * j->n;
+    if (total <= 0 || (!j->dx && !j->dy))
+        return cudaSuccess;
+    if (j->t) {
+        k_jsd_count<<<1, RED_BLOCK, 0, s>>>(*j);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+    }
+    int threads = j->block > 0 ? j->block : 256;
+    int64_t blocks = (total + threads - 1) / threads;
+    k_jsd_grad<<<(unsigned)(blocks > 65536 ? 65536 : blocks), threads, 0, s>>>(*j, total);
     return cudaGetLastError();
 }

@@ -135,6 +135,38 @@ cudaError_t gf_cu_softmax(cudaStream_t s, int log, const float *x, float *y, int
 cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, const float *g, const float *y,
                                float *dx, int64_t n, int64_t inner, int64_t rows);
 
+/* ---- fused_loss.cu (the cross-entropy launch itself: launch_mla.h) ---- */
+
+struct gf_cu_ce;
+/* gf_cu_ce for SoftmaxCrossEntropyLossGrad: G scaled by the upstream
+ * gradient dl[0] (per_pos: dl[p]); with gsum a zero sum of the weights
+ * gives zeros. */
+cudaError_t gf_cu_ce_dl(cudaStream_t s, const struct gf_cu_ce *c, const float *dl, int per_pos);
+/* NLLLossGrad: dx[base(p) + t d] = -(G's coefficient of p) for each counted
+ * position p of label t, the upstream dl as in gf_cu_ce_dl (dx zeroed by
+ * the caller; c->x unused). */
+cudaError_t gf_cu_nll_grad(cudaStream_t s, const struct gf_cu_ce *c, const float *dl,
+                           int per_pos, float *dx);
+
+/* JSD over rows of n log-probabilities X = log Q, Y = log P [rows, n]. */
+struct gf_cu_jsd {
+    const float *x, *y;
+    const void *t;       /* labels [rows] (int64 when t64, else int32), or NULL */
+    int t64;
+    int64_t ii;          /* a row whose label is ii is not counted */
+    int64_t rows, n;
+    float beta;
+    int block;           /* threads (0: automatic) */
+    double *lpart;       /* JSD: per row (sum, counted) [2 rows] */
+    const float *dl;     /* JSDGrad: dLoss [1] */
+    double *cnt;         /* JSDGrad with labels: scratch for the rows counted */
+    float *dx, *dy;      /* JSDGrad: like X, either NULL */
+};
+/* JSD: lpart per row; the loss is gf_cu_loss_reduce(lpart, rows, mean). */
+cudaError_t gf_cu_jsd(cudaStream_t s, const struct gf_cu_jsd *j);
+/* JSDGrad: dX, dY for dLoss (the rows counted first, with labels). */
+cudaError_t gf_cu_jsd_grad(cudaStream_t s, const struct gf_cu_jsd *j);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,8 +2,6 @@
  * descriptor): one line a family.
  *
  * Not yet on CUDA (these nodes run on the CPU, node by node; issue 14):
- *   - JSD and JSDGrad; SoftmaxCrossEntropyLossGrad and
- *     NegativeLogLikelihoodLossGrad (the ONNX losses' forwards are here)
  *   - GatherND / GatherGrad whose indices have no host copy
  *   - Attention with a head dim over 128
  *   - fp16 / bf16 storage of every op, and fp16 / bf16 GEMMs on tensor
