@@ -4,8 +4,10 @@
 #   - `graphfuse backends`: cuda available, the default (--backend auto)
 #   - tests/test_cuda_backend: open, devices, memory (no test may skip but
 #     test_without_device, which a machine with a GPU skips)
-#   - the cross-backend harness, build/tests/test_backend_ops, with
-#     GRAPHFUSE_TEST_BACKEND=cuda (when tests/test_backend_ops.c exists)
+#   - the cross-backend tests, every tests/test_backend_*.c (the harness
+#     test_backend_ops and the per-family tests), each one check, with
+#     GRAPHFUSE_TEST_BACKEND=cuda: every comparison against the CPU passes
+#     (a case without a CUDA kernel is "not supported", listed, not failed)
 #   - the bundled models, fused and unfused, with `graphfuse test --backend
 #     cuda` against PyTorch's recorded outputs (--atol 1e-5, as make test
 #     does on the CPU), and the nodes left to the CPU listed
@@ -46,7 +48,9 @@ result() { # result PASS|FAIL|SKIP what [detail]
 
 # ---- build ------------------------------------------------------------------
 harness=""
-[ -f tests/test_backend_ops.c ] && harness=$B/tests/test_backend_ops
+for t in tests/test_backend_*.c; do
+    [ -f "$t" ] && harness="$harness $B/tests/$(basename "$t" .c)"
+done
 if [ $build = 1 ]; then
     echo "== building in $B (GF_CUDA=1)"
     # shellcheck disable=SC2086
@@ -96,16 +100,23 @@ else
     result FAIL "tests/test_cuda_backend (failed, or skipped tests)"
 fi
 
-# ---- the cross-backend harness ---------------------------------------------------
-if [ -z "$harness" ]; then
-    result SKIP "test_backend_ops (tests/test_backend_ops.c does not exist yet)"
-elif GRAPHFUSE_TEST_BACKEND=cuda "$harness" >"$tmp/ops" 2>&1; then
-    tail -5 "$tmp/ops"
-    result PASS "test_backend_ops on cuda"
-else
-    tail -40 "$tmp/ops"
-    result FAIL "test_backend_ops on cuda (its last lines above)"
-fi
+# ---- the cross-backend tests ---------------------------------------------------------
+# Each against the CPU on cuda only (an unavailable cuda is a failure there);
+# the detail: what they found no CUDA kernel for.
+[ -z "$harness" ] && result SKIP "tests/test_backend_*.c (none exist yet)"
+for h in $harness; do
+    name=$(basename "$h")
+    if GRAPHFUSE_TEST_BACKEND=cuda "$h" >"$tmp/$name" 2>&1; then
+        tail -3 "$tmp/$name"
+        result PASS "$name on cuda" "$(grep -E '^backend ops on cuda:|comparisons not supported on cuda' \
+            "$tmp/$name" | tr '\n' ' ' | cut -c1-300)"
+    else
+        tail -40 "$tmp/$name"
+        result FAIL "$name on cuda (its last lines above)" \
+            "$(grep -E '^\[  FAILED  \] [^0-9]|^\[  ERROR   \]' "$tmp/$name" | tr '\n' ' ' |
+                cut -c1-300)"
+    fi
+done
 
 # ---- the bundled models -------------------------------------------------------------
 # "note: N nodes ran on the CPU (...)": what the CUDA tables still lack
