@@ -238,6 +238,7 @@ struct lce {
     const void *h, *w;    /* as given */
     const void *bias;     /* [V] compute type (workspace), or NULL */
     bool tb;
+    bool shift;           /* shift=1: each batch's last row of H is no position */
     size_t k, v, chunk, cols; /* K, V, rows R of a chunk, columns Vc of a block */
     size_t n_pos, slice;  /* positions; bytes of a thread's workspace slice */
     char *slices;         /* the threads' slices */
@@ -459,6 +460,7 @@ static enum gf_status lce_plan(const struct gf_kernel_args *a, struct lce *c,
     if (st != GF_OK)
         return st;
     c->tb = r->tb;
+    c->shift = r->ce.shift;
     c->k = (size_t)r->k.value;
     c->v = (size_t)r->v.value;
     if (c->k > INT_MAX || c->v > INT_MAX)
@@ -682,7 +684,7 @@ static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c
             memset(a->out[i].data, 0, a->out[i].nelem * cs);
     if (fu_has_out(a, 1)) /* rows that are no position (shift) get no gradient */
         for (size_t row = 0; row < a->in[0].nelem / (k ? k : 1) && k; row++)
-            if (c->lab.s1 && row % (c->lab.s1 + 1) == c->lab.s1)
+            if (c->shift && row % (c->lab.s1 + 1) == c->lab.s1) /* S = 1: every row */
                 memset((char *)a->out[1].data + row * k * cs, 0, k * cs);
     double count = counted_weight(&c->lab, c->n_pos, NULL), loss = 0;
     char *ws = a->workspace;

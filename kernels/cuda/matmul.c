@@ -102,6 +102,7 @@ void *gf_cu_blas(struct gf_backend *be)
                  GF_CU_BLAS_WS, cu->device_name);
         return NULL;
     }
+    gf_cu_mem_add(cu, b->ws, GF_CU_BLAS_WS);
     cu->blas = b;
     return b;
 }
@@ -111,6 +112,7 @@ void gf_cu_blas_free(struct gf_cu *cu)
     struct blas *b = cu->blas;
     if (!b)
         return;
+    gf_cu_mem_remove(cu, b->ws);
     cudaFree(b->ws);
     cublasLtDestroy(b->h);
     free(b->cache);
