@@ -16,6 +16,8 @@
 #     the same losses, bit for bit, as with the step captured and replayed
 #   - CUDA Graphs: `run --repeat 3 --profile` reports the graph replay, and
 #     llama_tiny's step time with and without capture (`train --profile`)
+#   - tests/run_hf.sh with RUN_HF_DEVICES=cuda: the Hugging Face exports
+#     tested against PyTorch and trained 5 steps on cuda, no node on the CPU
 # Exit status 0 when every check passed.
 #
 # Usage (repository root, GPU machine):
@@ -207,6 +209,17 @@ for ng in "" --no-cuda-graph; do # without --profile: no sync after each node
     ms=$(awk -F, 'NR > 6 { s += $5; k++ } END { if (k) printf "%.3f", s / k }' "$tmp/q$ng.csv")
     result INFO "llama_tiny train step ${ng:-(graphs)}: $ms ms (steps 6-50, no --profile)"
 done
+
+# ---- the Hugging Face exports (models/hf) on cuda: tests/run_hf.sh --------------------
+# graphfuse test against PyTorch's outputs and 5 AdamW training steps against
+# PyTorch's losses, fused and unfused, no node left to the CPU
+RUN_HF_DEVICES=cuda sh tests/run_hf.sh "$gf" >"$tmp/hf" 2>&1
+if tail -1 "$tmp/hf" | grep -q ' 0 failed'; then
+    result PASS "tests/run_hf.sh on cuda: $(tail -1 "$tmp/hf")"
+else
+    result FAIL "tests/run_hf.sh on cuda: $(tail -1 "$tmp/hf")" \
+        "$(grep '^FAIL' "$tmp/hf" | head -5 | cut -c1-200 | tr '\n' ' ')"
+fi
 
 echo
 echo "==== cuda_check summary ($(grep -c '^PASS' "$summary") passed, $fails failed," \
