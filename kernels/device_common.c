@@ -46,9 +46,10 @@ int gf_dev_type_of(enum gf_dtype t)
     }
 }
 
-/* ---- the elementwise family: checks ---------------------------------------------- */
+/* ---- the elementwise family --------------------------------------------------------- */
 
-enum gf_status gf_dev_ew_begin(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
+/* gf_ew_begin, and an output within c's indexing. */
+static enum gf_status ew_begin(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
                                size_t n_in, bool *empty)
 {
     enum gf_status st = gf_ew_begin(a, n_in, empty);
@@ -117,12 +118,13 @@ const char *gf_dev_unary_name(int op, bool grad)
     return grad ? grad_names[op] : unary_names[op];
 }
 
-enum gf_status gf_dev_unary_check(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
-                                  bool *empty, int *op)
+/* Unary ops (x -> y, one type) and activation gradients (dY, v -> dX: two
+ * inputs of one type and size). */
+static enum gf_status unary_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
-    bool grad = a->n_in == 2;
-    enum gf_status st = gf_dev_ew_begin(a, c, grad ? 2 : 1, empty);
-    if (st != GF_OK || *empty)
+    bool empty, grad = a->n_in == 2;
+    enum gf_status st = ew_begin(a, &d->caps, grad ? 2 : 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     if ((st = gf_ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
@@ -133,22 +135,25 @@ enum gf_status gf_dev_unary_check(const struct gf_kernel_args *a, const struct g
     if (grad && a->in[1].nelem != x->nelem)
         return gf_kernel_error(a, GF_ERR_INVALID, "input 1 has %zu elements, the gradient %zu",
                                a->in[1].nelem, x->nelem);
-    if ((*op = unary_of(a->node)) < 0)
+    int op = unary_of(a->node);
+    if (op < 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "approximate='%s' is neither 'none' nor "
                                "'tanh'", gf_node_attr_string(a->node, "approximate", ""));
-    return GF_OK;
+    return d->unary(a, op);
 }
 
-enum gf_status gf_dev_isx_check(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
-                                bool *empty)
+/* IsNaN IsInf: a float in, bool out of its size. */
+static enum gf_status isx_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
-    enum gf_status st = gf_dev_ew_begin(a, c, 1, empty);
-    if (st != GF_OK || *empty)
+    bool empty;
+    enum gf_status st = ew_begin(a, &d->caps, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    if ((st = gf_ew_check_dtype(a, "output 0", y->dtype, GF_BOOL)))
+    if ((st = gf_ew_check_dtype(a, "output 0", y->dtype, GF_BOOL)) ||
+        (st = gf_ew_check_count(a, x, y)))
         return st;
-    return gf_ew_check_count(a, x, y);
+    return d->isx(a);
 }
 
 /* ---- binary ops -------------------------------------------------------------------- */
@@ -226,25 +231,26 @@ static bool bin_supports(const struct gf_dev_caps *c, const struct gf_node *n,
     return !(n->op == GF_OP_DIV && is_int(in[0].dtype) && !in[1].host);
 }
 
-/* pair() of x (input or output kx) and b (input kb), broadcast to the output. */
-static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct gf_dev_binop *op,
-                               const struct gf_tview *x, int kx, const struct gf_tview *b,
-                               int kb, gf_dev_pair_fn pair)
+/* d->binary of x (input or output kx) and b (input kb), broadcast to the output. */
+static enum gf_status bin_pair(const struct gf_dev_ew *d, const struct gf_kernel_args *a,
+                               const struct gf_dev_binop *op, const struct gf_tview *x, int kx,
+                               const struct gf_tview *b, int kb)
 {
     const struct gf_tview *out = &a->out[0];
     int64_t st[3][GF_MAX_RANK] = {{0}};
     enum gf_status s;
     if ((s = gf_ew_bcast(a, kx, x, out, st[0])) || (s = gf_ew_bcast(a, kb, b, out, st[1])))
         return s;
-    return pair(a, op, x, b, st);
+    return d->binary(a, op, x, b, st);
 }
 
-enum gf_status gf_dev_binary_run(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
-                                 gf_dev_pair_fn pair)
+/* The binary ops and variadic Max / Min. */
+static enum gf_status binary_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
+    const struct gf_dev_caps *c = &d->caps;
     const struct gf_dev_binop *op = binop_of(a->node->op);
     bool empty;
-    enum gf_status st = gf_dev_ew_begin(a, c, 0, &empty);
+    enum gf_status st = ew_begin(a, c, 0, &empty);
     if (st != GF_OK || empty)
         return st;
     if (a->n_in == 0)
@@ -270,11 +276,11 @@ enum gf_status gf_dev_binary_run(const struct gf_kernel_args *a, const struct gf
                                      gf_tview_bytes(&a->out[0]));
     }
     if ((st = gf_check_int_divisor(a, &a->in[1])) ||
-        (st = bin_pair(a, op, &a->in[0], 0, &a->in[1], 1, pair)))
+        (st = bin_pair(d, a, op, &a->in[0], 0, &a->in[1], 1)))
         return st;
     /* Max / Min of more: folded into the output */
     for (size_t k = 2; k < a->n_in; k++)
-        if ((st = bin_pair(a, op, &a->out[0], 0, &a->in[k], (int)k, pair)))
+        if ((st = bin_pair(d, a, op, &a->out[0], 0, &a->in[k], (int)k)))
             return st;
     return GF_OK;
 }
@@ -295,33 +301,38 @@ static enum gf_status clip_bound(const struct gf_kernel_args *a, size_t k, const
     return st;
 }
 
-enum gf_status gf_dev_clip_check(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
-                                 bool *empty, struct gf_dev_clip *b)
+static enum gf_status clip_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
-    enum gf_status st = gf_dev_ew_begin(a, c, 1, empty);
-    if (st != GF_OK || *empty)
+    bool empty;
+    struct gf_dev_clip b;
+    enum gf_status st = ew_begin(a, &d->caps, 1, &empty);
+    if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    if ((st = clip_bound(a, 1, "min", -FLT_MAX, &b->lo_t, &b->lo)) ||
-        (st = clip_bound(a, 2, "max", FLT_MAX, &b->hi_t, &b->hi)) ||
-        (st = gf_ew_check_dtype(a, "output 0", y->dtype, x->dtype)))
+    if ((st = clip_bound(a, 1, "min", -FLT_MAX, &b.lo_t, &b.lo)) ||
+        (st = clip_bound(a, 2, "max", FLT_MAX, &b.hi_t, &b.hi)) ||
+        (st = gf_ew_check_dtype(a, "output 0", y->dtype, x->dtype)) ||
+        (st = gf_ew_check_count(a, x, y)))
         return st;
-    return gf_ew_check_count(a, x, y);
+    return d->clip(a, &b);
 }
 
-enum gf_status gf_dev_where_check(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
-                                  bool *empty, size_t *size, int64_t st3[3][GF_MAX_RANK])
+static enum gf_status where_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
-    enum gf_status st = gf_dev_ew_begin(a, c, 3, empty);
-    if (st != GF_OK || *empty || (st = gf_where_check(a)))
+    const struct gf_dev_caps *c = &d->caps;
+    bool empty;
+    int64_t st3[3][GF_MAX_RANK];
+    enum gf_status st = ew_begin(a, c, 3, &empty);
+    if (st != GF_OK || empty || (st = gf_where_check(a)))
         return st;
-    if (!(*size = gf_dev_move_size(a->in[1].dtype)))
+    size_t size = gf_dev_move_size(a->in[1].dtype);
+    if (!size)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no %s kernel for type %s", c->name,
                                gf_dtype_name(a->in[1].dtype));
     for (int k = 0; k < 3; k++)
         if ((st = gf_ew_bcast(a, k, &a->in[k], &a->out[0], st3[k])))
             return st;
-    return GF_OK;
+    return d->where(a, size, st3);
 }
 
 /* The cast's target: attribute `to` (Cast) or input 1's type (CastLike). */
@@ -332,13 +343,10 @@ static enum gf_dtype cast_target(const struct gf_node *n, const struct gf_tview 
     return (enum gf_dtype)gf_node_attr_int(n, "to", GF_UNDEFINED);
 }
 
-enum gf_status gf_dev_cast_check(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
-                                 bool *done, bool *trunc)
+static enum gf_status cast_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
     bool empty;
-    *done = true;
-    *trunc = false;
-    enum gf_status st = gf_dev_ew_begin(a, c, 1, &empty);
+    enum gf_status st = ew_begin(a, &d->caps, 1, &empty);
     if (st != GF_OK || empty)
         return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
@@ -347,29 +355,29 @@ enum gf_status gf_dev_cast_check(const struct gf_kernel_args *a, const struct gf
     if (x->dtype == y->dtype)
         return copy_run(a);
     if (gf_dev_type_of(x->dtype) < 0 || gf_dev_type_of(y->dtype) < 0)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no %s cast from %s to %s", c->name,
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no %s cast from %s to %s", d->caps.name,
                                gf_dtype_name(x->dtype), gf_dtype_name(y->dtype));
     if ((st = gf_ew_check_count(a, x, y)))
         return st;
-    *done = false;
-    *trunc = x->dtype == GF_FLOAT && y->dtype == GF_BFLOAT16 && gf_node_opset(a->node) < 19;
-    return GF_OK;
+    return d->cast(a, x->dtype == GF_FLOAT && y->dtype == GF_BFLOAT16 &&
+                          gf_node_opset(a->node) < 19);
 }
 
-enum gf_status gf_dev_identity_run(const struct gf_kernel_args *a, const struct gf_dev_caps *c)
+static enum gf_status identity_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
 {
     bool empty;
-    enum gf_status st = gf_dev_ew_begin(a, c, 1, &empty);
+    enum gf_status st = ew_begin(a, &d->caps, 1, &empty);
     if (st != GF_OK || empty)
         return st;
     return copy_run(a);
 }
 
-/* ---- the elementwise family: supports() ------------------------------------------------ */
+/* ---- the family's supports() and run() ---------------------------------------------------- */
 
-bool gf_dev_ew_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+bool gf_dev_ew_supports(const struct gf_dev_ew *d, const struct gf_node *n,
                         const struct gf_tview *in, size_t n_in)
 {
+    const struct gf_dev_caps *c = &d->caps;
     switch (n->op) {
     case GF_OP_IS_NAN:
     case GF_OP_IS_INF: /* float in, bool out */
@@ -399,5 +407,19 @@ bool gf_dev_ew_supports(const struct gf_dev_caps *c, const struct gf_node *n,
             return bin_supports(c, n, in, n_in);
         return n_in == 1 && gf_dev_fits(c, in[0].nelem) && /* the unary ops */
                (n->op == GF_OP_NOT ? in[0].dtype == GF_BOOL : gf_dev_float(c, in[0].dtype));
+    }
+}
+
+enum gf_status gf_dev_ew_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a)
+{
+    switch (a->node->op) {
+    case GF_OP_IS_NAN:
+    case GF_OP_IS_INF: return isx_run(d, a);
+    case GF_OP_CLIP: return clip_run(d, a);
+    case GF_OP_WHERE: return where_run(d, a);
+    case GF_OP_CAST:
+    case GF_OP_CAST_LIKE: return cast_run(d, a);
+    case GF_OP_IDENTITY: return identity_run(d, a);
+    default: return binop_of(a->node->op) ? binary_run(d, a) : unary_run(d, a);
     }
 }

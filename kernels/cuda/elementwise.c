@@ -20,7 +20,7 @@
 #include "cu.h"
 #include "device_common.h"
 
-static const struct gf_dev_caps caps = {.name = "CUDA", .half = false, .int_index = false};
+static const struct gf_dev_ew cu_ew;
 
 /* device_common.h's orders are the launchers' (launch.h): passed as they are */
 #define SAME(x) ((int)GF_CU_##x == (int)GF_DEV_##x)
@@ -41,29 +41,20 @@ _Static_assert(SAME(ADD) && SAME(SUB) && SAME(MUL) && SAME(DIV) && SAME(POW) && 
                "gf_dev_binary is gf_cu_binary_op");
 #undef SAME
 
-/* Unary ops, and the gradients (dY, v) -> dX: same shapes, one type. */
-static enum gf_status un_run(const struct gf_kernel_args *a)
+/* y = f(x), or the gradient dX = f'(v) dY: same shapes, one type. */
+static enum gf_status un_launch(const struct gf_kernel_args *a, int code)
 {
-    bool empty, grad = a->n_in == 2;
-    int code;
-    enum gf_status st = gf_dev_unary_check(a, &caps, &empty, &code);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     cudaStream_t s = gf_cu_stream(a);
     int64_t n = (int64_t)x->nelem;
-    cudaError_t e = grad ? gf_cu_act_grad(s, code, x->data, a->in[1].data, y->data, n)
-                         : gf_cu_unary(s, code, x->data, y->data, n);
+    cudaError_t e = a->n_in == 2 ? gf_cu_act_grad(s, code, x->data, a->in[1].data, y->data, n)
+                                 : gf_cu_unary(s, code, x->data, y->data, n);
     return gf_cu_check(a, e, "unary kernel");
 }
 
 /* IsNaN, IsInf: fp32 in, bool out. */
-static enum gf_status isx_run(const struct gf_kernel_args *a)
+static enum gf_status isx_launch(const struct gf_kernel_args *a)
 {
-    bool empty;
-    enum gf_status st = gf_dev_isx_check(a, &caps, &empty);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     int code = GF_CU_ISNAN;
     if (a->node->op == GF_OP_IS_INF)
@@ -78,59 +69,40 @@ static enum gf_status isx_run(const struct gf_kernel_args *a)
 }
 
 /* out = op(x, b) over the merged axes of the output. */
-static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct gf_dev_binop *op,
-                               const struct gf_tview *x, const struct gf_tview *b,
-                               const int64_t st[3][GF_MAX_RANK])
+static enum gf_status bin_launch(const struct gf_kernel_args *a, const struct gf_dev_binop *op,
+                                 const struct gf_tview *x, const struct gf_tview *b,
+                                 const int64_t st[3][GF_MAX_RANK])
 {
     const struct gf_tview *out = &a->out[0];
     struct gf_cu_nd nd;
     gf_cu_nd_init(&nd, out->rank, out->dims, 2, st);
     cudaError_t e = gf_cu_binary(gf_cu_stream(a), (int)op->code,
-                                 gf_dev_bin_type(&caps, op, x->dtype), x->data, b->data,
+                                 gf_dev_bin_type(&cu_ew.caps, op, x->dtype), x->data, b->data,
                                  out->data, &nd, (int64_t)out->nelem);
     return gf_cu_check(a, e, "binary kernel");
 }
 
-static enum gf_status bin_run(const struct gf_kernel_args *a)
+static enum gf_status clip_launch(const struct gf_kernel_args *a, const struct gf_dev_clip *b)
 {
-    return gf_dev_binary_run(a, &caps, bin_pair);
-}
-
-static enum gf_status clip_run(const struct gf_kernel_args *a)
-{
-    bool empty;
-    struct gf_dev_clip b;
-    enum gf_status st = gf_dev_clip_check(a, &caps, &empty, &b);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    cudaError_t e = gf_cu_clip(gf_cu_stream(a), x->data, y->data, (int64_t)x->nelem, b.lo_t,
-                               b.hi_t, b.lo, b.hi);
+    cudaError_t e = gf_cu_clip(gf_cu_stream(a), x->data, y->data, (int64_t)x->nelem, b->lo_t,
+                               b->hi_t, b->lo, b->hi);
     return gf_cu_check(a, e, "Clip kernel");
 }
 
-static enum gf_status where_run(const struct gf_kernel_args *a)
+static enum gf_status where_launch(const struct gf_kernel_args *a, size_t size,
+                                   const int64_t st[3][GF_MAX_RANK])
 {
-    bool empty;
-    size_t size;
-    int64_t st3[3][GF_MAX_RANK];
-    enum gf_status st = gf_dev_where_check(a, &caps, &empty, &size, st3);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *out = &a->out[0];
     struct gf_cu_nd nd;
-    gf_cu_nd_init(&nd, out->rank, out->dims, 3, st3);
+    gf_cu_nd_init(&nd, out->rank, out->dims, 3, st);
     cudaError_t e = gf_cu_where(gf_cu_stream(a), (int)size, a->in[0].data, a->in[1].data,
                                 a->in[2].data, out->data, &nd, (int64_t)out->nelem);
     return gf_cu_check(a, e, "Where kernel");
 }
 
-static enum gf_status cast_run(const struct gf_kernel_args *a)
+static enum gf_status cast_launch(const struct gf_kernel_args *a, bool trunc)
 {
-    bool done, trunc;
-    enum gf_status st = gf_dev_cast_check(a, &caps, &done, &trunc);
-    if (st != GF_OK || done)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     cudaError_t e = gf_cu_cast(gf_cu_stream(a), gf_dev_type_of(x->dtype),
                                gf_dev_type_of(y->dtype), x->data, y->data, (int64_t)x->nelem,
@@ -138,21 +110,26 @@ static enum gf_status cast_run(const struct gf_kernel_args *a)
     return gf_cu_check(a, e, "Cast kernel");
 }
 
-static enum gf_status identity_run(const struct gf_kernel_args *a)
-{
-    return gf_dev_identity_run(a, &caps);
-}
+static const struct gf_dev_ew cu_ew = {
+    .caps = {.name = "CUDA", .half = false, .int_index = false},
+    .unary = un_launch, .isx = isx_launch, .binary = bin_launch, .clip = clip_launch,
+    .where = where_launch, .cast = cast_launch};
 
 /* ---- registration ----------------------------------------------------------------- */
 
 static bool ew_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    return gf_dev_ew_supports(&caps, n, in, n_in);
+    return gf_dev_ew_supports(&cu_ew, n, in, n_in);
 }
 
-#define EW_KERNEL(OP, IMPL, RUN, DT)                                                        \
+static enum gf_status ew_run(const struct gf_kernel_args *a)
+{
+    return gf_dev_ew_run(&cu_ew, a);
+}
+
+#define EW_KERNEL(OP, IMPL, DT)                                                             \
     {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_##DT, .impl = "cu_" #IMPL,            \
-     .supports = ew_supports, .run = RUN##_run},
+     .supports = ew_supports, .run = ew_run},
 
 static const struct gf_kernel kernels[] = {GF_DEV_EW_OPS(EW_KERNEL)};
 

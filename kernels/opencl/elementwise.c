@@ -39,7 +39,7 @@ static const struct gf_config_knob ew_knobs[] = {
     {"vec", 4, vec_values},
 };
 
-static const struct gf_dev_caps caps = {.name = "OpenCL", .half = true, .int_index = true};
+static const struct gf_dev_ew cl_ew;
 
 /* Kernel name suffixes of the gf_dev_types. */
 static const char *const type_sfx[GF_DEV_N_TYPES] = {"f32", "f16", "bf16", "i64", "i32", "u8",
@@ -58,7 +58,7 @@ static cl_kernel ew_kernel(const struct gf_kernel_args *a, const char *name, enu
     size_t max = gf_cl_of(a->backend)->max_wg;
     if (max && *wg > max)
         *wg = max;
-    const char *store = gf_dev_float(&caps, dt) ? gf_cl_storage_opt(dt) : "";
+    const char *store = gf_dev_float(&cl_ew.caps, dt) ? gf_cl_storage_opt(dt) : "";
     char opts[64];
     snprintf(opts, sizeof(opts), "-DVEC=%d%s%s", *vec, *store ? " " : "", store);
     return gf_cl_kernel(a->backend, EW_FILE, name, opts);
@@ -90,15 +90,10 @@ static bool nd_args(cl_kernel k, cl_uint at, const struct gf_cl_nd *nd)
 
 /* Unary ops ("un_<name>"), and the gradients (dY, v) -> dX ("grad_<name>"):
  * same shapes, one type. */
-static enum gf_status un_run(const struct gf_kernel_args *a)
+static enum gf_status un_launch(const struct gf_kernel_args *a, int op)
 {
-    bool empty, grad = a->n_in == 2;
-    int op;
-    enum gf_status st = gf_dev_unary_check(a, &caps, &empty, &op);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    bool gop = gf_dev_is_act_grad(a->node->op);
+    bool grad = a->n_in == 2, gop = gf_dev_is_act_grad(a->node->op);
     char name[32];
     snprintf(name, sizeof(name), "%s_%s", gop ? "grad" : "un", gf_dev_unary_name(op, gop));
     size_t wg;
@@ -115,12 +110,9 @@ static enum gf_status un_run(const struct gf_kernel_args *a)
 }
 
 /* IsNaN, IsInf: float in, bool out. */
-static enum gf_status isx_run(const struct gf_kernel_args *a)
+static enum gf_status isx_launch(const struct gf_kernel_args *a)
 {
-    bool empty, inf = a->node->op == GF_OP_IS_INF;
-    enum gf_status st = gf_dev_isx_check(a, &caps, &empty);
-    if (st != GF_OK || empty)
-        return st;
+    bool inf = a->node->op == GF_OP_IS_INF;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     const char *name = inf ? "un_isinf" : "un_isnan";
     size_t wg;
@@ -144,9 +136,9 @@ static enum gf_status isx_run(const struct gf_kernel_args *a)
  * Pow's float exponent of a half x (the _powx kernels).  Arithmetic ops
  * of float operands that have the output's shape or one element run the
  * flat kernels binf_<name>, the others bnd_<name>_<type>. */
-static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct gf_dev_binop *op,
-                               const struct gf_tview *x, const struct gf_tview *b,
-                               const int64_t st[3][GF_MAX_RANK])
+static enum gf_status bin_launch(const struct gf_kernel_args *a, const struct gf_dev_binop *op,
+                                 const struct gf_tview *x, const struct gf_tview *b,
+                                 const int64_t st[3][GF_MAX_RANK])
 {
     const struct gf_tview *out = &a->out[0];
     cl_int n = (cl_int)out->nelem;
@@ -154,7 +146,7 @@ static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct gf_d
     int vec;
     char name[32];
     const char *stem = b->dtype != x->dtype ? "powx" : op->name;
-    bool flat = !op->bool_out && gf_dev_float(&caps, x->dtype) &&
+    bool flat = !op->bool_out && gf_dev_float(&cl_ew.caps, x->dtype) &&
                 (x->nelem == out->nelem || x->nelem == 1) &&
                 (b->nelem == out->nelem || b->nelem == 1);
     if (flat) {
@@ -172,7 +164,7 @@ static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct gf_d
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
                                "kernels");
     snprintf(name, sizeof(name), "bnd_%s_%s", stem,
-             type_sfx[gf_dev_bin_type(&caps, op, x->dtype)]);
+             type_sfx[gf_dev_bin_type(&cl_ew.caps, op, x->dtype)]);
     cl_kernel k = ew_kernel(a, name, x->dtype, &wg, &vec);
     if (!k || !gf_cl_args(k, 4, sizeof(cl_mem), &x->data, sizeof(cl_mem), &b->data,
                           sizeof(cl_mem), &out->data, sizeof(n), &n) || !nd_args(k, 4, &nd))
@@ -180,23 +172,13 @@ static enum gf_status bin_pair(const struct gf_kernel_args *a, const struct gf_d
     return ew_launch(a, k, out->nelem, 1, wg);
 }
 
-static enum gf_status bin_run(const struct gf_kernel_args *a)
-{
-    return gf_dev_binary_run(a, &caps, bin_pair);
-}
-
 /* ---- Clip --------------------------------------------------------------------- */
 
-static enum gf_status clip_run(const struct gf_kernel_args *a)
+static enum gf_status clip_launch(const struct gf_kernel_args *a, const struct gf_dev_clip *b)
 {
-    bool empty;
-    struct gf_dev_clip b;
-    enum gf_status st = gf_dev_clip_check(a, &caps, &empty, &b);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    cl_mem lo_t = b.lo_t, hi_t = b.hi_t;
-    cl_float lo = b.lo, hi = b.hi;
+    cl_mem lo_t = b->lo_t, hi_t = b->hi_t;
+    cl_float lo = b->lo, hi = b->hi;
     size_t wg;
     int vec;
     cl_int n = (cl_int)x->nelem;
@@ -210,21 +192,16 @@ static enum gf_status clip_run(const struct gf_kernel_args *a)
 
 /* ---- Where ------------------------------------------------------------------- */
 
-static enum gf_status where_run(const struct gf_kernel_args *a)
+static enum gf_status where_launch(const struct gf_kernel_args *a, size_t size,
+                                   const int64_t st[3][GF_MAX_RANK])
 {
-    bool empty;
-    size_t size;
-    int64_t st3[3][GF_MAX_RANK];
-    enum gf_status st = gf_dev_where_check(a, &caps, &empty, &size, st3);
-    if (st != GF_OK || empty)
-        return st;
     const struct gf_tview *out = &a->out[0];
     struct gf_cl_nd nd;
-    if (!gf_cl_nd_init(&nd, out->rank, out->dims, 3, st3))
+    if (!gf_cl_nd_init(&nd, out->rank, out->dims, 3, st))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
                                "kernels");
     char name[16];
-    snprintf(name, sizeof(name), "where_%s", gf_dev_size_sfx(a->in[1].dtype));
+    snprintf(name, sizeof(name), "where_%zu", size);
     size_t wg;
     int vec;
     cl_int n = (cl_int)out->nelem;
@@ -238,12 +215,8 @@ static enum gf_status where_run(const struct gf_kernel_args *a)
 
 /* ---- Cast, CastLike, Identity ------------------------------------------------------- */
 
-static enum gf_status cast_run(const struct gf_kernel_args *a)
+static enum gf_status cast_launch(const struct gf_kernel_args *a, bool trunc)
 {
-    bool done, trunc;
-    enum gf_status st = gf_dev_cast_check(a, &caps, &done, &trunc);
-    if (st != GF_OK || done)
-        return st;
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     char name[32];
     snprintf(name, sizeof(name), "cast_%s_%s", type_sfx[gf_dev_type_of(x->dtype)],
@@ -260,21 +233,26 @@ static enum gf_status cast_run(const struct gf_kernel_args *a)
     return ew_launch(a, k, x->nelem, 1, wg);
 }
 
-static enum gf_status identity_run(const struct gf_kernel_args *a)
-{
-    return gf_dev_identity_run(a, &caps);
-}
+static const struct gf_dev_ew cl_ew = {
+    .caps = {.name = "OpenCL", .half = true, .int_index = true},
+    .unary = un_launch, .isx = isx_launch, .binary = bin_launch, .clip = clip_launch,
+    .where = where_launch, .cast = cast_launch};
 
 /* ---- registration ----------------------------------------------------------------- */
 
 static bool ew_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    return gf_dev_ew_supports(&caps, n, in, n_in);
+    return gf_dev_ew_supports(&cl_ew, n, in, n_in);
 }
 
-#define EW_KERNEL(OP, IMPL, RUN, DT)                                                        \
+static enum gf_status ew_run(const struct gf_kernel_args *a)
+{
+    return gf_dev_ew_run(&cl_ew, a);
+}
+
+#define EW_KERNEL(OP, IMPL, DT)                                                             \
     {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_##DT, .impl = "cl_" #IMPL,          \
-     .supports = ew_supports, .run = RUN##_run, .n_knobs = 2, .knobs = ew_knobs},
+     .supports = ew_supports, .run = ew_run, .n_knobs = 2, .knobs = ew_knobs},
 
 static const struct gf_kernel kernels[] = {GF_DEV_EW_OPS(EW_KERNEL)};
 
