@@ -276,8 +276,8 @@ bench-cuda: all $(CUDA_BENCHES)
 	@if python3 -c 'import torch, transformers' 2>/dev/null; then \
 	    set -e; echo "== tools/bench_sdpa.py"; python3 tools/bench_sdpa.py; \
 	    echo "== tools/hf_bench.py --preset 160m --backend cuda,opencl $(HF_ARGS)"; \
-	    python3 tools/hf_bench.py --preset 160m --backend cuda,opencl \
-	        --graphfuse $(BUILD)/graphfuse $(HF_ARGS); \
+	    python3 tools/hf_bench.py --preset 160m --backend cuda,opencl --modes fused \
+	        --torch-device cuda --graphfuse $(BUILD)/graphfuse $(HF_ARGS); \
 	else \
 	    echo "bench-cuda: python3 has no torch / transformers: PyTorch's side skipped"; \
 	fi
