@@ -18,6 +18,18 @@ bool gf_dev_fits(const struct gf_dev_caps *c, size_t n)
     return !c->int_index || n <= INT_MAX;
 }
 
+enum gf_status gf_dev_check_sizes(const struct gf_kernel_args *a, const struct gf_dev_caps *c)
+{
+    for (size_t i = 0; i < a->n_in + a->n_out; i++) {
+        const struct gf_tview *t = i < a->n_in ? &a->in[i] : &a->out[i - a->n_in];
+        if (!gf_dev_fits(c, t->nelem))
+            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "%s %zu has %zu elements; the %s "
+                                   "kernels take fewer than 2^31", i < a->n_in ? "input" :
+                                   "output", i < a->n_in ? i : i - a->n_in, t->nelem, c->name);
+    }
+    return GF_OK;
+}
+
 size_t gf_dev_move_size(enum gf_dtype t)
 {
     if (t == GF_STRING || t == GF_INT4 || t == GF_UINT4 || t == GF_UNDEFINED)
@@ -44,6 +56,11 @@ int gf_dev_type_of(enum gf_dtype t)
     case GF_BOOL: return GF_DEV_B8;
     default: return -1;
     }
+}
+
+bool gf_dev_host_or_empty(const struct gf_tview *in, size_t n_in, size_t i)
+{
+    return i >= n_in || in[i].dtype == GF_UNDEFINED || in[i].nelem == 0 || in[i].host;
 }
 
 /* ---- the elementwise family --------------------------------------------------------- */
@@ -421,5 +438,181 @@ enum gf_status gf_dev_ew_run(const struct gf_dev_ew *d, const struct gf_kernel_a
     case GF_OP_CAST_LIKE: return cast_run(d, a);
     case GF_OP_IDENTITY: return identity_run(d, a);
     default: return binop_of(a->node->op) ? binary_run(d, a) : unary_run(d, a);
+    }
+}
+
+/* ---- reductions ------------------------------------------------------------------- */
+
+/* The float types of c's kernels, as messages list them. */
+static const char *float_names(const struct gf_dev_caps *c)
+{
+    return c->half ? "float, float16 or bfloat16" : "float";
+}
+
+enum gf_status gf_dev_check_float_in(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
+                                     size_t i, const char *name)
+{
+    enum gf_status st = fu_check_in(a, i, name, i ? a->in[0].dtype : GF_UNDEFINED);
+    if (st == GF_OK && !gf_dev_float(c, a->in[i].dtype))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected %s", name, i,
+                             gf_dtype_name(a->in[i].dtype), float_names(c));
+    return st;
+}
+
+bool gf_dev_reduce_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+                            const struct gf_tview *in, size_t n_in)
+{
+    return n_in >= (n->op == GF_OP_SUM_TO_SHAPE ? 2u : 1u) && gf_dev_float(c, in[0].dtype) &&
+           in[0].rank <= GF_MAX_RANK && gf_dev_host_or_empty(in, n_in, 1);
+}
+
+bool gf_dev_rows_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+                          const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    return n_in >= 1 && gf_dev_float(c, in[0].dtype) && in[0].rank <= GF_MAX_RANK;
+}
+
+/* Reduce{Sum,Mean,Max}. */
+static enum gf_status reduce_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a)
+{
+    enum gf_op o = a->node->op;
+    bool red[GF_MAX_RANK];
+    enum gf_status st = gf_dev_check_float_in(a, &d->caps, 0, "data");
+    if (st == GF_OK)
+        st = gf_dev_check_sizes(a, &d->caps);
+    if (st == GF_OK)
+        st = gf_reduce_axes(a, red);
+    if (st != GF_OK)
+        return st;
+    return d->reduce(a, red, o == GF_OP_REDUCE_MEAN ? GF_DEV_RED_MEAN
+                             : o == GF_OP_REDUCE_MAX ? GF_DEV_RED_MAX : GF_DEV_RED_SUM);
+}
+
+/* SumToShape(X, shape). */
+static enum gf_status s2s_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a)
+{
+    const struct gf_dev_caps *c = &d->caps;
+    bool red[GF_MAX_RANK];
+    enum gf_status st = gf_dev_check_float_in(a, c, 0, "X");
+    if (st == GF_OK && a->n_in < 2)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing");
+    if (st == GF_OK)
+        st = gf_check_shape_input(a, 1);
+    if (st == GF_OK)
+        st = gf_dev_check_sizes(a, c);
+    if (st != GF_OK)
+        return st;
+    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
+    int lead = x->rank - y->rank;
+    bool fits = lead >= 0;
+    for (int i = 0; fits && i < x->rank; i++) {
+        int64_t td = i >= lead ? y->dims[i - lead] : 1;
+        fits = td == x->dims[i] || td == 1;
+        red[i] = i < lead || td != x->dims[i];
+    }
+    if (!fits)
+        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 of rank %d cannot be summed to the "
+                               "rank-%d target shape", x->rank, y->rank);
+    return d->reduce(a, red, GF_DEV_RED_SUM);
+}
+
+void gf_red_plan(const struct gf_tview *x, const bool *reduce, struct gf_red_plan *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->nout = p->nred = 1;
+    int64_t stride = 1, kd[GF_MAX_RANK], ks[GF_MAX_RANK], rd[GF_MAX_RANK], rs[GF_MAX_RANK];
+    int last = -1;
+    for (int i = x->rank - 1; i >= 0; i--) { /* innermost first */
+        int64_t d = x->dims[i];
+        if (d == 1)
+            continue;
+        int r = reduce[i];
+        int64_t *dims = r ? rd : kd, *strs = r ? rs : ks;
+        int *cnt = r ? &p->nr : &p->nk;
+        if (last == r) {
+            dims[*cnt - 1] *= d;
+        } else {
+            dims[*cnt] = d;
+            strs[(*cnt)++] = stride;
+        }
+        last = r;
+        stride *= d;
+        *(r ? &p->nred : &p->nout) *= d;
+    }
+    for (int i = 0; i < p->nk; i++) /* outermost first */
+        p->kdim[i] = kd[p->nk - 1 - i], p->kstr[i] = ks[p->nk - 1 - i];
+    for (int i = 0; i < p->nr; i++)
+        p->rdim[i] = rd[p->nr - 1 - i], p->rstr[i] = rs[p->nr - 1 - i];
+}
+
+/* The rows along axis ax of x (coerce: the opset < 13 form). */
+static void axis_rows(const struct gf_tview *x, int ax, bool coerce, struct gf_dev_rows *r)
+{
+    r->n = (size_t)x->dims[ax];
+    r->inner = gf_dims_prod(x->dims, ax + 1, x->rank);
+    if (coerce) {
+        r->n *= r->inner;
+        r->inner = 1;
+    }
+    r->rows = r->n ? x->nelem / r->n : 0;
+}
+
+/* Softmax LogSoftmax. */
+static enum gf_status softmax_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a)
+{
+    const struct gf_dev_caps *c = &d->caps;
+    const struct gf_tview *x = &a->in[0];
+    bool old = gf_node_opset(a->node) < 13;
+    struct gf_dev_rows r;
+    int ax;
+    enum gf_status st = gf_dev_check_float_in(a, c, 0, "input");
+    if (st == GF_OK)
+        st = gf_dev_check_sizes(a, c);
+    if (st == GF_OK)
+        st = gf_axis_attr(a, old ? 1 : -1, x->rank, &ax);
+    if (st == GF_OK)
+        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
+    if (st != GF_OK || x->nelem == 0)
+        return st;
+    axis_rows(x, ax, old, &r);
+    return d->rows(a, &r);
+}
+
+/* SoftmaxGrad LogSoftmaxGrad(dY, Y). */
+static enum gf_status softmax_grad_run(const struct gf_dev_reduce *d,
+                                       const struct gf_kernel_args *a)
+{
+    const struct gf_dev_caps *c = &d->caps;
+    const struct gf_tview *g = &a->in[0], *y = &a->in[1];
+    struct gf_dev_rows r;
+    int ax = 0;
+    enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing")
+                                    : gf_dev_check_float_in(a, c, 0, "dY");
+    if (st == GF_OK)
+        st = gf_dev_check_float_in(a, c, 1, "Y");
+    if (st == GF_OK)
+        st = gf_dev_check_sizes(a, c);
+    if (st == GF_OK)
+        st = gf_axis_attr(a, -1, g->rank, &ax);
+    if (st == GF_OK && !fu_same_shape(y, g->rank, g->dims))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
+    if (st == GF_OK)
+        st = gf_check_out_count(a, 0, g->dtype, g->nelem);
+    if (st != GF_OK || g->nelem == 0)
+        return st;
+    axis_rows(g, ax, false, &r);
+    return d->rows(a, &r);
+}
+
+enum gf_status gf_dev_reduce_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a)
+{
+    switch (a->node->op) {
+    case GF_OP_SUM_TO_SHAPE: return s2s_run(d, a);
+    case GF_OP_SOFTMAX:
+    case GF_OP_LOG_SOFTMAX: return softmax_run(d, a);
+    case GF_OP_SOFTMAX_GRAD:
+    case GF_OP_LOG_SOFTMAX_GRAD: return softmax_grad_run(d, a);
+    default: return reduce_run(d, a);
     }
 }

@@ -3,7 +3,7 @@
  * kernels/opencl) share on the host side (internal to kernels/): which
  * types, sizes and ops their kernels take (the supports() rules), the
  * checks a run makes before its launch, and the plans both launches start
- * from.  What every backend shares, the
+ * from (reduction splits).  What every backend shares, the
  * CPU's included, is in checks.h.
  *
  *     static const struct gf_dev_caps caps = {.name = "OpenCL", .half = true,
@@ -38,6 +38,9 @@ struct gf_dev_caps {
 bool gf_dev_float(const struct gf_dev_caps *c, enum gf_dtype t);
 /* n elements are within the kernels' indexing. */
 bool gf_dev_fits(const struct gf_dev_caps *c, size_t n);
+/* Every input and output of a is within the kernels' indexing; else
+ * GF_ERR_UNSUPPORTED naming the first that is not. */
+enum gf_status gf_dev_check_sizes(const struct gf_kernel_args *a, const struct gf_dev_caps *c);
 /* Bytes of an element the type-generic kernels (copies, Where, layout)
  * move: 1, 2, 4 or 8; 0 for a type they cannot. */
 size_t gf_dev_move_size(enum gf_dtype t);
@@ -49,6 +52,9 @@ enum gf_dev_type { GF_DEV_F32, GF_DEV_F16, GF_DEV_BF16, GF_DEV_I64, GF_DEV_I32, 
                    GF_DEV_B8, GF_DEV_N_TYPES };
 /* t's gf_dev_type, -1 for one no kernel takes. */
 int gf_dev_type_of(enum gf_dtype t);
+/* Input i is absent, empty, or has a host copy (a shape-like input). */
+bool gf_dev_host_or_empty(const struct gf_tview *in, size_t n_in, size_t i);
+
 /* ---- the elementwise family -------------------------------------------------------- */
 
 /* The unary ops, and the activation gradients (dY, v) -> dX. */
@@ -144,5 +150,55 @@ bool gf_dev_ew_supports(const struct gf_dev_ew *d, const struct gf_node *n,
  * the same type, Max / Min of one input: a device copy; Max / Min of more:
  * binary on in 0 and in 1, then on the output and in k, in order). */
 enum gf_status gf_dev_ew_run(const struct gf_dev_ew *d, const struct gf_kernel_args *a);
+
+/* ---- reductions ------------------------------------------------------------------- */
+
+/* Input i (`name` in messages) is present, with data, and of the op's float
+ * type: input 0's, one c's kernels take. */
+enum gf_status gf_dev_check_float_in(const struct gf_kernel_args *a, const struct gf_dev_caps *c,
+                                     size_t i, const char *name);
+/* Reduce{Sum,Mean,Max} SumToShape: a float input 0 of at most GF_MAX_RANK
+ * axes, its axes (shape) input on the host. */
+bool gf_dev_reduce_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+                            const struct gf_tview *in, size_t n_in);
+/* Softmax LogSoftmax and their Grads: a float input 0 of at most
+ * GF_MAX_RANK axes. */
+bool gf_dev_rows_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+                          const struct gf_tview *in, size_t n_in);
+
+/* The reductions of the kernels, in the order both take them. */
+enum gf_dev_red { GF_DEV_RED_SUM, GF_DEV_RED_MEAN, GF_DEV_RED_MAX };
+/* x seen as kept x reduced axes: runs of adjacent axes of one kind merged,
+ * size-1 axes dropped; outermost first, element strides of x.  Each of the
+ * nout outputs reduces nred inputs. */
+struct gf_red_plan {
+    int nk, nr;
+    int64_t kdim[GF_MAX_RANK], kstr[GF_MAX_RANK], rdim[GF_MAX_RANK], rstr[GF_MAX_RANK];
+    int64_t nout, nred;
+};
+void gf_red_plan(const struct gf_tview *x, const bool *reduce, struct gf_red_plan *p);
+
+/* Rows along one axis: rows of n elements `inner` apart. */
+struct gf_dev_rows {
+    size_t n, inner, rows;
+};
+
+/* A device backend's reductions: its caps and its launches, each called
+ * once the node has passed the checks (gf_dev_reduce_run). */
+struct gf_dev_reduce {
+    struct gf_dev_caps caps;
+    /* Reduce{Sum,Mean,Max} SumToShape: output 0 = the gf_dev_red op of
+     * input 0 over the axes red (output 0 not yet checked) */
+    enum gf_status (*reduce)(const struct gf_kernel_args *a, const bool *red, int op);
+    /* Softmax LogSoftmax (Y from X), SoftmaxGrad LogSoftmaxGrad (dX from
+     * dY, Y) along the rows r of input 0, which has elements */
+    enum gf_status (*rows)(const struct gf_kernel_args *a, const struct gf_dev_rows *r);
+};
+/* run() of Reduce{Sum,Mean,Max} (the axes: input 1 on the host, or the
+ * attribute), SumToShape (X summed over its leading axes and those where
+ * the target is 1), Softmax LogSoftmax (before opset 13 along the coerced
+ * [prod(dims[:axis]), prod(dims[axis:])]) and their Grads: the checks,
+ * then d's launch. */
+enum gf_status gf_dev_reduce_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a);
 
 #endif /* GF_DEVICE_COMMON_H */

@@ -5,193 +5,75 @@
  *   Sum                                            variadic, numpy broadcasting
  *
  * (LayerNormalization and its Grad: fused_norm.c, with the fused norms.)
- * fp32; sums in double (as the CPU), each in a fixed order.  Checks and
- * messages follow kernels/opencl/reduce.c and the CPU's reduce.c.  Not here
+ * fp32; sums in double (as the CPU), each in a fixed order.  The rules and
+ * checks are the device backends' (kernels/device_common.c), the messages
+ * the CPU's reduce.c.  Not here
  * yet (they run on the CPU): SoftmaxCrossEntropyLoss,
  * NegativeLogLikelihoodLoss and their Grads, fp16 / bf16 storage.
  */
 #include <stdio.h>
 
 #include "cu.h"
+#include "device_common.h"
 #include "launch_fused.h"
 
-/* Input i (named `name`) is present and fp32. */
-static enum gf_status check_in(const struct gf_kernel_args *a, size_t i, const char *name)
-{
-    return fu_check_in(a, i, name, GF_FLOAT);
-}
+/* ==== Reduce{Sum,Mean,Max}, SumToShape, Softmax, LogSoftmax and their Grads ========== */
 
-/* Input i is absent, empty, or holds a host copy (shape-like inputs). */
-static bool host_or_empty(const struct gf_tview *in, size_t n_in, size_t i)
-{
-    return i >= n_in || in[i].dtype == GF_UNDEFINED || in[i].nelem == 0 || in[i].host;
-}
+_Static_assert((int)GF_CU_RED_SUM == (int)GF_DEV_RED_SUM &&
+                   (int)GF_CU_RED_MEAN == (int)GF_DEV_RED_MEAN &&
+                   (int)GF_CU_RED_MAX == (int)GF_DEV_RED_MAX,
+               "gf_dev_red is gf_cu_red_op");
 
-/* ==== Reduce{Sum,Mean,Max}, SumToShape ============================================== */
-
-/* x seen as kept x reduced axes: runs of adjacent axes of one kind merged,
- * size-1 axes dropped. */
-static void red_plan(const struct gf_tview *x, const bool *reduce, struct gf_cu_red *g)
+static enum gf_status red_launch(const struct gf_kernel_args *a, const bool *reduce, int op)
 {
-    memset(g, 0, sizeof(*g));
-    g->nout = g->nred = 1;
-    int64_t stride = 1, kd[GF_MAX_RANK], ks[GF_MAX_RANK], rd[GF_MAX_RANK], rs[GF_MAX_RANK];
-    int last = -1;
-    for (int i = x->rank - 1; i >= 0; i--) {
-        int64_t d = x->dims[i];
-        if (d == 1)
-            continue;
-        int r = reduce[i];
-        int64_t *dims = r ? rd : kd, *strs = r ? rs : ks;
-        int *cnt = r ? &g->nr : &g->nk;
-        if (last == r) {
-            dims[*cnt - 1] *= d;
-        } else {
-            dims[*cnt] = d;
-            strs[(*cnt)++] = stride;
-        }
-        last = r;
-        stride *= d;
-        *(r ? &g->nred : &g->nout) *= d;
-    }
-    for (int i = 0; i < g->nk; i++) /* outermost first */
-        g->kdim[i] = kd[g->nk - 1 - i], g->kstr[i] = ks[g->nk - 1 - i];
-    for (int i = 0; i < g->nr; i++)
-        g->rdim[i] = rd[g->nr - 1 - i], g->rstr[i] = rs[g->nr - 1 - i];
-}
-
-static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf_tview *x,
-                                 const bool *reduce, int op)
-{
-    struct gf_cu_red g;
-    red_plan(x, reduce, &g);
-    enum gf_status st = gf_check_out_count(a, 0, x->dtype, (size_t)g.nout);
-    if (st != GF_OK || g.nout == 0)
+    const struct gf_tview *x = &a->in[0];
+    struct gf_red_plan p;
+    gf_red_plan(x, reduce, &p);
+    enum gf_status st = gf_check_out_count(a, 0, x->dtype, (size_t)p.nout);
+    if (st != GF_OK || p.nout == 0)
         return st;
+    struct gf_cu_red g = {.nk = p.nk, .nr = p.nr, .nout = p.nout, .nred = p.nred};
+    memcpy(g.kdim, p.kdim, sizeof(g.kdim));
+    memcpy(g.kstr, p.kstr, sizeof(g.kstr));
+    memcpy(g.rdim, p.rdim, sizeof(g.rdim));
+    memcpy(g.rstr, p.rstr, sizeof(g.rstr));
     cudaError_t e = gf_cu_reduce(gf_cu_stream(a), op, x->data, a->out[0].data, &g);
     return gf_cu_check(a, e, "reduction kernel");
 }
 
+/* Softmax LogSoftmax from X, their Grads from dY and Y. */
+static enum gf_status rows_launch(const struct gf_kernel_args *a, const struct gf_dev_rows *r)
+{
+    enum gf_op op = a->node->op;
+    cudaStream_t s = gf_cu_stream(a);
+    int64_t n = (int64_t)r->n, inner = (int64_t)r->inner, rows = (int64_t)r->rows;
+    if (op == GF_OP_SOFTMAX || op == GF_OP_LOG_SOFTMAX)
+        return gf_cu_check(a, gf_cu_softmax(s, op == GF_OP_LOG_SOFTMAX, a->in[0].data,
+                                            a->out[0].data, n, inner, rows),
+                           "softmax kernel");
+    return gf_cu_check(a, gf_cu_softmax_grad(s, op == GF_OP_LOG_SOFTMAX_GRAD, a->in[0].data,
+                                             a->in[1].data, a->out[0].data, n, inner, rows),
+                       "softmax gradient kernel");
+}
+
+static const struct gf_dev_reduce cu_red = {
+    .caps = {.name = "CUDA", .half = false, .int_index = false},
+    .reduce = red_launch, .rows = rows_launch};
+
 static enum gf_status red_run(const struct gf_kernel_args *a)
 {
-    bool red[GF_MAX_RANK];
-    enum gf_status st = check_in(a, 0, "data");
-    if (st == GF_OK)
-        st = gf_reduce_axes(a, red);
-    if (st != GF_OK)
-        return st;
-    int op = a->node->op == GF_OP_REDUCE_MEAN  ? GF_CU_RED_MEAN
-             : a->node->op == GF_OP_REDUCE_MAX ? GF_CU_RED_MAX
-                                               : GF_CU_RED_SUM;
-    return red_launch(a, &a->in[0], red, op);
+    return gf_dev_reduce_run(&cu_red, a);
 }
 
-/* fp32 with elements (empty reductions are the CPU's) and host axes. */
+/* With elements (empty reductions are the CPU's). */
 static bool red_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
-    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
-           in[0].nelem > 0 && host_or_empty(in, n_in, 1);
+    return gf_dev_reduce_supports(&cu_red.caps, n, in, n_in) && in[0].nelem > 0;
 }
 
-/* SumToShape(X, shape): X summed over its leading axes and those where the
- * target is 1. */
-static enum gf_status s2s_run(const struct gf_kernel_args *a)
+static bool rows_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    enum gf_status st = check_in(a, 0, "X");
-    if (st == GF_OK && a->n_in < 2)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing");
-    if (st == GF_OK)
-        st = gf_check_shape_input(a, 1);
-    if (st != GF_OK)
-        return st;
-    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    int lead = x->rank - y->rank;
-    bool red[GF_MAX_RANK], fits = lead >= 0;
-    for (int i = 0; fits && i < x->rank; i++) {
-        int64_t td = i >= lead ? y->dims[i - lead] : 1;
-        fits = td == x->dims[i] || td == 1;
-        red[i] = i < lead || td != x->dims[i];
-    }
-    if (!fits)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 of rank %d cannot be summed to the "
-                               "rank-%d target shape", x->rank, y->rank);
-    return red_launch(a, x, red, GF_CU_RED_SUM);
-}
-
-static bool s2s_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    return n_in >= 2 && red_supports(n, in, n_in);
-}
-
-/* ==== Softmax, LogSoftmax and their gradients ========================================== */
-
-/* Rows along axis ax: n elements `inner` apart ([prod(dims[:ax]),
- * prod(dims[ax:])] before opset 13: coerce). */
-static void axis_rows(const struct gf_tview *x, int ax, bool coerce, int64_t *n,
-                      int64_t *inner, int64_t *rows)
-{
-    *n = x->dims[ax];
-    *inner = (int64_t)gf_dims_prod(x->dims, ax + 1, x->rank);
-    if (coerce) {
-        *n *= *inner;
-        *inner = 1;
-    }
-    *rows = *n ? (int64_t)x->nelem / *n : 0;
-}
-
-static int64_t onnx_opset(const struct gf_kernel_args *a)
-{
-    int64_t v = a->node->graph ? gf_model_opset(a->node->graph->model, "") : 0;
-    return v > 0 ? v : 23;
-}
-
-static enum gf_status smx_run(const struct gf_kernel_args *a)
-{
-    const struct gf_tview *x = &a->in[0];
-    bool old = onnx_opset(a) < 13;
-    int ax;
-    enum gf_status st = check_in(a, 0, "input");
-    if (st == GF_OK)
-        st = gf_axis_attr(a, old ? 1 : -1, x->rank, &ax);
-    if (st == GF_OK)
-        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
-    if (st != GF_OK || x->nelem == 0)
-        return st;
-    int64_t n, inner, rows;
-    axis_rows(x, ax, old, &n, &inner, &rows);
-    cudaError_t e = gf_cu_softmax(gf_cu_stream(a), a->node->op == GF_OP_LOG_SOFTMAX, x->data,
-                                  a->out[0].data, n, inner, rows);
-    return gf_cu_check(a, e, "softmax kernel");
-}
-
-static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
-{
-    const struct gf_tview *g = &a->in[0], *y = &a->in[1];
-    int ax = 0;
-    enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing")
-                                    : check_in(a, 0, "dY");
-    if (st == GF_OK)
-        st = check_in(a, 1, "Y");
-    if (st == GF_OK)
-        st = gf_axis_attr(a, -1, g->rank, &ax);
-    if (st == GF_OK && !fu_same_shape(y, g->rank, g->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
-    if (st == GF_OK)
-        st = gf_check_out_count(a, 0, g->dtype, g->nelem);
-    if (st != GF_OK || g->nelem == 0)
-        return st;
-    int64_t n, inner, rows;
-    axis_rows(g, ax, false, &n, &inner, &rows);
-    cudaError_t e = gf_cu_softmax_grad(gf_cu_stream(a), a->node->op == GF_OP_LOG_SOFTMAX_GRAD,
-                                       g->data, y->data, a->out[0].data, n, inner, rows);
-    return gf_cu_check(a, e, "softmax gradient kernel");
-}
-
-static bool float_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK;
+    return gf_dev_rows_supports(&cu_red.caps, n, in, n_in);
 }
 
 /* ==== Sum ============================================================================= */
@@ -267,12 +149,12 @@ static const struct gf_kernel kernels[] = {
     KERNEL(REDUCE_SUM, "reduce", red_supports, red_run),
     KERNEL(REDUCE_MEAN, "reduce", red_supports, red_run),
     KERNEL(REDUCE_MAX, "reduce", red_supports, red_run),
-    KERNEL(SUM_TO_SHAPE, "reduce", s2s_supports, s2s_run),
+    KERNEL(SUM_TO_SHAPE, "reduce", red_supports, red_run),
     KERNEL(SUM, "variadic", sum_supports, sum_run),
-    KERNEL(SOFTMAX, "rows", float_supports, smx_run),
-    KERNEL(LOG_SOFTMAX, "rows", float_supports, smx_run),
-    KERNEL(SOFTMAX_GRAD, "rows", float_supports, smx_grad_run),
-    KERNEL(LOG_SOFTMAX_GRAD, "rows", float_supports, smx_grad_run),
+    KERNEL(SOFTMAX, "rows", rows_supports, red_run),
+    KERNEL(LOG_SOFTMAX, "rows", rows_supports, red_run),
+    KERNEL(SOFTMAX_GRAD, "rows", rows_supports, red_run),
+    KERNEL(LOG_SOFTMAX_GRAD, "rows", rows_supports, red_run),
 };
 
 const struct gf_kernel_table gf_cuda_reduce_table = {kernels,

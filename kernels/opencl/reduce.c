@@ -28,9 +28,9 @@
  * rounded up to a power of two, 32 at least) and vec (elements per load,
  * used when rows are contiguous and their length a multiple of it).
  */
-#include <limits.h>
 #include <stdio.h>
 
+#include "device_common.h"
 #include "ocl.h"
 
 #define FILE_CL "reduce.cl"
@@ -140,41 +140,22 @@ static enum gf_status launch_flat(const struct gf_kernel_args *a, cl_kernel k, s
     return gf_cl_run(a, k, 1, &global, &local);
 }
 
-/* ---- shared checks ---------------------------------------------------------------- */
+/* ---- checks (kernels/device_common.c has the rules) ------------------------------- */
+
+static const struct gf_dev_reduce cl_red;
+static const struct gf_dev_caps *const caps = &cl_red.caps;
 
 /* Every tensor indexable with int on the device. */
 static enum gf_status check_sizes(const struct gf_kernel_args *a)
 {
-    for (size_t i = 0; i < a->n_in + a->n_out; i++) {
-        const struct gf_tview *t = i < a->n_in ? &a->in[i] : &a->out[i - a->n_in];
-        if (t->nelem > INT_MAX)
-            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "%s %zu has %zu elements; the OpenCL "
-                                   "kernels take fewer than 2^31", i < a->n_in ? "input" :
-                                   "output", i < a->n_in ? i : i - a->n_in, t->nelem);
-    }
-    return GF_OK;
-}
-
-static bool is_float(enum gf_dtype t)
-{
-    return t == GF_FLOAT || t == GF_FLOAT16 || t == GF_BFLOAT16;
+    return gf_dev_check_sizes(a, caps);
 }
 
 /* Input i (named `name` in messages) is present and has the op's float
  * type: input 0's, one of fp32, fp16, bf16. */
 static enum gf_status check_in(const struct gf_kernel_args *a, size_t i, const char *name)
 {
-    enum gf_status st = fu_check_in(a, i, name, i ? a->in[0].dtype : GF_UNDEFINED);
-    if (st == GF_OK && !is_float(a->in[i].dtype))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "%s (input %zu) is %s, expected float, "
-                             "float16 or bfloat16", name, i, gf_dtype_name(a->in[i].dtype));
-    return st;
-}
-
-/* Input i is absent, empty, or holds a host copy (shape-like inputs). */
-static bool host_or_empty(const struct gf_tview *in, size_t n_in, size_t i)
-{
-    return i >= n_in || in[i].dtype == GF_UNDEFINED || in[i].nelem == 0 || in[i].host;
+    return gf_dev_check_float_in(a, caps, i, name);
 }
 
 /* ==== Reduce{Sum,Mean,Max}, SumToShape ============================================== */
@@ -185,43 +166,28 @@ struct red_geom {
     cl_int nk, nr, nout, nred;
 };
 
-/* x seen as kept x reduced dims: runs of adjacent dims of one kind merged,
- * size-1 dims dropped (reduce.c of the CPU does the same). */
+/* gf_red_plan in the kernel's ints (check_sizes: they fit). */
 static void red_plan(const struct gf_tview *x, const bool *reduce, struct red_geom *g)
 {
+    struct gf_red_plan p;
+    gf_red_plan(x, reduce, &p);
     memset(g, 0, sizeof(*g));
-    g->nout = g->nred = 1;
-    int64_t stride = 1;
-    int last = -1;
-    cl_int kd[GF_MAX_RANK], ks[GF_MAX_RANK], rd[GF_MAX_RANK], rs[GF_MAX_RANK];
-    for (int i = x->rank - 1; i >= 0; i--) {
-        int64_t d = x->dims[i];
-        if (d == 1)
-            continue;
-        int r = reduce[i];
-        cl_int *dims = r ? rd : kd, *strs = r ? rs : ks, *cnt = r ? &g->nr : &g->nk;
-        if (last == r) {
-            dims[*cnt - 1] *= (cl_int)d;
-        } else {
-            dims[*cnt] = (cl_int)d;
-            strs[(*cnt)++] = (cl_int)stride;
-        }
-        last = r;
-        stride *= d;
-        *(r ? &g->nred : &g->nout) *= (cl_int)d;
-    }
-    for (int i = 0; i < g->nk; i++) /* outermost first */
-        g->kdim[i] = kd[g->nk - 1 - i], g->kstr[i] = ks[g->nk - 1 - i];
-    for (int i = 0; i < g->nr; i++)
-        g->rdim[i] = rd[g->nr - 1 - i], g->rstr[i] = rs[g->nr - 1 - i];
+    g->nk = p.nk;
+    g->nr = p.nr;
+    g->nout = (cl_int)p.nout;
+    g->nred = (cl_int)p.nred;
+    for (int i = 0; i < p.nk; i++)
+        g->kdim[i] = (cl_int)p.kdim[i], g->kstr[i] = (cl_int)p.kstr[i];
+    for (int i = 0; i < p.nr; i++)
+        g->rdim[i] = (cl_int)p.rdim[i], g->rstr[i] = (cl_int)p.rstr[i];
 }
 
 /* op: 0 sum, 1 mean, 2 max (reduce.cl).  Outputs that are neighbours in
  * the input (innermost dim kept), or short reductions, go 32 outputs to a
  * group; long inner reductions one output to a group. */
-static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf_tview *x,
-                                 const bool *reduce, int op)
+static enum gf_status red_launch(const struct gf_kernel_args *a, const bool *reduce, int op)
 {
+    const struct gf_tview *x = &a->in[0];
     struct red_geom g;
     red_plan(x, reduce, &g);
     enum gf_status st = gf_check_out_count(a, 0, x->dtype, (size_t)g.nout);
@@ -244,59 +210,9 @@ static enum gf_status red_launch(const struct gf_kernel_args *a, const struct gf
     return gf_cl_run(a, k, 2, global, local);
 }
 
-static enum gf_status red_run(const struct gf_kernel_args *a)
-{
-    bool red[GF_MAX_RANK];
-    enum gf_status st = check_in(a, 0, "data");
-    if (st == GF_OK)
-        st = check_sizes(a);
-    if (st == GF_OK)
-        st = gf_reduce_axes(a, red);
-    if (st != GF_OK)
-        return st;
-    int op = a->node->op == GF_OP_REDUCE_MEAN ? 1 : a->node->op == GF_OP_REDUCE_MAX ? 2 : 0;
-    return red_launch(a, &a->in[0], red, op);
-}
-
 static bool red_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
-    return n_in >= 1 && is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK &&
-           host_or_empty(in, n_in, 1);
-}
-
-/* SumToShape(X, shape): X summed over its leading axes and those where the
- * target is 1. */
-static enum gf_status s2s_run(const struct gf_kernel_args *a)
-{
-    enum gf_status st = check_in(a, 0, "X");
-    if (st == GF_OK && a->n_in < 2)
-        st = gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing");
-    if (st == GF_OK)
-        st = gf_check_shape_input(a, 1);
-    if (st == GF_OK)
-        st = check_sizes(a);
-    if (st != GF_OK)
-        return st;
-    const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    int lead = x->rank - y->rank;
-    bool red[GF_MAX_RANK], fits = lead >= 0;
-    for (int i = 0; fits && i < x->rank; i++) {
-        int64_t td = i >= lead ? y->dims[i - lead] : 1;
-        fits = td == x->dims[i] || td == 1;
-        red[i] = i < lead || td != x->dims[i];
-    }
-    if (!fits)
-        return gf_kernel_error(a, GF_ERR_INVALID, "input 0 of rank %d cannot be summed to the "
-                               "rank-%d target shape", x->rank, y->rank);
-    return red_launch(a, x, red, 0);
-}
-
-static bool s2s_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    return n_in >= 2 && is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK &&
-           host_or_empty(in, n_in, 1);
+    return gf_dev_reduce_supports(caps, n, in, n_in);
 }
 
 /* ==== Sum ============================================================================= */
@@ -371,23 +287,10 @@ static bool sum_supports(const struct gf_node *n, const struct gf_tview *in, siz
     for (size_t i = 0; i < n_in; i++)
         if (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK)
             return false;
-    return n_in >= 1 && is_float(in[0].dtype);
+    return n_in >= 1 && gf_dev_float(caps, in[0].dtype);
 }
 
 /* ==== Softmax LogSoftmax SoftmaxGrad LogSoftmaxGrad ================================== */
-
-/* Rows along the axis of x: *n elements, *inner apart; *rows of them. */
-static void axis_rows(const struct gf_tview *x, int ax, bool coerce, size_t *n, size_t *inner,
-                      size_t *rows)
-{
-    *n = (size_t)x->dims[ax];
-    *inner = gf_dims_prod(x->dims, ax + 1, x->rank);
-    if (coerce) { /* before opset 13: [prod(dims[:axis]), prod(dims[axis:])] */
-        *n *= *inner;
-        *inner = 1;
-    }
-    *rows = *n ? x->nelem / *n : 0;
-}
 
 /* A row kernel whose arguments are n_bufs buffers, then n, inner, logsm. */
 static enum gf_status rows_launch(const struct gf_kernel_args *a, const char *name,
@@ -409,62 +312,32 @@ static enum gf_status rows_launch(const struct gf_kernel_args *a, const char *na
     return launch_rows(a, k, rows, wg);
 }
 
-static int64_t onnx_opset(const struct gf_kernel_args *a)
+/* Softmax LogSoftmax from X, their Grads from dY and Y. */
+static enum gf_status softmax_launch(const struct gf_kernel_args *a, const struct gf_dev_rows *r)
 {
-    int64_t v = a->node->graph ? gf_model_opset(a->node->graph->model, "") : 0;
-    return v > 0 ? v : 23;
+    enum gf_op op = a->node->op;
+    if (op == GF_OP_SOFTMAX || op == GF_OP_LOG_SOFTMAX) {
+        cl_mem bufs[2] = {a->in[0].data, a->out[0].data};
+        return rows_launch(a, "softmax_rows", bufs, 2, r->n, r->inner, r->rows,
+                           op == GF_OP_LOG_SOFTMAX);
+    }
+    cl_mem bufs[3] = {a->in[0].data, a->in[1].data, a->out[0].data};
+    return rows_launch(a, "softmax_grad_rows", bufs, 3, r->n, r->inner, r->rows,
+                       op == GF_OP_LOG_SOFTMAX_GRAD);
 }
 
-static enum gf_status smx_run(const struct gf_kernel_args *a)
-{
-    const struct gf_tview *x = &a->in[0];
-    bool old = onnx_opset(a) < 13;
-    int ax;
-    enum gf_status st = check_in(a, 0, "input");
-    if (st == GF_OK)
-        st = check_sizes(a);
-    if (st == GF_OK)
-        st = gf_axis_attr(a, old ? 1 : -1, x->rank, &ax);
-    if (st == GF_OK)
-        st = gf_check_out_count(a, 0, x->dtype, x->nelem);
-    if (st != GF_OK || x->nelem == 0)
-        return st;
-    size_t n, inner, rows;
-    axis_rows(x, ax, old, &n, &inner, &rows);
-    cl_mem bufs[2] = {x->data, a->out[0].data};
-    return rows_launch(a, "softmax_rows", bufs, 2, n, inner, rows,
-                       a->node->op == GF_OP_LOG_SOFTMAX);
-}
+static const struct gf_dev_reduce cl_red = {
+    .caps = {.name = "OpenCL", .half = true, .int_index = true},
+    .reduce = red_launch, .rows = softmax_launch};
 
-static enum gf_status smx_grad_run(const struct gf_kernel_args *a)
+static enum gf_status red_run(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *g = &a->in[0], *y = &a->in[1];
-    int ax = 0;
-    enum gf_status st = a->n_in < 2 ? gf_kernel_error(a, GF_ERR_INVALID, "input 1 is missing")
-                                    : check_in(a, 0, "dY");
-    if (st == GF_OK)
-        st = check_in(a, 1, "Y");
-    if (st == GF_OK)
-        st = check_sizes(a);
-    if (st == GF_OK)
-        st = gf_axis_attr(a, -1, g->rank, &ax);
-    if (st == GF_OK && !fu_same_shape(y, g->rank, g->dims))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "Y (input 1) and dY differ in shape");
-    if (st == GF_OK)
-        st = gf_check_out_count(a, 0, g->dtype, g->nelem);
-    if (st != GF_OK || g->nelem == 0)
-        return st;
-    size_t n, inner, rows;
-    axis_rows(g, ax, false, &n, &inner, &rows);
-    cl_mem bufs[3] = {g->data, y->data, a->out[0].data};
-    return rows_launch(a, "softmax_grad_rows", bufs, 3, n, inner, rows,
-                       a->node->op == GF_OP_LOG_SOFTMAX_GRAD);
+    return gf_dev_reduce_run(&cl_red, a);
 }
 
 static bool float_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
-    return n_in >= 1 && is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK;
+    return gf_dev_rows_supports(caps, n, in, n_in);
 }
 
 /* ==== LayerNormalization, LayerNormalizationGrad ====================================== */
@@ -678,7 +551,7 @@ static bool lng_supports(const struct gf_node *n, const struct gf_tview *in, siz
     for (size_t i = 0; i < n_in && i < 5; i++)
         if (in[i].dtype != GF_UNDEFINED && in[i].dtype != (i < 3 ? in[0].dtype : GF_FLOAT))
             return false;
-    return n_in >= 3 && is_float(in[0].dtype) && in[1].rank <= GF_MAX_RANK;
+    return n_in >= 3 && gf_dev_float(caps, in[0].dtype) && in[1].rank <= GF_MAX_RANK;
 }
 
 /* ==== the losses and their gradients ================================================= */
@@ -885,12 +758,12 @@ static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, si
 {
     bool grad = n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD || n->op == GF_OP_NLL_LOSS_GRAD;
     size_t wi = grad ? 3 : 2;
-    if (n_in < wi || !is_float(in[0].dtype) ||
+    if (n_in < wi || !gf_dev_float(caps, in[0].dtype) ||
         (wi < n_in && in[wi].dtype != GF_UNDEFINED && in[wi].dtype != in[0].dtype))
         return false;
     if (n->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS_GRAD && in[1].dtype != in[0].dtype)
         return false;
-    return n->op != GF_OP_NLL_LOSS_GRAD || host_or_empty(in, n_in, 1);
+    return n->op != GF_OP_NLL_LOSS_GRAD || gf_dev_host_or_empty(in, n_in, 1);
 }
 
 /* ==== the table ====================================================================== */
@@ -903,13 +776,13 @@ static const struct gf_kernel kernels[] = {
     KERNEL(REDUCE_SUM, "reduce", red_supports, NULL, red_run, 1),
     KERNEL(REDUCE_MEAN, "reduce", red_supports, NULL, red_run, 1),
     KERNEL(REDUCE_MAX, "reduce", red_supports, NULL, red_run, 1),
-    KERNEL(SUM_TO_SHAPE, "reduce", s2s_supports, NULL, s2s_run, 1),
+    KERNEL(SUM_TO_SHAPE, "reduce", red_supports, NULL, red_run, 1),
     {.op = GF_OP_SUM, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "variadic",
      .supports = sum_supports, .run = sum_run},
-    KERNEL(SOFTMAX, "rows", float_supports, NULL, smx_run, 2),
-    KERNEL(LOG_SOFTMAX, "rows", float_supports, NULL, smx_run, 2),
-    KERNEL(SOFTMAX_GRAD, "rows", float_supports, NULL, smx_grad_run, 2),
-    KERNEL(LOG_SOFTMAX_GRAD, "rows", float_supports, NULL, smx_grad_run, 2),
+    KERNEL(SOFTMAX, "rows", float_supports, NULL, red_run, 2),
+    KERNEL(LOG_SOFTMAX, "rows", float_supports, NULL, red_run, 2),
+    KERNEL(SOFTMAX_GRAD, "rows", float_supports, NULL, red_run, 2),
+    KERNEL(LOG_SOFTMAX_GRAD, "rows", float_supports, NULL, red_run, 2),
     KERNEL(LAYER_NORMALIZATION, "rows", ln_supports, NULL, ln_run, 2),
     KERNEL(LAYER_NORMALIZATION_GRAD, "rows", lng_supports, lng_workspace, lng_run, 2),
     KERNEL(SOFTMAX_CROSS_ENTROPY_LOSS, "rows", loss_supports, loss_workspace, loss_run, 2),
