@@ -63,6 +63,36 @@ bool gf_dev_host_or_empty(const struct gf_tview *in, size_t n_in, size_t i)
     return i >= n_in || in[i].dtype == GF_UNDEFINED || in[i].nelem == 0 || in[i].host;
 }
 
+/* ---- merged axes ------------------------------------------------------------------ */
+
+int gf_nd_merge(int rank, const int64_t *dims, int n, const int64_t st[][GF_MAX_RANK],
+                int64_t *mdims, int64_t mst[][GF_MAX_RANK])
+{
+    int r = 0;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 1)
+            continue;
+        bool merge = r > 0;
+        for (int k = 0; merge && k < n; k++)
+            merge = mst[k][r - 1] == st[k][d] * dims[d];
+        if (merge) {
+            mdims[r - 1] *= dims[d];
+        } else {
+            mdims[r] = dims[d];
+            r++;
+        }
+        for (int k = 0; k < n; k++)
+            mst[k][r - 1] = st[k][d];
+    }
+    if (r == 0) { /* one element */
+        mdims[0] = 1;
+        for (int k = 0; k < n; k++)
+            mst[k][0] = 0;
+        r = 1;
+    }
+    return r;
+}
+
 /* ---- the elementwise family --------------------------------------------------------- */
 
 /* gf_ew_begin, and an output within c's indexing. */

@@ -3,16 +3,16 @@
  * kernels/opencl) share on the host side (internal to kernels/): which
  * types, sizes and ops their kernels take (the supports() rules), the
  * checks a run makes before its launch, and the plans both launches start
- * from (reduction splits).  What every backend shares, the
+ * from (merged axes, reduction splits).  What every backend shares, the
  * CPU's included, is in checks.h.
  *
- *     static const struct gf_dev_caps caps = {.name = "OpenCL", .half = true,
- *                                             .int_index = true};
+ *     static const struct gf_dev_ew cl_ew = {
+ *         .caps = {.name = "OpenCL", .half = true, .int_index = true},
+ *         .unary = un_launch, .isx = isx_launch, .binary = bin_launch, ...};
  *
- *     static bool ew_supports(const struct gf_node *n, const struct gf_tview *in,
- *                             size_t n_in)
+ *     static enum gf_status ew_run(const struct gf_kernel_args *a)
  *     {
- *         return gf_dev_ew_supports(&caps, n, in, n_in);
+ *         return gf_dev_ew_run(&cl_ew, a); // the checks, then one of cl_ew's launches
  *     }
  *
  * The backends differ where their kernels do, and that is all a caps says.
@@ -54,6 +54,17 @@ enum gf_dev_type { GF_DEV_F32, GF_DEV_F16, GF_DEV_BF16, GF_DEV_I64, GF_DEV_I32, 
 int gf_dev_type_of(enum gf_dtype t);
 /* Input i is absent, empty, or has a host copy (a shape-like input). */
 bool gf_dev_host_or_empty(const struct gf_tview *in, size_t n_in, size_t i);
+
+/* ---- merged axes ------------------------------------------------------------------ */
+
+/* An N-d walk over dims[rank] for n (at most 4) operands whose element
+ * strides are st[k][0..rank): size-1 axes dropped, an axis joined to the
+ * one outside it when every operand is contiguous across the pair (so
+ * same-shape operands give one axis).  The merged axes go to mdims[0..r),
+ * the operands' strides to mst[k][0..r), outermost first; returns r, 1
+ * with mdims[0] = 1 and strides 0 when every axis has size 1. */
+int gf_nd_merge(int rank, const int64_t *dims, int n, const int64_t st[][GF_MAX_RANK],
+                int64_t *mdims, int64_t mst[][GF_MAX_RANK]);
 
 /* ---- the elementwise family -------------------------------------------------------- */
 

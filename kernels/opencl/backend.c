@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "device_common.h"
 #include "ocl.h"
 
 #define MAX_DEVICES 32
@@ -836,27 +837,13 @@ bool gf_cl_nd_init(struct gf_cl_nd *nd, int rank, const int64_t *dims, int n,
                    const int64_t st[][GF_MAX_RANK])
 {
     int64_t md[GF_MAX_RANK], ms[4][GF_MAX_RANK], total = 1;
-    int r = 0;
-    for (int d = 0; d < rank; d++) {
+    for (int d = 0; d < rank; d++)
         total *= dims[d];
-        if (dims[d] == 1)
-            continue;
-        bool merge = r > 0;
-        for (int k = 0; merge && k < n; k++)
-            merge = ms[k][r - 1] == st[k][d] * dims[d];
-        if (merge) {
-            md[r - 1] *= dims[d];
-        } else {
-            md[r] = dims[d];
-            r++;
-        }
-        for (int k = 0; k < n; k++)
-            ms[k][r - 1] = st[k][d];
-    }
     if (total > INT32_MAX)
         return false;
+    int r = gf_nd_merge(rank, dims, n, st, md, ms);
     memset(nd, 0, sizeof(*nd));
-    nd->rank = r ? r : 1;
+    nd->rank = r;
     for (int d = 0; d < 8; d++)
         nd->dims.s[d] = 1;
     for (int d = 0; d < r; d++) {

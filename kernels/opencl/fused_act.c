@@ -12,6 +12,7 @@
  * Every element is read once and written once; exp / erfc are OpenCL's
  * (fp32, within a few ulp).
  */
+#include "device_common.h"
 #include "fused.h"
 
 #define ACT_FILE "fused_act.cl"
@@ -53,24 +54,21 @@ struct bcast_arg {
 };
 
 /* Drops size-1 axes and merges an axis into the one before it when both
- * operands are contiguous across the pair (as the CPU kernel does). */
+ * operands are contiguous across the pair (gf_nd_merge, as the CPU kernel
+ * does); rank 0 when every axis has size 1. */
 static void bcast_merge(struct bcast_arg *b, int rank, const int64_t *dims, const int64_t *sg,
                         const int64_t *su)
 {
-    int r = 0;
-    for (int i = 0; i < rank; i++) {
-        if (dims[i] == 1)
-            continue;
-        if (r > 0 && b->sg[r - 1] == sg[i] * dims[i] && b->su[r - 1] == su[i] * dims[i]) {
-            b->dims[r - 1] *= (cl_uint)dims[i];
-            b->sg[r - 1] = (cl_uint)sg[i];
-            b->su[r - 1] = (cl_uint)su[i];
-            continue;
-        }
-        b->dims[r] = (cl_uint)dims[i];
-        b->sg[r] = (cl_uint)sg[i];
-        b->su[r] = (cl_uint)su[i];
-        r++;
+    int64_t st[2][GF_MAX_RANK], md[GF_MAX_RANK], ms[2][GF_MAX_RANK];
+    memcpy(st[0], sg, (size_t)rank * sizeof(int64_t));
+    memcpy(st[1], su, (size_t)rank * sizeof(int64_t));
+    int r = gf_nd_merge(rank, dims, 2, st, md, ms);
+    if (r == 1 && md[0] == 1)
+        r = 0;
+    for (int i = 0; i < r; i++) {
+        b->dims[i] = (cl_uint)md[i];
+        b->sg[i] = (cl_uint)ms[0][i];
+        b->su[i] = (cl_uint)ms[1][i];
     }
     b->rank = (cl_uint)r;
 }
