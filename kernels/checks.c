@@ -836,6 +836,28 @@ enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_ar
     return st;
 }
 
+bool gf_optim_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in,
+                       bool host_hyper)
+{
+    switch (n->op) {
+    case GF_OP_GRAD_ACCUMULATE:
+        if (n_in < 1 || in[0].dtype != GF_FLOAT ||
+            (n_in > 1 && in[1].dtype != GF_UNDEFINED && in[1].dtype != GF_FLOAT))
+            return false;
+        return !gf_node_attr_int(n, "transpose", 0) || in[0].rank == 2;
+    case GF_OP_GRAD_NORM:
+        return n_in == 1 && in[0].dtype == GF_FLOAT;
+    case GF_OP_SGD_STEP:
+        return n_in >= 3 && in[0].dtype == GF_FLOAT && in[1].dtype == GF_FLOAT &&
+               in[2].dtype == GF_DOUBLE && (!host_hyper || in[2].host);
+    case GF_OP_ADAMW_STEP:
+        return n_in == 5 && in[0].dtype == GF_FLOAT && in[4].dtype == GF_DOUBLE &&
+               (!host_hyper || in[4].host);
+    default:
+        return false;
+    }
+}
+
 enum gf_status gf_check_int_divisor(const struct gf_kernel_args *a, const struct gf_tview *b)
 {
     if (a->node->op != GF_OP_DIV || (b->dtype != GF_INT64 && b->dtype != GF_INT32))

@@ -325,6 +325,11 @@ struct gf_optim_args {
                           * SGDStep's momentum buffer (Buf and Buf'; momentum needs it) */
 };
 enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_args *o);
+/* supports() of the optimizer ops: fp32 operands (GradAccumulate's Acc
+ * when given), a 2-D gradient for GradAccumulate's transpose, the steps'
+ * float64 hyper, with its host copy where host_hyper (a device backend). */
+bool gf_optim_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in,
+                       bool host_hyper);
 
 /* ---- the layout ops (layout_checks.c) ---------------------------------- */
 

@@ -5,6 +5,7 @@
 #include <limits.h>
 
 #include "device_common.h"
+#include "optim_ops.h"
 
 /* ---- element types ------------------------------------------------------------ */
 
@@ -644,5 +645,37 @@ enum gf_status gf_dev_reduce_run(const struct gf_dev_reduce *d, const struct gf_
     case GF_OP_SOFTMAX_GRAD:
     case GF_OP_LOG_SOFTMAX_GRAD: return softmax_grad_run(d, a);
     default: return reduce_run(d, a);
+    }
+}
+
+/* ---- the optimizer ops ----------------------------------------------------------- */
+
+enum gf_status gf_dev_optim_run(const struct gf_dev_optim *d, const struct gf_kernel_args *a)
+{
+    struct gf_optim_args o;
+    enum gf_status st = gf_optim_check(a, &o);
+    if (st != GF_OK)
+        return st;
+    switch (a->node->op) {
+    case GF_OP_GRAD_ACCUMULATE: {
+        const struct gf_tview *y = &a->out[0];
+        if (o.r.transpose && (y->dims[0] > INT32_MAX || y->dims[1] > INT32_MAX))
+            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "transpose: %s exceeds the kernel's "
+                                   "int", FU_SHAPE(y));
+        return y->nelem ? d->acc(a, &o) : GF_OK;
+    }
+    case GF_OP_GRAD_NORM: return d->norm(a);
+    case GF_OP_SGD_STEP: {
+        struct gf_sgd_scalars s;
+        gf_sgd_scalars(o.hyper, &s);
+        return a->in[0].nelem ? d->sgd(a, &o, &s) : GF_OK;
+    }
+    default: { /* AdamWStep */
+        struct gf_adamw_scalars s;
+        if (!a->in[0].nelem)
+            return GF_OK;
+        gf_adamw_scalars(o.hyper, &s);
+        return d->adamw(a, &s);
+    }
     }
 }

@@ -212,4 +212,26 @@ struct gf_dev_reduce {
  * then d's launch. */
 enum gf_status gf_dev_reduce_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a);
 
+/* ---- the optimizer ops ----------------------------------------------------------- */
+
+struct gf_sgd_scalars;
+struct gf_adamw_scalars;
+
+/* A device backend's optimizer kernels (kernels/optim_ops.h), each called
+ * once the node has passed gf_optim_check (o) and has elements to update. */
+struct gf_dev_optim {
+    /* GradAccumulate: Y = (Acc where o->opt, else 0) + G * scale, G read
+     * transposed with o->r.transpose (dims within int) */
+    enum gf_status (*acc)(const struct gf_kernel_args *a, const struct gf_optim_args *o);
+    /* GradNorm: output 0 = the norm of input 0 (empty: 0; called for it too) */
+    enum gf_status (*norm)(const struct gf_kernel_args *a);
+    /* SGDStep, with a momentum buffer where o->opt */
+    enum gf_status (*sgd)(const struct gf_kernel_args *a, const struct gf_optim_args *o,
+                          const struct gf_sgd_scalars *s);
+    enum gf_status (*adamw)(const struct gf_kernel_args *a, const struct gf_adamw_scalars *s);
+};
+/* run() of GradAccumulate GradNorm SGDStep AdamWStep: the checks, then d's
+ * kernel. */
+enum gf_status gf_dev_optim_run(const struct gf_dev_optim *d, const struct gf_kernel_args *a);
+
 #endif /* GF_DEVICE_COMMON_H */

@@ -37,11 +37,6 @@
 
 #define GRAIN 16384 /* elements worth a thread */
 
-static bool is_f32(const struct gf_tview *t)
-{
-    return t->dtype == GF_FLOAT;
-}
-
 /* ---- GradAccumulate --------------------------------------------------------------- */
 
 struct acc_ctx {
@@ -67,14 +62,6 @@ static void acc_rows_t(void *p, size_t b, size_t e)
                                  c->g[k * c->r + a] * c->scale;
 }
 
-static bool acc_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    if (n_in < 1 || !is_f32(&in[0]) || (n_in > 1 && in[1].dtype != GF_UNDEFINED &&
-                                         !is_f32(&in[1])))
-        return false;
-    return !gf_node_attr_int(n, "transpose", 0) || in[0].rank == 2;
-}
-
 static enum gf_status acc_run(const struct gf_kernel_args *a)
 {
     struct gf_optim_args o;
@@ -96,12 +83,6 @@ static enum gf_status acc_run(const struct gf_kernel_args *a)
 }
 
 /* ---- GradNorm ------------------------------------------------------------------------- */
-
-static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    return n_in == 1 && is_f32(&in[0]);
-}
 
 static enum gf_status norm_run(const struct gf_kernel_args *a)
 {
@@ -144,12 +125,6 @@ static void sgd_chunk(void *ctx, size_t b, size_t e)
     }
 }
 
-static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    return n_in >= 3 && is_f32(&in[0]) && is_f32(&in[1]) && in[2].dtype == GF_DOUBLE;
-}
-
 static enum gf_status sgd_run(const struct gf_kernel_args *a)
 {
     struct gf_optim_args o;
@@ -189,12 +164,6 @@ static void adamw_chunk(void *ctx, size_t b, size_t e)
     }
 }
 
-static bool adamw_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    return n_in == 5 && is_f32(&in[0]) && in[4].dtype == GF_DOUBLE;
-}
-
 static enum gf_status adamw_run(const struct gf_kernel_args *a)
 {
     struct gf_optim_args o;
@@ -210,15 +179,21 @@ static enum gf_status adamw_run(const struct gf_kernel_args *a)
 
 /* ==== the table ====================================================================== */
 
+/* The rules (kernels/checks.c): fp32; the hyper's bytes are in host memory. */
+static bool optim_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    return gf_optim_supports(n, in, n_in, false);
+}
+
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_GRAD_ACCUMULATE, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = acc_supports, .run = acc_run},
+     .supports = optim_supports, .run = acc_run},
     {.op = GF_OP_GRAD_NORM, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = norm_supports, .run = norm_run},
+     .supports = optim_supports, .run = norm_run},
     {.op = GF_OP_SGD_STEP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = sgd_supports, .run = sgd_run},
+     .supports = optim_supports, .run = sgd_run},
     {.op = GF_OP_ADAMW_STEP, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = adamw_supports, .run = adamw_run},
+     .supports = optim_supports, .run = adamw_run},
 };
 
 const struct gf_kernel_table gf_cpu_optim_table = {kernels, sizeof(kernels) / sizeof(kernels[0])};

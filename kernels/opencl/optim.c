@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_common.h"
 #include "ocl.h"
 #include "optim_ops.h"
 
@@ -44,35 +45,14 @@ static cl_kernel kernel(const struct gf_kernel_args *a, const char *name, bool f
     return k;
 }
 
-static bool f32(const struct gf_tview *t)
-{
-    return t->dtype == GF_FLOAT;
-}
-
 /* ---- GradAccumulate ------------------------------------------------------------------- */
 
-static bool acc_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+static enum gf_status acc_launch(const struct gf_kernel_args *a, const struct gf_optim_args *o)
 {
-    if (n_in < 1 || !f32(&in[0]) || (n_in > 1 && in[1].dtype != GF_UNDEFINED && !f32(&in[1])))
-        return false;
-    return !gf_node_attr_int(n, "transpose", 0) || in[0].rank == 2;
-}
-
-static enum gf_status acc_run(const struct gf_kernel_args *a)
-{
-    struct gf_optim_args o;
-    enum gf_status st = gf_optim_check(a, &o);
-    if (st != GF_OK)
-        return st;
-    const struct gf_tview *g = &a->in[0], *acc = o.opt ? &a->in[1] : NULL;
+    const struct gf_tview *g = &a->in[0], *acc = o->opt ? &a->in[1] : NULL;
     struct gf_tview *y = &a->out[0];
-    bool tr = o.r.transpose;
-    if (tr && (y->dims[0] > INT32_MAX || y->dims[1] > INT32_MAX))
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "transpose: %s exceeds the kernel's int",
-                               FU_SHAPE(y));
-    if (!y->nelem)
-        return GF_OK;
-    float scale = o.r.scale;
+    bool tr = o->r.transpose;
+    float scale = o->r.scale;
     cl_int has = acc != NULL;
     cl_mem am = acc ? acc->data : g->data;
     cl_kernel k = kernel(a, tr ? "grad_acc_t" : "grad_acc", false);
@@ -98,12 +78,6 @@ static enum gf_status acc_run(const struct gf_kernel_args *a)
 
 /* ---- GradNorm ------------------------------------------------------------------------- */
 
-static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    return n_in == 1 && f32(&in[0]);
-}
-
 /* Groups of the first pass (the same for every run on a device and size). */
 static size_t norm_groups(const struct gf_kernel_args *a)
 {
@@ -115,12 +89,9 @@ static size_t norm_workspace(const struct gf_kernel_args *a)
     return norm_groups(a) * sizeof(double);
 }
 
-static enum gf_status norm_run(const struct gf_kernel_args *a)
+static enum gf_status norm_launch(const struct gf_kernel_args *a)
 {
-    struct gf_optim_args chk;
-    enum gf_status st = gf_optim_check(a, &chk);
-    if (st != GF_OK)
-        return st;
+    enum gf_status st = GF_OK;
     const struct gf_tview *x = &a->in[0];
     struct gf_tview *o = &a->out[0];
     bool fp64 = use_fp64(a);
@@ -149,72 +120,46 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
 
 /* ---- the updates ---------------------------------------------------------------------- */
 
-static bool sgd_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+static enum gf_status sgd_launch(const struct gf_kernel_args *a, const struct gf_optim_args *o,
+                                 const struct gf_sgd_scalars *s)
 {
-    (void)n;
-    return n_in >= 3 && f32(&in[0]) && f32(&in[1]) && in[2].dtype == GF_DOUBLE && in[2].host;
-}
-
-static enum gf_status sgd_run(const struct gf_kernel_args *a)
-{
-    struct gf_optim_args o;
-    enum gf_status st = gf_optim_check(a, &o);
-    if (st != GF_OK)
-        return st;
-    struct gf_sgd_scalars s;
-    gf_sgd_scalars(o.hyper, &s);
     size_t n = a->in[0].nelem;
-    if (!n)
-        return GF_OK;
     cl_kernel k = kernel(a, "sgd_step", false);
     if (!k)
         return GF_ERR_INTERNAL;
-    cl_mem b = o.opt ? a->out[1].data : a->out[0].data;
-    cl_mem b0 = o.opt ? a->in[3].data : a->in[0].data;
+    cl_mem b = o->opt ? a->out[1].data : a->out[0].data;
+    cl_mem b0 = o->opt ? a->in[3].data : a->in[0].data;
     cl_ulong cn = n;
-    cl_int decay_on = s.decay_on, mom_on = s.momentum_on && o.opt, nest = s.nesterov,
-           first = s.first;
+    cl_int decay_on = s->decay_on, mom_on = s->momentum_on && o->opt, nest = s->nesterov,
+           first = s->first;
     if (!gf_cl_args(k, 15, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &b, sizeof(cl_mem),
                     &a->in[0].data, sizeof(cl_mem), &b0, sizeof(cl_mem), &a->in[1].data,
                     sizeof(cn), &cn, sizeof(cl_int), &decay_on, sizeof(cl_int), &mom_on,
-                    sizeof(cl_int), &nest, sizeof(cl_int), &first, sizeof(float), &s.wd,
-                    sizeof(float), &s.mom, sizeof(float), &s.damp, sizeof(float), &s.neg_lr,
-                    sizeof(float), &s.grad_scale))
+                    sizeof(cl_int), &nest, sizeof(cl_int), &first, sizeof(float), &s->wd,
+                    sizeof(float), &s->mom, sizeof(float), &s->damp, sizeof(float), &s->neg_lr,
+                    sizeof(float), &s->grad_scale))
         return gf_cl_fail(a, "sgd_step");
     size_t global = gf_cl_grid(a, n, WG), local = WG;
     return gf_cl_run(a, k, 1, &global, &local);
 }
 
-static bool adamw_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+static enum gf_status adamw_launch(const struct gf_kernel_args *a,
+                                   const struct gf_adamw_scalars *s)
 {
-    (void)n;
-    return n_in == 5 && f32(&in[0]) && in[4].dtype == GF_DOUBLE && in[4].host;
-}
-
-static enum gf_status adamw_run(const struct gf_kernel_args *a)
-{
-    struct gf_optim_args o;
-    enum gf_status st = gf_optim_check(a, &o);
-    if (st != GF_OK)
-        return st;
     size_t n = a->in[0].nelem;
-    if (!n)
-        return GF_OK;
-    struct gf_adamw_scalars s;
-    gf_adamw_scalars(o.hyper, &s);
     cl_kernel k = kernel(a, "adamw_step", false);
     if (!k)
         return GF_ERR_INTERNAL;
     cl_ulong cn = n;
-    cl_int decay_on = s.decay_on, small = s.small;
+    cl_int decay_on = s->decay_on, small = s->small;
     if (!gf_cl_args(k, 18, sizeof(cl_mem), &a->out[0].data, sizeof(cl_mem), &a->out[1].data,
                     sizeof(cl_mem), &a->out[2].data, sizeof(cl_mem), &a->in[0].data,
                     sizeof(cl_mem), &a->in[2].data, sizeof(cl_mem), &a->in[3].data,
                     sizeof(cl_mem), &a->in[1].data, sizeof(cn), &cn, sizeof(cl_int), &decay_on,
-                    sizeof(cl_int), &small, sizeof(float), &s.decay, sizeof(float), &s.w,
-                    sizeof(float), &s.b2, sizeof(float), &s.one_b2, sizeof(float), &s.step_size,
-                    sizeof(float), &s.bc2_sqrt, sizeof(float), &s.eps, sizeof(float),
-                    &s.grad_scale))
+                    sizeof(cl_int), &small, sizeof(float), &s->decay, sizeof(float), &s->w,
+                    sizeof(float), &s->b2, sizeof(float), &s->one_b2, sizeof(float), &s->step_size,
+                    sizeof(float), &s->bc2_sqrt, sizeof(float), &s->eps, sizeof(float),
+                    &s->grad_scale))
         return gf_cl_fail(a, "adamw_step");
     size_t global = gf_cl_grid(a, n, WG), local = WG;
     return gf_cl_run(a, k, 1, &global, &local);
@@ -222,16 +167,27 @@ static enum gf_status adamw_run(const struct gf_kernel_args *a)
 
 /* ==== the table ====================================================================== */
 
+static const struct gf_dev_optim cl_optim = {
+    .acc = acc_launch, .norm = norm_launch, .sgd = sgd_launch, .adamw = adamw_launch};
+
+static enum gf_status optim_run(const struct gf_kernel_args *a)
+{
+    return gf_dev_optim_run(&cl_optim, a);
+}
+
+/* The rules (kernels/checks.c): fp32, the hyper on the host. */
+static bool optim_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    return gf_optim_supports(n, in, n_in, true);
+}
+
+#define KERNEL(OP, WS)                                                                      \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",         \
+     .supports = optim_supports, .workspace = WS, .run = optim_run}
+
 static const struct gf_kernel kernels[] = {
-    {.op = GF_OP_GRAD_ACCUMULATE, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = acc_supports, .run = acc_run},
-    {.op = GF_OP_GRAD_NORM, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = norm_supports, .workspace = norm_workspace, .run = norm_run},
-    {.op = GF_OP_SGD_STEP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = sgd_supports, .run = sgd_run},
-    {.op = GF_OP_ADAMW_STEP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "optim",
-     .supports = adamw_supports, .run = adamw_run},
-};
+    KERNEL(GRAD_ACCUMULATE, NULL), KERNEL(GRAD_NORM, norm_workspace), KERNEL(SGD_STEP, NULL),
+    KERNEL(ADAMW_STEP, NULL)};
 
 const struct gf_kernel_table gf_opencl_optim_table = {kernels,
                                                       sizeof(kernels) / sizeof(kernels[0])};
