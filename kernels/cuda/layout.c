@@ -8,7 +8,7 @@
  *              (cudaMemcpy2DAsync per input / output)
  *   indexing   Gather (int32 / int64 indices), GatherND (indices on the host)
  *   padding    Pad (constant, reflect, edge, wrap)
- *   backward   GatherGrad (indices on the host: summed in index order, as the
+ *   backward   GatherGrad (indices read on the host: summed in index order, as the
  *              CPU), SliceGrad (fp32, fp64)
  *
  * Shape-like inputs (Reshape's shape, Squeeze's axes, Slice's starts ...,
@@ -86,7 +86,7 @@ static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size
         return false;
     if (n->op == GF_OP_GATHER_ND && (n_in < 2 || !in[1].host || !gf_is_index_type(in[1].dtype)))
         return false;
-    if (n->op == GF_OP_GATHER_GRAD && (n_in < 3 || !in[2].host || !gf_is_index_type(in[2].dtype)))
+    if (n->op == GF_OP_GATHER_GRAD && (n_in < 3 || !gf_is_index_type(in[2].dtype)))
         return false;
     /* the backward ops take the float types (the CPU's: fp32, fp64; GatherGrad fp32) */
     if (n->op == GF_OP_GATHER_GRAD)
@@ -389,17 +389,32 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     if (g->nelem != pre * ni * post)
         return gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, expected %zu", g->nelem,
                                pre * ni * post);
-    if (!ind->host)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "GatherGrad needs its indices on the "
-                               "host");
-    if ((st = gf_check_indices(a, ind, (int64_t)n, ax)) || o->nelem == 0)
-        return st;
-    if (!a->workspace)
-        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
+    struct gf_backend *be = a->backend;
+    /* indices made on the device (GPT-2's position ids) are read back: the
+     * lists are built on the host either way (and the node, which waits
+     * for the copy, runs outside a CUDA graph) */
+    struct gf_tview hv = *ind;
+    void *read = NULL;
+    if (!ind->host && ni) {
+        if (!(read = malloc(gf_tview_bytes(ind))))
+            return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the indices");
+        if ((st = be->ops->copy_out(be, read, ind->data, gf_tview_bytes(ind)))) {
+            free(read);
+            return st;
+        }
+        hv.host = read;
+    }
+    ind = &hv;
+    if ((st = gf_check_indices(a, ind, (int64_t)n, ax)) || o->nelem == 0 || !a->workspace) {
+        free(read);
+        return st || o->nelem == 0 ? st : gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
+    }
     /* start[k]: the first position in order[] of index value k */
     int64_t *start = calloc(n + 1 + ni + 1, sizeof(int64_t)), *order = start + n + 1;
-    if (!start)
+    if (!start) {
+        free(read);
         return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the index lists");
+    }
     for (size_t i = 0; i < ni; i++) {
         int64_t k = gf_int_at(ind, ind->host, i);
         start[(k < 0 ? k + (int64_t)n : k) + 1]++;
@@ -414,7 +429,7 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     for (size_t k = n; k > 0; k--)
         start[k] = start[k - 1];
     start[0] = 0;
-    struct gf_backend *be = a->backend;
+    free(read);
     st = be->ops->copy_in(be, a->workspace, start, (n + 1 + ni) * sizeof(int64_t));
     free(start);
     if (st)
