@@ -3,14 +3,17 @@
  *   Attention      Q, K, V, Mask? -> O     O = softmax(scale Q K' + Mask) V
  *   AttentionGrad  dO, Q, K, V, Mask?, O -> dQ?, dK?, dV?
  *
- * Flash-style: tiles of 64 queries x 64 keys in shared memory, an online
- * softmax, no [Sq, Sk] matrix in memory; the backward recomputes each row's
- * max and sum (the forward saves none, as the CPU's: its outputs are the
- * CPU's).  A Mask with a host copy that is causal (0 on and below the
- * bottom-right aligned diagonal, -inf or below -1e30 above, the same for
- * every item) is not read: the tiles above the diagonal are skipped.
- * Head dims up to 128; larger ones are declined (the CPU's).
- * ws (AttentionGrad) = [row max, row sum: 2 x items x Sq][delta: items x Sq].
+ * Flash-style on the tensor cores (3xTF32 products: fp32's accuracy):
+ * tiles of 16 W queries x 64 keys in shared memory, an online softmax, no
+ * [Sq, Sk] matrix in memory; the backward recomputes each row's max and
+ * sum (the forward saves none, as the CPU's: its outputs are the CPU's).
+ * A Mask with a host copy that is causal (0 on and below the bottom-right
+ * aligned diagonal, -inf or below -1e30 above, the same for every item) is
+ * not read: the tiles above the diagonal are skipped.  zero_masked_rows: a
+ * row that sees no key gives O = 0 and no gradient.  Head dims up to 128;
+ * larger ones are declined (the CPU's).
+ * Knob "warps": W, warps per block (16 rows each), 4 or 8.
+ * ws (AttentionGrad) = [row max, 1 / row sum: 2 x items x Sq][delta: items x Sq].
  */
 #include <pthread.h>
 
@@ -21,6 +24,10 @@ struct attn {
     struct gf_attn_rule r;
     struct gf_cu_attn k;
 };
+
+/* knob: warps per block */
+static const int warps_values[] = {4, 8};
+static const struct gf_config_knob knobs[] = {{"warps", 2, warps_values}};
 
 /* Whether the host mask m (strides st over [b..., Sq, Sk]) is causal. */
 static bool causal_of(const float *m, int rank, const int64_t *st, int64_t sq, int64_t sk)
@@ -85,6 +92,7 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
     k->tb = c->r.tb;
     k->scale = c->r.scale;
     k->zero_rows = c->r.zero_rows;
+    k->warps = a->config && a->config[0] == 8 ? 8 : 4;
     k->items = 1;
     for (int i = 0; i < q->rank - 2; i++)
         k->items *= q->dims[i];
@@ -165,9 +173,10 @@ static bool attn_supports(const struct gf_node *n, const struct gf_tview *in, si
 
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_ATTENTION, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
-     .supports = attn_supports, .run = attn_run},
+     .supports = attn_supports, .run = attn_run, .n_knobs = 1, .knobs = knobs},
     {.op = GF_OP_ATTENTION_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
-     .supports = attn_supports, .workspace = attn_grad_workspace, .run = attn_grad_run},
+     .supports = attn_supports, .workspace = attn_grad_workspace, .run = attn_grad_run,
+     .n_knobs = 1, .knobs = knobs},
 };
 
 const struct gf_kernel_table gf_cuda_fused_attn_table = {kernels,

@@ -1,38 +1,57 @@
 /*
- * fused_attn.cu — flash-style attention in fp32 (host side: fused_attn.c).
+ * fused_attn.cu — flash-style attention in fp32 on the tensor cores (host
+ * side: fused_attn.c).
  *
- * Forward: one block per (item, 64 query rows); K and V in tiles of 64 keys
- * through shared memory; scores, an online softmax (running max and sum per
- * row) and O accumulated in registers: no [Sq, Sk] matrix in memory.
- * Backward (no statistics saved by the forward, as on the CPU): k_attn_dq
- * recomputes each query row's max and sum over the keys, delta = rowsum(dO
- * O), then dS = P (dP - delta) tile by tile into dQ = scale dS K; k_attn_dkv
- * (one block per 64 keys) walks the query tiles for dV += P^T dO and dK +=
- * scale dS^T Q.  No atomics: results repeat exactly.
+ * Forward: one block per (item, 16 W query rows), W warps of 16 rows each;
+ * K and V in tiles of 64 keys through shared memory; scores, an online
+ * softmax (running max and sum per row) and O accumulated in registers: no
+ * [Sq, Sk] matrix in memory.
+ * Backward (the forward saves no statistics, as the CPU's): k_attn_dq walks
+ * the keys twice, first for each query row's max and sum, then for dS = P
+ * (dP - delta), delta = rowsum(dO O), into dQ = scale dS K; it leaves max,
+ * 1 / sum and delta in the workspace for k_attn_dkv, one block per 16 W
+ * keys, which walks the query tiles for dV += P^T dO and dK += scale dS^T
+ * Q.  No atomics: results repeat exactly.
  *
- * 256 threads as 16 x 16; thread (ty, tx) owns rows ty + 16 i and columns
- * tx + 16 j of a 64 x 64 tile; the 16 threads of a row are one half-warp, so
- * row reductions are shuffles.  The products use explicit fmaf (the build's
- * --fmad=false keeps the rest of the arithmetic unfused).  Causal masks
- * (bottom-right aligned) skip the tiles above the diagonal; with a mask in
- * memory, a tile whose every score the mask hides (-inf: the upper
+ * Products: mma.sync m16n8k8 TF32 with the 3xTF32 split (as CUTLASS's
+ * OpMultiplyAddFastF32, which PyTorch's fp32 SDPA uses): x = hi + lo, hi =
+ * x rounded to TF32's 10 mantissa bits, lo = x - hi (exact in fp32), and
+ * a b = lo_a hi_b + hi_a lo_b + hi_a hi_b in fp32 accumulators.  What is
+ * dropped (lo_a lo_b, lo's own bits past TF32) is ~2^-22 of the product,
+ * fp32's order, where one TF32 product would err by 2^-11.
+ *
+ * Fragments (PTX ISA, m16n8k8 .tf32; lane = 4 g + t): A a0 (g, t), a1 (g+8,
+ * t), a2 (g, t+4), a3 (g+8, t+4); B b0 (k t, n g), b1 (k t+4, n g); C c0 (g,
+ * 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).  A C fragment (scores,
+ * P, dS) becomes the next product's A fragment without shuffles by ordering
+ * that product's k (keys) as 0 2 4 6 1 3 5 7: {c0, c2, c1, c3} is then an A
+ * fragment, and B reads its rows in the same order (frag_b_cols).
+ * Shared tiles are [rows][D + 4]: with a row stride of 4 mod 32 banks,
+ * every fragment read below touches 32 distinct banks.
+ *
+ * Causal masks (bottom-right aligned) skip the tiles above the diagonal,
+ * and each warp the 8-column groups that none of its rows sees; with a mask
+ * in memory, a tile whose every score the mask hides (-inf: the upper
  * triangle of the exporters' causal-and-padding mask) is skipped too.
  * zero_rows (zero_masked_rows): a row that sees no key gives O = 0 and no
- * gradient, where the softmax alone gives NaN.
+ * gradient, where the softmax alone gives NaN; with no keys at all (Sk =
+ * 0) O is 0 either way, as the CPU's (a sum over nothing).
  */
 #include <math.h>
+#include <stdint.h>
 
 #include "launch_mla.h"
 
-#define BT 64  /* rows (queries or keys) of a tile */
-#define NT 256 /* threads */
+#define BK 64 /* keys (queries in k_attn_dkv) of a streamed tile */
 
 extern "C" int gf_cu_attn_ok(int64_t d, int64_t dv)
 {
     return d >= 1 && dv >= 1 && d <= 128 && dv <= 128;
 }
 
-/* The mask's element offset for item it, row i, column j. */
+/* ---- scores and masks ---------------------------------------------------------------- */
+
+/* The mask's element offset for item it. */
 __device__ __forceinline__ int64_t mask_item(const gf_cu_attn &a, int64_t it)
 {
     int64_t off = 0;
@@ -57,373 +76,589 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *
     return s;
 }
 
-/* Whether the mask hides every score of query rows [q0, q0 + BT) x keys
- * [k0, k0 + BT) (-inf throughout, or outside the matrix): such a tile adds
+/* Whether the mask hides every score of query rows [q0, q0 + nq) x keys
+ * [k0, k0 + nk) (-inf throughout, or outside the matrix): such a tile adds
  * exp(-inf) = 0 to every sum and is skipped.  A barrier: every thread of the
  * block calls it, and all get the same answer. */
 __device__ __forceinline__ bool tile_masked(const gf_cu_attn &a, const float *mk, int64_t q0,
-                                            int64_t k0)
+                                            int nq, int64_t k0, int nk)
 {
     if (!mk)
         return false;
     int open = 0;
-    for (int e = threadIdx.x; e < BT * BT && !open; e += NT) {
-        int64_t i = q0 + e / BT, j = k0 + e % BT;
+    for (int e = threadIdx.x; e < nq * nk && !open; e += blockDim.x) {
+        int64_t i = q0 + e / nk, j = k0 + e % nk;
         open = i < a.sq && j < a.sk && mk[i * a.mst_i + j * a.mst_j] != -INFINITY;
     }
     return !__syncthreads_or(open);
 }
 
-/* Rows [r0, r0 + BT) x cols [0, n) of src (row stride ld; transposed: src
- * [n, rows] with stride ld, element (r, c) at c * ld + r) into dst [BT][LD]
- * (zeros outside). */
-template <int LD>
-__device__ __forceinline__ void load_tile(float *dst, const float *src, int64_t r0, int64_t rows,
-                                          int n, int64_t ld, bool trans)
-{
-    for (int e = threadIdx.x; e < BT * LD; e += NT) {
-        int r = e / LD, c = e % LD;
-        float v = 0.0f;
-        if (c < n && r0 + r < rows)
-            v = trans ? src[(int64_t)c * ld + r0 + r] : src[(r0 + r) * ld + c];
-        dst[r * (LD + 1) + c] = v;
-    }
-}
-
-/* acc[i][j] = sum_k A[ty + 16 i][k] B[tx + 16 j][k], A, B [BT][LD + 1]. */
-template <int LD>
-__device__ __forceinline__ void tile_dot(float acc[4][4], const float *A, const float *B, int n)
-{
-    int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++)
-            acc[i][j] = 0.0f;
-    for (int k = 0; k < n; k++) {
-        float av[4], bv[4];
-        for (int i = 0; i < 4; i++)
-            av[i] = A[(ty + 16 * i) * (LD + 1) + k];
-        for (int j = 0; j < 4; j++)
-            bv[j] = B[(tx + 16 * j) * (LD + 1) + k];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++)
-                acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-}
-
-/* o[i][c] += sum_k P[ty + 16 i][k] V[k][tx + 16 c], P [BT][BT + 1], V [BT][LD + 1]. */
-template <int LD>
-__device__ __forceinline__ void tile_acc(float o[4][LD / 16], const float *P, const float *V)
-{
-    int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-    for (int k = 0; k < BT; k++) {
-        float pv[4], vv[LD / 16];
-        for (int i = 0; i < 4; i++)
-            pv[i] = P[(ty + 16 * i) * (BT + 1) + k];
-        for (int c = 0; c < LD / 16; c++)
-            vv[c] = V[k * (LD + 1) + tx + 16 * c];
-        for (int i = 0; i < 4; i++)
-            for (int c = 0; c < LD / 16; c++)
-                o[i][c] = fmaf(pv[i], vv[c], o[i][c]);
-    }
-}
-
-__device__ __forceinline__ float half_max(float v)
-{
-    for (int o = 8; o > 0; o /= 2)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float half_sum(float v)
-{
-    for (int o = 8; o > 0; o /= 2)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Key tiles [0, end) that query tile q0 may see. */
-__device__ __forceinline__ int64_t key_end(const gf_cu_attn &a, int64_t q0)
+/* Keys [0, end) that query rows up to qlast may see. */
+__device__ __forceinline__ int64_t key_end(const gf_cu_attn &a, int64_t qlast)
 {
     if (!a.causal)
         return a.sk;
-    int64_t e = q0 + BT - 1 + (a.sk - a.sq) + 1;
+    int64_t e = qlast + (a.sk - a.sq) + 1;
     return e < 0 ? 0 : e < a.sk ? e : a.sk;
 }
 
-template <int LD>
-__global__ void __launch_bounds__(NT) k_attn_fwd(gf_cu_attn a)
+/* Groups of 8 keys of the tile at k0 that rows up to qlast may see: [0, n). */
+__device__ __forceinline__ int key_groups(const gf_cu_attn &a, int64_t k0, int64_t qlast)
 {
+    int64_t e = key_end(a, qlast) - k0;
+    return e <= 0 ? 0 : e >= BK ? BK / 8 : (int)((e + 7) / 8);
+}
+
+/* ---- tiles ------------------------------------------------------------------------------ */
+
+/* Rows [r0, r0 + nr) x cols [0, n) of src (row stride ld; trans: src [n,
+ * rows] with stride ld, element (r, c) at c * ld + r) into dst [nr][D + 4],
+ * zeros outside.  Whole rows of 16-byte aligned float4s go as float4s. */
+template <int D>
+__device__ __forceinline__ void load_tile(float *dst, int nr, const float *src, int64_t r0,
+                                          int64_t rows, int n, int64_t ld, bool trans)
+{
+    constexpr int LD = D + 4;
+    if (!trans && n == D && ld % 4 == 0 && ((uintptr_t)src & 15) == 0) {
+        for (int e = threadIdx.x; e < nr * (D / 4); e += blockDim.x) {
+            int r = e / (D / 4), c = e % (D / 4) * 4;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r0 + r < rows)
+                v = *(const float4 *)(src + (r0 + r) * ld + c);
+            *(float4 *)(dst + r * LD + c) = v;
+        }
+    } else if (trans) { /* along r: the source's rows are contiguous */
+        for (int e = threadIdx.x; e < nr * D; e += blockDim.x) {
+            int c = e / nr, r = e % nr;
+            float v = 0.0f;
+            if (c < n && r0 + r < rows)
+                v = src[(int64_t)c * ld + r0 + r];
+            dst[r * LD + c] = v;
+        }
+    } else {
+        for (int e = threadIdx.x; e < nr * D; e += blockDim.x) {
+            int r = e / D, c = e % D;
+            float v = 0.0f;
+            if (c < n && r0 + r < rows)
+                v = src[(r0 + r) * ld + c];
+            dst[r * LD + c] = v;
+        }
+    }
+}
+
+/* ---- 3xTF32 fragments ------------------------------------------------------------------- */
+
+struct frag_a {
+    uint32_t h[4], l[4];
+};
+struct frag_b {
+    uint32_t h[2], l[2];
+};
+
+/* x = hi + lo: hi rounded to TF32 (half an ulp of the 13 dropped bits
+ * added, then cut: to nearest, ties away), lo = x - hi exactly; the tensor
+ * cores read lo's top 19 bits. */
+__device__ __forceinline__ void split(float x, uint32_t &hi, uint32_t &lo)
+{
+    uint32_t h = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    hi = h;
+    lo = __float_as_uint(x - __uint_as_float(h));
+}
+
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], const uint32_t b[2])
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* c += a b, the small terms first */
+__device__ __forceinline__ void mma3(float c[4], const frag_a &a, const frag_b &b)
+{
+    mma(c, a.l, b.h);
+    mma(c, a.h, b.l);
+    mma(c, a.h, b.h);
+}
+
+/* A = rows 0..15 x cols 0..7 of X (row stride LD). */
+template <int LD>
+__device__ __forceinline__ frag_a load_a(const float *X)
+{
+    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    frag_a f;
+    split(X[g * LD + t], f.h[0], f.l[0]);
+    split(X[(g + 8) * LD + t], f.h[1], f.l[1]);
+    split(X[g * LD + t + 4], f.h[2], f.l[2]);
+    split(X[(g + 8) * LD + t + 4], f.h[3], f.l[3]);
+    return f;
+}
+
+/* A from a C fragment, k in the order 0 2 4 6 1 3 5 7 (see the top). */
+__device__ __forceinline__ frag_a acc_a(const float c[4])
+{
+    frag_a f;
+    split(c[0], f.h[0], f.l[0]);
+    split(c[2], f.h[1], f.l[1]);
+    split(c[1], f.h[2], f.l[2]);
+    split(c[3], f.h[3], f.l[3]);
+    return f;
+}
+
+/* B (k x n) = X^T: n the rows 0..7 of X, k its cols 0..7. */
+template <int LD>
+__device__ __forceinline__ frag_b load_b_rows(const float *X)
+{
+    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    frag_b f;
+    split(X[g * LD + t], f.h[0], f.l[0]);
+    split(X[g * LD + t + 4], f.h[1], f.l[1]);
+    return f;
+}
+
+/* B (k x n) = X: k the rows 0..7 of X in acc_a's order, n its cols 0..7. */
+template <int LD>
+__device__ __forceinline__ frag_b load_b_cols(const float *X)
+{
+    int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    frag_b f;
+    split(X[2 * t * LD + g], f.h[0], f.l[0]);
+    split(X[(2 * t + 1) * LD + g], f.h[1], f.l[1]);
+    return f;
+}
+
+/* s[j] = X Y^T for the warp's 16 rows of X and rows 8j..8j+7 of Y, j in [js,
+ * je) (the others 0), over nk steps of 8 columns. */
+template <int D>
+__device__ __forceinline__ void warp_xyt(float s[BK / 8][4], const float *X, const float *Y,
+                                         int nk, int js, int je)
+{
+    constexpr int LD = D + 4;
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++)
+        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 8; kk++) {
+        if (kk < nk) {
+            frag_a x = load_a<LD>(X + kk * 8);
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++)
+                if (j >= js && j < je)
+                    mma3(s[j], x, load_b_rows<LD>(Y + j * 8 * LD + kk * 8));
+        }
+    }
+}
+
+/* o[n] += P Y: P the C fragments p[j] (its cols 8j..8j+7, j in [js, je)),
+ * Y [BK][LD], output col groups n < nn. */
+template <int D>
+__device__ __forceinline__ void warp_py(float o[D / 8][4], const float p[BK / 8][4],
+                                        const float *Y, int js, int je, int nn)
+{
+    constexpr int LD = D + 4;
+#pragma unroll
+    for (int j = 0; j < BK / 8; j++) {
+        if (j >= js && j < je) {
+            frag_a x = acc_a(p[j]);
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                if (n < nn)
+                    mma3(o[n], x, load_b_cols<LD>(Y + j * 8 * LD + n * 8));
+        }
+    }
+}
+
+__device__ __forceinline__ float quad_max(float v)
+{
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v)
+{
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* Online softmax over one tile's scores s (finished in place into P, up to
+ * the running max), rows g and g + 8 of the warp: m, l the running max and
+ * sum; returns each row's factor for what was summed before. */
+__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const float *mk,
+                                            float s[BK / 8][4], int64_t row, int64_t k0,
+                                            int jn, float m[2], float l[2], float al[2])
+{
+    int t = threadIdx.x & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float x = -INFINITY;
+                if (j < jn)
+                    x = finish_score(a, mk, s[j][2 * h + e], row + 8 * h, k0 + 8 * j + 2 * t + e);
+                s[j][2 * h + e] = x;
+                mx = fmaxf(mx, x);
+            }
+        float mn = fmaxf(m[h], quad_max(mx));
+        float mu = mn == -INFINITY ? 0.0f : mn;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float p = j < jn ? expf(s[j][2 * h + e] - mu) : 0.0f;
+                s[j][2 * h + e] = p;
+                sum += p;
+            }
+        al[h] = expf(m[h] - mu);
+        l[h] = l[h] * al[h] + quad_sum(sum);
+        m[h] = mn;
+    }
+}
+
+/* Block b of a grid of ntile x items: its item and tile; the tiles in
+ * order of decreasing work (rev: the last tile first) for the causal case. */
+__device__ __forceinline__ void block_tile(const gf_cu_attn &a, int64_t ntile, bool rev,
+                                           int64_t *it, int64_t *tile)
+{
+    int64_t b = blockIdx.x;
+    *it = b % a.items;
+    *tile = rev ? ntile - 1 - b / a.items : b / a.items;
+}
+
+/* ---- forward ---------------------------------------------------------------------------- */
+
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
+{
+    constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
-    float *Qs = sm, *Ks = Qs + BT * (LD + 1), *Vs = Ks + BT * (LD + 1), *Ps = Vs + BT * (LD + 1);
-    int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-    int64_t it = blockIdx.y, q0 = (int64_t)blockIdx.x * BT;
+    float *Qs = sm, *Ks = Qs + R * LD, *Vs = Ks + BK * LD;
+    int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    int64_t it, qt;
+    block_tile(a, (a.sq + R - 1) / R, true, &it, &qt);
+    int64_t q0 = qt * R, row = q0 + 16 * w + g; /* this thread's rows: row, row + 8 */
     const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
     const float *v = a.v + it * a.sk * a.dv;
     const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
-    load_tile<LD>(Qs, q, q0, a.sq, (int)a.d, a.d, false);
-    float o[4][LD / 16], m[4], l[4];
-    for (int i = 0; i < 4; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-        for (int c = 0; c < LD / 16; c++)
-            o[i][c] = 0.0f;
-    }
-    int64_t kend = key_end(a, q0);
-    for (int64_t k0 = 0; k0 < kend; k0 += BT) {
-        __syncthreads();
-        if (tile_masked(a, mk, q0, k0))
+    int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
+    load_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    int64_t kend = key_end(a, q0 + R - 1);
+    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads(); /* the last tile's readers are done */
+        if (tile_masked(a, mk, q0, R, k0, BK))
             continue;
-        load_tile<LD>(Ks, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
-                      a.tb ? a.d : a.sk, !a.tb);
-        load_tile<LD>(Vs, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
+        load_tile<D>(Ks, BK, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
+                     a.tb ? a.d : a.sk, !a.tb);
+        load_tile<D>(Vs, BK, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
         __syncthreads();
-        float s[4][4];
-        tile_dot<LD>(s, Qs, Ks, (int)a.d);
-        for (int i = 0; i < 4; i++) {
-            int64_t gi = q0 + ty + 16 * i;
-            float mx = -INFINITY;
-            for (int j = 0; j < 4; j++) {
-                s[i][j] = finish_score(a, mk, s[i][j], gi, k0 + tx + 16 * j);
-                mx = fmaxf(mx, s[i][j]);
-            }
-            float mn = fmaxf(m[i], half_max(mx));
-            float mu = mn == -INFINITY ? 0.0f : mn;
-            float sum = 0.0f;
-            for (int j = 0; j < 4; j++) {
-                float p = expf(s[i][j] - mu);
-                Ps[(ty + 16 * i) * (BT + 1) + tx + 16 * j] = p;
-                sum += p;
-            }
-            float al = expf(m[i] - mu);
-            l[i] = l[i] * al + half_sum(sum);
-            m[i] = mn;
-            for (int c = 0; c < LD / 16; c++)
-                o[i][c] *= al;
+        int jn = key_groups(a, k0, q0 + 16 * w + 15);
+        float s[BK / 8][4], al[2];
+        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
+        online_rows(a, mk, s, row, k0, jn, m, l, al);
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[n][0] *= al[0], o[n][1] *= al[0];
+            o[n][2] *= al[1], o[n][3] *= al[1];
         }
-        __syncthreads();
-        tile_acc<LD>(o, Ps, Vs);
+        warp_py<D>(o, s, Vs, 0, jn, nn);
     }
-    for (int i = 0; i < 4; i++) {
-        int64_t gi = q0 + ty + 16 * i;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t gi = row + 8 * h;
         if (gi >= a.sq)
             continue;
         /* no key seen (l = 0): 0 with zero_rows or no keys at all (a sum
-         * over nothing, as the CPU), else the softmax's NaN */
-        bool none = l[i] == 0.0f && (a.zero_rows || a.sk == 0);
-        for (int c = 0; c < LD / 16; c++) {
-            int col = tx + 16 * c;
-            if (col < a.dv)
-                a.out[(it * a.sq + gi) * a.dv + col] = none ? 0.0f : o[i][c] / l[i];
-        }
+         * over nothing, as the CPU's), else the softmax's NaN */
+        bool none = l[h] == 0.0f && (a.zero_rows || a.sk == 0);
+        float *out = a.out + (it * a.sq + gi) * a.dv;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = 8 * n + 2 * t + e;
+                if (col < a.dv)
+                    out[col] = none ? 0.0f : o[n][2 * h + e] / l[h];
+            }
     }
 }
 
-/* dQ, and the rows' max (lse) and sum (delta's neighbour) for k_attn_dkv:
- * stats [items, sq] max, [items, sq] sum (in a.lse: 2 x items x sq), delta. */
-template <int LD>
-__global__ void __launch_bounds__(NT) k_attn_dq(gf_cu_attn a)
+/* ---- backward: dQ and the rows' statistics ---------------------------------------------- */
+
+/* ws: [items, sq] row max, [items, sq] 1 / row sum (a.lse: 2 x items x sq),
+ * [items, sq] delta (a.delta). */
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 {
+    constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
-    float *Qs = sm, *Ds = Qs + BT * (LD + 1), *Ks = Ds + BT * (LD + 1), *Vs = Ks + BT * (LD + 1);
-    float *Ps = Vs + BT * (LD + 1);
-    int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-    int64_t it = blockIdx.y, q0 = (int64_t)blockIdx.x * BT;
+    float *Qs = sm, *Ds = Qs + R * LD, *Ks = Ds + R * LD, *Vs = Ks + BK * LD;
+    int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int64_t it, qt;
+    block_tile(a, (a.sq + R - 1) / R, true, &it, &qt);
+    int64_t q0 = qt * R, row = q0 + 16 * w + g;
     const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
     const float *v = a.v + it * a.sk * a.dv;
     const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
-    load_tile<LD>(Qs, q, q0, a.sq, (int)a.d, a.d, false);
-    load_tile<LD>(Ds, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
+    int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
+    load_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
+    load_tile<D>(Ds, R, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
     __syncthreads();
-    float m[4], l[4], dl[4];
-    /* delta = rowsum(dO O) in double, as the CPU */
-    for (int i = 0; i < 4; i++) {
-        int64_t gi = q0 + ty + 16 * i;
+    /* delta = rowsum(dO O) in double, as the CPU's: each warp its 16 rows */
+    float dl[2] = {0.0f, 0.0f};
+    for (int r = 0; r < 16; r++) {
+        int64_t gi = q0 + 16 * w + r;
         double acc = 0;
-        for (int c = tx; c < a.dv && gi < a.sq; c += 16)
-            acc += (double)Ds[(ty + 16 * i) * (LD + 1) + c] *
-                   (double)a.o[(it * a.sq + gi) * a.dv + c];
-        for (int o = 8; o > 0; o /= 2)
+        for (int c = lane; c < a.dv && gi < a.sq; c += 32)
+            acc += (double)Ds[(16 * w + r) * LD + c] * (double)a.o[(it * a.sq + gi) * a.dv + c];
+        for (int o = 16; o > 0; o /= 2)
             acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        dl[i] = (float)acc;
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
+        if (r == g)
+            dl[0] = (float)acc;
+        if (r == g + 8)
+            dl[1] = (float)acc;
     }
-    int64_t kend = key_end(a, q0);
-    for (int pass = 0; pass < 2; pass++) {
-        float dq[4][LD / 16];
-        for (int i = 0; i < 4; i++)
-            for (int c = 0; c < LD / 16; c++)
-                dq[i][c] = 0.0f;
-        for (int64_t k0 = 0; k0 < kend; k0 += BT) {
-            __syncthreads();
-            if (tile_masked(a, mk, q0, k0))
-                continue;
-            load_tile<LD>(Ks, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
-                          a.tb ? a.d : a.sk, !a.tb);
-            if (pass)
-                load_tile<LD>(Vs, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
-            __syncthreads();
-            float s[4][4];
-            tile_dot<LD>(s, Qs, Ks, (int)a.d);
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++)
-                    s[i][j] = finish_score(a, mk, s[i][j], q0 + ty + 16 * i, k0 + tx + 16 * j);
-            if (!pass) { /* the rows' max and sum */
-                for (int i = 0; i < 4; i++) {
-                    float mx = -INFINITY;
-                    for (int j = 0; j < 4; j++)
-                        mx = fmaxf(mx, s[i][j]);
-                    float mn = fmaxf(m[i], half_max(mx)), mu = mn == -INFINITY ? 0.0f : mn;
-                    float sum = 0.0f;
-                    for (int j = 0; j < 4; j++)
-                        sum += expf(s[i][j] - mu);
-                    l[i] = l[i] * expf(m[i] - mu) + half_sum(sum);
-                    m[i] = mn;
-                }
-                continue;
-            }
-            float dp[4][4];
-            tile_dot<LD>(dp, Ds, Vs, (int)a.dv);
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) {
-                    float p = expf(s[i][j] - m[i]) / l[i];
-                    Ps[(ty + 16 * i) * (BT + 1) + tx + 16 * j] = p * (dp[i][j] - dl[i]);
-                }
-            __syncthreads();
-            tile_acc<LD>(dq, Ps, Ks);
-        }
-        if (!pass) {
-            for (int i = 0; i < 4; i++) {
-                int64_t gi = q0 + ty + 16 * i;
-                if (a.zero_rows && m[i] == -INFINITY) { /* every p = exp(-inf - 0) / inf = 0 */
-                    m[i] = 0.0f;
-                    l[i] = INFINITY;
-                }
-                if (tx == 0 && gi < a.sq) {
-                    a.lse[it * a.sq + gi] = m[i];
-                    a.lse[(a.items + it) * a.sq + gi] = l[i];
-                    a.delta[it * a.sq + gi] = dl[i];
-                }
-            }
+    int64_t kend = key_end(a, q0 + R - 1);
+    /* pass 1: the rows' max and sum */
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads();
+        if (tile_masked(a, mk, q0, R, k0, BK))
             continue;
+        load_tile<D>(Ks, BK, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
+                     a.tb ? a.d : a.sk, !a.tb);
+        __syncthreads();
+        int jn = key_groups(a, k0, q0 + 16 * w + 15);
+        float s[BK / 8][4], al[2];
+        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
+        online_rows(a, mk, s, row, k0, jn, m, l, al);
+    }
+    /* p = exp(s - m) / l; zero_rows: a row that sees no key gets m = 0, 1 / l
+     * = 0, so every p = exp(-inf) 0 = 0 and the row adds nothing anywhere;
+     * else its p = exp(-inf + inf) inf = NaN, as the CPU's softmax */
+    float li[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t gi = row + 8 * h;
+        if (a.zero_rows && m[h] == -INFINITY)
+            m[h] = 0.0f, li[h] = 0.0f;
+        else
+            li[h] = 1.0f / l[h];
+        if (t == 0 && gi < a.sq) {
+            a.lse[it * a.sq + gi] = m[h];
+            a.lse[(a.items + it) * a.sq + gi] = li[h];
+            a.delta[it * a.sq + gi] = dl[h];
         }
-        for (int i = 0; i < 4; i++) {
-            int64_t gi = q0 + ty + 16 * i;
-            for (int c = 0; c < LD / 16 && gi < a.sq; c++) {
-                int col = tx + 16 * c;
-                if (col < a.d && a.dq)
-                    a.dq[(it * a.sq + gi) * a.d + col] = a.scale * dq[i][c];
+    }
+    if (!a.dq)
+        return;
+    /* pass 2: dS = P (dP - delta), dQ += dS K */
+    float dq[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads();
+        if (tile_masked(a, mk, q0, R, k0, BK))
+            continue;
+        load_tile<D>(Ks, BK, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
+                     a.tb ? a.d : a.sk, !a.tb);
+        load_tile<D>(Vs, BK, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
+        __syncthreads();
+        int jn = key_groups(a, k0, q0 + 16 * w + 15);
+        float s[BK / 8][4], dp[BK / 8][4];
+        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
+        warp_xyt<D>(dp, Ds + 16 * w * LD, Vs, nn, 0, jn);
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int h = e >> 1;
+                float ds = 0.0f;
+                if (j < jn) {
+                    float x = finish_score(a, mk, s[j][e], row + 8 * h, k0 + 8 * j + 2 * t + (e & 1));
+                    float p = expf(x - m[h]) * li[h];
+                    ds = p * (dp[j][e] - dl[h]);
+                }
+                s[j][e] = ds;
             }
-        }
+        warp_py<D>(dq, s, Ks, 0, jn, nk);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t gi = row + 8 * h;
+        if (gi >= a.sq)
+            continue;
+        float *out = a.dq + (it * a.sq + gi) * a.d;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = 8 * n + 2 * t + e;
+                if (col < a.d)
+                    out[col] = a.scale * dq[n][2 * h + e];
+            }
     }
 }
 
-/* dK, dV of 64 keys: over the query tiles that see them. */
-template <int LD>
-__global__ void __launch_bounds__(NT) k_attn_dkv(gf_cu_attn a)
+/* ---- backward: dK, dV ------------------------------------------------------------------- */
+
+/* dK, dV of 16 W keys (16 per warp): over the query tiles that see them. */
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W) k_attn_dkv(gf_cu_attn a)
 {
+    constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
-    float *Ks = sm, *Vs = Ks + BT * (LD + 1), *Qs = Vs + BT * (LD + 1), *Ds = Qs + BT * (LD + 1);
-    float *Ps = Ds + BT * (LD + 1), *Ss = Ps + BT * (BT + 1);
-    int ty = threadIdx.x / 16, tx = threadIdx.x % 16;
-    int64_t it = blockIdx.y, k0 = (int64_t)blockIdx.x * BT;
+    float *Ks = sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *Ds = Qs + BK * LD;
+    float *St = Ds + BK * LD; /* [3][BK]: the tile's rows' max, 1 / sum, delta */
+    int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    int64_t it, kt;
+    block_tile(a, (a.sk + R - 1) / R, false, &it, &kt);
+    int64_t k0 = kt * R, kw = k0 + 16 * w, key = kw + g; /* this thread's keys: key, key + 8 */
     const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
     const float *v = a.v + it * a.sk * a.dv, *dout = a.dout + it * a.sq * a.dv;
     const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
-    load_tile<LD>(Ks, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d, a.tb ? a.d : a.sk,
-                  !a.tb);
-    load_tile<LD>(Vs, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
-    float dk[4][LD / 16], dv[4][LD / 16];
-    for (int i = 0; i < 4; i++)
-        for (int c = 0; c < LD / 16; c++)
-            dk[i][c] = dv[i][c] = 0.0f;
+    int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
+    load_tile<D>(Ks, R, k, k0, a.sk, (int)a.d, a.tb ? a.d : a.sk, !a.tb);
+    load_tile<D>(Vs, R, v, k0, a.sk, (int)a.dv, a.dv, false);
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            dk[n][e] = dv[n][e] = 0.0f;
     /* causal: query i sees key j when j <= i + (sk - sq) */
     int64_t qstart = a.causal ? k0 - (a.sk - a.sq) : 0;
-    qstart = qstart < 0 ? 0 : qstart / BT * BT;
-    for (int64_t q0 = qstart; q0 < a.sq; q0 += BT) {
+    qstart = qstart < 0 ? 0 : qstart / BK * BK;
+    for (int64_t q0 = qstart; q0 < a.sq; q0 += BK) {
         __syncthreads();
-        if (tile_masked(a, mk, q0, k0))
+        if (tile_masked(a, mk, q0, BK, k0, R))
             continue;
-        load_tile<LD>(Qs, q, q0, a.sq, (int)a.d, a.d, false);
-        load_tile<LD>(Ds, dout, q0, a.sq, (int)a.dv, a.dv, false);
+        load_tile<D>(Qs, BK, q, q0, a.sq, (int)a.d, a.d, false);
+        load_tile<D>(Ds, BK, dout, q0, a.sq, (int)a.dv, a.dv, false);
+        for (int e = threadIdx.x; e < BK; e += blockDim.x) {
+            int64_t gq = q0 + e;
+            bool in = gq < a.sq;
+            St[e] = in ? a.lse[it * a.sq + gq] : 0.0f;
+            St[BK + e] = in ? a.lse[(a.items + it) * a.sq + gq] : 0.0f;
+            St[2 * BK + e] = in ? a.delta[it * a.sq + gq] : 0.0f;
+        }
         __syncthreads();
-        float s[4][4], dp[4][4];
-        tile_dot<LD>(s, Ks, Qs, (int)a.d);   /* s[a][b]: key ty+16a, query tx+16b */
-        tile_dot<LD>(dp, Vs, Ds, (int)a.dv); /* dP^T */
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 4; j++) {
-                int64_t gq = q0 + tx + 16 * j, gk = k0 + ty + 16 * i;
+        /* the groups of 8 queries [js, je) that may see this warp's keys */
+        int64_t rem = a.sq - q0;
+        int je = rem >= BK ? BK / 8 : (int)((rem + 7) / 8), js = 0;
+        if (a.causal) {
+            int64_t first = kw - (a.sk - a.sq) - q0; /* the first query that sees key kw */
+            js = first <= 0 ? 0 : first >= BK ? BK / 8 : (int)(first / 8);
+        }
+        float s[BK / 8][4], dp[BK / 8][4];
+        warp_xyt<D>(s, Ks + 16 * w * LD, Qs, nk, js, je);  /* S^T: keys x queries */
+        warp_xyt<D>(dp, Vs + 16 * w * LD, Ds, nn, js, je); /* dP^T */
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int qi = 8 * j + 2 * t + (e & 1);
                 float p = 0.0f, ds = 0.0f;
-                if (gq < a.sq) {
-                    float sc = finish_score(a, mk, s[i][j], gq, gk);
-                    int64_t r = it * a.sq + gq;
-                    p = expf(sc - a.lse[r]) / a.lse[(a.items + it) * a.sq + gq];
-                    ds = p * (dp[i][j] - a.delta[r]);
+                if (j >= js && j < je) {
+                    float x = finish_score(a, mk, s[j][e], q0 + qi, key + 8 * (e >> 1));
+                    p = expf(x - St[qi]) * St[BK + qi];
+                    ds = p * (dp[j][e] - St[2 * BK + qi]);
                 }
-                Ps[(ty + 16 * i) * (BT + 1) + tx + 16 * j] = p;
-                Ss[(ty + 16 * i) * (BT + 1) + tx + 16 * j] = ds;
+                s[j][e] = p;
+                dp[j][e] = ds;
             }
-        __syncthreads();
-        tile_acc<LD>(dv, Ps, Ds);
-        tile_acc<LD>(dk, Ss, Qs);
+        if (a.dvv)
+            warp_py<D>(dv, s, Ds, js, je, nn);
+        if (a.dk)
+            warp_py<D>(dk, dp, Qs, js, je, nk);
     }
-    for (int i = 0; i < 4; i++) {
-        int64_t gk = k0 + ty + 16 * i;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t gk = key + 8 * h;
         if (gk >= a.sk)
             continue;
-        for (int c = 0; c < LD / 16; c++) {
-            int col = tx + 16 * c;
-            if (a.dk && col < a.d) {
-                int64_t off = a.tb ? (it * a.sk + gk) * a.d + col : it * a.sk * a.d + col * a.sk + gk;
-                a.dk[off] = a.scale * dk[i][c];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = 8 * n + 2 * t + e;
+                if (a.dk && col < a.d) {
+                    int64_t off = a.tb ? (it * a.sk + gk) * a.d + col
+                                       : it * a.sk * a.d + col * a.sk + gk;
+                    a.dk[off] = a.scale * dk[n][2 * h + e];
+                }
+                if (a.dvv && col < a.dv)
+                    a.dvv[(it * a.sk + gk) * a.dv + col] = dv[n][2 * h + e];
             }
-            if (a.dvv && col < a.dv)
-                a.dvv[(it * a.sk + gk) * a.dv + col] = dv[i][c];
-        }
     }
 }
 
+/* ---- launches ------------------------------------------------------------------------------ */
+
 template <typename K>
-static cudaError_t launch(K kern, dim3 grid, size_t smem, cudaStream_t s, const gf_cu_attn *a)
+static cudaError_t launch(K kern, int64_t blocks, int threads, size_t smem, cudaStream_t s,
+                          const gf_cu_attn *a)
 {
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
     if (e != cudaSuccess)
         return e;
-    kern<<<grid, NT, smem, s>>>(*a);
+    kern<<<(unsigned)blocks, threads, smem, s>>>(*a);
     return cudaGetLastError();
 }
 
-static size_t tiles_bytes(int ld, int n_ld, int n_p)
+/* Shared bytes: n_r tiles of r rows and n_k of BK rows, [D + 4] each, plus extra floats. */
+static size_t smem_bytes(int d, int r, int n_r, int n_k, int extra)
 {
-    return ((size_t)n_ld * BT * (ld + 1) + (size_t)n_p * BT * (BT + 1)) * sizeof(float);
+    return ((size_t)(n_r * r + n_k * BK) * (d + 4) + extra) * sizeof(float);
+}
+
+template <int D, int W>
+static cudaError_t fwd_as(cudaStream_t s, const gf_cu_attn *a)
+{
+    int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
+    return launch(k_attn_fwd<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 1, 2, 0), s,
+                  a);
+}
+
+template <int D, int W>
+static cudaError_t bwd_as(cudaStream_t s, const gf_cu_attn *a)
+{
+    cudaError_t e = cudaSuccess;
+    if (a->sq > 0) {
+        int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
+        e = launch(k_attn_dq<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, 0), s,
+                   a);
+    }
+    if (e == cudaSuccess && a->sk > 0 && (a->dk || a->dvv)) {
+        int64_t tiles = (a->sk + 16 * W - 1) / (16 * W);
+        e = launch(k_attn_dkv<D, W>, tiles * a->items, 32 * W,
+                   smem_bytes(D, 16 * W, 2, 2, 3 * BK), s, a);
+    }
+    return e;
 }
 
 extern "C" cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a)
 {
     if (a->items <= 0 || a->sq <= 0)
         return cudaSuccess;
-    dim3 g((unsigned)((a->sq + BT - 1) / BT), (unsigned)a->items);
-    int big = a->d > 64 || a->dv > 64;
-    return big ? launch(k_attn_fwd<128>, g, tiles_bytes(128, 3, 1), s, a)
-               : launch(k_attn_fwd<64>, g, tiles_bytes(64, 3, 1), s, a);
+    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
+    return big ? (w8 ? fwd_as<128, 8>(s, a) : fwd_as<128, 4>(s, a))
+               : (w8 ? fwd_as<64, 8>(s, a) : fwd_as<64, 4>(s, a));
 }
 
 extern "C" cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a)
 {
     if (a->items <= 0)
         return cudaSuccess;
-    int big = a->d > 64 || a->dv > 64;
-    cudaError_t e = cudaSuccess;
-    if (a->sq > 0) {
-        dim3 g((unsigned)((a->sq + BT - 1) / BT), (unsigned)a->items);
-        e = big ? launch(k_attn_dq<128>, g, tiles_bytes(128, 4, 1), s, a)
-                : launch(k_attn_dq<64>, g, tiles_bytes(64, 4, 1), s, a);
-    }
-    if (e == cudaSuccess && a->sk > 0 && (a->dk || a->dvv)) {
-        dim3 g((unsigned)((a->sk + BT - 1) / BT), (unsigned)a->items);
-        e = big ? launch(k_attn_dkv<128>, g, tiles_bytes(128, 4, 2), s, a)
-                : launch(k_attn_dkv<64>, g, tiles_bytes(64, 4, 2), s, a);
-    }
-    return e;
+    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
+    return big ? (w8 ? bwd_as<128, 8>(s, a) : bwd_as<128, 4>(s, a))
+               : (w8 ? bwd_as<64, 8>(s, a) : bwd_as<64, 4>(s, a));
 }

@@ -89,6 +89,7 @@ struct gf_cu_attn {
     float scale;
     int causal;           /* the mask is causal (bottom-right aligned): not read */
     int zero_rows;        /* zero_masked_rows: a row that sees no key gives 0s */
+    int warps;            /* per block (knob): 16 query rows (keys in dK, dV's) each; 4 or 8 */
     const float *mask;    /* additive, or NULL */
     int64_t mst_it, mst_i, mst_j; /* its strides: per item (flat; see below), row, column */
     int mrank;            /* batch dims for the mask's item offset */
