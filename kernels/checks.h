@@ -403,6 +403,16 @@ enum gf_status gf_split_size(const struct gf_kernel_args *a, int64_t dim, size_t
 /* Split output j: its dims, checked unless *omitted (no buffer, no elements). */
 enum gf_status gf_split_out(const struct gf_kernel_args *a, int axis, size_t j, int64_t *dims,
                             bool *omitted);
+/* Copies `height` rows of `width` bytes: row i from byte soff + i * spitch
+ * of src to byte doff + i * dpitch of dst (a backend's buffers). */
+typedef enum gf_status (*gf_copy2d_fn)(const struct gf_kernel_args *a, void *dst, size_t doff,
+                                       size_t dpitch, const void *src, size_t soff,
+                                       size_t spitch, size_t width, size_t height);
+/* Concat and Split as such copies, after their checks: each input of
+ * Concat into its block of output 0, each wanted output of Split from its
+ * block of input 0, in order. */
+enum gf_status gf_concat_blocks(const struct gf_kernel_args *a, gf_copy2d_fn copy);
+enum gf_status gf_split_blocks(const struct gf_kernel_args *a, gf_copy2d_fn copy);
 /* "indices element 4 (value 9) is out of range [-3, 2] for data axis 1". */
 enum gf_status gf_index_error(const struct gf_kernel_args *a, const char *what, size_t pos,
                               int64_t v, int64_t dim, int axis);

@@ -3,6 +3,7 @@
  * CUDA and OpenCL.  Messages name the backend from its caps. */
 #include <float.h>
 #include <limits.h>
+#include <stdlib.h>
 
 #include "device_common.h"
 #include "optim_ops.h"
@@ -646,6 +647,249 @@ enum gf_status gf_dev_reduce_run(const struct gf_dev_reduce *d, const struct gf_
     case GF_OP_LOG_SOFTMAX_GRAD: return softmax_grad_run(d, a);
     default: return reduce_run(d, a);
     }
+}
+
+/* ---- the layout family --------------------------------------------------------------- */
+
+/* Inputs that hold shapes or axes (read on the host), as a bit mask. */
+static unsigned host_slots(enum gf_op op)
+{
+    switch (op) {
+    case GF_OP_SLICE: return 0x1e;
+    case GF_OP_PAD: return 0xe; /* pads, constant_value, axes */
+    case GF_OP_SLICE_GRAD: return 0x3e;
+    case GF_OP_GATHER_GRAD: return 0x2;
+    case GF_OP_TRANSPOSE: case GF_OP_FLATTEN: case GF_OP_CONCAT: case GF_OP_GATHER: return 0;
+    default: return 0x2;
+    }
+}
+
+bool gf_dev_layout_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+                            const struct gf_tview *in, size_t n_in)
+{
+    if (n_in < 1 || !gf_dev_move_size(in[0].dtype))
+        return false;
+    unsigned slots = host_slots(n->op);
+    for (size_t i = 0; i < n_in; i++) {
+        bool given = in[i].data || in[i].host;
+        if (!gf_dev_fits(c, in[i].nelem))
+            return false;
+        bool index = !(n->op == GF_OP_PAD && i == 2); /* Pad's constant_value: data */
+        if ((slots >> i & 1) && given && (!in[i].host || (index && !gf_is_index_type(in[i].dtype))))
+            return false;
+        if (i > 0 && n->op == GF_OP_CONCAT && in[i].dtype != in[0].dtype)
+            return false;
+    }
+    if (n->op == GF_OP_GATHER || n->op == GF_OP_GATHER_GRAD) {
+        size_t ix = n->op == GF_OP_GATHER ? 1 : 2;
+        if (n_in <= ix || !gf_is_index_type(in[ix].dtype))
+            return false;
+    }
+    return true;
+}
+
+enum gf_status gf_dev_view_run(const struct gf_kernel_args *a)
+{
+    int r;
+    int64_t dims[GF_MAX_RANK];
+    enum gf_status st = gf_view_dims(a, &r, dims);
+    if (st == GF_OK)
+        st = gf_check_out_dims(a, 0, r, dims);
+    if (st == GF_OK)
+        st = gf_check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype);
+    if (st == GF_OK && a->out[0].nelem)
+        st = a->backend->ops->copy(a->backend, a->out[0].data, a->in[0].data,
+                                   gf_tview_bytes(&a->in[0]));
+    return st;
+}
+
+enum gf_status gf_dev_transpose_walk(const struct gf_kernel_args *a, int64_t *dims, int64_t *sx)
+{
+    const struct gf_tview *x = &a->in[0];
+    int r = x->rank, perm[GF_MAX_RANK];
+    int64_t stride[GF_MAX_RANK];
+    enum gf_status st = gf_transpose_perm(a, perm, dims);
+    if (st || (st = gf_check_out_dims(a, 0, r, dims)))
+        return st;
+    gf_strides_of(r, x->dims, stride);
+    for (int k = 0; k < r; k++)
+        sx[k] = stride[perm[k]];
+    return GF_OK;
+}
+
+enum gf_status gf_dev_slice_walk(const struct gf_kernel_args *a, int64_t *dims, int64_t *base,
+                                 int64_t *sx)
+{
+    const struct gf_tview *x = &a->in[0];
+    int r = x->rank;
+    int64_t first[GF_MAX_RANK], step[GF_MAX_RANK], stride[GF_MAX_RANK];
+    enum gf_status st = gf_require_inputs(a, 1);
+    if (st || (st = gf_slice_plan(a, 1, r, x->dims, first, step, dims)) ||
+        (st = gf_check_out_dims(a, 0, r, dims)))
+        return st;
+    gf_strides_of(r, x->dims, stride);
+    *base = 0;
+    for (int k = 0; k < r; k++) {
+        *base += first[k] * stride[k];
+        sx[k] = step[k] * stride[k];
+    }
+    return GF_OK;
+}
+
+enum gf_status gf_dev_expand_walk(const struct gf_kernel_args *a, int *rank, int64_t *dims,
+                                  int64_t *sx)
+{
+    enum gf_status st = gf_expand_dims(a, rank, dims);
+    if (st || (st = gf_check_out_dims(a, 0, *rank, dims)))
+        return st;
+    gf_bcast_strides(&a->in[0], &a->out[0], sx);
+    return GF_OK;
+}
+
+enum gf_status gf_dev_pad_plan(const struct gf_kernel_args *a, struct gf_dev_pad *p)
+{
+    const struct gf_tview *x = &a->in[0];
+    int r = x->rank;
+    int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], pads[GF_MAX_INTS], axes[GF_MAX_INTS];
+    size_t np = 0, na = 0;
+    bool given = false, has_axes = false;
+    memset(p, 0, sizeof(*p));
+    p->rank = r;
+    enum gf_status st = gf_require_inputs(a, 1);
+    if (st || (st = gf_int_list(a, 1, "pads", "pads", pads, &np, &given)) ||
+        (st = gf_int_list(a, 3, NULL, "axes", axes, &na, &has_axes)) ||
+        (st = gf_pad_plan(a, pads, np, axes, na, has_axes, &p->mode, pb, pe, p->dims)) ||
+        (st = gf_check_out_dims(a, 0, r, p->dims)))
+        return st;
+    if (gf_has_input(a, 2) && a->in[2].nelem) {
+        if (a->in[2].dtype != x->dtype || !a->in[2].host)
+            return gf_kernel_error(a, GF_ERR_INVALID, "constant_value is %s, not the data's %s "
+                                   "on the host", gf_dtype_name(a->in[2].dtype),
+                                   gf_dtype_name(x->dtype));
+        memcpy(&p->fill, a->in[2].host, gf_dtype_size(x->dtype));
+    } else if (gf_node_attr(a->node, "value")) {
+        if (x->dtype != GF_FLOAT)
+            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "attribute 'value' on %s data",
+                                   gf_dtype_name(x->dtype));
+        float v = gf_node_attr_float(a->node, "value", 0);
+        memcpy(&p->fill, &v, sizeof(v));
+    }
+    gf_strides_of(r, x->dims, p->sx);
+    for (int k = 0; k < r; k++) { /* negative pads crop */
+        p->crop[k] = pb[k] < 0 ? -pb[k] : 0;
+        p->lead[k] = pb[k] > 0 ? pb[k] : 0;
+        p->keep[k] = x->dims[k] - p->crop[k] - (pe[k] < 0 ? -pe[k] : 0);
+    }
+    return GF_OK;
+}
+
+size_t gf_dev_gather_workspace(const struct gf_kernel_args *a)
+{
+    (void)a;
+    return 64;
+}
+
+size_t gf_dev_gather_nd_tuples(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 2)
+        return 1;
+    return gf_dims_prod(a->in[1].dims, 0, a->in[1].rank > 0 ? a->in[1].rank - 1 : 0);
+}
+
+size_t gf_dev_nd_tuple_offset(const struct gf_nd_plan *p, const struct gf_tview *x,
+                              const struct gf_tview *ind, const int64_t *xs, size_t t)
+{
+    size_t o = p->per_batch ? t / p->per_batch * p->batch : 0;
+    for (int j = 0; j < p->k; j++) {
+        int64_t v = gf_int_at(ind, ind->host, t * (size_t)p->k + (size_t)j);
+        int64_t d = x->dims[p->b + j];
+        o += (size_t)((v < 0 ? v + d : v) * xs[p->b + j]);
+    }
+    return o;
+}
+
+enum gf_status gf_dev_gather_grad_plan(const struct gf_kernel_args *a,
+                                       const struct gf_dev_caps *c,
+                                       struct gf_dev_gather_grad *p)
+{
+    enum gf_status st = gf_require_inputs(a, 3);
+    if (st || (st = gf_check_shape_input(a, 1)))
+        return st;
+    const struct gf_tview *g = &a->in[0], *o = &a->out[0], *ind = &a->in[2];
+    if ((st = gf_check_dtype(a, "output 0", o->dtype, g->dtype)) ||
+        (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), o->rank, &p->axis)))
+        return st;
+    if (!gf_dev_float(c, g->dtype))
+        return gf_kernel_error(a, GF_ERR_INVALID, "dY is %s, expected %s",
+                               gf_dtype_name(g->dtype), float_names(c));
+    if (!gf_is_index_type(ind->dtype))
+        return gf_kernel_error(a, GF_ERR_INVALID, "indices (input 2) must be int32 or int64");
+    int ax = p->axis;
+    p->pre = gf_dims_prod(o->dims, 0, ax);
+    p->n = (size_t)o->dims[ax];
+    p->post = gf_dims_prod(o->dims, ax + 1, o->rank);
+    p->ni = ind->nelem;
+    if (g->nelem != p->pre * p->ni * p->post)
+        return gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, expected %zu", g->nelem,
+                               p->pre * p->ni * p->post);
+    return ind->host ? gf_check_indices(a, ind, (int64_t)p->n, ax) : GF_OK;
+}
+
+size_t gf_dev_gather_grad_csr_len(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 3 || a->n_out < 1)
+        return 0;
+    const struct gf_tview *o = &a->out[0];
+    int64_t ax = gf_node_attr_int(a->node, "axis", 0);
+    ax = ax < 0 ? ax + o->rank : ax;
+    size_t n = ax >= 0 && ax < o->rank ? (size_t)o->dims[ax] : 0;
+    return n + 1 + a->in[2].nelem;
+}
+
+int64_t *gf_dev_index_csr(const struct gf_tview *ind, size_t n)
+{
+    size_t ni = ind->nelem;
+    int64_t *start = calloc(n + 1 + ni + 1, sizeof(int64_t));
+    if (!start)
+        return NULL;
+    int64_t *order = start + n + 1;
+    for (size_t i = 0; i < ni; i++) {
+        int64_t k = gf_int_at(ind, ind->host, i);
+        start[(k < 0 ? k + (int64_t)n : k) + 1]++;
+    }
+    for (size_t k = 0; k < n; k++)
+        start[k + 1] += start[k];
+    for (size_t i = 0; i < ni; i++) { /* start[k] walks to start[k + 1] */
+        int64_t k = gf_int_at(ind, ind->host, i);
+        k = k < 0 ? k + (int64_t)n : k;
+        order[start[k]++] = (int64_t)i;
+    }
+    for (size_t k = n; k > 0; k--)
+        start[k] = start[k - 1];
+    start[0] = 0;
+    return start;
+}
+
+enum gf_status gf_dev_slice_grad_plan(const struct gf_kernel_args *a, int64_t *first,
+                                      int64_t *step, int64_t *dims)
+{
+    enum gf_status st = gf_require_inputs(a, 4);
+    if (st || (st = gf_check_shape_input(a, 1)))
+        return st;
+    const struct gf_tview *g = &a->in[0], *o = &a->out[0];
+    int r = o->rank;
+    if ((st = gf_check_dtype(a, "output 0", o->dtype, g->dtype)))
+        return st;
+    if (g->rank != r)
+        return gf_kernel_error(a, GF_ERR_INVALID, "dY has rank %d, the data %d", g->rank, r);
+    if ((st = gf_slice_plan(a, 2, r, o->dims, first, step, dims)))
+        return st;
+    for (int d = 0; d < r; d++)
+        if (dims[d] != g->dims[d])
+            return gf_kernel_error(a, GF_ERR_INVALID, "the slice takes %lld elements on axis "
+                                   "%d, dY has %lld", (long long)dims[d], d,
+                                   (long long)g->dims[d]);
+    return GF_OK;
 }
 
 /* ---- the optimizer ops ----------------------------------------------------------- */

@@ -212,6 +212,73 @@ struct gf_dev_reduce {
  * then d's launch. */
 enum gf_status gf_dev_reduce_run(const struct gf_dev_reduce *d, const struct gf_kernel_args *a);
 
+/* ---- the layout family --------------------------------------------------------------- */
+
+/* The layout ops' supports() but for the backward ops' types and each
+ * backend's own rules: input 0 of a movable type, every input within c's
+ * indexing, shape-like inputs (Reshape's shape, Slice's starts ..., Pad's
+ * pads and axes, SliceGrad's and GatherGrad's shape) with a host copy of
+ * an index type, Concat's inputs of one type, the indices of Gather and
+ * GatherGrad ints. */
+bool gf_dev_layout_supports(const struct gf_dev_caps *c, const struct gf_node *n,
+                            const struct gf_tview *in, size_t n_in);
+/* Reshape Flatten Squeeze Unsqueeze: the output's shape and type checked,
+ * then a device copy. */
+enum gf_status gf_dev_view_run(const struct gf_kernel_args *a);
+
+/* Transpose, Slice, Expand as one strided walk: output 0 (dims[rank],
+ * checked) reads input 0 from element base with strides sx. */
+enum gf_status gf_dev_transpose_walk(const struct gf_kernel_args *a, int64_t *dims, int64_t *sx);
+enum gf_status gf_dev_slice_walk(const struct gf_kernel_args *a, int64_t *dims, int64_t *base,
+                                 int64_t *sx);
+enum gf_status gf_dev_expand_walk(const struct gf_kernel_args *a, int *rank, int64_t *dims,
+                                  int64_t *sx);
+
+/* Pad: output element i on axis d reads the input at crop[d] + (i - lead[d])
+ * where that is inside [0, keep[d]) (strides sx), else by mode (PAD_*:
+ * constant fill, reflect, edge, wrap). */
+struct gf_dev_pad {
+    int rank, mode;
+    int64_t dims[GF_MAX_RANK], lead[GF_MAX_RANK], crop[GF_MAX_RANK];
+    int64_t keep[GF_MAX_RANK], sx[GF_MAX_RANK];
+    uint64_t fill; /* the fill value's bytes: constant_value (on the host), or the
+                    * float attribute `value` of old opsets */
+};
+enum gf_status gf_dev_pad_plan(const struct gf_kernel_args *a, struct gf_dev_pad *p);
+
+/* Gather's workspace: the flag word the kernel sets for a bad index when
+ * the indices have no host copy (declared either way, so the size does not
+ * depend on what the executor has on the host). */
+size_t gf_dev_gather_workspace(const struct gf_kernel_args *a);
+/* GatherND's index tuples (at least 1), and the data offset of tuple t
+ * (the indices read on the host, checked by gf_gather_nd_plan). */
+size_t gf_dev_gather_nd_tuples(const struct gf_kernel_args *a);
+size_t gf_dev_nd_tuple_offset(const struct gf_nd_plan *p, const struct gf_tview *x,
+                              const struct gf_tview *ind, const int64_t *xs, size_t t);
+
+/* GatherGrad(dY, shape, indices) -> output [pre, n, post] from dY [pre,
+ * ni, post]: the checks (dY of a float type c's kernels take; the indices
+ * too where they are on the host). */
+struct gf_dev_gather_grad {
+    int axis;
+    size_t pre, n, post, ni;
+};
+enum gf_status gf_dev_gather_grad_plan(const struct gf_kernel_args *a,
+                                       const struct gf_dev_caps *c,
+                                       struct gf_dev_gather_grad *p);
+/* Entries of the indices' CSR for the node's arguments: n + 1 + ni. */
+size_t gf_dev_gather_grad_csr_len(const struct gf_kernel_args *a);
+/* The CSR of indices on the host for an axis of n: start[n + 1] (the first
+ * position in order[] of each value), then order[ni] (the positions of
+ * each value in increasing order); malloc'd, NULL when out of memory. */
+int64_t *gf_dev_index_csr(const struct gf_tview *ind, size_t n);
+
+/* SliceGrad(dY, shape, starts, ends, axes?, steps?) -> the data's shape:
+ * the checks, and per axis the slice's first element, step and count
+ * (dY's dims). */
+enum gf_status gf_dev_slice_grad_plan(const struct gf_kernel_args *a, int64_t *first,
+                                      int64_t *step, int64_t *dims);
+
 /* ---- the optimizer ops ----------------------------------------------------------- */
 
 struct gf_sgd_scalars;

@@ -566,6 +566,51 @@ enum gf_status gf_split_out(const struct gf_kernel_args *a, int axis, size_t j, 
     return gf_check_dtype(a, "output", a->out[j].dtype, x->dtype);
 }
 
+/* out [outer, D * inner]: input j is the [outer, dj * inner] block at
+ * column pos (bytes throughout). */
+enum gf_status gf_concat_blocks(const struct gf_kernel_args *a, gf_copy2d_fn copy)
+{
+    int ax;
+    int64_t dims[GF_MAX_RANK];
+    enum gf_status st = gf_concat_dims(a, &ax, dims);
+    if (st)
+        return st;
+    int r = a->in[0].rank;
+    size_t es = gf_dtype_size(a->in[0].dtype), outer = gf_dims_prod(dims, 0, ax);
+    size_t inner = gf_dims_prod(dims, ax + 1, r), pitch = (size_t)dims[ax] * inner * es, pos = 0;
+    for (size_t j = 0; j < a->n_in && st == GF_OK; j++) {
+        size_t len = (size_t)a->in[j].dims[ax] * inner * es;
+        st = copy(a, a->out[0].data, pos, pitch, a->in[j].data, 0, len, len, outer);
+        pos += len;
+    }
+    return st;
+}
+
+/* x [outer, dim * inner]: output j is the [outer, size_j * inner] block at
+ * column pos (bytes throughout). */
+enum gf_status gf_split_blocks(const struct gf_kernel_args *a, gf_copy2d_fn copy)
+{
+    const struct gf_tview *x = &a->in[0];
+    int ax;
+    enum gf_status st = gf_split_axis(a, &ax);
+    if (st)
+        return st;
+    size_t es = gf_dtype_size(x->dtype), outer = gf_dims_prod(x->dims, 0, ax);
+    size_t inner = gf_dims_prod(x->dims, ax + 1, x->rank);
+    size_t pitch = (size_t)x->dims[ax] * inner * es, pos = 0;
+    for (size_t j = 0; j < a->n_out; j++) {
+        int64_t dims[GF_MAX_RANK];
+        bool omitted;
+        if ((st = gf_split_out(a, ax, j, dims, &omitted)))
+            return st;
+        size_t len = (size_t)dims[ax] * inner * es;
+        if (!omitted && (st = copy(a, a->out[j].data, 0, len, x->data, pos, pitch, len, outer)))
+            return st;
+        pos += len;
+    }
+    return GF_OK;
+}
+
 /* ---- Gather, GatherND, shape inputs ------------------------------------------------- */
 
 enum gf_status gf_index_error(const struct gf_kernel_args *a, const char *what, size_t pos,

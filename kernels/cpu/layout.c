@@ -720,47 +720,23 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
 
 /* ---- Concat and Split: blocks along an axis ------------------------------------- */
 
+/* copy_blocks as a gf_copy2d_fn (layout_checks.c walks Concat and Split). */
+static enum gf_status blocks_2d(const struct gf_kernel_args *a, void *dst, size_t doff,
+                                size_t dpitch, const void *src, size_t soff, size_t spitch,
+                                size_t width, size_t height)
+{
+    copy_blocks(a, (char *)dst + doff, dpitch, (const char *)src + soff, spitch, width, height);
+    return GF_OK;
+}
+
 static enum gf_status run_concat(const struct gf_kernel_args *a)
 {
-    int ax;
-    int64_t dims[GF_MAX_RANK];
-    enum gf_status st = gf_concat_dims(a, &ax, dims);
-    if (st)
-        return st;
-    /* out: [outer, dims[ax] * inner]; input j fills columns [pos, pos + dj) * inner */
-    int r = a->in[0].rank;
-    size_t es = gf_dtype_size(a->in[0].dtype), outer = gf_dims_prod(dims, 0, ax);
-    size_t inner = gf_dims_prod(dims, ax + 1, r), pitch = (size_t)dims[ax] * inner * es, pos = 0;
-    for (size_t j = 0; j < a->n_in; j++) {
-        size_t len = (size_t)a->in[j].dims[ax] * inner * es;
-        copy_blocks(a, (char *)a->out[0].data + pos, pitch, a->in[j].data, len, len, outer);
-        pos += len;
-    }
-    return GF_OK;
+    return gf_concat_blocks(a, blocks_2d);
 }
 
 static enum gf_status run_split(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *x = &a->in[0];
-    int ax;
-    enum gf_status st = gf_split_axis(a, &ax);
-    if (st)
-        return st;
-    /* x: [outer, dim * inner]; output j takes columns [pos, pos + size) * inner */
-    size_t es = gf_dtype_size(x->dtype), outer = gf_dims_prod(x->dims, 0, ax);
-    size_t inner = gf_dims_prod(x->dims, ax + 1, x->rank);
-    size_t pitch = (size_t)x->dims[ax] * inner * es, pos = 0;
-    for (size_t j = 0; j < a->n_out; j++) {
-        int64_t dims[GF_MAX_RANK];
-        bool omitted;
-        if ((st = gf_split_out(a, ax, j, dims, &omitted)))
-            return st;
-        size_t len = (size_t)dims[ax] * inner * es;
-        if (!omitted)
-            copy_blocks(a, a->out[j].data, len, (const char *)x->data + pos, pitch, len, outer);
-        pos += len;
-    }
-    return GF_OK;
+    return gf_split_blocks(a, blocks_2d);
 }
 
 /* ---- Trilu ------------------------------------------------------------------------ */

@@ -20,7 +20,9 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "device_common.h"
 #include "ocl.h"
 
 #define LY_FILE "layout.cl"
@@ -41,22 +43,7 @@ static size_t ly_wg(const struct gf_kernel_args *a)
     return max && wg > max ? max : wg;
 }
 
-static const char *size_sfx(enum gf_dtype t)
-{
-    switch (t == GF_STRING || t == GF_INT4 || t == GF_UINT4 ? 0 : gf_dtype_size(t)) {
-    case 1: return "1";
-    case 2: return "2";
-    case 4: return "4";
-    case 8: return "8";
-    default: return NULL;
-    }
-}
-
-/* Element i of an int32/int64 input's host copy. */
-static int64_t ival(const struct gf_tview *t, size_t i)
-{
-    return gf_int_at(t, t->host, i);
-}
+static const struct gf_dev_caps caps = {.name = "OpenCL", .half = true, .int_index = true};
 
 /* ---- launching ------------------------------------------------------------------ */
 
@@ -77,7 +64,7 @@ static enum gf_status copy_nd(const struct gf_kernel_args *a, enum gf_dtype t, c
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
                                "kernels");
     char name[16];
-    snprintf(name, sizeof(name), "copy_nd_%s", size_sfx(t));
+    snprintf(name, sizeof(name), "copy_nd_%s", gf_dev_size_sfx(t));
     cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
     cl_int xb = (cl_int)xbase, yb = (cl_int)ybase, cn = (cl_int)n;
     if (!k || !gf_cl_args(k, 9, sizeof(cl_mem), &x, sizeof(xb), &xb, sizeof(cl_mem), &y,
@@ -98,64 +85,13 @@ static enum gf_status run_1d(const struct gf_kernel_args *a, cl_kernel k, size_t
 
 /* ---- supports ------------------------------------------------------------------- */
 
-/* Inputs that hold shapes or axes (read on the host), as a bit mask. */
-static unsigned host_slots(enum gf_op op)
-{
-    switch (op) {
-    case GF_OP_SLICE: return 0x1e;
-    case GF_OP_PAD: return 0xe; /* pads, constant_value, axes */
-    case GF_OP_SLICE_GRAD: return 0x3e;
-    case GF_OP_GATHER_GRAD: return 0x2;
-    case GF_OP_TRANSPOSE: case GF_OP_FLATTEN: case GF_OP_CONCAT: case GF_OP_GATHER: return 0;
-    default: return 0x2;
-    }
-}
-
+/* The device rules (device_common.c); the backward ops take the float
+ * types (the CPU: fp32, fp64). */
 static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    if (n_in < 1 || !size_sfx(in[0].dtype))
-        return false;
-    unsigned slots = host_slots(n->op);
-    for (size_t i = 0; i < n_in; i++) {
-        bool given = in[i].data || in[i].host;
-        if (in[i].nelem > INT_MAX)
-            return false;
-        bool index = !(n->op == GF_OP_PAD && i == 2); /* Pad's constant_value: data */
-        if ((slots >> i & 1) && given && (!in[i].host || (index && !gf_is_index_type(in[i].dtype))))
-            return false;
-        if (i > 0 && n->op == GF_OP_CONCAT && in[i].dtype != in[0].dtype)
-            return false;
-    }
-    if (n->op == GF_OP_GATHER || n->op == GF_OP_GATHER_GRAD) {
-        size_t ix = n->op == GF_OP_GATHER ? 1 : 2;
-        if (n_in <= ix || !gf_is_index_type(in[ix].dtype))
-            return false;
-    }
-    /* the backward ops take the float types (the CPU: fp32, fp64) */
     bool grad = n->op == GF_OP_GATHER_GRAD || n->op == GF_OP_SLICE_GRAD;
-    return !grad || gf_cl_storage_opt(in[0].dtype);
-}
-
-/* ---- Reshape, Flatten, Squeeze, Unsqueeze: a copy once the shape checks ----------- */
-
-static enum gf_status finish_copy(const struct gf_kernel_args *a, int rank, const int64_t *dims)
-{
-    enum gf_status st = gf_check_out_dims(a, 0, rank, dims);
-    if (st == GF_OK)
-        st = gf_check_dtype(a, "output 0", a->out[0].dtype, a->in[0].dtype);
-    if (st == GF_OK && a->out[0].nelem)
-        st = a->backend->ops->copy(a->backend, a->out[0].data, a->in[0].data,
-                                   gf_tview_bytes(&a->in[0]));
-    return st;
-}
-
-/* Reshape Flatten Squeeze Unsqueeze */
-static enum gf_status run_view(const struct gf_kernel_args *a)
-{
-    int r;
-    int64_t dims[GF_MAX_RANK];
-    enum gf_status st = gf_view_dims(a, &r, dims);
-    return st ? st : finish_copy(a, r, dims);
+    return gf_dev_layout_supports(&caps, n, in, n_in) &&
+           (!grad || gf_dev_float(&caps, in[0].dtype));
 }
 
 /* ---- Transpose ------------------------------------------------------------------ */
@@ -178,7 +114,7 @@ static bool transpose_tiled(const struct gf_kernel_args *a, const struct gf_cl_n
     char opts[48];
     snprintf(opts, sizeof(opts), "-DTS=%zu -DROWS=%zu", ts, rows);
     char name[24];
-    snprintf(name, sizeof(name), "transpose_tile_%s", size_sfx(a->in[0].dtype));
+    snprintf(name, sizeof(name), "transpose_tile_%s", gf_dev_size_sfx(a->in[0].dtype));
     cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, opts);
     cl_int p = d[6], q = d[7];
     if (!k || !gf_cl_args(k, 4, sizeof(cl_mem), &a->in[0].data, sizeof(cl_mem), &a->out[0].data,
@@ -196,14 +132,11 @@ static bool transpose_tiled(const struct gf_kernel_args *a, const struct gf_cl_n
 static enum gf_status run_transpose(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    int r = x->rank, perm[GF_MAX_RANK];
-    int64_t dims[GF_MAX_RANK], stride[GF_MAX_RANK], st2[2][GF_MAX_RANK];
-    enum gf_status st = gf_transpose_perm(a, perm, dims);
-    if (st || (st = gf_check_out_dims(a, 0, r, dims)) || a->out[0].nelem == 0)
+    int r = x->rank;
+    int64_t dims[GF_MAX_RANK], st2[2][GF_MAX_RANK];
+    enum gf_status st = gf_dev_transpose_walk(a, dims, st2[0]);
+    if (st || a->out[0].nelem == 0)
         return st;
-    gf_strides_of(r, x->dims, stride);
-    for (int k = 0; k < r; k++)
-        st2[0][k] = stride[perm[k]];
     gf_strides_of(r, dims, st2[1]);
     struct gf_cl_nd nd;
     if (gf_cl_nd_init(&nd, r, dims, 2, st2) && transpose_tiled(a, &nd, &st))
@@ -217,18 +150,11 @@ static enum gf_status run_slice(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     int r = x->rank;
-    int64_t first[GF_MAX_RANK], step[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    int64_t sx[GF_MAX_RANK], sy[GF_MAX_RANK], base = 0;
-    enum gf_status st = gf_require_inputs(a, 1);
-    if (st || (st = gf_slice_plan(a, 1, r, x->dims, first, step, dims)) ||
-        (st = gf_check_out_dims(a, 0, r, dims)))
+    int64_t dims[GF_MAX_RANK], sx[GF_MAX_RANK], sy[GF_MAX_RANK], base;
+    enum gf_status st = gf_dev_slice_walk(a, dims, &base, sx);
+    if (st)
         return st;
-    gf_strides_of(r, x->dims, stride);
     gf_strides_of(r, dims, sy);
-    for (int k = 0; k < r; k++) {
-        base += first[k] * stride[k];
-        sx[k] = step[k] * stride[k];
-    }
     return copy_nd(a, x->dtype, x->data, base, a->out[0].data, 0, r, dims, sx, sy);
 }
 
@@ -237,10 +163,9 @@ static enum gf_status run_expand(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     int r;
     int64_t dims[GF_MAX_RANK], sx[GF_MAX_RANK], sy[GF_MAX_RANK];
-    enum gf_status st = gf_expand_dims(a, &r, dims);
-    if (st || (st = gf_check_out_dims(a, 0, r, dims)))
+    enum gf_status st = gf_dev_expand_walk(a, &r, dims, sx);
+    if (st)
         return st;
-    gf_bcast_strides(x, &a->out[0], sx);
     gf_strides_of(r, dims, sy);
     return copy_nd(a, x->dtype, x->data, 0, a->out[0].data, 0, r, dims, sx, sy);
 }
@@ -260,56 +185,28 @@ static cl_int8 int8_of(const int64_t *v, int r)
 static enum gf_status run_pad(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
-    int mode, r = x->rank;
-    int64_t pb[GF_MAX_RANK], pe[GF_MAX_RANK], dims[GF_MAX_RANK], lead[GF_MAX_RANK];
-    int64_t crop[GF_MAX_RANK], keep[GF_MAX_RANK], sx[GF_MAX_RANK];
-    int64_t pads[GF_MAX_INTS], axes[GF_MAX_INTS];
-    size_t np = 0, na = 0;
-    bool given = false, has_axes = false;
-    uint64_t fill = 0;
-    enum gf_status st = gf_require_inputs(a, 1);
-    if (st || (st = gf_int_list(a, 1, "pads", "pads", pads, &np, &given)) ||
-        (st = gf_int_list(a, 3, NULL, "axes", axes, &na, &has_axes)) ||
-        (st = gf_pad_plan(a, pads, np, axes, na, has_axes, &mode, pb, pe, dims)) ||
-        (st = gf_check_out_dims(a, 0, r, dims)))
-        return st;
+    struct gf_dev_pad p;
+    enum gf_status st = gf_dev_pad_plan(a, &p);
     size_t es = gf_dtype_size(x->dtype), n = a->out[0].nelem;
-    if (gf_has_input(a, 2) && a->in[2].nelem) {
-        if (a->in[2].dtype != x->dtype || !a->in[2].host)
-            return gf_kernel_error(a, GF_ERR_INVALID, "constant_value is %s, not the data's %s "
-                                   "on the host", gf_dtype_name(a->in[2].dtype),
-                                   gf_dtype_name(x->dtype));
-        memcpy(&fill, a->in[2].host, es);
-    } else if (gf_node_attr(a->node, "value")) {
-        if (x->dtype != GF_FLOAT)
-            return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "attribute 'value' on %s data",
-                                   gf_dtype_name(x->dtype));
-        float v = gf_node_attr_float(a->node, "value", 0);
-        memcpy(&fill, &v, sizeof(v));
-    }
-    if (n == 0)
-        return GF_OK;
+    int r = p.rank;
+    if (st || n == 0)
+        return st;
     if (r > 8 || n > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL kernels");
-    gf_strides_of(r, x->dims, sx);
-    for (int k = 0; k < r; k++) {
-        crop[k] = pb[k] < 0 ? -pb[k] : 0;
-        lead[k] = pb[k] > 0 ? pb[k] : 0;
-        keep[k] = x->dims[k] - crop[k] - (pe[k] < 0 ? -pe[k] : 0);
-        if (dims[k] > INT_MAX || sx[k] > INT_MAX)
+    for (int k = 0; k < r; k++)
+        if (p.dims[k] > INT_MAX || p.sx[k] > INT_MAX)
             return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "tensors too large for the OpenCL "
                                    "kernels");
-    }
     char name[16];
-    snprintf(name, sizeof(name), "pad_nd_%s", size_sfx(x->dtype));
+    snprintf(name, sizeof(name), "pad_nd_%s", gf_dev_size_sfx(x->dtype));
     cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
-    cl_int cn = (cl_int)n, cr = r, cm = mode;
-    cl_int8 vd = int8_of(dims, r), vl = int8_of(lead, r), vc = int8_of(crop, r);
-    cl_int8 vk = int8_of(keep, r), vs = int8_of(sx, r);
+    cl_int cn = (cl_int)n, cr = r, cm = p.mode;
+    cl_int8 vd = int8_of(p.dims, r), vl = int8_of(p.lead, r), vc = int8_of(p.crop, r);
+    cl_int8 vk = int8_of(p.keep, r), vs = int8_of(p.sx, r);
     cl_mem xm = (cl_mem)x->data, ym = (cl_mem)a->out[0].data;
     if (!k || !gf_cl_args(k, 11, sizeof(cl_mem), &xm, sizeof(cl_mem), &ym, sizeof(cn), &cn,
                           sizeof(cr), &cr, sizeof(vd), &vd, sizeof(vl), &vl, sizeof(vc), &vc,
-                          sizeof(vk), &vk, sizeof(vs), &vs, sizeof(cm), &cm, es, &fill))
+                          sizeof(vk), &vk, sizeof(vs), &vs, sizeof(cm), &cm, es, &p.fill))
         return gf_cl_fail(a, name);
     return run_1d(a, k, n);
 }
@@ -320,9 +217,7 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
  * the workspace holds each tuple's data offset. */
 static size_t ws_gather_nd(const struct gf_kernel_args *a)
 {
-    size_t t = 1;
-    if (a->n_in >= 2)
-        t = gf_dims_prod(a->in[1].dims, 0, a->in[1].rank > 0 ? a->in[1].rank - 1 : 0);
+    size_t t = gf_dev_gather_nd_tuples(a);
     return t * sizeof(cl_int) > 64 ? t * sizeof(cl_int) : 64;
 }
 
@@ -344,20 +239,14 @@ static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
     if (err != CL_SUCCESS)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL map failed: %s", gf_cl_strerror(err));
     /* the tuples' data offsets (the indices are checked) */
-    for (size_t t = 0; t < p.tuples; t++) {
-        size_t o = p.per_batch ? t / p.per_batch * p.batch : 0;
-        for (int j = 0; j < p.k; j++) {
-            int64_t v = ival(ind, t * (size_t)p.k + (size_t)j), d = x->dims[p.b + j];
-            o += (size_t)((v < 0 ? v + d : v) * xs[p.b + j]);
-        }
-        off[t] = (cl_int)o;
-    }
+    for (size_t t = 0; t < p.tuples; t++)
+        off[t] = (cl_int)gf_dev_nd_tuple_offset(&p, x, ind, xs, t);
     err = clEnqueueUnmapMemObject(cq, (cl_mem)a->workspace, off, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL unmap failed: %s",
                                gf_cl_strerror(err));
     char name[20];
-    snprintf(name, sizeof(name), "gather_nd_%s", size_sfx(x->dtype));
+    snprintf(name, sizeof(name), "gather_nd_%s", gf_dev_size_sfx(x->dtype));
     cl_kernel kn = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
     cl_int cs = (cl_int)p.slice, cn = (cl_int)a->out[0].nelem;
     cl_mem ws = (cl_mem)a->workspace;
@@ -369,53 +258,27 @@ static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
 
 /* ---- Concat and Split: blocks along an axis ------------------------------------- */
 
+/* A 2-d copy (gf_copy2d_fn, bytes) as copy_nd's walk over elements. */
+static enum gf_status copy_2d(const struct gf_kernel_args *a, void *dst, size_t doff,
+                              size_t dpitch, const void *src, size_t soff, size_t spitch,
+                              size_t width, size_t height)
+{
+    enum gf_dtype t = a->in[0].dtype;
+    int64_t es = (int64_t)gf_dtype_size(t), len = (int64_t)width / es;
+    int64_t bd[2] = {(int64_t)height, len}, sx[2] = {(int64_t)spitch / es, 1};
+    int64_t sy[2] = {(int64_t)dpitch / es, 1};
+    return copy_nd(a, t, (cl_mem)src, (int64_t)soff / es, (cl_mem)dst, (int64_t)doff / es, 2,
+                   bd, sx, sy);
+}
+
 static enum gf_status run_concat(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *x0 = &a->in[0];
-    int ax;
-    int64_t dims[GF_MAX_RANK];
-    enum gf_status st = gf_concat_dims(a, &ax, dims);
-    if (st)
-        return st;
-    /* out [outer, D * inner]: input j is the [outer, dj * inner] block at
-     * column pos (in elements) */
-    int r = x0->rank;
-    int64_t outer = (int64_t)gf_dims_prod(dims, 0, ax);
-    int64_t inner = (int64_t)gf_dims_prod(dims, ax + 1, r);
-    int64_t pos = 0, pitch = dims[ax] * inner;
-    for (size_t j = 0; j < a->n_in && st == GF_OK; j++) {
-        int64_t len = a->in[j].dims[ax] * inner, bd[2] = {outer, len};
-        int64_t sx[2] = {len, 1}, sy[2] = {pitch, 1};
-        st = copy_nd(a, x0->dtype, a->in[j].data, 0, a->out[0].data, pos, 2, bd, sx, sy);
-        pos += len;
-    }
-    return st;
+    return gf_concat_blocks(a, copy_2d);
 }
 
 static enum gf_status run_split(const struct gf_kernel_args *a)
 {
-    const struct gf_tview *x = &a->in[0];
-    int ax;
-    enum gf_status st = gf_split_axis(a, &ax);
-    if (st)
-        return st;
-    /* x [outer, dim * inner]: output j is the block at column pos */
-    int64_t outer = (int64_t)gf_dims_prod(x->dims, 0, ax);
-    int64_t inner = (int64_t)gf_dims_prod(x->dims, ax + 1, x->rank);
-    int64_t pos = 0, pitch = x->dims[ax] * inner;
-    for (size_t j = 0; j < a->n_out; j++) {
-        int64_t dims[GF_MAX_RANK];
-        bool omitted;
-        if ((st = gf_split_out(a, ax, j, dims, &omitted)))
-            return st;
-        int64_t len = dims[ax] * inner, bd[2] = {outer, len};
-        int64_t sx[2] = {pitch, 1}, sy[2] = {len, 1};
-        if (!omitted &&
-            (st = copy_nd(a, x->dtype, x->data, pos, a->out[j].data, 0, 2, bd, sx, sy)))
-            return st;
-        pos += len;
-    }
-    return GF_OK;
+    return gf_split_blocks(a, copy_2d);
 }
 
 /* ---- Gather, GatherGrad: bad indices ------------------------------------------------- */
@@ -440,30 +303,17 @@ static enum gf_status flag_check(const struct gf_kernel_args *a, const struct gf
     enum gf_status st = be->ops->copy_out(be, &pos, a->workspace, sizeof(pos));
     if (st != GF_OK || pos == INT_MAX)
         return st;
-    int64_t v = 0;
+    uint64_t v = 0;
     size_t es = gf_dtype_size(ind->dtype);
     cl_int err = clEnqueueReadBuffer(gf_cl_of(be)->queue, (cl_mem)ind->data, CL_TRUE,
                                      (size_t)pos * es, es, &v, 0, NULL, NULL);
     if (err != CL_SUCCESS)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL read failed: %s",
                                gf_cl_strerror(err));
-    if (ind->dtype == GF_INT32) {
-        int32_t v32;
-        memcpy(&v32, &v, 4);
-        v = v32;
-    }
-    return gf_index_error(a, "indices", (size_t)pos, v, dim, axis);
+    return gf_index_error(a, "indices", (size_t)pos, gf_int_at(ind, &v, 0), dim, axis);
 }
 
 /* ---- Gather ---------------------------------------------------------------------- */
-
-/* The flag word for indices without a host copy (declared either way, so
- * the size does not depend on what the executor has on the host). */
-static size_t ws_gather(const struct gf_kernel_args *a)
-{
-    (void)a;
-    return 64;
-}
 
 static enum gf_status run_gather(const struct gf_kernel_args *a)
 {
@@ -479,7 +329,7 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
     if (!host && (!a->workspace || (st = flag_reset(a))))
         return st ? st : gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the index check");
     char name[24];
-    snprintf(name, sizeof(name), "gather_%s_%s", size_sfx(x->dtype),
+    snprintf(name, sizeof(name), "gather_%s_%s", gf_dev_size_sfx(x->dtype),
              ind->dtype == GF_INT64 ? "i64" : "i32");
     cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
     cl_mem flag = host ? NULL : (cl_mem)a->workspace;
@@ -500,87 +350,57 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
  * path): 64 bytes.  Room for either. */
 static size_t ws_gather_grad(const struct gf_kernel_args *a)
 {
-    if (a->n_in < 3 || a->n_out < 1)
-        return 64;
-    const struct gf_tview *o = &a->out[0];
-    int64_t ax = gf_node_attr_int(a->node, "axis", 0);
-    ax = ax < 0 ? ax + o->rank : ax;
-    size_t n = ax >= 0 && ax < o->rank ? (size_t)o->dims[ax] : 0;
-    size_t csr = (n + 1 + a->in[2].nelem) * sizeof(cl_int);
+    size_t csr = gf_dev_gather_grad_csr_len(a) * sizeof(cl_int);
     return csr > 64 ? csr : 64;
 }
 
-/* Fills the workspace (mapped) with start[N + 1] and order[ni]: the
- * positions i of each index value k in increasing order. */
+/* Fills the workspace (mapped) with the indices' CSR as ints: start[N + 1]
+ * and order[ni] (gf_dev_index_csr). */
 static enum gf_status build_csr(const struct gf_kernel_args *a, const struct gf_tview *ind,
                                 size_t n)
 {
     cl_command_queue q = gf_cl_of(a->backend)->queue;
-    size_t ni = ind->nelem, bytes = (n + 1 + ni) * sizeof(cl_int);
+    size_t len = n + 1 + ind->nelem;
+    int64_t *csr = gf_dev_index_csr(ind, n);
+    if (!csr)
+        return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the index lists");
     cl_int err;
-    cl_int *start = clEnqueueMapBuffer(q, (cl_mem)a->workspace, CL_TRUE, CL_MAP_WRITE, 0, bytes,
-                                       0, NULL, NULL, &err);
-    if (err != CL_SUCCESS)
-        return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL map failed: %s", gf_cl_strerror(err));
-    cl_int *order = start + n + 1;
-    memset(start, 0, (n + 1) * sizeof(cl_int));
-    for (size_t i = 0; i < ni; i++) {
-        int64_t k = ival(ind, i);
-        start[(k < 0 ? k + (int64_t)n : k) + 1]++;
+    cl_int *w = clEnqueueMapBuffer(q, (cl_mem)a->workspace, CL_TRUE, CL_MAP_WRITE, 0,
+                                   len * sizeof(cl_int), 0, NULL, NULL, &err);
+    if (err == CL_SUCCESS) {
+        for (size_t i = 0; i < len; i++)
+            w[i] = (cl_int)csr[i];
+        err = clEnqueueUnmapMemObject(q, (cl_mem)a->workspace, w, 0, NULL, NULL);
+        free(csr);
+        if (err != CL_SUCCESS)
+            return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL unmap failed: %s",
+                                   gf_cl_strerror(err));
+        return GF_OK;
     }
-    for (size_t k = 0; k < n; k++)
-        start[k + 1] += start[k];
-    for (size_t i = 0; i < ni; i++) { /* start[k] walks to start[k + 1] */
-        int64_t k = ival(ind, i);
-        k = k < 0 ? k + (int64_t)n : k;
-        order[start[k]++] = (cl_int)i;
-    }
-    for (size_t k = n; k > 0; k--)
-        start[k] = start[k - 1];
-    start[0] = 0;
-    err = clEnqueueUnmapMemObject(q, (cl_mem)a->workspace, start, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL unmap failed: %s",
-                               gf_cl_strerror(err));
-    return GF_OK;
+    free(csr);
+    return gf_kernel_error(a, GF_ERR_INTERNAL, "OpenCL map failed: %s", gf_cl_strerror(err));
 }
 
 static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
 {
-    enum gf_status st = gf_require_inputs(a, 3);
-    if (st || (st = gf_check_shape_input(a, 1)))
-        return st;
+    struct gf_dev_gather_grad p;
+    enum gf_status st = gf_dev_gather_grad_plan(a, &caps, &p);
     const struct gf_tview *g = &a->in[0], *o = &a->out[0], *ind = &a->in[2];
-    int ax;
-    if ((st = gf_check_dtype(a, "output 0", o->dtype, g->dtype)) ||
-        (st = gf_norm_axis(a, "axis", gf_node_attr_int(a->node, "axis", 0), o->rank, &ax)))
-        return st;
-    if (!gf_cl_storage_opt(g->dtype))
-        return gf_kernel_error(a, GF_ERR_INVALID, "dY is %s, expected float, float16 or "
-                               "bfloat16", gf_dtype_name(g->dtype));
-    if (!gf_is_index_type(ind->dtype))
-        return gf_kernel_error(a, GF_ERR_INVALID, "indices (input 2) must be int32 or int64");
-    size_t pre = gf_dims_prod(o->dims, 0, ax), n = (size_t)o->dims[ax];
-    size_t post = gf_dims_prod(o->dims, ax + 1, o->rank), ni = ind->nelem;
-    if (g->nelem != pre * ni * post)
-        return gf_kernel_error(a, GF_ERR_INVALID, "dY has %zu elements, expected %zu", g->nelem,
-                               pre * ni * post);
     bool host = ind->host != NULL;
-    if (host && (st = gf_check_indices(a, ind, (int64_t)n, ax)))
+    if (st || o->nelem == 0)
         return st;
-    if (o->nelem == 0)
-        return GF_OK;
     if (o->nelem > INT_MAX)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "output too large for the OpenCL kernel");
     if (!a->workspace)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
-    if ((st = host ? build_csr(a, ind, n) : flag_reset(a)))
+    if ((st = host ? build_csr(a, ind, p.n) : flag_reset(a)))
         return st;
     char name[32];
     snprintf(name, sizeof(name), "gather_grad_%s",
              host ? "csr" : ind->dtype == GF_INT64 ? "scan_i64" : "scan_i32");
     cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, gf_cl_storage_opt(g->dtype));
-    cl_int cni = (cl_int)ni, cn = (cl_int)n, cpost = (cl_int)post, total = (cl_int)o->nelem;
+    cl_int cni = (cl_int)p.ni, cn = (cl_int)p.n, cpost = (cl_int)p.post;
+    cl_int total = (cl_int)o->nelem;
     cl_mem ws = (cl_mem)a->workspace;
     bool ok = k && (host ? gf_cl_args(k, 7, sizeof(cl_mem), &g->data, sizeof(cl_mem), &ws,
                                       sizeof(cl_mem), &o->data, sizeof(cni), &cni, sizeof(cn),
@@ -593,30 +413,19 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
         return gf_cl_fail(a, name);
     if ((st = run_1d(a, k, o->nelem)))
         return st;
-    return host ? GF_OK : flag_check(a, ind, (int64_t)n, ax);
+    return host ? GF_OK : flag_check(a, ind, (int64_t)p.n, p.axis);
 }
 
 /* ---- SliceGrad(dY, shape, starts, ends, axes?, steps?): out has the data's shape ---- */
 
 static enum gf_status run_slice_grad(const struct gf_kernel_args *a)
 {
-    enum gf_status st = gf_require_inputs(a, 4);
-    if (st || (st = gf_check_shape_input(a, 1)))
-        return st;
     const struct gf_tview *g = &a->in[0], *o = &a->out[0];
     int r = o->rank;
     int64_t first[GF_MAX_RANK], step[GF_MAX_RANK], dims[GF_MAX_RANK];
-    if ((st = gf_check_dtype(a, "output 0", o->dtype, g->dtype)))
+    enum gf_status st = gf_dev_slice_grad_plan(a, first, step, dims);
+    if (st)
         return st;
-    if (g->rank != r)
-        return gf_kernel_error(a, GF_ERR_INVALID, "dY has rank %d, the data %d", g->rank, r);
-    if ((st = gf_slice_plan(a, 2, r, o->dims, first, step, dims)))
-        return st;
-    for (int d = 0; d < r; d++)
-        if (dims[d] != g->dims[d])
-            return gf_kernel_error(a, GF_ERR_INVALID, "the slice takes %lld elements on axis "
-                                   "%d, dY has %lld", (long long)dims[d], d,
-                                   (long long)g->dims[d]);
     if (o->nelem == 0)
         return GF_OK;
     if (o->nelem > INT_MAX)
@@ -630,7 +439,7 @@ static enum gf_status run_slice_grad(const struct gf_kernel_args *a)
         gd.s[d] = k >= 0 ? (cl_int)g->dims[k] : 1;
     }
     char name[24];
-    snprintf(name, sizeof(name), "slice_grad_%s", size_sfx(g->dtype));
+    snprintf(name, sizeof(name), "slice_grad_%s", gf_dev_size_sfx(g->dtype));
     cl_kernel k = gf_cl_kernel(a->backend, LY_FILE, name, NULL);
     cl_int n = (cl_int)o->nelem, cr = r;
     if (!k || !gf_cl_args(k, 8, sizeof(cl_mem), &g->data, sizeof(cl_mem), &o->data, sizeof(n),
@@ -648,7 +457,7 @@ static enum gf_status run_slice_grad(const struct gf_kernel_args *a)
      .n_knobs = sizeof(KNOBS) / sizeof(KNOBS[0]), .knobs = KNOBS}
 #define VIEW(OP, NAME)                                                                      \
     {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "cl_" #NAME,     \
-     .supports = ly_supports, .run = run_view, .n_knobs = 1, .knobs = ly_knobs}
+     .supports = ly_supports, .run = gf_dev_view_run, .n_knobs = 1, .knobs = ly_knobs}
 
 static const struct gf_kernel kernels[] = {
     VIEW(RESHAPE, reshape),
@@ -662,7 +471,7 @@ static const struct gf_kernel kernels[] = {
     KERNEL(GATHER_ND, gather_nd, ws_gather_nd, ly_knobs),
     KERNEL(CONCAT, concat, NULL, ly_knobs),
     KERNEL(SPLIT, split, NULL, ly_knobs),
-    KERNEL(GATHER, gather, ws_gather, ly_knobs),
+    KERNEL(GATHER, gather, gf_dev_gather_workspace, ly_knobs),
     KERNEL(GATHER_GRAD, gather_grad, ws_gather_grad, ly_knobs),
     KERNEL(SLICE_GRAD, slice_grad, NULL, ly_knobs),
 };
