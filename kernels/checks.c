@@ -44,6 +44,14 @@ enum gf_status gf_ew_check_in(const struct gf_kernel_args *a, size_t k)
     return GF_OK;
 }
 
+enum gf_status gf_ew_check_operand(const struct gf_kernel_args *a, size_t k, enum gf_dtype dt)
+{
+    char what[32];
+    snprintf(what, sizeof(what), "input %zu", k);
+    enum gf_status st = gf_ew_check_in(a, k);
+    return st != GF_OK ? st : gf_ew_check_dtype(a, what, a->in[k].dtype, dt);
+}
+
 enum gf_status gf_ew_bcast(const struct gf_kernel_args *a, int k, const struct gf_tview *t,
                            const struct gf_tview *out, int64_t *st)
 {

@@ -166,6 +166,8 @@ static inline bool fu_axis(int64_t axis, int rank, int *out)
 enum gf_status gf_ew_begin(const struct gf_kernel_args *a, size_t n_in, bool *empty);
 /* Input k is there (data, or no elements). */
 enum gf_status gf_ew_check_in(const struct gf_kernel_args *a, size_t k);
+/* Input k is there and of type dt (a variadic op's operand, "input k"). */
+enum gf_status gf_ew_check_operand(const struct gf_kernel_args *a, size_t k, enum gf_dtype dt);
 /* Input k (t) broadcasts to out's shape (numpy rules); its strides into st. */
 enum gf_status gf_ew_bcast(const struct gf_kernel_args *a, int k, const struct gf_tview *t,
                            const struct gf_tview *out, int64_t *st);

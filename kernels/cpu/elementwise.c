@@ -820,13 +820,9 @@ static enum gf_status ew_variadic_run(const struct gf_kernel_args *a)
     const struct gf_tview *out = &a->out[0];
     if (a->n_in == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
-    for (size_t k = 0; k < a->n_in; k++) {
-        char what[32];
-        snprintf(what, sizeof(what), "input %zu", k);
-        if ((st = gf_ew_check_in(a, k)) ||
-            (st = gf_ew_check_dtype(a, what, a->in[k].dtype, out->dtype)))
+    for (size_t k = 0; k < a->n_in; k++)
+        if ((st = gf_ew_check_operand(a, k, out->dtype)))
             return st;
-    }
     struct ew_job j = {0};
     if (!ew_pick(&j, ew_lookup(a->node->op, 0), out->dtype))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no CPU kernel for type %s",

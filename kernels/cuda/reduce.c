@@ -7,12 +7,10 @@
  * (LayerNormalization and its Grad: fused_norm.c, with the fused norms.)
  * fp32; sums in double (as the CPU), each in a fixed order.  The rules and
  * checks are the device backends' (kernels/device_common.c), the messages
- * the CPU's reduce.c.  Not here
- * yet (they run on the CPU): SoftmaxCrossEntropyLoss,
- * NegativeLogLikelihoodLoss and their Grads, fp16 / bf16 storage.
+ * the CPU's reduce.c.  Not here yet (they run on the CPU):
+ * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their Grads,
+ * fp16 / bf16 storage.
  */
-#include <stdio.h>
-
 #include "cu.h"
 #include "device_common.h"
 #include "launch_fused.h"
@@ -91,10 +89,7 @@ static enum gf_status sum_run(const struct gf_kernel_args *a)
     if (a->n_in == 0)
         return gf_kernel_error(a, GF_ERR_INVALID, "needs at least one input");
     for (size_t k = 0; k < a->n_in; k++) {
-        char what[32];
-        snprintf(what, sizeof(what), "input %zu", k);
-        if ((st = gf_ew_check_in(a, k)) ||
-            (st = gf_ew_check_dtype(a, what, a->in[k].dtype, y->dtype)))
+        if ((st = gf_ew_check_operand(a, k, y->dtype)))
             return st;
         if (!fu_bcasts_to(&a->in[k], y->rank, y->dims))
             return gf_kernel_error(a, GF_ERR_INVALID, "input %zu %s does not broadcast to the "
