@@ -279,6 +279,17 @@ int64_t *gf_dev_index_csr(const struct gf_tview *ind, size_t n);
 enum gf_status gf_dev_slice_grad_plan(const struct gf_kernel_args *a, int64_t *first,
                                       int64_t *step, int64_t *dims);
 
+/* ---- the fused activations ---------------------------------------------------------- */
+
+/* The fused activations both device backends register, X(OP, KIND, RUN):
+ * impl "<prefix>KIND" run by the backend's RUN (glu_run, glu_grad_run,
+ * rope_run; checks: gf_glu_check, gf_glu_grad_check, gf_rope_check). */
+#define GF_DEV_ACT_OPS(X)                                                                   \
+    X(SWIGLU, elementwise, glu_run) X(GEGLU, elementwise, glu_run)                          \
+    X(SILU, elementwise, glu_run) X(FUSED_GELU, elementwise, glu_run)                       \
+    X(SWIGLU_GRAD, elementwise, glu_grad_run) X(GEGLU_GRAD, elementwise, glu_grad_run)      \
+    X(ROPE, rows, rope_run) X(ROPE_GRAD, rows, rope_run)
+
 /* ---- the optimizer ops ----------------------------------------------------------- */
 
 struct gf_sgd_scalars;

@@ -12,6 +12,7 @@
  * shared ones (kernels/checks.h).
  */
 #include "cu.h"
+#include "device_common.h"
 #include "launch_fused.h"
 
 static bool aligned(const void *p)
@@ -105,20 +106,11 @@ static bool act_supports(const struct gf_node *n, const struct gf_tview *in, siz
     return n_in >= 1;
 }
 
-#define KERNEL(OP, IMPL, RUN)                                                             \
-    {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = IMPL,            \
-     .supports = act_supports, .run = RUN}
+#define KERNEL(OP, KIND, RUN)                                                             \
+    {.op = GF_OP_##OP, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cu_" #KIND,     \
+     .supports = act_supports, .run = RUN},
 
-static const struct gf_kernel kernels[] = {
-    KERNEL(SWIGLU, "cu_elementwise", glu_run),
-    KERNEL(GEGLU, "cu_elementwise", glu_run),
-    KERNEL(SILU, "cu_elementwise", glu_run),
-    KERNEL(FUSED_GELU, "cu_elementwise", glu_run),
-    KERNEL(SWIGLU_GRAD, "cu_elementwise", glu_grad_run),
-    KERNEL(GEGLU_GRAD, "cu_elementwise", glu_grad_run),
-    KERNEL(ROPE, "cu_rows", rope_run),
-    KERNEL(ROPE_GRAD, "cu_rows", rope_run),
-};
+static const struct gf_kernel kernels[] = {GF_DEV_ACT_OPS(KERNEL)};
 
 const struct gf_kernel_table gf_cuda_fused_act_table = {kernels,
                                                         sizeof(kernels) / sizeof(kernels[0])};

@@ -297,19 +297,12 @@ static bool act_supports(const struct gf_node *n, const struct gf_tview *in, siz
     return fcl_all_same(in, n_in, 0, 0, true);
 }
 
-#define KERNEL(OP, IMPL, RUN)                                                             \
-    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = IMPL,          \
-     .supports = act_supports, .run = RUN, .n_knobs = 3, .knobs = knobs}
+#define KERNEL(OP, KIND, RUN)                                                             \
+    {.op = GF_OP_##OP, .backend = "opencl", .dtype = GF_UNDEFINED, .impl = "cl-" #KIND,   \
+     .supports = act_supports, .run = RUN, .n_knobs = 3, .knobs = knobs},
 
 static const struct gf_kernel kernels[] = {
-    KERNEL(SWIGLU, "cl-elementwise", glu_run),
-    KERNEL(GEGLU, "cl-elementwise", glu_run),
-    KERNEL(SILU, "cl-elementwise", glu_run),
-    KERNEL(FUSED_GELU, "cl-elementwise", glu_run),
-    KERNEL(SWIGLU_GRAD, "cl-elementwise", glu_grad_run),
-    KERNEL(GEGLU_GRAD, "cl-elementwise", glu_grad_run),
-    KERNEL(ROPE, "cl-rows", rope_run),
-    KERNEL(ROPE_GRAD, "cl-rows", rope_run),
+    GF_DEV_ACT_OPS(KERNEL)
     {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "opencl", .dtype = GF_UNDEFINED,
      .impl = "cl-columns", .supports = act_supports, .workspace = epi_workspace, .run = epi_run,
      .n_knobs = 3, .knobs = knobs},
