@@ -3,7 +3,7 @@
  * fused_loss.c, fused_attn.c, matmul.c), fp32 (TF32 off), next to the
  * device's measured device-to-device copy (be->ops->copy of 1 GiB).
  *
- *   build/tests/bench_cuda_loss_attn [--reps N]
+ *   build/tests/bench_cuda_loss_attn [--reps N] [--attn-only]
  *
  * Without a CUDA device it says so and exits 0.  First it checks each timed
  * kernel against the CPU kernel on small shapes (so no broken kernel is
@@ -17,7 +17,9 @@
  *     dW): ms, the workspace (extra memory) against the logits' 1 GiB;
  *   - Attention fwd and AttentionGrad at B=8, 16 heads, T=512, d=64, causal
  *     (the mask a host constant; GQA 16/8 is the same work once K and V are
- *     expanded, as the graph does before Attention);
+ *     expanded, as the graph does before Attention), for each setting of
+ *     the knobs "warps" (4, 8) and "dq_atomic" (0, 1); then with the
+ *     mask in device memory only (read, as a mask computed in the graph);
  *   - MatMulEpilogue 4096 x 1024 x 2816 with bias, bias + gelu_tanh
  *     (cuBLASLt's fused epilogues), bias + gelu (erf: own pass) against
  *     plain MatMul.
@@ -372,13 +374,16 @@ static void mme_free(struct mme_case *c)
     call_free(&c->plain);
 }
 
-/* Attention Q, K, V [b, h, t, d], a causal mask [t, t] (host constant). */
+/* Attention Q, K, V [b, h, t, d], a causal mask [t, t]: a host constant
+ * (the kernels skip it), or in device memory only when dev_mask (read, as
+ * a mask computed in the graph: the Hugging Face exports'). */
 struct attn_case {
     struct ten q, k, v, mask, o, dout, dq, dk, dv;
     struct call f, g;
 };
 
-static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int64_t d)
+static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int64_t d,
+                      bool dev_mask)
 {
     int64_t qd[4] = {b, h, t, d}, md[2] = {t, t};
     c->q = ten_new(4, qd, -1, 1, 41);
@@ -396,7 +401,7 @@ static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int6
             m[i * t + j] = j <= i ? 0.0f : -INFINITY;
     if (be->ops->copy_in(be, c->mask.d.data, m, gf_tview_bytes(&c->mask.h)) != GF_OK)
         die("mask");
-    c->mask.d.host = m; /* a constant, as the executor hands initializers */
+    c->mask.d.host = dev_mask ? NULL : m; /* a constant, as the executor hands initializers */
     call_init(&c->f, "Attention", 4, 1);
     gf_node_set_attr_int(c->f.node, "transB", 1);
     gf_node_set_attr_float(c->f.node, "scale", 1.0f / sqrtf((float)d));
@@ -465,12 +470,18 @@ static bool checks(void)
     }
     {
         struct attn_case c;
-        attn_init(&c, 2, 3, 100, 64);
+        attn_init(&c, 2, 3, 100, 64, false);
         if (has_kernel(&c.f)) {
             ok = call_check(&c.f, "Attention 2x3x100x64 causal") && ok;
             ok = call_check(&c.g, "AttentionGrad 2x3x100x64 causal") && ok;
         } else {
             printf("  (no CUDA Attention kernel: not checked)\n");
+        }
+        attn_free(&c);
+        attn_init(&c, 2, 3, 200, 64, true); /* tiles masked, all 0 and mixed */
+        if (has_kernel(&c.f)) {
+            ok = call_check(&c.f, "Attention 2x3x200x64 mask") && ok;
+            ok = call_check(&c.g, "AttentionGrad 2x3x200x64 mask") && ok;
         }
         attn_free(&c);
     }
@@ -480,9 +491,12 @@ static bool checks(void)
 
 int main(int argc, char **argv)
 {
+    bool attn_only = false; /* the attention rows alone (for profilers) */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--attn-only") == 0)
+            attn_only = true;
     }
     if (gf_backend_open("cuda", NULL, &be) != GF_OK) {
         printf("bench_cuda_loss_attn: skipped: %s\n", gf_last_error());
@@ -502,7 +516,7 @@ int main(int argc, char **argv)
     copy_gbs = 2.0 * (double)cb / (tc * 1e-3) / 1e9;
     printf("\ncopy 1 GiB: %.3f ms, %.0f GB/s (read + write)\n\n", tc, copy_gbs);
     printf("| op | shape | time | bandwidth | |\n| --- | --- | ---: | ---: | ---: |\n");
-    {
+    if (!attn_only) {
         struct ce_case c;
         int64_t n = 4096, v = 128256;
         ce_init(&c, n, v, true, "mean");
@@ -522,7 +536,7 @@ int main(int argc, char **argv)
                bytes / 4.67e-3 / 1e9);
         ce_free(&c, true);
     }
-    {
+    if (!attn_only) {
         struct lce_case c;
         lce_init(&c, 8192, 4096, 32000);
         double t = call_time(&c.c, NULL);
@@ -540,19 +554,44 @@ int main(int argc, char **argv)
     }
     {
         struct attn_case c;
-        attn_init(&c, 8, 16, 512, 64);
+        attn_init(&c, 8, 16, 512, 64, false);
         if (has_kernel(&c.f)) {
-            double tf = call_time(&c.f, NULL), tg = call_time(&c.g, NULL);
-            row("Attention fwd, causal", "8x16x512x64", tf, 0);
-            row("AttentionGrad, causal", "8x16x512x64", tg, 0);
-            row("**Attention fwd+bwd, causal**", "8x16x512x64", tf + tg, 0);
+            /* causal FLOPs: 2 products of 8 x 16 x 512^2 / 2 x 64 forward, 5
+             * backward (less what the kernels recompute) */
+            double ff = 2.0 * 2 * 8 * 16 * 512.0 * 512 / 2 * 64;
+            for (int w = 4; w <= 8; w += 4) {
+                int cfg[2] = {w, 0};
+                double tf = call_time(&c.f, cfg);
+                char what[128];
+                snprintf(what, sizeof(what), "Attention fwd, causal, warps=%d (%.1f TFLOP/s)", w,
+                         ff / (tf * 1e-3) / 1e12);
+                row(what, "8x16x512x64", tf, 0);
+                for (int at = 0; at < 2; at++) {
+                    cfg[1] = at;
+                    double tg = call_time(&c.g, cfg);
+                    snprintf(what, sizeof(what),
+                             "AttentionGrad, causal, warps=%d%s (%.1f TFLOP/s)", w,
+                             at ? ", dq_atomic" : "", 2.5 * ff / (tg * 1e-3) / 1e12);
+                    row(what, "8x16x512x64", tg, 0);
+                    snprintf(what, sizeof(what), "**Attention fwd+bwd, causal, warps=%d%s**", w,
+                             at ? ", dq_atomic" : "");
+                    row(what, "8x16x512x64", tf + tg, 0);
+                }
+            }
         } else {
             printf("| Attention | 8x16x512x64 | no CUDA kernel | | |\n");
         }
         attn_free(&c);
+        attn_init(&c, 8, 16, 512, 64, true);
+        if (has_kernel(&c.f)) {
+            double tf = call_time(&c.f, NULL), tg = call_time(&c.g, NULL);
+            row("Attention fwd, causal mask in memory", "8x16x512x64", tf, 0);
+            row("AttentionGrad, causal mask in memory", "8x16x512x64", tg, 0);
+        }
+        attn_free(&c);
     }
     const char *acts[] = {"", "gelu_tanh", "gelu"};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (attn_only ? 0 : 3); i++) {
         struct mme_case c;
         mme_init(&c, 4096, 1024, 2816, acts[i]);
         double t = call_time(&c.c, NULL), flop = 2.0 * 4096 * 1024 * 2816;

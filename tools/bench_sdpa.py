@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's numbers next to tests/bench_cuda_loss_attn (run on the GPU machine).
 
-    python3 tools/bench_sdpa.py [--reps N]
+    python3 tools/bench_sdpa.py [--reps N] [--only attn]
 
 fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
   - scaled_dot_product_attention forward + backward, B=8, 16 query heads,
@@ -11,7 +11,8 @@ fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
     F.cross_entropy, mean), GB/s on 2 BT V fp32 elements (Liger's measure);
   - F.linear + cross_entropy forward + backward 8192 x 4096 x 32000 and its
     peak extra memory.
-Medians of --reps runs after warm-up, timed with CUDA events.
+Medians of --reps runs after warm-up, timed with CUDA events; --only attn
+stops after the attention rows.
 """
 import argparse
 import statistics
@@ -38,6 +39,7 @@ def timed(fn, reps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--only", choices=["attn"], default=None)
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -72,6 +74,8 @@ def main():
         tf, tfb = timed(fwd, args.reps), timed(fwd_bwd, args.reps)
         print(f"| SDPA fwd, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tf:.3f} ms |")
         print(f"| SDPA fwd+bwd, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tfb:.3f} ms |")
+    if args.only == "attn":
+        return
 
     n, V = 4096, 128256
     x = torch.randn(n, V, device=dev, requires_grad=True)

@@ -32,7 +32,9 @@
  * Causal masks (bottom-right aligned) skip the tiles above the diagonal,
  * and each warp the 8-column groups that none of its rows sees; with a mask
  * in memory, a tile whose every score the mask hides (-inf: the upper
- * triangle of the exporters' causal-and-padding mask) is skipped too.
+ * triangle of the exporters' causal-and-padding mask) is skipped too, and
+ * one whose mask is all 0 is computed as if unmasked.  Tiles stream in by
+ * cp.async while the previous one is multiplied.
  * zero_rows (zero_masked_rows): a row that sees no key gives O = 0 and no
  * gradient, where the softmax alone gives NaN; with no keys at all (Sk =
  * 0) O is 0 either way, as the CPU's (a sum over nothing).
@@ -76,21 +78,28 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *
     return s;
 }
 
-/* Whether the mask hides every score of query rows [q0, q0 + nq) x keys
- * [k0, k0 + nk) (-inf throughout, or outside the matrix): such a tile adds
- * exp(-inf) = 0 to every sum and is skipped.  A barrier: every thread of the
- * block calls it, and all get the same answer. */
-__device__ __forceinline__ bool tile_masked(const gf_cu_attn &a, const float *mk, int64_t q0,
-                                            int nq, int64_t k0, int nk)
+/* The mask over query rows [q0, q0 + nq) x keys [k0, k0 + nk): 0 when it
+ * hides every score (-inf throughout, or outside the matrix: the tile adds
+ * exp(-inf) = 0 to every sum and is skipped, as the upper triangle of the
+ * exporters' causal-and-padding mask), 2 when every score is inside and
+ * its mask 0 (the tile is computed as if unmasked), else 1; 1 without a
+ * mask in memory.  Barriers: every thread of the block calls it, and all
+ * get the same answer. */
+__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const float *mk, int64_t q0, int nq,
+                                         int64_t k0, int nk)
 {
     if (!mk)
-        return false;
-    int open = 0;
-    for (int e = threadIdx.x; e < nq * nk && !open; e += blockDim.x) {
+        return 1;
+    int open = 0, plain = 1;
+    for (int e = threadIdx.x; e < nq * nk; e += blockDim.x) {
         int64_t i = q0 + e / nk, j = k0 + e % nk;
-        open = i < a.sq && j < a.sk && mk[i * a.mst_i + j * a.mst_j] != -INFINITY;
+        float x = i < a.sq && j < a.sk ? mk[i * a.mst_i + j * a.mst_j] : -INFINITY;
+        open |= x != -INFINITY;
+        plain &= x == 0.0f;
     }
-    return !__syncthreads_or(open);
+    if (!__syncthreads_or(open))
+        return 0;
+    return __syncthreads_and(plain) ? 2 : 1;
 }
 
 /* Keys [0, end) that query rows up to qlast may see. */
@@ -144,6 +153,95 @@ __device__ __forceinline__ void load_tile(float *dst, int nr, const float *src, 
             dst[r * LD + c] = v;
         }
     }
+}
+
+/* Asynchronous copies (cp.async): global to shared without registers, so
+ * the next tile streams in while the current one is multiplied.  A group
+ * per tile; cp_wait<n> waits for all but the newest n groups.  in = false
+ * fills zeros (nothing is read). */
+__device__ __forceinline__ void cp16(float *dst, const float *src, bool in)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                 "r"(in ? 16 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp4(float *dst, const float *src, bool in)
+{
+    uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src),
+                 "r"(in ? 4 : 0)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int N>
+__device__ __forceinline__ void cp_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* load_tile, asynchronous where the rows are whole 16-byte aligned float4s
+ * (the caller commits the group); else synchronous (visible after the
+ * caller's next barrier). */
+template <int D>
+__device__ __forceinline__ void fetch_tile(float *dst, int nr, const float *src, int64_t r0,
+                                           int64_t rows, int n, int64_t ld, bool trans)
+{
+    constexpr int LD = D + 4;
+    if (!trans && n == D && ld % 4 == 0 && ((uintptr_t)src & 15) == 0) {
+        for (int e = threadIdx.x; e < nr * (D / 4); e += blockDim.x) {
+            int r = e / (D / 4), c = e % (D / 4) * 4;
+            bool in = r0 + r < rows;
+            cp16(dst + r * LD + c, in ? src + (r0 + r) * ld + c : src, in);
+        }
+    } else {
+        load_tile<D>(dst, nr, src, r0, rows, n, ld, trans);
+    }
+}
+
+/* The row max, 1 / sum and delta of query rows [q0, q0 + BK) into St
+ * [3][BK] (0 past Sq). */
+__device__ __forceinline__ void fetch_stats(float *St, const gf_cu_attn &a, int64_t it,
+                                            int64_t q0)
+{
+    for (int e = threadIdx.x; e < 3 * BK; e += blockDim.x) {
+        int which = e / BK;
+        int64_t gq = q0 + e % BK;
+        const float *src = which == 0   ? a.lse + it * a.sq
+                           : which == 1 ? a.lse + (a.items + it) * a.sq
+                                        : a.delta + it * a.sq;
+        bool in = gq < a.sq;
+        cp4(St + e, in ? src + gq : a.lse, in);
+    }
+}
+
+/* The first tile at or after t0 (step BK, before end) that the mask leaves
+ * open, and its mask_tile state in *st: query rows [q0, q0 + nq) x keys
+ * [t0, t0 + BK) (the tiles walk the keys), or queries [t0, t0 + BK) x keys
+ * [k0, k0 + nk). */
+__device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const float *mk, int64_t q0,
+                                                 int nq, int64_t t0, int64_t end, int *st)
+{
+    for (; t0 < end; t0 += BK)
+        if ((*st = mask_tile(a, mk, q0, nq, t0, BK)) != 0)
+            break;
+    return t0;
+}
+
+__device__ __forceinline__ int64_t open_query_tile(const gf_cu_attn &a, const float *mk,
+                                                   int64_t k0, int nk, int64_t t0, int64_t end,
+                                                   int *st)
+{
+    for (; t0 < end; t0 += BK)
+        if ((*st = mask_tile(a, mk, t0, BK, k0, nk)) != 0)
+            break;
+    return t0;
 }
 
 /* ---- 3xTF32 fragments ------------------------------------------------------------------- */
@@ -280,12 +378,31 @@ __device__ __forceinline__ float quad_sum(float v)
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+/* Score s (the dot q.k) of row i, key j finished: scale s + mask, or just
+ * scale s where the warp's tile is full (every score in the matrix and
+ * unmasked, checked once per tile). */
+__device__ __forceinline__ float score(const gf_cu_attn &a, const float *mk, bool full, float s,
+                                       int64_t i, int64_t j)
+{
+    return full ? a.scale * s : finish_score(a, mk, s, i, j);
+}
+
+/* Whether the scores of rows [r0, r0 + nr) x keys [c0, c0 + nc) are all in
+ * the matrix and none masked: no mask in memory or its tile all 0 (st 2),
+ * and with a causal one the whole block on or below the diagonal. */
+__device__ __forceinline__ bool tile_full(const gf_cu_attn &a, int st, int64_t r0, int nr,
+                                          int64_t c0, int nc)
+{
+    return (!a.mask || st == 2) && r0 + nr <= a.sq && c0 + nc <= a.sk &&
+           (!a.causal || c0 + nc - 1 <= r0 + (a.sk - a.sq));
+}
+
 /* Online softmax over one tile's scores s (finished in place into P, up to
  * the running max), rows g and g + 8 of the warp: m, l the running max and
- * sum; returns each row's factor for what was summed before. */
-__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const float *mk,
-                                            float s[BK / 8][4], int64_t row, int64_t k0,
-                                            int jn, float m[2], float l[2], float al[2])
+ * sum; al[h] each row's factor for what was summed before. */
+__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const float *mk, bool full,
+                                            float s[BK / 8][4], int64_t row, int64_t k0, int jn,
+                                            float m[2], float l[2], float al[2])
 {
     int t = threadIdx.x & 3;
 #pragma unroll
@@ -297,7 +414,7 @@ __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const float *mk
             for (int e = 0; e < 2; e++) {
                 float x = -INFINITY;
                 if (j < jn)
-                    x = finish_score(a, mk, s[j][2 * h + e], row + 8 * h, k0 + 8 * j + 2 * t + e);
+                    x = score(a, mk, full, s[j][2 * h + e], row + 8 * h, k0 + 8 * j + 2 * t + e);
                 s[j][2 * h + e] = x;
                 mx = fmaxf(mx, x);
             }
@@ -330,6 +447,9 @@ __device__ __forceinline__ void block_tile(const gf_cu_attn &a, int64_t ntile, b
 
 /* ---- forward ---------------------------------------------------------------------------- */
 
+/* Per key tile: wait for K, S = Q K^T, refill K with the next tile, the
+ * softmax, wait for V, O += P V, refill V: each load overlaps half a tile's
+ * work (and the other resident blocks' work). */
 template <int D, int W>
 __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
 {
@@ -339,36 +459,53 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
     int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int64_t it, qt;
     block_tile(a, (a.sq + R - 1) / R, true, &it, &qt);
-    int64_t q0 = qt * R, row = q0 + 16 * w + g; /* this thread's rows: row, row + 8 */
+    int64_t q0 = qt * R, rw = q0 + 16 * w, row = rw + g; /* this thread's rows: row, row + 8 */
     const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
     const float *v = a.v + it * a.sk * a.dv;
     const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
-    load_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
+    int64_t kld = a.tb ? a.d : a.sk, kend = key_end(a, q0 + R - 1);
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    int64_t kend = key_end(a, q0 + R - 1);
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
-        __syncthreads(); /* the last tile's readers are done */
-        if (tile_masked(a, mk, q0, R, k0, BK))
-            continue;
-        load_tile<D>(Ks, BK, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
-                     a.tb ? a.d : a.sk, !a.tb);
-        load_tile<D>(Vs, BK, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
+    fetch_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
+    int st = 1, stn = 1;
+    int64_t k0 = open_key_tile(a, mk, q0, R, 0, kend, &st);
+    if (k0 < kend)
+        fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
+    cp_commit();
+    if (k0 < kend)
+        fetch_tile<D>(Vs, BK, v, k0, a.sk, (int)a.dv, a.dv, false);
+    cp_commit();
+    while (k0 < kend) {
+        int64_t kn = open_key_tile(a, mk, q0, R, k0 + BK, kend, &stn);
+        cp_wait<1>(); /* Q and K */
         __syncthreads();
-        int jn = key_groups(a, k0, q0 + 16 * w + 15);
+        int jn = key_groups(a, k0, rw + 15);
+        bool full = tile_full(a, st, rw, 16, k0, BK);
         float s[BK / 8][4], al[2];
         warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
-        online_rows(a, mk, s, row, k0, jn, m, l, al);
+        __syncthreads(); /* every warp is done with K */
+        if (kn < kend)
+            fetch_tile<D>(Ks, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
+        cp_commit();
+        online_rows(a, mk, full, s, row, k0, jn, m, l, al);
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             o[n][0] *= al[0], o[n][1] *= al[0];
             o[n][2] *= al[1], o[n][3] *= al[1];
         }
+        cp_wait<1>(); /* V */
+        __syncthreads();
         warp_py<D>(o, s, Vs, 0, jn, nn);
+        __syncthreads(); /* every warp is done with V */
+        if (kn < kend)
+            fetch_tile<D>(Vs, BK, v, kn, a.sk, (int)a.dv, a.dv, false);
+        cp_commit();
+        k0 = kn, st = stn;
     }
+    cp_wait<0>();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int64_t gi = row + 8 * h;
@@ -392,7 +529,9 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
 /* ---- backward: dQ and the rows' statistics ---------------------------------------------- */
 
 /* ws: [items, sq] row max, [items, sq] 1 / row sum (a.lse: 2 x items x sq),
- * [items, sq] delta (a.delta). */
+ * [items, sq] delta (a.delta).  Pass 1 streams K tiles through both tile
+ * buffers in turn; pass 2 per key tile: wait for V, dP = dO V^T, refill V,
+ * wait for K, S = Q K^T, dS, dQ += dS K, refill K. */
 template <int D, int W>
 __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 {
@@ -402,18 +541,26 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     int w = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int64_t it, qt;
     block_tile(a, (a.sq + R - 1) / R, true, &it, &qt);
-    int64_t q0 = qt * R, row = q0 + 16 * w + g;
+    int64_t q0 = qt * R, rw = q0 + 16 * w, row = rw + g;
     const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
     const float *v = a.v + it * a.sk * a.dv;
     const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
-    load_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
-    load_tile<D>(Ds, R, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
+    int64_t kld = a.tb ? a.d : a.sk, kend = key_end(a, q0 + R - 1);
+    fetch_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
+    fetch_tile<D>(Ds, R, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
+    cp_commit();
+    int st = 1, stn = 1;
+    int64_t k0 = open_key_tile(a, mk, q0, R, 0, kend, &st);
+    if (k0 < kend)
+        fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
+    cp_commit();
+    cp_wait<1>(); /* Q and dO */
     __syncthreads();
     /* delta = rowsum(dO O) in double, as the CPU's: each warp its 16 rows */
     float dl[2] = {0.0f, 0.0f};
     for (int r = 0; r < 16; r++) {
-        int64_t gi = q0 + 16 * w + r;
+        int64_t gi = rw + r;
         double acc = 0;
         for (int c = lane; c < a.dv && gi < a.sq; c += 32)
             acc += (double)Ds[(16 * w + r) * LD + c] * (double)a.o[(it * a.sq + gi) * a.dv + c];
@@ -424,20 +571,22 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         if (r == g + 8)
             dl[1] = (float)acc;
     }
-    int64_t kend = key_end(a, q0 + R - 1);
     /* pass 1: the rows' max and sum */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    for (int cur = 0; k0 < kend; cur ^= 1) {
+        int64_t kn = open_key_tile(a, mk, q0, R, k0 + BK, kend, &stn);
+        if (kn < kend)
+            fetch_tile<D>(cur ? Ks : Vs, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
+        cp_commit();
+        cp_wait<1>(); /* K(k0) */
         __syncthreads();
-        if (tile_masked(a, mk, q0, R, k0, BK))
-            continue;
-        load_tile<D>(Ks, BK, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
-                     a.tb ? a.d : a.sk, !a.tb);
-        __syncthreads();
-        int jn = key_groups(a, k0, q0 + 16 * w + 15);
+        int jn = key_groups(a, k0, rw + 15);
+        bool full = tile_full(a, st, rw, 16, k0, BK);
         float s[BK / 8][4], al[2];
-        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
-        online_rows(a, mk, s, row, k0, jn, m, l, al);
+        warp_xyt<D>(s, Qs + 16 * w * LD, cur ? Vs : Ks, nk, 0, jn);
+        online_rows(a, mk, full, s, row, k0, jn, m, l, al);
+        __syncthreads(); /* every warp is done with this buffer */
+        k0 = kn, st = stn;
     }
     /* p = exp(s - m) / l; zero_rows: a row that sees no key gets m = 0, 1 / l
      * = 0, so every p = exp(-inf) 0 = 0 and the row adds nothing anywhere;
@@ -456,25 +605,37 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
             a.delta[it * a.sq + gi] = dl[h];
         }
     }
-    if (!a.dq)
+    if (!a.dq || a.dq_atomic) { /* dq_atomic: k_attn_dkv adds dQ */
+        cp_wait<0>();
         return;
+    }
     /* pass 2: dS = P (dP - delta), dQ += dS K */
     float dq[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    for (int64_t k0 = 0; k0 < kend; k0 += BK) {
+    k0 = open_key_tile(a, mk, q0, R, 0, kend, &st);
+    if (k0 < kend)
+        fetch_tile<D>(Vs, BK, v, k0, a.sk, (int)a.dv, a.dv, false);
+    cp_commit();
+    if (k0 < kend)
+        fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
+    cp_commit();
+    while (k0 < kend) {
+        int64_t kn = open_key_tile(a, mk, q0, R, k0 + BK, kend, &stn);
+        int jn = key_groups(a, k0, rw + 15);
+        bool full = tile_full(a, st, rw, 16, k0, BK);
+        cp_wait<1>(); /* V */
         __syncthreads();
-        if (tile_masked(a, mk, q0, R, k0, BK))
-            continue;
-        load_tile<D>(Ks, BK, a.tb ? k + k0 * a.d : k + k0, 0, a.sk - k0, (int)a.d,
-                     a.tb ? a.d : a.sk, !a.tb);
-        load_tile<D>(Vs, BK, v + k0 * a.dv, 0, a.sk - k0, (int)a.dv, a.dv, false);
-        __syncthreads();
-        int jn = key_groups(a, k0, q0 + 16 * w + 15);
         float s[BK / 8][4], dp[BK / 8][4];
-        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
         warp_xyt<D>(dp, Ds + 16 * w * LD, Vs, nn, 0, jn);
+        __syncthreads(); /* every warp is done with V */
+        if (kn < kend)
+            fetch_tile<D>(Vs, BK, v, kn, a.sk, (int)a.dv, a.dv, false);
+        cp_commit();
+        cp_wait<1>(); /* K */
+        __syncthreads();
+        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
 #pragma unroll
         for (int j = 0; j < BK / 8; j++)
 #pragma unroll
@@ -482,14 +643,20 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
                 int h = e >> 1;
                 float ds = 0.0f;
                 if (j < jn) {
-                    float x = finish_score(a, mk, s[j][e], row + 8 * h, k0 + 8 * j + 2 * t + (e & 1));
+                    float x = score(a, mk, full, s[j][e], row + 8 * h, k0 + 8 * j + 2 * t + (e & 1));
                     float p = expf(x - m[h]) * li[h];
                     ds = p * (dp[j][e] - dl[h]);
                 }
                 s[j][e] = ds;
             }
         warp_py<D>(dq, s, Ks, 0, jn, nk);
+        __syncthreads(); /* every warp is done with K */
+        if (kn < kend)
+            fetch_tile<D>(Ks, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
+        cp_commit();
+        k0 = kn, st = stn;
     }
+    cp_wait<0>();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int64_t gi = row + 8 * h;
@@ -509,14 +676,66 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 
 /* ---- backward: dK, dV ------------------------------------------------------------------- */
 
-/* dK, dV of 16 W keys (16 per warp): over the query tiles that see them. */
+/* dq_atomic: dQ[q0 .. q0 + BK) += scale dS K over this block's R keys, dS^T
+ * in Ss [R][BK + 4] (every warp's part written and a barrier passed), K in
+ * Ks; added with atomics, so the sums' order (and last bits) vary from run
+ * to run.  Warp w: queries 16 (w % 4).., the (w / 4)-th of W / 4 slices of
+ * the columns.  A = dS [queries][keys] read down Ss's columns, keys in
+ * load_b_cols' order (rows 2t, 2t + 1 of each 8: 32 distinct banks). */
 template <int D, int W>
-__global__ void __launch_bounds__(32 * W) k_attn_dkv(gf_cu_attn a)
+__device__ __forceinline__ void dq_add(const gf_cu_attn &a, const float *Ss, const float *Ks,
+                                       int64_t it, int64_t q0)
+{
+    constexpr int LD = D + 4, LS = BK + 4, R = 16 * W, NS = W / 4, NN = D / 8 / NS;
+    int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    int m0 = 16 * (w % 4), n0 = NN * (w / 4), nk = (int)(a.d + 7) / 8;
+    float acc[NN][4];
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < R; kk += 8) {
+        const float *X = Ss + (kk + 2 * t) * LS + m0 + g;
+        frag_a x;
+        split(X[0], x.h[0], x.l[0]);
+        split(X[8], x.h[1], x.l[1]);
+        split(X[LS], x.h[2], x.l[2]);
+        split(X[LS + 8], x.h[3], x.l[3]);
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+            if (n0 + n < nk)
+                mma3(acc[n], x, load_b_cols<LD>(Ks + kk * LD + (n0 + n) * 8));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int64_t gq = q0 + m0 + g + 8 * h;
+        if (gq >= a.sq)
+            continue;
+        float *out = a.dq + (it * a.sq + gq) * a.d;
+#pragma unroll
+        for (int n = 0; n < NN; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int col = 8 * (n0 + n) + 2 * t + e;
+                if (col < a.d)
+                    atomicAdd(out + col, a.scale * acc[n][2 * h + e]);
+            }
+    }
+}
+
+/* dK, dV of 16 W keys (16 per warp): over the query tiles that see them.
+ * (Three blocks of 4 warps per SM at d 64: 168 registers, a few spilled.)
+ * Per query tile: wait for dO, dP^T = V dO^T, wait for Q (and the rows'
+ * statistics), S^T = K Q^T, dS^T, dV += P^T dO, refill dO, dK += dS^T Q,
+ * refill Q. */
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(gf_cu_attn a)
 {
     constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *Ds = Qs + BK * LD;
     float *St = Ds + BK * LD; /* [3][BK]: the tile's rows' max, 1 / sum, delta */
+    float *Ss = St + 3 * BK;  /* dq_atomic: dS^T [R][BK + 4] */
     int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int64_t it, kt;
     block_tile(a, (a.sk + R - 1) / R, false, &it, &kt);
@@ -525,31 +744,30 @@ __global__ void __launch_bounds__(32 * W) k_attn_dkv(gf_cu_attn a)
     const float *v = a.v + it * a.sk * a.dv, *dout = a.dout + it * a.sq * a.dv;
     const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
-    load_tile<D>(Ks, R, k, k0, a.sk, (int)a.d, a.tb ? a.d : a.sk, !a.tb);
-    load_tile<D>(Vs, R, v, k0, a.sk, (int)a.dv, a.dv, false);
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
             dk[n][e] = dv[n][e] = 0.0f;
+    fetch_tile<D>(Ks, R, k, k0, a.sk, (int)a.d, a.tb ? a.d : a.sk, !a.tb);
+    fetch_tile<D>(Vs, R, v, k0, a.sk, (int)a.dv, a.dv, false);
+    cp_commit();
     /* causal: query i sees key j when j <= i + (sk - sq) */
     int64_t qstart = a.causal ? k0 - (a.sk - a.sq) : 0;
     qstart = qstart < 0 ? 0 : qstart / BK * BK;
-    for (int64_t q0 = qstart; q0 < a.sq; q0 += BK) {
-        __syncthreads();
-        if (tile_masked(a, mk, q0, BK, k0, R))
-            continue;
-        load_tile<D>(Qs, BK, q, q0, a.sq, (int)a.d, a.d, false);
-        load_tile<D>(Ds, BK, dout, q0, a.sq, (int)a.dv, a.dv, false);
-        for (int e = threadIdx.x; e < BK; e += blockDim.x) {
-            int64_t gq = q0 + e;
-            bool in = gq < a.sq;
-            St[e] = in ? a.lse[it * a.sq + gq] : 0.0f;
-            St[BK + e] = in ? a.lse[(a.items + it) * a.sq + gq] : 0.0f;
-            St[2 * BK + e] = in ? a.delta[it * a.sq + gq] : 0.0f;
-        }
-        __syncthreads();
+    int st = 1, stn = 1;
+    int64_t q0 = open_query_tile(a, mk, k0, R, qstart, a.sq, &st);
+    if (q0 < a.sq)
+        fetch_tile<D>(Ds, BK, dout, q0, a.sq, (int)a.dv, a.dv, false);
+    cp_commit();
+    if (q0 < a.sq) {
+        fetch_tile<D>(Qs, BK, q, q0, a.sq, (int)a.d, a.d, false);
+        fetch_stats(St, a, it, q0);
+    }
+    cp_commit();
+    while (q0 < a.sq) {
+        int64_t qn = open_query_tile(a, mk, k0, R, q0 + BK, a.sq, &stn);
         /* the groups of 8 queries [js, je) that may see this warp's keys */
         int64_t rem = a.sq - q0;
         int je = rem >= BK ? BK / 8 : (int)((rem + 7) / 8), js = 0;
@@ -557,28 +775,53 @@ __global__ void __launch_bounds__(32 * W) k_attn_dkv(gf_cu_attn a)
             int64_t first = kw - (a.sk - a.sq) - q0; /* the first query that sees key kw */
             js = first <= 0 ? 0 : first >= BK ? BK / 8 : (int)(first / 8);
         }
+        bool full = tile_full(a, st, q0, BK, kw, 16);
         float s[BK / 8][4], dp[BK / 8][4];
-        warp_xyt<D>(s, Ks + 16 * w * LD, Qs, nk, js, je);  /* S^T: keys x queries */
-        warp_xyt<D>(dp, Vs + 16 * w * LD, Ds, nn, js, je); /* dP^T */
+        cp_wait<1>(); /* K, V and dO */
+        __syncthreads();
+        warp_xyt<D>(dp, Vs + 16 * w * LD, Ds, nn, js, je); /* dP^T: keys x queries */
+        cp_wait<0>(); /* Q and the statistics */
+        __syncthreads();
+        warp_xyt<D>(s, Ks + 16 * w * LD, Qs, nk, js, je); /* S^T */
 #pragma unroll
-        for (int j = 0; j < BK / 8; j++)
+        for (int j = 0; j < BK / 8; j++) {
+            float2 mx = *(const float2 *)&St[8 * j + 2 * t];
+            float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
+            float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int qi = 8 * j + 2 * t + (e & 1);
                 float p = 0.0f, ds = 0.0f;
                 if (j >= js && j < je) {
-                    float x = finish_score(a, mk, s[j][e], q0 + qi, key + 8 * (e >> 1));
-                    p = expf(x - St[qi]) * St[BK + qi];
-                    ds = p * (dp[j][e] - St[2 * BK + qi]);
+                    float x = score(a, mk, full, s[j][e], q0 + qi, key + 8 * (e >> 1));
+                    p = expf(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
+                    ds = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
                 }
                 s[j][e] = p;
                 dp[j][e] = ds;
+                if (a.dq_atomic)
+                    Ss[(16 * w + g + 8 * (e >> 1)) * (BK + 4) + qi] = ds;
             }
+        }
         if (a.dvv)
             warp_py<D>(dv, s, Ds, js, je, nn);
+        __syncthreads(); /* every warp is done with dO */
+        if (qn < a.sq)
+            fetch_tile<D>(Ds, BK, dout, qn, a.sq, (int)a.dv, a.dv, false);
+        cp_commit();
         if (a.dk)
             warp_py<D>(dk, dp, Qs, js, je, nk);
+        __syncthreads(); /* every warp is done with Q and the statistics */
+        if (qn < a.sq) {
+            fetch_tile<D>(Qs, BK, q, qn, a.sq, (int)a.d, a.d, false);
+            fetch_stats(St, a, it, qn);
+        }
+        cp_commit();
+        if (a.dq_atomic)
+            dq_add<D, W>(a, Ss, Ks, it, q0);
+        q0 = qn, st = stn;
     }
+    cp_wait<0>();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int64_t gk = key + 8 * h;
@@ -606,8 +849,12 @@ template <typename K>
 static cudaError_t launch(K kern, int64_t blocks, int threads, size_t smem, cudaStream_t s,
                           const gf_cu_attn *a)
 {
+    /* the largest shared memory carve-out: several blocks of 50-100 KiB per SM */
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)smem);
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 cudaSharedmemCarveoutMaxShared);
     if (e != cudaSuccess)
         return e;
     kern<<<(unsigned)blocks, threads, smem, s>>>(*a);
@@ -629,20 +876,20 @@ static cudaError_t fwd_as(cudaStream_t s, const gf_cu_attn *a)
 }
 
 template <int D, int W>
-static cudaError_t bwd_as(cudaStream_t s, const gf_cu_attn *a)
+static cudaError_t dq_as(cudaStream_t s, const gf_cu_attn *a)
 {
-    cudaError_t e = cudaSuccess;
-    if (a->sq > 0) {
-        int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
-        e = launch(k_attn_dq<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, 0), s,
-                   a);
-    }
-    if (e == cudaSuccess && a->sk > 0 && (a->dk || a->dvv)) {
-        int64_t tiles = (a->sk + 16 * W - 1) / (16 * W);
-        e = launch(k_attn_dkv<D, W>, tiles * a->items, 32 * W,
-                   smem_bytes(D, 16 * W, 2, 2, 3 * BK), s, a);
-    }
-    return e;
+    int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
+    return launch(k_attn_dq<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, 0), s,
+                  a);
+}
+
+template <int D, int W>
+static cudaError_t dkv_as(cudaStream_t s, const gf_cu_attn *a, bool atomic)
+{
+    int64_t tiles = (a->sk + 16 * W - 1) / (16 * W);
+    int extra = 3 * BK + (atomic ? 16 * W * (BK + 4) : 0);
+    return launch(k_attn_dkv<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, extra),
+                  s, a);
 }
 
 extern "C" cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a)
@@ -658,7 +905,18 @@ extern "C" cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a
 {
     if (a->items <= 0)
         return cudaSuccess;
-    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
-    return big ? (w8 ? bwd_as<128, 8>(s, a) : bwd_as<128, 4>(s, a))
-               : (w8 ? bwd_as<64, 8>(s, a) : bwd_as<64, 4>(s, a));
+    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8, atomic = a->dq_atomic && a->dq;
+    cudaError_t e = cudaSuccess;
+    if (a->sq > 0)
+        e = big ? (w8 ? dq_as<128, 8>(s, a) : dq_as<128, 4>(s, a))
+                : (w8 ? dq_as<64, 8>(s, a) : dq_as<64, 4>(s, a));
+    if (e == cudaSuccess && atomic && a->sq > 0)
+        e = cudaMemsetAsync(a->dq, 0, (size_t)(a->items * a->sq * a->d) * sizeof(float), s);
+    if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv || atomic))
+        return e;
+    /* 8 warps at head dims over 64 with dS^T in shared memory would pass the
+     * 227 KiB a block may have: 4 then */
+    if (big)
+        return w8 && !atomic ? dkv_as<128, 8>(s, a, atomic) : dkv_as<128, 4>(s, a, atomic);
+    return w8 ? dkv_as<64, 8>(s, a, atomic) : dkv_as<64, 4>(s, a, atomic);
 }
