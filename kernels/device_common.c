@@ -3,10 +3,65 @@
  * CUDA and OpenCL.  Messages name the backend from its caps. */
 #include <float.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "device_common.h"
 #include "optim_ops.h"
+
+/* ---- devices --------------------------------------------------------------------- */
+
+/* Every open device backend: one per (ops, device), kept until exit. */
+static struct {
+    pthread_mutex_t mu;
+    struct {
+        const struct gf_backend_ops *ops;
+        int dev;
+        struct gf_backend *be;
+    } open[2 * GF_DEV_MAX_OPEN];
+    size_t n;
+} opened = {PTHREAD_MUTEX_INITIALIZER, {{0}}, 0};
+
+enum gf_status gf_dev_open_once(const struct gf_backend_ops *ops, const char *title, int dev,
+                                enum gf_status (*open_dev)(struct gf_backend *be, int dev),
+                                struct gf_backend **out)
+{
+    enum gf_status st = GF_OK;
+    size_t mine = 0;
+    *out = NULL;
+    pthread_mutex_lock(&opened.mu);
+    for (size_t i = 0; i < opened.n && !*out; i++)
+        if (opened.open[i].ops == ops && (mine++, opened.open[i].dev == dev))
+            *out = opened.open[i].be;
+    size_t cap = sizeof(opened.open) / sizeof(opened.open[0]);
+    if (!*out && mine < GF_DEV_MAX_OPEN && opened.n < cap) {
+        struct gf_backend *be = calloc(1, sizeof(*be));
+        st = be ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory opening the %s backend", title);
+        if (st == GF_OK) {
+            be->ops = ops;
+            be->n_threads = 1;
+            st = open_dev(be, dev);
+        }
+        if (st == GF_OK) {
+            opened.open[opened.n].ops = ops;
+            opened.open[opened.n].dev = dev;
+            opened.open[opened.n++].be = *out = be;
+        } else {
+            free(be);
+        }
+    }
+    pthread_mutex_unlock(&opened.mu);
+    if (st == GF_OK && !*out)
+        st = gf_error(GF_ERR_UNSUPPORTED, "backend '%s': too many open devices", ops->name);
+    return st;
+}
+
+void gf_dev_name_list(char *names, size_t size, const char *name)
+{
+    size_t len = strlen(names);
+    if (len + strlen(name) + 8 < size)
+        snprintf(names + len, size - len, "%s'%s'", *names ? ", " : "", name);
+}
 
 /* ---- element types ------------------------------------------------------------ */
 

@@ -32,6 +32,20 @@ struct gf_dev_caps {
     bool int_index;   /* kernels index with int: tensors of fewer than 2^31 elements */
 };
 
+/* ---- devices --------------------------------------------------------------------- */
+
+#define GF_DEV_MAX_OPEN 32 /* devices a backend keeps open at once */
+
+/* The backend (ops) of its device `dev`: the one opened before, else a new
+ * one (ops and n_threads 1 set) that open_dev opens, kept until exit.
+ * Errors name the backend (title: "CUDA", and ops->name). */
+enum gf_status gf_dev_open_once(const struct gf_backend_ops *ops, const char *title, int dev,
+                                enum gf_status (*open_dev)(struct gf_backend *be, int dev),
+                                struct gf_backend **out);
+/* Appends 'name' to the list names[size] ("'A', 'B'") while it fits: the
+ * devices a "no device matching" message offers. */
+void gf_dev_name_list(char *names, size_t size, const char *name);
+
 /* ---- element types ------------------------------------------------------------ */
 
 /* fp32, and fp16 / bf16 where c->half. */

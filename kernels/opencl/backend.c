@@ -26,7 +26,6 @@
  * fast-math options, so kernels compute what the CPU kernels compute.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,10 +181,29 @@ static size_t ocl_list_devices(struct gf_device_info *out, size_t max)
     return n;
 }
 
+/* Device n of ocl_list_devices' flat list (the platforms in order, each
+ * one's devices in order); false past its end. */
+static bool device_at(int n, cl_platform_id *pp, cl_device_id *pd)
+{
+    cl_platform_id plats[MAX_PLATFORMS];
+    cl_uint np = get_platforms(plats, MAX_PLATFORMS);
+    for (cl_uint i = 0; i < np && n >= 0; i++) {
+        cl_device_id devs[MAX_DEVICES];
+        cl_uint nd = get_devices(plats[i], devs, MAX_DEVICES);
+        if ((cl_uint)n < nd) {
+            *pp = plats[i];
+            *pd = devs[n];
+            return true;
+        }
+        n -= (int)nd;
+    }
+    return false;
+}
+
 /* The device whose name contains `want` (NULL: the first it is the default
- * on, else the first device); GF_ERR_UNSUPPORTED naming what exists
- * otherwise. */
-static enum gf_status pick_device(const char *want, cl_platform_id *pp, cl_device_id *pd)
+ * on, else the first device), as its place in device_at's list;
+ * GF_ERR_UNSUPPORTED naming what exists otherwise. */
+static enum gf_status pick_device(const char *want, int *out)
 {
     cl_platform_id plats[MAX_PLATFORMS];
     cl_uint np = get_platforms(plats, MAX_PLATFORMS);
@@ -195,6 +213,7 @@ static enum gf_status pick_device(const char *want, cl_platform_id *pp, cl_devic
     char names[1024] = "";
     bool found = false;
     for (int pass = 0; pass < 2 && !found; pass++) {
+        int base = 0; /* the place of platform i's first device */
         for (cl_uint i = 0; i < np && !found; i++) {
             cl_device_id devs[MAX_DEVICES];
             cl_uint nd = get_devices(plats[i], devs, MAX_DEVICES);
@@ -205,14 +224,12 @@ static enum gf_status pick_device(const char *want, cl_platform_id *pp, cl_devic
                     found = strstr(info.name, want) != NULL;
                 else
                     found = pass == 1 || info.is_default;
-                if (found) {
-                    *pp = plats[i];
-                    *pd = devs[j];
-                } else if (pass == 0 && strlen(names) + strlen(info.name) + 8 < sizeof(names)) {
-                    snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'",
-                             *names ? ", " : "", info.name);
-                }
+                if (found)
+                    *out = base + (int)j;
+                else if (pass == 0)
+                    gf_dev_name_list(names, sizeof(names), info.name);
             }
+            base += (int)nd;
         }
         if (want)
             break;
@@ -246,9 +263,13 @@ static void fill_limits(struct gf_backend *be, struct gf_cl *cl)
     cl->fp16 = strstr(ext, "cl_khr_fp16") != NULL;
 }
 
-/* Opens a context and queue on device d of platform p into be. */
-static enum gf_status open_device(struct gf_backend *be, cl_platform_id p, cl_device_id d)
+/* Opens a context and queue on device n (device_at) into be. */
+static enum gf_status open_device(struct gf_backend *be, int n)
 {
+    cl_platform_id p;
+    cl_device_id d;
+    if (!device_at(n, &p, &d))
+        return gf_error(GF_ERR_UNSUPPORTED, "backend 'opencl': device %d is gone", n);
     struct gf_cl *cl = calloc(1, sizeof(*cl));
     if (!cl)
         return gf_error(GF_ERR_NOMEM, "out of memory opening the OpenCL backend");
@@ -279,10 +300,9 @@ static enum gf_status open_device(struct gf_backend *be, cl_platform_id p, cl_de
 
 static enum gf_status ocl_init(struct gf_backend *be, const char *device)
 {
-    cl_platform_id p;
-    cl_device_id d;
-    enum gf_status st = pick_device(device, &p, &d);
-    return st != GF_OK ? st : open_device(be, p, d);
+    int n;
+    enum gf_status st = pick_device(device, &n);
+    return st != GF_OK ? st : open_device(be, n);
 }
 
 static void ocl_free(struct gf_backend *be)
@@ -313,41 +333,12 @@ static void ocl_free(struct gf_backend *be)
 }
 
 /* One backend per device, kept open until exit. */
-static struct {
-    pthread_mutex_t mu;
-    struct gf_backend *open[MAX_DEVICES];
-    size_t n;
-} opened = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
-
 static enum gf_status ocl_open(const char *device, struct gf_backend **out)
 {
+    int n;
+    enum gf_status st = pick_device(device, &n);
     *out = NULL;
-    cl_platform_id p;
-    cl_device_id d;
-    enum gf_status st = pick_device(device, &p, &d);
-    if (st != GF_OK)
-        return st;
-    pthread_mutex_lock(&opened.mu);
-    for (size_t i = 0; i < opened.n && !*out; i++)
-        if (gf_cl_of(opened.open[i])->device == d)
-            *out = opened.open[i];
-    if (!*out && opened.n < MAX_DEVICES) {
-        struct gf_backend *be = calloc(1, sizeof(*be));
-        st = be ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory opening the OpenCL backend");
-        if (st == GF_OK) {
-            be->ops = &gf_opencl_ops;
-            be->n_threads = 1;
-            st = open_device(be, p, d);
-        }
-        if (st == GF_OK)
-            opened.open[opened.n++] = *out = be;
-        else
-            free(be);
-    }
-    pthread_mutex_unlock(&opened.mu);
-    if (st == GF_OK && !*out)
-        st = gf_error(GF_ERR_UNSUPPORTED, "backend 'opencl': too many open devices");
-    return st;
+    return st != GF_OK ? st : gf_dev_open_once(&gf_opencl_ops, "OpenCL", n, open_device, out);
 }
 
 /* ---- memory and copies ------------------------------------------------------ */
