@@ -18,8 +18,8 @@
  *   - Attention fwd and AttentionGrad at B=8, 16 heads, T=512, d=64, causal
  *     (the mask a host constant; GQA 16/8 is the same work once K and V are
  *     expanded, as the graph does before Attention), for each setting of
- *     the knobs "warps" (4, 8) and "dq_atomic" (0, 1); then with the
- *     mask in device memory only (read, as a mask computed in the graph);
+ *     the knob "warps" (4, 8); then with the mask in device memory only
+ *     (read, as a mask computed in the graph);
  *   - MatMulEpilogue 4096 x 1024 x 2816 with bias, bias + gelu_tanh
  *     (cuBLASLt's fused epilogues), bias + gelu (erf: own pass) against
  *     plain MatMul.
@@ -560,23 +560,17 @@ int main(int argc, char **argv)
              * backward (less what the kernels recompute) */
             double ff = 2.0 * 2 * 8 * 16 * 512.0 * 512 / 2 * 64;
             for (int w = 4; w <= 8; w += 4) {
-                int cfg[2] = {w, 0};
-                double tf = call_time(&c.f, cfg);
-                char what[128];
+                int cfg[1] = {w};
+                double tf = call_time(&c.f, cfg), tg = call_time(&c.g, cfg);
+                char what[96];
                 snprintf(what, sizeof(what), "Attention fwd, causal, warps=%d (%.1f TFLOP/s)", w,
                          ff / (tf * 1e-3) / 1e12);
                 row(what, "8x16x512x64", tf, 0);
-                for (int at = 0; at < 2; at++) {
-                    cfg[1] = at;
-                    double tg = call_time(&c.g, cfg);
-                    snprintf(what, sizeof(what),
-                             "AttentionGrad, causal, warps=%d%s (%.1f TFLOP/s)", w,
-                             at ? ", dq_atomic" : "", 2.5 * ff / (tg * 1e-3) / 1e12);
-                    row(what, "8x16x512x64", tg, 0);
-                    snprintf(what, sizeof(what), "**Attention fwd+bwd, causal, warps=%d%s**", w,
-                             at ? ", dq_atomic" : "");
-                    row(what, "8x16x512x64", tf + tg, 0);
-                }
+                snprintf(what, sizeof(what), "AttentionGrad, causal, warps=%d (%.1f TFLOP/s)", w,
+                         2.5 * ff / (tg * 1e-3) / 1e12);
+                row(what, "8x16x512x64", tg, 0);
+                snprintf(what, sizeof(what), "**Attention fwd+bwd, causal, warps=%d**", w);
+                row(what, "8x16x512x64", tf + tg, 0);
             }
         } else {
             printf("| Attention | 8x16x512x64 | no CUDA kernel | | |\n");

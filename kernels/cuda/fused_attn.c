@@ -12,9 +12,9 @@
  * not read: the tiles above the diagonal are skipped.  zero_masked_rows: a
  * row that sees no key gives O = 0 and no gradient.  Head dims up to 128;
  * larger ones are declined (the CPU's).
- * Knobs: "warps", W, warps per block (16 rows each), 4 or 8; "dq_atomic",
- * dQ added with float atomics by dK and dV's kernel instead of a pass of
- * its own (less work; the last bits vary from run to run), off by default.
+ * Knob "warps": W, warps per block (16 rows each), 4 or 8.  (dQ added
+ * with float atomics by dK and dV's kernel instead of its own pass was
+ * measured slower at 8 x 16 x 512 x 64 and is not deterministic: gone.)
  * ws (AttentionGrad) = [row max, 1 / row sum: 2 x items x Sq][delta: items x Sq].
  */
 #include <pthread.h>
@@ -27,10 +27,9 @@ struct attn {
     struct gf_cu_attn k;
 };
 
-/* knobs: warps per block; dQ by atomics in dK, dV's kernel (not deterministic) */
-static const int warps_values[] = {4, 8}, dq_atomic_values[] = {0, 1};
-static const struct gf_config_knob knobs[] = {{"warps", 2, warps_values},
-                                              {"dq_atomic", 2, dq_atomic_values}};
+/* knob: warps per block */
+static const int warps_values[] = {4, 8};
+static const struct gf_config_knob knobs[] = {{"warps", 2, warps_values}};
 
 /* Whether the host mask m (strides st over [b..., Sq, Sk]) is causal. */
 static bool causal_of(const float *m, int rank, const int64_t *st, int64_t sq, int64_t sk)
@@ -96,7 +95,6 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
     k->scale = c->r.scale;
     k->zero_rows = c->r.zero_rows;
     k->warps = a->config && a->config[0] == 8 ? 8 : 4;
-    k->dq_atomic = qi == 1 && a->config && a->config[1] == 1; /* AttentionGrad's */
     k->items = 1;
     for (int i = 0; i < q->rank - 2; i++)
         k->items *= q->dims[i];
@@ -180,7 +178,7 @@ static const struct gf_kernel kernels[] = {
      .supports = attn_supports, .run = attn_run, .n_knobs = 1, .knobs = knobs},
     {.op = GF_OP_ATTENTION_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
      .supports = attn_supports, .workspace = attn_grad_workspace, .run = attn_grad_run,
-     .n_knobs = 2, .knobs = knobs},
+     .n_knobs = 1, .knobs = knobs},
 };
 
 const struct gf_kernel_table gf_cuda_fused_attn_table = {kernels,

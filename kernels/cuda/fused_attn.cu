@@ -605,7 +605,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
             a.delta[it * a.sq + gi] = dl[h];
         }
     }
-    if (!a.dq || a.dq_atomic) { /* dq_atomic: k_attn_dkv adds dQ */
+    if (!a.dq) {
         cp_wait<0>();
         return;
     }
@@ -676,53 +676,6 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 
 /* ---- backward: dK, dV ------------------------------------------------------------------- */
 
-/* dq_atomic: dQ[q0 .. q0 + BK) += scale dS K over this block's R keys, dS^T
- * in Ss [R][BK + 4] (every warp's part written and a barrier passed), K in
- * Ks; added with atomics, so the sums' order (and last bits) vary from run
- * to run.  Warp w: queries 16 (w % 4).., the (w / 4)-th of W / 4 slices of
- * the columns.  A = dS [queries][keys] read down Ss's columns, keys in
- * load_b_cols' order (rows 2t, 2t + 1 of each 8: 32 distinct banks). */
-template <int D, int W>
-__device__ __forceinline__ void dq_add(const gf_cu_attn &a, const float *Ss, const float *Ks,
-                                       int64_t it, int64_t q0)
-{
-    constexpr int LD = D + 4, LS = BK + 4, R = 16 * W, NS = W / 4, NN = D / 8 / NS;
-    int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
-    int m0 = 16 * (w % 4), n0 = NN * (w / 4), nk = (int)(a.d + 7) / 8;
-    float acc[NN][4];
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < R; kk += 8) {
-        const float *X = Ss + (kk + 2 * t) * LS + m0 + g;
-        frag_a x;
-        split(X[0], x.h[0], x.l[0]);
-        split(X[8], x.h[1], x.l[1]);
-        split(X[LS], x.h[2], x.l[2]);
-        split(X[LS + 8], x.h[3], x.l[3]);
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-            if (n0 + n < nk)
-                mma3(acc[n], x, load_b_cols<LD>(Ks + kk * LD + (n0 + n) * 8));
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        int64_t gq = q0 + m0 + g + 8 * h;
-        if (gq >= a.sq)
-            continue;
-        float *out = a.dq + (it * a.sq + gq) * a.d;
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int col = 8 * (n0 + n) + 2 * t + e;
-                if (col < a.d)
-                    atomicAdd(out + col, a.scale * acc[n][2 * h + e]);
-            }
-    }
-}
-
 /* dK, dV of 16 W keys (16 per warp): over the query tiles that see them.
  * (Three blocks of 4 warps per SM at d 64: 168 registers, a few spilled.)
  * Per query tile: wait for dO, dP^T = V dO^T, wait for Q (and the rows'
@@ -735,7 +688,6 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *Ds = Qs + BK * LD;
     float *St = Ds + BK * LD; /* [3][BK]: the tile's rows' max, 1 / sum, delta */
-    float *Ss = St + 3 * BK;  /* dq_atomic: dS^T [R][BK + 4] */
     int w = threadIdx.x / 32, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int64_t it, kt;
     block_tile(a, (a.sk + R - 1) / R, false, &it, &kt);
@@ -799,8 +751,6 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
                 }
                 s[j][e] = p;
                 dp[j][e] = ds;
-                if (a.dq_atomic)
-                    Ss[(16 * w + g + 8 * (e >> 1)) * (BK + 4) + qi] = ds;
             }
         }
         if (a.dvv)
@@ -817,8 +767,6 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
             fetch_stats(St, a, it, qn);
         }
         cp_commit();
-        if (a.dq_atomic)
-            dq_add<D, W>(a, Ss, Ks, it, q0);
         q0 = qn, st = stn;
     }
     cp_wait<0>();
@@ -884,12 +832,11 @@ static cudaError_t dq_as(cudaStream_t s, const gf_cu_attn *a)
 }
 
 template <int D, int W>
-static cudaError_t dkv_as(cudaStream_t s, const gf_cu_attn *a, bool atomic)
+static cudaError_t dkv_as(cudaStream_t s, const gf_cu_attn *a)
 {
     int64_t tiles = (a->sk + 16 * W - 1) / (16 * W);
-    int extra = 3 * BK + (atomic ? 16 * W * (BK + 4) : 0);
-    return launch(k_attn_dkv<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, extra),
-                  s, a);
+    return launch(k_attn_dkv<D, W>, tiles * a->items, 32 * W,
+                  smem_bytes(D, 16 * W, 2, 2, 3 * BK), s, a);
 }
 
 extern "C" cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a)
@@ -905,18 +852,13 @@ extern "C" cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a
 {
     if (a->items <= 0)
         return cudaSuccess;
-    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8, atomic = a->dq_atomic && a->dq;
+    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
     cudaError_t e = cudaSuccess;
     if (a->sq > 0)
         e = big ? (w8 ? dq_as<128, 8>(s, a) : dq_as<128, 4>(s, a))
                 : (w8 ? dq_as<64, 8>(s, a) : dq_as<64, 4>(s, a));
-    if (e == cudaSuccess && atomic && a->sq > 0)
-        e = cudaMemsetAsync(a->dq, 0, (size_t)(a->items * a->sq * a->d) * sizeof(float), s);
-    if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv || atomic))
+    if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv))
         return e;
-    /* 8 warps at head dims over 64 with dS^T in shared memory would pass the
-     * 227 KiB a block may have: 4 then */
-    if (big)
-        return w8 && !atomic ? dkv_as<128, 8>(s, a, atomic) : dkv_as<128, 4>(s, a, atomic);
-    return w8 ? dkv_as<64, 8>(s, a, atomic) : dkv_as<64, 4>(s, a, atomic);
+    return big ? (w8 ? dkv_as<128, 8>(s, a) : dkv_as<128, 4>(s, a))
+               : (w8 ? dkv_as<64, 8>(s, a) : dkv_as<64, 4>(s, a));
 }

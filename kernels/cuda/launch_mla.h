@@ -90,8 +90,6 @@ struct gf_cu_attn {
     int causal;           /* the mask is causal (bottom-right aligned): not read */
     int zero_rows;        /* zero_masked_rows: a row that sees no key gives 0s */
     int warps;            /* per block (knob): 16 query rows (keys in dK, dV's) each; 4 or 8 */
-    int dq_atomic;        /* knob: dQ added by the dK, dV kernel with float atomics (the
-                           * last bits vary from run to run), not by its own pass */
     const float *mask;    /* additive, or NULL */
     int64_t mst_it, mst_i, mst_j; /* its strides: per item (flat; see below), row, column */
     int mrank;            /* batch dims for the mask's item offset */
