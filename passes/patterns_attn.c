@@ -52,36 +52,44 @@ static bool compute_dtype(const struct gf_value *v)
 /* The Softmax normalizes the last axis (before opset 13 it flattens the
  * axes from `axis` on, the same thing when that is the last; its default
  * there is 1). */
-static bool softmax_last(struct gf_match *m)
+static bool softmax_last(struct gf_match *m, int pn)
 {
-    const struct gf_node *sm = gf_match_node(m, A_SM);
+    const struct gf_node *sm = gf_match_node(m, pn);
     int r = gf_pat_rank(sm->inputs[0]);
     int64_t dflt = gf_model_opset(m->graph->model, "") >= 13 ? -1 : 1;
     int64_t axis = gf_node_attr_int(sm, "axis", dflt);
     if (r < 0 || (axis != -1 && axis != r - 1))
-        return gf_match_fail(m, A_SM, "the softmax axis %lld is not the last of rank %d",
+        return gf_match_fail(m, pn, "the softmax axis %lld is not the last of rank %d",
                              (long long)axis, r);
     return true;
+}
+
+/* What both forms need of the operands (captures q, k, v, mask at cq..cq+3;
+ * pattern nodes: the root, the mask's Add, the Softmax): float or double
+ * alike, the same batch dims, a mask of no higher rank, the last axis. */
+static bool operands_fit(struct gf_match *m, int cq, int root, int add, int softmax)
+{
+    struct gf_value *q = gf_match_cap(m, cq), *k = gf_match_cap(m, cq + 1);
+    struct gf_value *v = gf_match_cap(m, cq + 2), *mask = gf_match_cap(m, cq + 3);
+    if (!compute_dtype(q) || !compute_dtype(k) || !compute_dtype(v) ||
+        (mask && !compute_dtype(mask)))
+        return gf_match_fail(m, root, "q, k, v (and the mask) must be float or double");
+    if (q->type.dtype != k->type.dtype || q->type.dtype != v->type.dtype ||
+        (mask && mask->type.dtype != q->type.dtype))
+        return gf_match_fail(m, root, "q, k, v and the mask differ in dtype");
+    if (!same_batch(q, k) || !same_batch(q, v))
+        return gf_match_fail(m, root, "q, k and v do not provably share their batch dims");
+    if (mask && gf_pat_rank(mask) > gf_pat_rank(q))
+        return gf_match_fail(m, add, "the mask has a higher rank than the scores");
+    return softmax_last(m, softmax);
 }
 
 static bool attn_check(struct gf_match *m)
 {
     const struct gf_node *mme = gf_match_node(m, A_MME);
-    struct gf_value *q = gf_match_cap(m, CQ), *k = gf_match_cap(m, CK), *v = gf_match_cap(m, CV);
-    struct gf_value *mask = gf_match_cap(m, CM);
     if (gf_node_attr_int(mme, "transA", 0) || *gf_node_attr_string(mme, "activation", ""))
         return gf_match_fail(m, A_MME, "the scores have transA or an activation");
-    if (!compute_dtype(q) || !compute_dtype(k) || !compute_dtype(v) ||
-        (mask && !compute_dtype(mask)))
-        return gf_match_fail(m, A_ROOT, "q, k, v (and the mask) must be float or double");
-    if (q->type.dtype != k->type.dtype || q->type.dtype != v->type.dtype ||
-        (mask && mask->type.dtype != q->type.dtype))
-        return gf_match_fail(m, A_ROOT, "q, k, v and the mask differ in dtype");
-    if (!same_batch(q, k) || !same_batch(q, v))
-        return gf_match_fail(m, A_ROOT, "q, k and v do not provably share their batch dims");
-    if (mask && gf_pat_rank(mask) > gf_pat_rank(q))
-        return gf_match_fail(m, A_ADD, "the mask has a higher rank than the scores");
-    return softmax_last(m);
+    return operands_fit(m, CQ, A_ROOT, A_ADD, A_SM);
 }
 
 static enum gf_status attn_rewrite(struct gf_match *m, struct gf_fused *f)
@@ -190,8 +198,7 @@ static bool scale_of(struct gf_match *m, int cap, int pn, double *s)
 
 static bool sdpa_check(struct gf_match *m)
 {
-    struct gf_value *q = gf_match_cap(m, SQ), *k = gf_match_cap(m, SK), *v = gf_match_cap(m, SV);
-    struct gf_value *mask = gf_match_cap(m, SM);
+    struct gf_value *k = gf_match_cap(m, SK);
     double sq = 1, sk = 1;
     if (!scale_of(m, SSQ, S_QMUL, &sq) || !scale_of(m, SSK, S_KMUL, &sk))
         return false;
@@ -200,24 +207,8 @@ static bool sdpa_check(struct gf_match *m)
         return gf_match_fail(m, S_KT, "the transpose is not of k's last two axes");
     if (gf_match_node(m, S_KR2) && !flat_transpose(m, k))
         return false;
-    if (!compute_dtype(q) || !compute_dtype(k) || !compute_dtype(v) ||
-        (mask && !compute_dtype(mask)))
-        return gf_match_fail(m, S_ROOT, "q, k, v (and the mask) must be float or double");
-    if (q->type.dtype != k->type.dtype || q->type.dtype != v->type.dtype ||
-        (mask && mask->type.dtype != q->type.dtype))
-        return gf_match_fail(m, S_ROOT, "q, k, v and the mask differ in dtype");
-    if (!same_batch(q, k) || !same_batch(q, v))
-        return gf_match_fail(m, S_ROOT, "q, k and v do not provably share their batch dims");
-    if (mask && gf_pat_rank(mask) > gf_pat_rank(q))
-        return gf_match_fail(m, S_ADD, "the mask has a higher rank than the scores");
-    const struct gf_node *sm = gf_match_node(m, S_SM);
-    int r = gf_pat_rank(sm->inputs[0]);
-    int64_t axis = gf_node_attr_int(sm, "axis", gf_model_opset(m->graph->model, "") >= 13 ? -1 : 1);
-    if (r < 0 || (axis != -1 && axis != r - 1))
-        return gf_match_fail(m, S_SM, "the softmax axis %lld is not the last of rank %d",
-                             (long long)axis, r);
     m->f[0] = sq * sk;
-    return true;
+    return operands_fit(m, SQ, S_ROOT, S_ADD, S_SM);
 }
 
 static enum gf_status sdpa_rewrite(struct gf_match *m, struct gf_fused *f)
