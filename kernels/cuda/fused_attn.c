@@ -122,12 +122,31 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
     return GF_OK;
 }
 
+/* The mask's tile classes (k.tiles): a byte per 64 x 64 tile per item,
+ * where a mask input is given (whether it is read is known at run time). */
+static size_t tiles_bytes(const struct gf_kernel_args *a, size_t qi, const struct attn *c)
+{
+    if (!fu_has(a, qi + 3) || !a->in[qi + 3].nelem)
+        return 0;
+    return (gf_cu_attn_tiles_bytes(&c->k) + 255) / 256 * 256;
+}
+
+static size_t attn_workspace(const struct gf_kernel_args *a)
+{
+    struct attn c;
+    if (a->n_in < 3 || attn_check(a, 0, false, &c) != GF_OK)
+        return 0;
+    return tiles_bytes(a, 0, &c);
+}
+
 static enum gf_status attn_run(const struct gf_kernel_args *a)
 {
     struct attn c;
     enum gf_status st = attn_check(a, 0, true, &c);
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
+    if (c.k.mask && a->workspace && tiles_bytes(a, 0, &c))
+        c.k.tiles = a->workspace;
     c.k.q = a->in[0].data, c.k.k = a->in[1].data, c.k.v = a->in[2].data;
     c.k.out = a->out[0].data;
     return gf_cu_check(a, gf_cu_attn_fwd(gf_cu_stream(a), &c.k), "Attention");
@@ -138,7 +157,8 @@ static size_t attn_grad_workspace(const struct gf_kernel_args *a)
     struct attn c;
     if (a->n_in < 6 || attn_check(a, 1, false, &c) != GF_OK)
         return 0;
-    return (size_t)(3 * c.k.items * c.k.sq) * sizeof(float) + 256;
+    size_t stats = ((size_t)(3 * c.k.items * c.k.sq) * sizeof(float) + 255) / 256 * 256;
+    return stats + tiles_bytes(a, 1, &c) + 256;
 }
 
 static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
@@ -156,6 +176,9 @@ static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
     c.k.dvv = fu_has_out(a, 2) ? a->out[2].data : NULL;
     c.k.lse = a->workspace;
     c.k.delta = c.k.lse ? c.k.lse + 2 * c.k.items * c.k.sq : NULL;
+    size_t stats = ((size_t)(3 * c.k.items * c.k.sq) * sizeof(float) + 255) / 256 * 256;
+    if (c.k.mask && a->workspace && tiles_bytes(a, 1, &c))
+        c.k.tiles = (unsigned char *)a->workspace + stats;
     return gf_cu_check(a, gf_cu_attn_bwd(gf_cu_stream(a), &c.k), "AttentionGrad");
 }
 
@@ -175,7 +198,8 @@ static bool attn_supports(const struct gf_node *n, const struct gf_tview *in, si
 
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_ATTENTION, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
-     .supports = attn_supports, .run = attn_run, .n_knobs = 1, .knobs = knobs},
+     .supports = attn_supports, .workspace = attn_workspace, .run = attn_run, .n_knobs = 1,
+     .knobs = knobs},
     {.op = GF_OP_ATTENTION_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
      .supports = attn_supports, .workspace = attn_grad_workspace, .run = attn_grad_run,
      .n_knobs = 1, .knobs = knobs},

@@ -85,7 +85,7 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *
  * its mask 0 (the tile is computed as if unmasked), else 1; 1 without a
  * mask in memory.  Barriers: every thread of the block calls it, and all
  * get the same answer. */
-__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const float *mk, int64_t q0, int nq,
+__device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const float *mk, int64_t q0, int nq,
                                          int64_t k0, int nk)
 {
     if (!mk)
@@ -100,6 +100,38 @@ __device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const float *mk, i
     if (!__syncthreads_or(open))
         return 0;
     return __syncthreads_and(plain) ? 2 : 1;
+}
+
+/* The class of one 64 x 64 tile of a.tiles per block: the mask read once
+ * per call instead of by every block of every kernel (the exporters' mask
+ * is one [Sq, Sk] per batch item, read by every head). */
+__global__ void k_mask_tiles(gf_cu_attn a)
+{
+    int64_t nqt = (a.sq + 63) / 64, nkt = (a.sk + 63) / 64, b = blockIdx.x;
+    int64_t kt = b % nkt, qt = b / nkt % nqt, it = b / nkt / nqt;
+    int c = scan_tile(a, a.mask + mask_item(a, it), qt * 64, 64, kt * 64, 64);
+    if (threadIdx.x == 0)
+        a.tiles[b] = (unsigned char)c;
+}
+
+/* mask_tile's answer from a.tiles (q0, k0, nq, nk multiples of 64): the
+ * entries it covers combined as one scan would (an entry outside the
+ * matrix counts as hidden). */
+__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const float *mk, int64_t it,
+                                         int64_t q0, int nq, int64_t k0, int nk)
+{
+    if (!mk || !a.tiles)
+        return scan_tile(a, mk, q0, nq, k0, nk);
+    int64_t nqt = (a.sq + 63) / 64, nkt = (a.sk + 63) / 64;
+    const unsigned char *t = a.tiles + it * nqt * nkt;
+    int open = 0, plain = 1;
+    for (int64_t qt = q0 / 64; qt * 64 < q0 + nq; qt++)
+        for (int64_t kt = k0 / 64; kt * 64 < k0 + nk; kt++) {
+            int c = qt < nqt && kt < nkt ? t[qt * nkt + kt] : 0;
+            open |= c != 0;
+            plain &= c == 2;
+        }
+    return !open ? 0 : plain ? 2 : 1;
 }
 
 /* Keys [0, end) that query rows up to qlast may see. */
@@ -225,21 +257,22 @@ __device__ __forceinline__ void fetch_stats(float *St, const gf_cu_attn &a, int6
  * open, and its mask_tile state in *st: query rows [q0, q0 + nq) x keys
  * [t0, t0 + BK) (the tiles walk the keys), or queries [t0, t0 + BK) x keys
  * [k0, k0 + nk). */
-__device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const float *mk, int64_t q0,
-                                                 int nq, int64_t t0, int64_t end, int *st)
+__device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const float *mk,
+                                                 int64_t it, int64_t q0, int nq, int64_t t0,
+                                                 int64_t end, int *st)
 {
     for (; t0 < end; t0 += BK)
-        if ((*st = mask_tile(a, mk, q0, nq, t0, BK)) != 0)
+        if ((*st = mask_tile(a, mk, it, q0, nq, t0, BK)) != 0)
             break;
     return t0;
 }
 
 __device__ __forceinline__ int64_t open_query_tile(const gf_cu_attn &a, const float *mk,
-                                                   int64_t k0, int nk, int64_t t0, int64_t end,
-                                                   int *st)
+                                                   int64_t it, int64_t k0, int nk, int64_t t0,
+                                                   int64_t end, int *st)
 {
     for (; t0 < end; t0 += BK)
-        if ((*st = mask_tile(a, mk, t0, BK, k0, nk)) != 0)
+        if ((*st = mask_tile(a, mk, it, t0, BK, k0, nk)) != 0)
             break;
     return t0;
 }
@@ -471,7 +504,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     fetch_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
     int st = 1, stn = 1;
-    int64_t k0 = open_key_tile(a, mk, q0, R, 0, kend, &st);
+    int64_t k0 = open_key_tile(a, mk, it, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
@@ -479,7 +512,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         fetch_tile<D>(Vs, BK, v, k0, a.sk, (int)a.dv, a.dv, false);
     cp_commit();
     while (k0 < kend) {
-        int64_t kn = open_key_tile(a, mk, q0, R, k0 + BK, kend, &stn);
+        int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
         cp_wait<1>(); /* Q and K */
         __syncthreads();
         int jn = key_groups(a, k0, rw + 15);
@@ -551,7 +584,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     fetch_tile<D>(Ds, R, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
     cp_commit();
     int st = 1, stn = 1;
-    int64_t k0 = open_key_tile(a, mk, q0, R, 0, kend, &st);
+    int64_t k0 = open_key_tile(a, mk, it, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
@@ -574,7 +607,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     /* pass 1: the rows' max and sum */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int cur = 0; k0 < kend; cur ^= 1) {
-        int64_t kn = open_key_tile(a, mk, q0, R, k0 + BK, kend, &stn);
+        int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
         if (kn < kend)
             fetch_tile<D>(cur ? Ks : Vs, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
         cp_commit();
@@ -614,7 +647,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    k0 = open_key_tile(a, mk, q0, R, 0, kend, &st);
+    k0 = open_key_tile(a, mk, it, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Vs, BK, v, k0, a.sk, (int)a.dv, a.dv, false);
     cp_commit();
@@ -622,7 +655,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
     while (k0 < kend) {
-        int64_t kn = open_key_tile(a, mk, q0, R, k0 + BK, kend, &stn);
+        int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
         int jn = key_groups(a, k0, rw + 15);
         bool full = tile_full(a, st, rw, 16, k0, BK);
         cp_wait<1>(); /* V */
@@ -709,7 +742,7 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     int64_t qstart = a.causal ? k0 - (a.sk - a.sq) : 0;
     qstart = qstart < 0 ? 0 : qstart / BK * BK;
     int st = 1, stn = 1;
-    int64_t q0 = open_query_tile(a, mk, k0, R, qstart, a.sq, &st);
+    int64_t q0 = open_query_tile(a, mk, it, k0, R, qstart, a.sq, &st);
     if (q0 < a.sq)
         fetch_tile<D>(Ds, BK, dout, q0, a.sq, (int)a.dv, a.dv, false);
     cp_commit();
@@ -719,7 +752,7 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     }
     cp_commit();
     while (q0 < a.sq) {
-        int64_t qn = open_query_tile(a, mk, k0, R, q0 + BK, a.sq, &stn);
+        int64_t qn = open_query_tile(a, mk, it, k0, R, q0 + BK, a.sq, &stn);
         /* the groups of 8 queries [js, je) that may see this warp's keys */
         int64_t rem = a.sq - q0;
         int je = rem >= BK ? BK / 8 : (int)((rem + 7) / 8), js = 0;
@@ -839,10 +872,28 @@ static cudaError_t dkv_as(cudaStream_t s, const gf_cu_attn *a)
                   smem_bytes(D, 16 * W, 2, 2, 3 * BK), s, a);
 }
 
+extern "C" size_t gf_cu_attn_tiles_bytes(const struct gf_cu_attn *a)
+{
+    return (size_t)(a->items * ((a->sq + 63) / 64) * ((a->sk + 63) / 64));
+}
+
+/* a->tiles from the mask, when both are there. */
+static cudaError_t mask_tiles(cudaStream_t s, const gf_cu_attn *a)
+{
+    size_t n = gf_cu_attn_tiles_bytes(a);
+    if (!a->mask || !a->tiles || n == 0)
+        return cudaSuccess;
+    k_mask_tiles<<<(unsigned)n, 256, 0, s>>>(*a);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a)
 {
     if (a->items <= 0 || a->sq <= 0)
         return cudaSuccess;
+    cudaError_t e = mask_tiles(s, a);
+    if (e != cudaSuccess)
+        return e;
     bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
     return big ? (w8 ? fwd_as<128, 8>(s, a) : fwd_as<128, 4>(s, a))
                : (w8 ? fwd_as<64, 8>(s, a) : fwd_as<64, 4>(s, a));
@@ -853,8 +904,8 @@ extern "C" cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a
     if (a->items <= 0)
         return cudaSuccess;
     bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
-    cudaError_t e = cudaSuccess;
-    if (a->sq > 0)
+    cudaError_t e = a->sq > 0 ? mask_tiles(s, a) : cudaSuccess;
+    if (e == cudaSuccess && a->sq > 0)
         e = big ? (w8 ? dq_as<128, 8>(s, a) : dq_as<128, 4>(s, a))
                 : (w8 ? dq_as<64, 8>(s, a) : dq_as<64, 4>(s, a));
     if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv))

@@ -89,6 +89,10 @@ struct gf_cu_attn {
     float scale;
     int causal;           /* the mask is causal (bottom-right aligned): not read */
     int zero_rows;        /* zero_masked_rows: a row that sees no key gives 0s */
+    unsigned char *tiles; /* with a mask in memory: each 64 x 64 tile's class (0 hidden,
+                           * 1 mixed, 2 all 0) per item, [items][Sq/64][Sk/64] rounded
+                           * up, made once per call (gf_cu_attn_tiles_bytes); NULL: each
+                           * block reads the mask tiles itself */
     int warps;            /* per block (knob): 16 query rows (keys in dK, dV's) each; 4 or 8 */
     const float *mask;    /* additive, or NULL */
     int64_t mst_it, mst_i, mst_j; /* its strides: per item (flat; see below), row, column */
@@ -98,6 +102,8 @@ struct gf_cu_attn {
     float *out, *dq, *dk, *dvv;
     float *lse, *delta;   /* backward scratch: [items, sq] each */
 };
+/* Bytes of a.tiles for these shapes. */
+size_t gf_cu_attn_tiles_bytes(const struct gf_cu_attn *a);
 /* Whether the head dims fit the kernels. */
 int gf_cu_attn_ok(int64_t d, int64_t dv);
 cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a);
