@@ -50,9 +50,10 @@ static enum gf_status copy_nd(const struct gf_kernel_args *a, enum gf_dtype dt, 
 
 /* ---- supports ------------------------------------------------------------------- */
 
-/* The device rules (device_common.c); here GatherND's and GatherGrad's
- * indices on the host, and the backward ops' types: the CPU's (fp32,
- * fp64; GatherGrad fp32). */
+/* The device rules (device_common.c); here GatherND's indices on the
+ * host, GatherGrad's on the host when they have data (as its host_slots
+ * 0x6 had it), and the backward ops' types: the CPU's (fp32, fp64;
+ * GatherGrad fp32). */
 static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     if (!gf_dev_layout_supports(&caps, n, in, n_in))
@@ -60,7 +61,7 @@ static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size
     if (n->op == GF_OP_GATHER_ND && (n_in < 2 || !in[1].host || !gf_is_index_type(in[1].dtype)))
         return false;
     if (n->op == GF_OP_GATHER_GRAD)
-        return in[2].host && in[0].dtype == GF_FLOAT;
+        return (in[2].host || !in[2].data) && in[0].dtype == GF_FLOAT;
     if (n->op == GF_OP_SLICE_GRAD)
         return in[0].dtype == GF_FLOAT || in[0].dtype == GF_DOUBLE;
     return true;
@@ -227,21 +228,34 @@ static size_t ws_gather_grad(const struct gf_kernel_args *a)
 static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
 {
     struct gf_dev_gather_grad p;
-    enum gf_status st = gf_dev_gather_grad_plan(a, &caps, &p);
+    enum gf_status st = gf_dev_gather_grad_plan(a, &caps, &p); /* host indices checked */
     const struct gf_tview *g = &a->in[0], *o = &a->out[0], *ind = &a->in[2];
     if (st)
         return st;
-    if (!ind->host)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "GatherGrad needs its indices on the "
-                               "host");
-    if (o->nelem == 0)
-        return GF_OK;
-    if (!a->workspace)
-        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
-    int64_t *csr = gf_dev_index_csr(ind, p.n);
+    struct gf_backend *be = a->backend;
+    /* indices made on the device (GPT-2's position ids) are read back: the
+     * lists are built on the host either way (and the node, which waits
+     * for the copy, runs outside a CUDA graph) */
+    struct gf_tview hv = *ind;
+    void *read = NULL;
+    if (!ind->host && p.ni) {
+        if (!(read = malloc(gf_tview_bytes(ind))))
+            return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the indices");
+        hv.host = read;
+        if ((st = be->ops->copy_out(be, read, ind->data, gf_tview_bytes(ind))) ||
+            (st = gf_check_indices(a, &hv, (int64_t)p.n, p.axis))) {
+            free(read);
+            return st;
+        }
+    }
+    if (o->nelem == 0 || !a->workspace) {
+        free(read);
+        return o->nelem == 0 ? GF_OK : gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
+    }
+    int64_t *csr = gf_dev_index_csr(&hv, p.n);
+    free(read);
     if (!csr)
         return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the index lists");
-    struct gf_backend *be = a->backend;
     st = be->ops->copy_in(be, a->workspace, csr, (p.n + 1 + p.ni) * sizeof(int64_t));
     free(csr);
     if (st)
