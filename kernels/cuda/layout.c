@@ -51,17 +51,16 @@ static enum gf_status copy_nd(const struct gf_kernel_args *a, enum gf_dtype dt, 
 /* ---- supports ------------------------------------------------------------------- */
 
 /* The device rules (device_common.c); here GatherND's indices on the
- * host, GatherGrad's on the host when they have data (as its host_slots
- * 0x6 had it), and the backward ops' types: the CPU's (fp32, fp64;
- * GatherGrad fp32). */
+ * host (GatherGrad reads its own back when they have no host copy), and
+ * the backward ops' types: the CPU's (fp32, fp64; GatherGrad fp32). */
 static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     if (!gf_dev_layout_supports(&caps, n, in, n_in))
         return false;
     if (n->op == GF_OP_GATHER_ND && (n_in < 2 || !in[1].host || !gf_is_index_type(in[1].dtype)))
         return false;
-    if (n->op == GF_OP_GATHER_GRAD)
-        return (in[2].host || !in[2].data) && in[0].dtype == GF_FLOAT;
+    if (n->op == GF_OP_GATHER_GRAD) /* indices without a host copy are read back */
+        return in[0].dtype == GF_FLOAT;
     if (n->op == GF_OP_SLICE_GRAD)
         return in[0].dtype == GF_FLOAT || in[0].dtype == GF_DOUBLE;
     return true;
