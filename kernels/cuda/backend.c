@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "cu.h"
+#include "device_common.h"
 
 #define MAX_DEVICES 32
 
@@ -173,27 +174,7 @@ void gf_cu_nd_init(struct gf_cu_nd *nd, int rank, const int64_t *dims, int n,
                    const int64_t st[][GF_MAX_RANK])
 {
     memset(nd, 0, sizeof(*nd));
-    int r = 0;
-    for (int d = 0; d < rank; d++) {
-        if (dims[d] == 1)
-            continue;
-        bool merge = r > 0;
-        for (int k = 0; merge && k < n; k++)
-            merge = nd->st[k][r - 1] == st[k][d] * dims[d];
-        if (merge) {
-            nd->dims[r - 1] *= dims[d];
-        } else {
-            nd->dims[r] = dims[d];
-            r++;
-        }
-        for (int k = 0; k < n; k++)
-            nd->st[k][r - 1] = st[k][d];
-    }
-    if (r == 0) { /* one element */
-        nd->dims[0] = 1;
-        r = 1;
-    }
-    nd->rank = r;
+    nd->rank = gf_nd_merge(rank, dims, n, st, nd->dims, nd->st);
 }
 
 /* ---- open and close -------------------------------------------------------- */
