@@ -844,11 +844,12 @@ size_t gf_dev_gather_workspace(const struct gf_kernel_args *a)
     return 64;
 }
 
-size_t gf_dev_gather_nd_tuples(const struct gf_kernel_args *a)
+size_t gf_dev_gather_nd_workspace(const struct gf_kernel_args *a, size_t size)
 {
-    if (a->n_in < 2)
-        return 1;
-    return gf_dims_prod(a->in[1].dims, 0, a->in[1].rank > 0 ? a->in[1].rank - 1 : 0);
+    size_t t = 1;
+    if (a->n_in >= 2)
+        t = gf_dims_prod(a->in[1].dims, 0, a->in[1].rank > 0 ? a->in[1].rank - 1 : 0);
+    return t * size > 64 ? t * size : 64;
 }
 
 size_t gf_dev_nd_tuple_offset(const struct gf_nd_plan *p, const struct gf_tview *x,
@@ -890,15 +891,16 @@ enum gf_status gf_dev_gather_grad_plan(const struct gf_kernel_args *a,
     return ind->host ? gf_check_indices(a, ind, (int64_t)p->n, ax) : GF_OK;
 }
 
-size_t gf_dev_gather_grad_csr_len(const struct gf_kernel_args *a)
+size_t gf_dev_gather_grad_workspace(const struct gf_kernel_args *a, size_t size)
 {
     if (a->n_in < 3 || a->n_out < 1)
-        return 0;
+        return 64;
     const struct gf_tview *o = &a->out[0];
     int64_t ax = gf_node_attr_int(a->node, "axis", 0);
     ax = ax < 0 ? ax + o->rank : ax;
     size_t n = ax >= 0 && ax < o->rank ? (size_t)o->dims[ax] : 0;
-    return n + 1 + a->in[2].nelem;
+    size_t csr = (n + 1 + a->in[2].nelem) * size;
+    return csr > 64 ? csr : 64;
 }
 
 int64_t *gf_dev_index_csr(const struct gf_tview *ind, size_t n)

@@ -264,9 +264,10 @@ enum gf_status gf_dev_pad_plan(const struct gf_kernel_args *a, struct gf_dev_pad
  * the indices have no host copy (declared either way, so the size does not
  * depend on what the executor has on the host). */
 size_t gf_dev_gather_workspace(const struct gf_kernel_args *a);
-/* GatherND's index tuples (at least 1), and the data offset of tuple t
- * (the indices read on the host, checked by gf_gather_nd_plan). */
-size_t gf_dev_gather_nd_tuples(const struct gf_kernel_args *a);
+/* GatherND's workspace: a data offset of `size` bytes per index tuple (64
+ * bytes at least), and the offset of tuple t (the indices read on the
+ * host, checked by gf_gather_nd_plan). */
+size_t gf_dev_gather_nd_workspace(const struct gf_kernel_args *a, size_t size);
 size_t gf_dev_nd_tuple_offset(const struct gf_nd_plan *p, const struct gf_tview *x,
                               const struct gf_tview *ind, const int64_t *xs, size_t t);
 
@@ -280,8 +281,9 @@ struct gf_dev_gather_grad {
 enum gf_status gf_dev_gather_grad_plan(const struct gf_kernel_args *a,
                                        const struct gf_dev_caps *c,
                                        struct gf_dev_gather_grad *p);
-/* Entries of the indices' CSR for the node's arguments: n + 1 + ni. */
-size_t gf_dev_gather_grad_csr_len(const struct gf_kernel_args *a);
+/* GatherGrad's workspace: the indices' CSR (n + 1 + ni entries of `size`
+ * bytes), 64 bytes at least (room for a flag word). */
+size_t gf_dev_gather_grad_workspace(const struct gf_kernel_args *a, size_t size);
 /* The CSR of indices on the host for an axis of n: start[n + 1] (the first
  * position in order[] of each value), then order[ni] (the positions of
  * each value in increasing order); malloc'd, NULL when out of memory. */

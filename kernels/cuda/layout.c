@@ -183,8 +183,7 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
 /* One int64 data offset per index tuple. */
 static size_t ws_gather_nd(const struct gf_kernel_args *a)
 {
-    size_t t = gf_dev_gather_nd_tuples(a);
-    return t * sizeof(int64_t) > 64 ? t * sizeof(int64_t) : 64;
+    return gf_dev_gather_nd_workspace(a, sizeof(int64_t));
 }
 
 static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
@@ -220,8 +219,7 @@ static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
 /* The CSR of the indices: start[N + 1] then order[ni], int64. */
 static size_t ws_gather_grad(const struct gf_kernel_args *a)
 {
-    size_t csr = gf_dev_gather_grad_csr_len(a) * sizeof(int64_t);
-    return csr > 64 ? csr : 64;
+    return gf_dev_gather_grad_workspace(a, sizeof(int64_t));
 }
 
 static enum gf_status run_gather_grad(const struct gf_kernel_args *a)

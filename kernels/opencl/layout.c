@@ -217,8 +217,7 @@ static enum gf_status run_pad(const struct gf_kernel_args *a)
  * the workspace holds each tuple's data offset. */
 static size_t ws_gather_nd(const struct gf_kernel_args *a)
 {
-    size_t t = gf_dev_gather_nd_tuples(a);
-    return t * sizeof(cl_int) > 64 ? t * sizeof(cl_int) : 64;
+    return gf_dev_gather_nd_workspace(a, sizeof(cl_int));
 }
 
 static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
@@ -350,8 +349,7 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
  * path): 64 bytes.  Room for either. */
 static size_t ws_gather_grad(const struct gf_kernel_args *a)
 {
-    size_t csr = gf_dev_gather_grad_csr_len(a) * sizeof(cl_int);
-    return csr > 64 ? csr : 64;
+    return gf_dev_gather_grad_workspace(a, sizeof(cl_int));
 }
 
 /* Fills the workspace (mapped) with the indices' CSR as ints: start[N + 1]
