@@ -122,9 +122,7 @@ static enum gf_status pick_device(const char *want, int *out)
             *out = i;
             return GF_OK;
         }
-        if (strlen(names) + strlen(d.name) + 8 < sizeof(names))
-            snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s'%s'",
-                     *names ? ", " : "", d.name);
+        gf_dev_name_list(names, sizeof(names), d.name);
     }
     if (!want)
         return gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda' is not available: no CUDA device "
@@ -233,13 +231,7 @@ static void cu_free(struct gf_backend *be)
     be->priv = NULL;
 }
 
-/* One backend per device, kept open until exit. */
-static struct {
-    pthread_mutex_t mu;
-    struct gf_backend *open[MAX_DEVICES];
-    size_t n;
-} opened = {PTHREAD_MUTEX_INITIALIZER, {0}, 0};
-
+/* One backend per device, kept open until exit (gf_dev_open_once). */
 static enum gf_status cu_open(const char *device, struct gf_backend **out)
 {
     *out = NULL;
@@ -247,26 +239,7 @@ static enum gf_status cu_open(const char *device, struct gf_backend **out)
     enum gf_status st = pick_device(device, &dev);
     if (st != GF_OK)
         return st;
-    pthread_mutex_lock(&opened.mu);
-    for (size_t i = 0; i < opened.n && !*out; i++)
-        if (gf_cu_of(opened.open[i])->device == dev)
-            *out = opened.open[i];
-    if (!*out && opened.n < MAX_DEVICES) {
-        struct gf_backend *be = calloc(1, sizeof(*be));
-        st = be ? GF_OK : gf_error(GF_ERR_NOMEM, "out of memory opening the CUDA backend");
-        if (st == GF_OK) {
-            be->ops = &gf_cuda_ops;
-            st = open_device(be, dev);
-        }
-        if (st == GF_OK)
-            opened.open[opened.n++] = *out = be;
-        else
-            free(be);
-    }
-    pthread_mutex_unlock(&opened.mu);
-    if (st == GF_OK && !*out)
-        st = gf_error(GF_ERR_UNSUPPORTED, "backend 'cuda': too many open devices");
-    return st;
+    return gf_dev_open_once(&gf_cuda_ops, "CUDA", dev, open_device, out);
 }
 
 /* ---- memory and copies ------------------------------------------------------ */
