@@ -154,21 +154,14 @@ __device__ __forceinline__ int key_groups(const gf_cu_attn &a, int64_t k0, int64
 
 /* Rows [r0, r0 + nr) x cols [0, n) of src (row stride ld; trans: src [n,
  * rows] with stride ld, element (r, c) at c * ld + r) into dst [nr][D + 4],
- * zeros outside.  Whole rows of 16-byte aligned float4s go as float4s. */
+ * zeros outside, element by element: fetch_tile's path for tiles that are
+ * not whole 16-byte aligned float4 rows. */
 template <int D>
 __device__ __forceinline__ void load_tile(float *dst, int nr, const float *src, int64_t r0,
                                           int64_t rows, int n, int64_t ld, bool trans)
 {
     constexpr int LD = D + 4;
-    if (!trans && n == D && ld % 4 == 0 && ((uintptr_t)src & 15) == 0) {
-        for (int e = threadIdx.x; e < nr * (D / 4); e += blockDim.x) {
-            int r = e / (D / 4), c = e % (D / 4) * 4;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r0 + r < rows)
-                v = *(const float4 *)(src + (r0 + r) * ld + c);
-            *(float4 *)(dst + r * LD + c) = v;
-        }
-    } else if (trans) { /* along r: the source's rows are contiguous */
+    if (trans) { /* along r: the source's rows are contiguous */
         for (int e = threadIdx.x; e < nr * D; e += blockDim.x) {
             int c = e / nr, r = e % nr;
             float v = 0.0f;
