@@ -10,7 +10,13 @@ fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
   - cross-entropy forward + backward 4096 x 128256 (torch eager
     F.cross_entropy, mean), GB/s on 2 BT V fp32 elements (Liger's measure);
   - F.linear + cross_entropy forward + backward 8192 x 4096 x 32000 and its
-    peak extra memory.
+    peak extra memory;
+  - where the liger_kernel package imports (pip install liger-kernel
+    --no-deps: it needs only torch and triton), Liger Kernel's
+    cross-entropy, RMSNorm 16384 x 4096 and SwiGLU 16384 x 11008 forward +
+    backward, fp32, on the same card in the same run, in the bytes that
+    tests/bench_cuda_* count (cross-entropy 2 BT V, RMSNorm 5 M N, SwiGLU
+    8 M N elements).
 Medians of --reps runs after warm-up, timed with CUDA events; --only attn
 stops after the attention rows.
 """
@@ -34,6 +40,53 @@ def timed(fn, reps):
         torch.cuda.synchronize()
         ts.append(a.elapsed_time(b))
     return statistics.median(ts)
+
+
+def liger(reps, dev):
+    """Liger Kernel's fused ops at bench_cuda_*'s shapes (skipped without it)."""
+    try:
+        from liger_kernel.transformers import LigerCrossEntropyLoss, LigerRMSNorm
+        from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    except Exception as e:  # not installed, or a triton it cannot use
+        print(f"| Liger Kernel | not available: {type(e).__name__}: {e} |")
+        return
+    n, V = 4096, 128256
+    x = torch.randn(n, V, device=dev, requires_grad=True)
+    t = torch.randint(0, V, (n,), device=dev)
+    lce = LigerCrossEntropyLoss()
+
+    def ce():
+        torch.autograd.grad(lce(x, t), x)
+
+    tce = timed(ce, reps)
+    print(f"| Liger cross_entropy fwd+bwd | {n}x{V} | {tce:.3f} ms | "
+          f"{2 * n * V * 4 / (tce * 1e-3) / 1e9:.0f} GB/s |")
+    del x
+    M, N = 16384, 4096
+    xn = torch.randn(M, N, device=dev, requires_grad=True)
+    rms = LigerRMSNorm(N).to(dev)
+    dy = torch.randn(M, N, device=dev)
+
+    def rmsnorm():
+        y = rms(xn)
+        torch.autograd.grad(y, (xn, rms.weight), dy)
+
+    tr = timed(rmsnorm, reps)
+    print(f"| Liger RMSNorm fwd+bwd | {M}x{N} | {tr:.3f} ms | "
+          f"{5 * M * N * 4 / (tr * 1e-3) / 1e9:.0f} GB/s |")
+    del xn, dy
+    M, N = 16384, 11008
+    a = torch.randn(M, N, device=dev, requires_grad=True)
+    b = torch.randn(M, N, device=dev, requires_grad=True)
+    dy = torch.randn(M, N, device=dev)
+
+    def swiglu():
+        y = LigerSiLUMulFunction.apply(a, b)
+        torch.autograd.grad(y, (a, b), dy)
+
+    ts = timed(swiglu, reps)
+    print(f"| Liger SwiGLU fwd+bwd | {M}x{N} | {ts:.3f} ms | "
+          f"{8 * M * N * 4 / (ts * 1e-3) / 1e9:.0f} GB/s |")
 
 
 def main():
@@ -89,6 +142,7 @@ def main():
     print(f"| torch eager cross_entropy fwd+bwd | {n}x{V} | {tce:.3f} ms | "
           f"{2 * n * V * 4 / (tce * 1e-3) / 1e9:.0f} GB/s |")
     del x
+    liger(args.reps, dev)
 
     n, K, V = 8192, 4096, 32000
     h = torch.randn(n, K, device=dev, requires_grad=True)
