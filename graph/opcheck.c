@@ -434,11 +434,17 @@ enum gf_status gf_rule_attention(const struct gf_node *n, const struct gf_shape 
                              SHAPE(v), r->tb ? "[b..., Sk, D]" : "[b..., D, Sk]");
     r->scores = b;
     r->o = b;
+    r->stats.rank = -1;
     if (b.rank >= 0) {
         r->scores.rank = r->o.rank = rk;
         r->scores.d[rk - 2] = r->o.d[rk - 2] = r->sq;
         r->scores.d[rk - 1] = r->sk;
         r->o.d[rk - 1] = r->dv;
+        r->stats.rank = rk; /* [2, b..., Sq] */
+        r->stats.d[0] = gf_dim_of(2);
+        for (int i = 0; i < rk - 2; i++)
+            r->stats.d[1 + i] = b.d[i];
+        r->stats.d[rk - 1] = r->sq;
     }
     /* Mask broadcasts to the scores without enlarging them */
     for (int i = 1; mask && mask->rank >= 0 && r->scores.rank >= 0 && i <= mask->rank; i++) {
@@ -456,15 +462,19 @@ enum gf_status gf_rule_attention(const struct gf_node *n, const struct gf_shape 
 enum gf_status gf_rule_attention_grad(const struct gf_node *n, const struct gf_shape *dout,
                                       const struct gf_shape *q, const struct gf_shape *k,
                                       const struct gf_shape *v, const struct gf_shape *mask,
-                                      const struct gf_shape *o, struct gf_attn_rule *r)
+                                      const struct gf_shape *o, const struct gf_shape *stats,
+                                      struct gf_attn_rule *r)
 {
     enum gf_status st = gf_rule_attention(n, q, k, v, mask, r);
-    const struct gf_shape *x[2] = {dout, o};
+    const struct gf_shape *x[3] = {dout, o, stats};
+    static const char *const names[3] = {"dO", "O", "Stats"};
     struct gf_shape tmp;
-    for (int i = 0; i < 2 && st == GF_OK; i++)
-        if (!gf_shape_unify(x[i], &r->o, &tmp))
-            st = gf_node_error(n, GF_ERR_INVALID, "%s %s must be %s", i ? "O" : "dO",
-                               SHAPE(x[i]), SHAPE(&r->o));
+    for (int i = 0; i < 3 && st == GF_OK; i++) {
+        const struct gf_shape *want = i == 2 ? &r->stats : &r->o;
+        if (x[i] && !gf_shape_unify(x[i], want, &tmp))
+            st = gf_node_error(n, GF_ERR_INVALID, "%s %s must be %s", names[i], SHAPE(x[i]),
+                               SHAPE(want));
+    }
     return st;
 }
 

@@ -132,12 +132,17 @@ enum gf_status gf_rule_loss(const struct gf_node *n, const struct gf_shape *dlos
                             const struct gf_shape *w, struct gf_loss_rule *r);
 
 /* ---- attention -------------------------------------------------------------
- * Attention(Q, K, V, Mask?) -> O: Q [b..., Sq, D], K [b..., Sk, D] with
- * transB = 1 (else [b..., D, Sk]), V [b..., Sk, Dv], Mask broadcasting to
- * the scores [b..., Sq, Sk]; O [b..., Sq, Dv].  AttentionGrad(dO, Q, K, V,
- * Mask?, O): dO and O like O.  zero_masked_rows = 1: a row whose scores
- * are all -inf (every key masked) gives O = 0 and no gradient, where the
- * softmax alone gives NaN (the exporters' Where(IsNaN(P), 0, P)). */
+ * Attention(Q, K, V, Mask?) -> O, Stats?: Q [b..., Sq, D], K [b..., Sk, D]
+ * with transB = 1 (else [b..., D, Sk]), V [b..., Sk, Dv], Mask broadcasting
+ * to the scores [b..., Sq, Sk]; O [b..., Sq, Dv].  Stats [2, b..., Sq] (of
+ * Q's compute type: double for double, else float): each query row's max
+ * score m (scale q.k + mask) and 1 / l, l = sum over keys of exp(score - m)
+ * (the softmax's statistics, which a backward reads instead of recomputing
+ * them).  AttentionGrad(dO, Q, K, V, Mask?, O, Stats?): dO and O like O,
+ * Stats as the forward's.  zero_masked_rows = 1: a row whose scores are all
+ * -inf (every key masked) gives O = 0 and no gradient, where the softmax
+ * alone gives NaN (the exporters' Where(IsNaN(P), 0, P)); its statistics
+ * are m = 0, 1 / l = 0. */
 struct gf_attn_rule {
     bool tb;
     bool zero_rows; /* zero_masked_rows: a row whose scores are all -inf gives 0s, not NaN */
@@ -145,15 +150,18 @@ struct gf_attn_rule {
     struct gf_dim sq, sk, d, dv;
     struct gf_shape scores; /* [b..., Sq, Sk] */
     struct gf_shape o;      /* [b..., Sq, Dv] */
+    struct gf_shape stats;  /* [2, b..., Sq] */
 };
 enum gf_status gf_rule_attention(const struct gf_node *n, const struct gf_shape *q,
                                  const struct gf_shape *k, const struct gf_shape *v,
                                  const struct gf_shape *mask, struct gf_attn_rule *r);
-/* AttentionGrad: the same, and dO and O like O. */
+/* AttentionGrad: the same, dO and O like O, Stats (NULL: not given) like
+ * r->stats. */
 enum gf_status gf_rule_attention_grad(const struct gf_node *n, const struct gf_shape *dout,
                                       const struct gf_shape *q, const struct gf_shape *k,
                                       const struct gf_shape *v, const struct gf_shape *mask,
-                                      const struct gf_shape *o, struct gf_attn_rule *r);
+                                      const struct gf_shape *o, const struct gf_shape *stats,
+                                      struct gf_attn_rule *r);
 
 /* ---- normalizations --------------------------------------------------------
  * RMSNorm(X, W?), AddRMSNorm(X, R, W?), LayerNorm(X, W?, B?), AddLayerNorm(X,

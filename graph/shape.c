@@ -2520,7 +2520,15 @@ static enum gf_status infer_fused_jsd(struct ctx *c)
     return set_out_like(c, 0, 0, &o);
 }
 
-/* Attention(Q, K, V, Mask?) -> O [b..., Sq, Dv] (opcheck.c). */
+/* Q's compute type: double for double, else float (attention's Stats). */
+static enum gf_dtype attn_stats_type(struct ctx *c, size_t qi)
+{
+    enum gf_dtype dt = dtype_of(in(c, qi));
+    return dt == GF_DOUBLE ? GF_DOUBLE : dt ? GF_FLOAT : GF_UNDEFINED;
+}
+
+/* Attention(Q, K, V, Mask?) -> O [b..., Sq, Dv], Stats? [2, b..., Sq]
+ * (opcheck.c). */
 static enum gf_status infer_fused_attn(struct ctx *c)
 {
     struct gf_shape q, k, v, m;
@@ -2530,9 +2538,10 @@ static enum gf_status infer_fused_attn(struct ctx *c)
     shape_of(in(c, 0), &q);
     shape_of(in(c, 1), &k);
     shape_of(in(c, 2), &v);
-    if (gf_rule_attention(c->n, &q, &k, &v, rule_shape(c, 3, &m), &r))
+    if (gf_rule_attention(c->n, &q, &k, &v, rule_shape(c, 3, &m), &r) ||
+        set_out_like(c, 0, 0, &r.o))
         return GF_ERR_INVALID;
-    return set_out_like(c, 0, 0, &r.o);
+    return set_out(c, 1, attn_stats_type(c, 0), &r.stats);
 }
 
 /* ---- ONNX Runtime contrib ops, opset-23 ops (optimize --target ort / onnx) -- */
@@ -2672,11 +2681,11 @@ static enum gf_status infer_jsd_grad(struct ctx *c)
     return set_out_like(c, 1, 1, &s);
 }
 
-/* AttentionGrad(dO, Q, K, V, Mask?, O) -> dQ, dK, dV like Q, K, V; dO and
- * O like Attention's O (opcheck.c). */
+/* AttentionGrad(dO, Q, K, V, Mask?, O, Stats?) -> dQ, dK, dV like Q, K, V;
+ * dO and O like Attention's O, Stats like its Stats (opcheck.c). */
 static enum gf_status infer_attn_grad(struct ctx *c)
 {
-    struct gf_shape s[3], d, m, o;
+    struct gf_shape s[3], d, m, o, st;
     struct gf_attn_rule r;
     struct gf_value *v;
     if (need_all(c, 4) || need(c, 5, &v))
@@ -2685,7 +2694,8 @@ static enum gf_status infer_attn_grad(struct ctx *c)
         shape_of(in(c, 1 + i), &s[i]);
     shape_of(in(c, 0), &d);
     shape_of(in(c, 5), &o);
-    if (gf_rule_attention_grad(c->n, &d, &s[0], &s[1], &s[2], rule_shape(c, 4, &m), &o, &r))
+    if (gf_rule_attention_grad(c->n, &d, &s[0], &s[1], &s[2], rule_shape(c, 4, &m), &o,
+                               rule_shape(c, 6, &st), &r))
         return GF_ERR_INVALID;
     for (size_t i = 0; i < 3; i++)
         if (set_out_like(c, i, 1 + i, &s[i]))

@@ -469,6 +469,13 @@ enum gf_status gf_jsd_grad_check(const struct gf_kernel_args *a, float *beta, in
     return st;
 }
 
+/* The compute type of float dtype dt: double for double, else float (the
+ * type of LayerNorm's and attention's statistics). */
+static enum gf_dtype compute_type(enum gf_dtype dt)
+{
+    return dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
+}
+
 enum gf_status gf_attn_check(const struct gf_kernel_args *a, size_t qi, struct gf_attn_rule *r)
 {
     static const char *const names[3] = {"Q", "K", "V"};
@@ -485,14 +492,17 @@ enum gf_status gf_attn_check(const struct gf_kernel_args *a, size_t qi, struct g
         gf_shape_of_view(&a->in[qi + i], &s[i]);
     if (qi == 0)
         return gf_rule_attention(a->node, &s[0], &s[1], &s[2], in_shape(a, 3, &m), r);
-    /* AttentionGrad(dO, Q, K, V, Mask?, O) -> dQ?, dK?, dV? like Q, K, V */
-    struct gf_shape d, o;
+    /* AttentionGrad(dO, Q, K, V, Mask?, O, Stats?) -> dQ?, dK?, dV? like Q, K, V */
+    struct gf_shape d, o, ss;
     if ((st = fu_check_given(a, 0, "dO", q->dtype)) ||
         (st = fu_check_given(a, 5, "O", q->dtype)))
         return st;
+    if (fu_has(a, 6) && (st = fu_check_given(a, 6, "Stats", compute_type(q->dtype))))
+        return st;
     gf_shape_of_view(&a->in[0], &d);
     gf_shape_of_view(&a->in[5], &o);
-    return gf_rule_attention_grad(a->node, &d, &s[0], &s[1], &s[2], in_shape(a, 4, &m), &o, r);
+    return gf_rule_attention_grad(a->node, &d, &s[0], &s[1], &s[2], in_shape(a, 4, &m), &o,
+                                  in_shape(a, 6, &ss), r);
 }
 
 enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,
@@ -501,8 +511,12 @@ enum gf_status gf_attn_check_run(const struct gf_kernel_args *a, size_t qi,
     const struct gf_tview *q = &a->in[qi];
     int64_t od[GF_MAX_RANK];
     enum gf_status st = inputs_have_data(a);
+    if (qi == 0 && st == GF_OK)
+        st = fu_check_out(a, 0, q->dtype, gf_shape_dims(&r->o, od), od);
+    if (qi == 0 && st == GF_OK && fu_has_out(a, 1)) /* Stats */
+        st = fu_check_out(a, 1, compute_type(q->dtype), gf_shape_dims(&r->stats, od), od);
     if (qi == 0 || st != GF_OK)
-        return st != GF_OK ? st : fu_check_out(a, 0, q->dtype, gf_shape_dims(&r->o, od), od);
+        return st;
     /* dQ?, dK?, dV? like Q, K, V */
     for (size_t k = 0; k < 3 && st == GF_OK; k++)
         if (fu_has_out(a, k))
@@ -525,13 +539,6 @@ struct gf_norm_slots gf_norm_slots_of(enum gf_op op)
 const struct gf_tview *gf_opt_in(const struct gf_kernel_args *a, int slot)
 {
     return slot >= 0 && fu_has(a, (size_t)slot) ? &a->in[slot] : NULL;
-}
-
-/* The compute type of float dtype dt: double for double, else float (the
- * type of LayerNorm's statistics). */
-static enum gf_dtype compute_type(enum gf_dtype dt)
-{
-    return dt == GF_DOUBLE ? GF_DOUBLE : GF_FLOAT;
 }
 
 /* Optional input slot (given, of type dt): its shape for a rule, or NULL. */

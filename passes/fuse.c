@@ -136,7 +136,8 @@ static const struct fused_sig sigs[] = {
     {GF_OP_LINEAR_CROSS_ENTROPY, {"H", "W", "T", "Bias"}, {"Loss"},
      {"transB", "reduction", "ignore_index", "shift", "chunk_rows"}},
     {GF_OP_JSD, {"X", "Y", "T"}, {"Loss"}, {"beta", "ignore_index"}},
-    {GF_OP_ATTENTION, {"Q", "K", "V", "Mask"}, {"O"}, {"scale", "transB", "zero_masked_rows"}},
+    {GF_OP_ATTENTION, {"Q", "K", "V", "Mask"}, {"O", "Stats"},
+     {"scale", "transB", "zero_masked_rows"}},
 };
 
 static const struct fused_sig *sig_of(enum gf_op op)

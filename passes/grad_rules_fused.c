@@ -402,19 +402,26 @@ enum gf_status gf_grad_fused_jsd(struct gf_grad_args *a)
 }
 
 /* ---- Attention -----------------------------------------------------------------------------
- * dQ, dK, dV = AttentionGrad(g, Q, K, V, Mask, O): the backward recomputes
- * the probabilities block by block, as the forward made them, instead of
- * reading them from the forward.  A mask that needs a gradient and other
- * element types go through the function body. */
+ * dQ, dK, dV = AttentionGrad(g, Q, K, V, Mask, O, Stats): the backward
+ * recomputes the probabilities block by block, as the forward made them,
+ * instead of reading them from the forward; the forward node is given its
+ * Stats output (each row's max and 1 / sum) when it lacks it, which spares
+ * a backward the pass that finds them.  A mask that needs a gradient, a
+ * gradient reaching Stats and other element types go through the function
+ * body. */
 enum gf_status gf_grad_fused_attention(struct gf_grad_args *a)
 {
-    if (!a->dy[0])
+    if (!a->dy[0] && !(a->n->n_outputs > 1 && a->dy[1]))
         return GF_OK;
-    if (need(a, 3) || !kernel_dtype(in(a, 0)))
+    if (need(a, 3) || !kernel_dtype(in(a, 0)) || (a->n->n_outputs > 1 && a->dy[1]))
         return gf_grad_inline(a);
+    struct gf_value *stats = extra_output(a, 1, "attn_stats");
+    if (!stats)
+        return gf_ad_status(a->ad);
     struct gf_value *outs[3] = {NULL};
-    struct gf_value *ins[6] = {a->dy[0], in(a, 0), in(a, 1), in(a, 2), in(a, 3), out(a, 0)};
-    struct gf_value *d = gf_ad_node(a->ad, "AttentionGrad", 6, ins, 3, outs);
+    struct gf_value *ins[7] = {a->dy[0], in(a, 0),  in(a, 1), in(a, 2),
+                               in(a, 3), out(a, 0), stats};
+    struct gf_value *d = gf_ad_node(a->ad, "AttentionGrad", 7, ins, 3, outs);
     d = gf_ad_attr_copy(a->ad, d, "scale");
     d = gf_ad_attr_copy(a->ad, d, "transB");
     d = gf_ad_attr_copy(a->ad, d, "zero_masked_rows");

@@ -5,7 +5,8 @@
  * 64 and up to 256 (tiles shrunk to fit local memory), Dv != D, batch dims
  * of rank 1 and 2, every Mask broadcast (full, over heads, [Sq, Sk], over
  * rows, over keys, a causal -inf mask), transB 0 and 1, scale given and
- * default, every subset of AttentionGrad's outputs, a sweep of the knob
+ * default, every subset of AttentionGrad's outputs, the forward's Stats
+ * output and AttentionGrad's Stats input, a sweep of the knob
  * settings on two shapes of each op (every pair of values of two knobs;
  * every setting with GRAPHFUSE_TEST_ALL_CONFIGS=1, as on the GPU machine),
  * fp16 and bf16 storage (against the CPU kernel on
@@ -66,11 +67,11 @@ struct acase {
     float scale;        /* 0: the default */
 };
 
-/* A case's tensors: Q, K, V, Mask (NONE when absent); O's dims. */
+/* A case's tensors: Q, K, V, Mask (NONE when absent); O's dims, Stats'. */
 struct tensors {
     struct gf_tview q, k, v, m;
     int rank;
-    int64_t od[GF_MAX_RANK];
+    int64_t od[GF_MAX_RANK], sd[GF_MAX_RANK];
 };
 
 /* dims of [batch..., x, y] */
@@ -120,6 +121,8 @@ static struct tensors make_tensors(const struct acase *c)
     t.v = frand(1, r, dims);
     t.m = make_mask(c);
     t.rank = dims_of(c, c->sq, c->dv, t.od);
+    t.sd[0] = 2; /* Stats [2, b..., Sq] */
+    memcpy(t.sd + 1, t.od, (size_t)(t.rank - 1) * sizeof(int64_t));
     return t;
 }
 
@@ -130,74 +133,87 @@ static void set_attrs(struct gf_node *nd, const struct acase *c)
         assert_int_equal(gf_node_set_attr_float(nd, "scale", c->scale), GF_OK);
 }
 
-static struct gf_node *fwd_node(const struct acase *c)
+/* Attention with O, and Stats when n_out is 2. */
+static struct gf_node *fwd_node(const struct acase *c, size_t n_out)
 {
-    struct gf_node *nd = node("Attention", c->mask ? 4 : 3, 1);
+    struct gf_node *nd = node("Attention", c->mask ? 4 : 3, n_out);
     set_attrs(nd, c);
     return nd;
 }
 
-/* The CPU forward's O for these tensors (kept until release_bufs). */
-static struct gf_tview cpu_forward(const struct acase *c, const struct tensors *t)
+/* The CPU forward's O and Stats (out[0], out[1]) for these tensors (kept
+ * until release_bufs). */
+static void cpu_forward(const struct acase *c, const struct tensors *t, struct gf_tview *out)
 {
-    struct gf_node *nd = fwd_node(c);
+    struct gf_node *nd = fwd_node(c, 2);
     struct gf_tview in[4] = {t->q, t->k, t->v, t->m};
-    struct gf_tview o = fout(t->rank, t->od);
-    o.data = keep(calloc(1, gf_tview_bytes(&o) + 8));
-    o.host = o.data;
-    assert_int_equal(bt_run_on(gf_backend_get("cpu"), nd, in, c->mask ? 4 : 3, &o, 1, NULL),
+    out[0] = fout(t->rank, t->od);
+    out[1] = fout(t->rank, t->sd);
+    for (int k = 0; k < 2; k++) {
+        out[k].data = keep(calloc(1, gf_tview_bytes(&out[k]) + 8));
+        out[k].host = out[k].data;
+    }
+    assert_int_equal(bt_run_on(gf_backend_get("cpu"), nd, in, c->mask ? 4 : 3, out, 2, NULL),
                      GF_OK);
-    return o;
 }
 
-/* Attention on the backend under test against the CPU: with the default config, or a sweep
- * of the configs (bt_compare_configs; returns the size of the space). */
-static int fwd_case(const struct acase *c, bool all_configs)
+/* Attention on the backend under test against the CPU, with the Stats
+ * output when `stats`: with the default config, or a sweep of the configs
+ * (bt_compare_configs; returns the size of the space).  Stats are compared
+ * where a row sees a key (else they are unspecified: no case hides a whole
+ * row, and Sk 0 is test_empty's). */
+static int fwd_case(const struct acase *c, bool all_configs, bool stats)
 {
     struct tensors t = make_tensors(c);
-    struct gf_node *nd = fwd_node(c);
-    struct gf_tview in[4] = {t.q, t.k, t.v, t.m}, out[1] = {fout(t.rank, t.od)};
+    size_t n_out = stats ? 2 : 1;
+    struct gf_node *nd = fwd_node(c, n_out);
+    struct gf_tview in[4] = {t.q, t.k, t.v, t.m};
+    struct gf_tview out[2] = {fout(t.rank, t.od), fout(t.rank, t.sd)};
     size_t n_in = c->mask ? 4 : 3;
     int runs = 1;
     if (all_configs)
-        runs = bt_compare_configs(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
+        runs = bt_compare_configs(nd, in, n_in, ALL_HOST, out, n_out, RTOL, ATOL);
     else
-        bt_compare(nd, in, n_in, ALL_HOST, out, 1, RTOL, ATOL);
+        bt_compare(nd, in, n_in, ALL_HOST, out, n_out, RTOL, ATOL);
     release_bufs();
     return runs;
 }
 
-/* The inputs of AttentionGrad: dO, Q, K, V, Mask, O (O from the CPU's
- * forward, which needs keys: with none, O is 0; dO random). */
+/* The inputs of AttentionGrad: dO, Q, K, V, Mask, O, Stats (O and Stats
+ * from the CPU's forward, which needs keys: with none, O is 0 and Stats
+ * absent; dO random). */
 static void grad_inputs(const struct acase *c, struct gf_tview *in)
 {
     struct tensors t = make_tensors(c);
     in[0] = frand(1, t.rank, t.od);
     in[1] = t.q, in[2] = t.k, in[3] = t.v, in[4] = t.m;
     if (c->sk) {
-        in[5] = cpu_forward(c, &t);
+        cpu_forward(c, &t, &in[5]);
     } else {
         in[5] = frand(1, t.rank, t.od);
         memset(in[5].data, 0, gf_tview_bytes(&in[5]));
+        in[6] = NONE;
     }
 }
 
-/* AttentionGrad on the backend under test against the CPU; `want` bit k: output k (dQ,
- * dK, dV) wanted.  A sweep of the configs when all_configs (returns the size
- * of the space). */
-static int grad_case(const struct acase *c, unsigned want, bool all_configs)
+/* AttentionGrad on the backend under test against the CPU; `want` bit k:
+ * output k (dQ, dK, dV) wanted; the forward's Stats given when `stats` (a
+ * backend may read them instead of finding them).  A sweep of the configs
+ * when all_configs (returns the size of the space). */
+static int grad_case(const struct acase *c, unsigned want, bool all_configs, bool stats)
 {
-    struct gf_tview in[6], out[3];
+    struct gf_tview in[7], out[3];
     grad_inputs(c, in);
-    struct gf_node *nd = node("AttentionGrad", 6, 3);
+    size_t n_in = stats && in[6].rank ? 7 : 6;
+    struct gf_node *nd = node("AttentionGrad", n_in, 3);
     set_attrs(nd, c);
     for (int k = 0; k < 3; k++)
         out[k] = (want >> k) & 1 ? fout(in[1 + k].rank, in[1 + k].dims) : NONE;
     int runs = 1;
     if (all_configs)
-        runs = bt_compare_configs(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
+        runs = bt_compare_configs(nd, in, n_in, ALL_HOST, out, 3, RTOL, ATOL);
     else
-        bt_compare(nd, in, 6, ALL_HOST, out, 3, RTOL, ATOL);
+        bt_compare(nd, in, n_in, ALL_HOST, out, 3, RTOL, ATOL);
     release_bufs();
     return runs;
 }
@@ -228,14 +244,12 @@ static void each_case(void (*fn)(const struct acase *c, unsigned i))
 
 static void fwd_each(const struct acase *c, unsigned i)
 {
-    (void)i;
-    fwd_case(c, false);
+    fwd_case(c, false, i % 2 == 1);
 }
 
 static void grad_each(const struct acase *c, unsigned i)
 {
-    (void)i;
-    grad_case(c, 7, false);
+    grad_case(c, 7, false, i % 2 == 0);
 }
 
 /* ---- tests -------------------------------------------------------------------------- */
@@ -248,26 +262,27 @@ static void test_forward(void **state)
     /* every Mask form and both layouts on one odd shape */
     for (int m = M_NONE; m <= M_CAUSAL; m++)
         for (int tb = 0; tb < 2; tb++)
-            fwd_case(&(struct acase){2, 2, 3, 33, 40, 17, 24, tb, (enum mask)m, 0.3f}, false);
+            fwd_case(&(struct acase){2, 2, 3, 33, 40, 17, 24, tb, (enum mask)m, 0.3f}, false,
+                     tb == 1);
 }
 
 static void test_forward_large_heads(void **state)
 {
     (void)state;
     need_backend();
-    fwd_case(&(struct acase){1, 1, 2, 33, 70, 128, 128, 1, M_HEADS, 0.1f}, false);
-    fwd_case(&(struct acase){1, 1, 2, 33, 70, 256, 256, 0, M_2D, 0.0625f}, false);
-    fwd_case(&(struct acase){1, 1, 1, 9, 17, 200, 256, 1, M_NONE, 0}, false);
-    fwd_case(&(struct acase){1, 1, 1, 9, 17, 256, 40, 1, M_CAUSAL, 0}, false);
+    fwd_case(&(struct acase){1, 1, 2, 33, 70, 128, 128, 1, M_HEADS, 0.1f}, false, true);
+    fwd_case(&(struct acase){1, 1, 2, 33, 70, 256, 256, 0, M_2D, 0.0625f}, false, true);
+    fwd_case(&(struct acase){1, 1, 1, 9, 17, 200, 256, 1, M_NONE, 0}, false, false);
+    fwd_case(&(struct acase){1, 1, 1, 9, 17, 256, 40, 1, M_CAUSAL, 0}, false, false);
 }
 
 static void test_forward_configs(void **state)
 {
     (void)state;
     need_backend();
-    bt_expect_space(fwd_case(&(struct acase){2, 2, 2, 33, 70, 17, 24, 0, M_HEADS, 0.2f}, true),
+    bt_expect_space(fwd_case(&(struct acase){2, 2, 2, 33, 70, 17, 24, 0, M_HEADS, 0.2f}, true, true),
                     "opencl", 5 * 5 * 4);
-    bt_expect_space(fwd_case(&(struct acase){1, 1, 2, 20, 9, 96, 64, 1, M_FULL, 0}, true),
+    bt_expect_space(fwd_case(&(struct acase){1, 1, 2, 20, 9, 96, 64, 1, M_FULL, 0}, true, false),
                     "opencl", 5 * 5 * 4);
 }
 
@@ -278,7 +293,8 @@ static void test_grad(void **state)
     each_case(grad_each);
     for (int m = M_NONE; m <= M_CAUSAL; m++)
         for (int tb = 0; tb < 2; tb++)
-            grad_case(&(struct acase){2, 2, 3, 33, 40, 17, 24, tb, (enum mask)m, 0.3f}, 7, false);
+            grad_case(&(struct acase){2, 2, 3, 33, 40, 17, 24, tb, (enum mask)m, 0.3f}, 7, false,
+                      tb == 0);
 }
 
 static void test_grad_subsets(void **state)
@@ -287,16 +303,17 @@ static void test_grad_subsets(void **state)
     need_backend();
     for (unsigned want = 1; want < 8; want++)
         for (int tb = 0; tb < 2; tb++)
-            grad_case(&(struct acase){1, 1, 3, 7, 33, 16, 9, tb, M_KEYS, 0.5f}, want, false);
+            grad_case(&(struct acase){1, 1, 3, 7, 33, 16, 9, tb, M_KEYS, 0.5f}, want, false,
+                      tb == 1);
 }
 
 static void test_grad_large_heads(void **state)
 {
     (void)state;
     need_backend();
-    grad_case(&(struct acase){1, 1, 2, 33, 70, 128, 128, 1, M_HEADS, 0.1f}, 7, false);
-    grad_case(&(struct acase){1, 1, 1, 20, 37, 256, 256, 0, M_2D, 0.0625f}, 7, false);
-    grad_case(&(struct acase){1, 1, 1, 9, 17, 200, 64, 1, M_NONE, 0}, 7, false);
+    grad_case(&(struct acase){1, 1, 2, 33, 70, 128, 128, 1, M_HEADS, 0.1f}, 7, false, true);
+    grad_case(&(struct acase){1, 1, 1, 20, 37, 256, 256, 0, M_2D, 0.0625f}, 7, false, false);
+    grad_case(&(struct acase){1, 1, 1, 9, 17, 200, 64, 1, M_NONE, 0}, 7, false, true);
 }
 
 static void test_grad_configs(void **state)
@@ -304,8 +321,8 @@ static void test_grad_configs(void **state)
     (void)state;
     need_backend();
     bt_expect_space(grad_case(&(struct acase){2, 2, 2, 33, 70, 17, 24, 0, M_HEADS, 0.2f}, 7,
-                               true), "opencl", 5 * 5 * 4);
-    bt_expect_space(grad_case(&(struct acase){1, 1, 2, 20, 9, 96, 64, 1, M_FULL, 0}, 7, true),
+                               true, true), "opencl", 5 * 5 * 4);
+    bt_expect_space(grad_case(&(struct acase){1, 1, 2, 20, 9, 96, 64, 1, M_FULL, 0}, 7, true, false),
                     "opencl", 5 * 5 * 4);
 }
 
@@ -315,11 +332,11 @@ static void test_empty(void **state)
 {
     (void)state;
     need_backend();
-    grad_case(&(struct acase){1, 1, 3, 0, 7, 16, 8, 1, M_NONE, 0}, 7, false);
-    grad_case(&(struct acase){1, 1, 3, 5, 0, 16, 8, 0, M_NONE, 0}, 7, false);
+    grad_case(&(struct acase){1, 1, 3, 0, 7, 16, 8, 1, M_NONE, 0}, 7, false, true);
+    grad_case(&(struct acase){1, 1, 3, 5, 0, 16, 8, 0, M_NONE, 0}, 7, false, true);
     struct acase c = {1, 1, 3, 5, 0, 16, 8, 1, M_NONE, 0};
     struct tensors t = make_tensors(&c);
-    struct gf_node *nd = fwd_node(&c);
+    struct gf_node *nd = fwd_node(&c, 1);
     struct gf_tview in[3] = {t.q, t.k, t.v}, out[1] = {fout(t.rank, t.od)};
     void *res[1];
     assert_int_equal(bt_run(nd, in, 3, ALL_HOST, out, 1, NULL, res), GF_OK);
@@ -334,15 +351,15 @@ static void test_deterministic(void **state)
     (void)state;
     need_backend();
     struct acase c = {2, 2, 4, 100, 100, 32, 32, 1, M_CAUSAL, 0.17f};
-    struct gf_tview in[6], out[3];
+    struct gf_tview in[7], out[3];
     grad_inputs(&c, in);
-    struct gf_node *nd = node("AttentionGrad", 6, 3);
+    struct gf_node *nd = node("AttentionGrad", 7, 3);
     set_attrs(nd, &c);
     for (int k = 0; k < 3; k++)
         out[k] = fout(in[1 + k].rank, in[1 + k].dims);
     void *r1[3], *r2[3];
-    assert_int_equal(bt_run(nd, in, 6, ALL_HOST, out, 3, NULL, r1), GF_OK);
-    assert_int_equal(bt_run(nd, in, 6, ALL_HOST, out, 3, NULL, r2), GF_OK);
+    assert_int_equal(bt_run(nd, in, 7, ALL_HOST, out, 3, NULL, r1), GF_OK);
+    assert_int_equal(bt_run(nd, in, 7, ALL_HOST, out, 3, NULL, r2), GF_OK);
     for (int k = 0; k < 3; k++) {
         assert_memory_equal(r1[k], r2[k], gf_tview_bytes(&out[k]));
         free(r1[k]);
@@ -409,11 +426,11 @@ static void compare_narrow(const struct gf_node *nd, struct gf_tview *in, size_t
 static void half_case(enum gf_dtype dt, double rtol, const struct acase *c)
 {
     struct tensors t = make_tensors(c);
-    struct gf_node *nd = fwd_node(c);
+    struct gf_node *nd = fwd_node(c, 1);
     struct gf_tview in[4] = {t.q, t.k, t.v, t.m}, out[1] = {fout(t.rank, t.od)};
     compare_narrow(nd, in, c->mask ? 4 : 3, out, 1, dt, rtol);
     release_bufs();
-    struct gf_tview gin[6], gout[3];
+    struct gf_tview gin[7], gout[3];
     grad_inputs(c, gin);
     nd = node("AttentionGrad", 6, 3);
     set_attrs(nd, c);

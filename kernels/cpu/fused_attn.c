@@ -1,9 +1,11 @@
 /* CPU kernels of fused attention (domain graphfuse, README "Fused ops" and
  * "Training"):
  *
- *   Attention      Q, K, V, Mask? -> O     O = softmax(scale Q K' + Mask) V, the softmax
- *                                          over the last axis, K' = K^T with transB = 1
- *   AttentionGrad  dO, Q, K, V, Mask?, O -> dQ?, dK?, dV?
+ *   Attention      Q, K, V, Mask? -> O, Stats?   O = softmax(scale Q K' + Mask) V, the
+ *                                          softmax over the last axis, K' = K^T with
+ *                                          transB = 1; Stats each row's max and 1 / sum
+ *   AttentionGrad  dO, Q, K, V, Mask?, O, Stats? -> dQ?, dK?, dV?  (Stats not read:
+ *                                          the probabilities are recomputed whole)
  *
  * Q [b..., Sq, D], K [b..., Sk, D] (transB = 1) or [b..., D, Sk], V [b...,
  * Sk, Dv], O [b..., Sq, Dv]; the batch dims b... of Q, K, V are the same,
@@ -39,6 +41,7 @@ struct attn {
     size_t rb;                   /* query rows of a block */
     const void *q, *k, *v, *mask, *o, *dout;
     void *out, *dq, *dk, *dv_;
+    void *stats;                      /* the forward's Stats, or NULL */
     int brank;                        /* rank of the batch dims */
     int64_t bdims[GF_MAX_RANK];
     int64_t mst[GF_MAX_RANK + 2];     /* Mask's strides over [b..., Sq, Sk] */
@@ -93,7 +96,8 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
                     sr[j] += mr[j * cs];                                                \
         }                                                                               \
     }                                                                                   \
-    FU_HOT static void softmax_rows_##sfx(const struct attn *c, size_t n, T *s)         \
+    FU_HOT static void softmax_rows_##sfx(const struct attn *c, size_t n, T *s, T *sm,  \
+                                          T *sl)                                        \
     {                                                                                   \
         for (size_t i = 0; i < n; i++) {                                                \
             T *sr = s + i * c->sk, m = -INFINITY;                                       \
@@ -101,6 +105,8 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
                 m = sr[j] > m ? sr[j] : m;                                              \
             if (m == -INFINITY && c->zero_rows) {                                       \
                 memset(sr, 0, c->sk * sizeof(T));                                       \
+                if (sm)                                                                 \
+                    sm[i] = 0, sl[i] = 0;                                               \
                 continue;                                                               \
             }                                                                           \
             double acc[FU_LANES] = {0}, l = 0;                                          \
@@ -117,6 +123,8 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
             T lt = (T)l;                                                                \
             for (j = 0; j < c->sk; j++)                                                 \
                 sr[j] = sr[j] / lt;                                                     \
+            if (sm)                                                                     \
+                sm[i] = m, sl[i] = (T)1 / lt;                                           \
         }                                                                               \
     }                                                                                   \
     FU_HOT static void ds_rows_##sfx(const struct attn *c, size_t n, const T *p, T *dp, \
@@ -138,20 +146,24 @@ DEF_ATTN_ROWS(GF_FLOAT, f32, float)
 DEF_ATTN_ROWS(GF_DOUBLE, f64, double)
 
 /* The block's probabilities s [n, Sk] = softmax(scale q K' + Mask) (rows
- * i0.. of item it), computed the same way in both kernels. */
+ * i0.. of item it), computed the same way in both kernels; with c->stats
+ * (the forward's Stats output) the rows' max and 1 / sum too. */
 static void probs(const struct attn *c, size_t it, size_t i0, size_t n, void *s)
 {
+    size_t at = it * c->sq + i0, far = c->items * c->sq; /* Stats [2, items, Sq] */
     size_t es = gf_dtype_size(c->dt);
     const char *q = (const char *)c->q + (it * c->sq + i0) * c->d * es;
     const char *k = (const char *)c->k + it * c->sk * c->d * es;
     gemm(c, false, c->tb, n, c->sk, c->d, c->scale, q, c->d, k, c->tb ? c->d : c->sk, 0, s,
          c->sk);
     if (c->dt == GF_DOUBLE) {
+        double *st = c->stats;
         mask_rows_f64(c, it, i0, n, s);
-        softmax_rows_f64(c, n, s);
+        softmax_rows_f64(c, n, s, st ? st + at : NULL, st ? st + far + at : NULL);
     } else {
+        float *st = c->stats;
         mask_rows_f32(c, it, i0, n, s);
-        softmax_rows_f32(c, n, s);
+        softmax_rows_f32(c, n, s, st ? st + at : NULL, st ? st + far + at : NULL);
     }
 }
 
@@ -283,6 +295,7 @@ static enum gf_status attn_run(const struct gf_kernel_args *a)
     c.q = a->in[0].data, c.k = a->in[1].data, c.v = a->in[2].data;
     c.mask = fu_has(a, 3) ? a->in[3].data : NULL;
     c.out = a->out[0].data;
+    c.stats = fu_has_out(a, 1) ? a->out[1].data : NULL;
     c.ws = a->workspace;
     c.slice = A64_BYTES(c.rb * c.sk * gf_dtype_size(c.dt));
     blas_threads(1);

@@ -1,12 +1,12 @@
 /* CUDA kernels of fused attention (device code: fused_attn.cu), fp32:
  *
- *   Attention      Q, K, V, Mask? -> O     O = softmax(scale Q K' + Mask) V
- *   AttentionGrad  dO, Q, K, V, Mask?, O -> dQ?, dK?, dV?
+ *   Attention      Q, K, V, Mask? -> O, Stats?     O = softmax(scale Q K' + Mask) V
+ *   AttentionGrad  dO, Q, K, V, Mask?, O, Stats? -> dQ?, dK?, dV?
  *
  * Flash-style on the tensor cores (3xTF32 products: fp32's accuracy):
  * tiles of 16 W queries x 64 keys in shared memory, an online softmax, no
- * [Sq, Sk] matrix in memory; the backward recomputes each row's max and
- * sum (the forward saves none, as the CPU's: its outputs are the CPU's).
+ * [Sq, Sk] matrix in memory; the backward reads each row's max and 1 / sum
+ * from Stats (which autodiff asks the forward for), else finds them first.
  * A Mask with a host copy that is causal (0 on and below the bottom-right
  * aligned diagonal, -inf or below -1e30 above, the same for every item) is
  * not read: the tiles above the diagonal are skipped.  zero_masked_rows: a
@@ -15,7 +15,8 @@
  * Knob "warps": W, warps per block (16 rows each), 4 or 8.  (dQ added
  * with float atomics by dK and dV's kernel instead of its own pass was
  * measured slower at 8 x 16 x 512 x 64 and is not deterministic: gone.)
- * ws (AttentionGrad) = [row max, 1 / row sum: 2 x items x Sq][delta: items x Sq].
+ * ws (AttentionGrad) = [row max, 1 / row sum: 2 x items x Sq (unused with
+ * Stats)][delta: items x Sq].
  */
 #include <pthread.h>
 
@@ -149,6 +150,7 @@ static enum gf_status attn_run(const struct gf_kernel_args *a)
         c.k.tiles = a->workspace;
     c.k.q = a->in[0].data, c.k.k = a->in[1].data, c.k.v = a->in[2].data;
     c.k.out = a->out[0].data;
+    c.k.stats = fu_has_out(a, 1) && a->out[1].nelem ? a->out[1].data : NULL;
     return gf_cu_check(a, gf_cu_attn_fwd(gf_cu_stream(a), &c.k), "Attention");
 }
 
@@ -176,6 +178,10 @@ static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
     c.k.dvv = fu_has_out(a, 2) ? a->out[2].data : NULL;
     c.k.lse = a->workspace;
     c.k.delta = c.k.lse ? c.k.lse + 2 * c.k.items * c.k.sq : NULL;
+    if (fu_has(a, 6) && a->in[6].nelem) { /* the forward's Stats, read, not written */
+        c.k.lse = a->in[6].data;
+        c.k.have_stats = 1;
+    }
     size_t stats = ((size_t)(3 * c.k.items * c.k.sq) * sizeof(float) + 255) / 256 * 256;
     if (c.k.mask && a->workspace && tiles_bytes(a, 1, &c))
         c.k.tiles = (unsigned char *)a->workspace + stats;

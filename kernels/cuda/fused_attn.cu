@@ -6,10 +6,12 @@
  * K and V in tiles of 64 keys through shared memory; scores, an online
  * softmax (running max and sum per row) and O accumulated in registers: no
  * [Sq, Sk] matrix in memory.
- * Backward (the forward saves no statistics, as the CPU's): k_attn_dq walks
- * the keys twice, first for each query row's max and sum, then for dS = P
- * (dP - delta), delta = rowsum(dO O), into dQ = scale dS K; it leaves max,
- * 1 / sum and delta in the workspace for k_attn_dkv, one block per 16 W
+ * The forward writes each row's max and 1 / sum (Stats) when asked.
+ * Backward: k_attn_dq walks the keys for dS = P (dP - delta), delta =
+ * rowsum(dO O), into dQ = scale dS K, after a first walk that finds each
+ * query row's max and sum where the forward's Stats are not given (the
+ * same numbers: the same tiles in the same order); it leaves delta (and
+ * those statistics) in the workspace for k_attn_dkv, one block per 16 W
  * keys, which walks the query tiles for dV += P^T dO and dK += scale dS^T
  * Q.  No atomics: results repeat exactly.
  *
@@ -564,6 +566,11 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         /* no key seen (l = 0): 0 with zero_rows or no keys at all (a sum
          * over nothing, as the CPU's), else the softmax's NaN */
         bool none = l[h] == 0.0f && (a.zero_rows || a.sk == 0);
+        if (a.stats && t == 0) { /* as k_attn_dq's first pass finds them */
+            bool zr = a.zero_rows && m[h] == -INFINITY;
+            a.stats[it * a.sq + gi] = zr ? 0.0f : m[h];
+            a.stats[(a.items + it) * a.sq + gi] = zr ? 0.0f : 1.0f / l[h];
+        }
         float *out = a.out + (it * a.sq + gi) * a.dv;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
@@ -601,7 +608,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     fetch_tile<D>(Ds, R, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
     cp_commit();
     int st = 1, stn = 1;
-    int64_t k0 = open_key_tile(a, mk, it, q0, R, 0, kend, &st);
+    int64_t k0 = a.have_stats ? kend : open_key_tile(a, mk, it, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
@@ -621,7 +628,8 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         if (r == g + 8)
             dl[1] = (float)acc;
     }
-    /* pass 1: the rows' max and sum */
+    /* pass 1: the rows' max and sum (none with the forward's Stats: k0 =
+     * kend) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int cur = 0; k0 < kend; cur ^= 1) {
         int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
@@ -645,13 +653,19 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         int64_t gi = row + 8 * h;
-        if (a.zero_rows && m[h] == -INFINITY)
+        if (a.have_stats) { /* rows past Sq: p = 0 */
+            m[h] = gi < a.sq ? a.lse[it * a.sq + gi] : 0.0f;
+            li[h] = gi < a.sq ? a.lse[(a.items + it) * a.sq + gi] : 0.0f;
+        } else if (a.zero_rows && m[h] == -INFINITY) {
             m[h] = 0.0f, li[h] = 0.0f;
-        else
+        } else {
             li[h] = 1.0f / l[h];
+        }
         if (t == 0 && gi < a.sq) {
-            a.lse[it * a.sq + gi] = m[h];
-            a.lse[(a.items + it) * a.sq + gi] = li[h];
+            if (!a.have_stats) {
+                a.lse[it * a.sq + gi] = m[h];
+                a.lse[(a.items + it) * a.sq + gi] = li[h];
+            }
             a.delta[it * a.sq + gi] = dl[h];
         }
     }

@@ -100,7 +100,11 @@ struct gf_cu_attn {
     int64_t mbd[GF_CU_MAX_RANK], mbs[GF_CU_MAX_RANK];
     const float *q, *k, *v, *o, *dout;
     float *out, *dq, *dk, *dvv;
-    float *lse, *delta;   /* backward scratch: [items, sq] each */
+    float *lse, *delta;   /* backward: [2, items, sq] row max and 1 / sum (the forward's
+                           * Stats when have_stats, else found and written by
+                           * k_attn_dq), [items, sq] rowsum(dO O) */
+    int have_stats;       /* lse holds the forward's Stats */
+    float *stats;         /* forward: its Stats output [2, items, sq], or NULL */
 };
 /* Bytes of a.tiles for these shapes. */
 size_t gf_cu_attn_tiles_bytes(const struct gf_cu_attn *a);

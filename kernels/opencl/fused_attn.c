@@ -2,9 +2,10 @@
  * device code in fused_attn.cl), float storage and fp16 / bf16 storage
  * computed in float:
  *
- *   Attention      Q, K, V, Mask? -> O          attn_fwd
- *   AttentionGrad  dO, Q, K, V, Mask?, O -> dQ?, dK?, dV?
- *                                               attn_dq, then attn_dkv
+ *   Attention      Q, K, V, Mask? -> O, Stats?  attn_fwd
+ *   AttentionGrad  dO, Q, K, V, Mask?, O, Stats? -> dQ?, dK?, dV?
+ *                                               attn_dq, then attn_dkv (Stats
+ *                                               not read: attn_dq finds them)
  *
  * FlashAttention on the device: the forward makes one work-group per
  * (batch·head item, block of query rows), stages K and V tiles in local
@@ -35,6 +36,7 @@
 #define F_DK 8u
 #define F_DV 16u
 #define F_ZERO 32u
+#define F_STATS 64u
 
 /* knobs: query rows of a tile, keys of a tile, work-group size */
 enum { K_ROWS, K_KEYS, K_WG };
@@ -245,14 +247,22 @@ static enum gf_status attn_run(const struct gf_kernel_args *a)
     enum gf_status st = attn_check(a, 0, true, &c);
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
-    if (c.sk == 0) /* a softmax over no keys times no rows of V */
-        return fcl_fill(a, fcl_mem(&a->out[0]), 0, gf_tview_bytes(&a->out[0]), 0);
+    bool stats = fu_has_out(a, 1) && a->out[1].nelem;
+    if (c.sk == 0) { /* a softmax over no keys times no rows of V; Stats 0 (no key seen) */
+        st = fcl_fill(a, fcl_mem(&a->out[0]), 0, gf_tview_bytes(&a->out[0]), 0);
+        if (st == GF_OK && stats)
+            st = fcl_fill(a, fcl_mem(&a->out[1]), 0, gf_tview_bytes(&a->out[1]), 0);
+        return st;
+    }
     struct launch l;
     if ((st = plan(a, &c, a->in[0].dtype, FWD, &l)) != GF_OK)
         return st;
-    cl_mem bufs[5] = {fcl_mem(&a->in[0]), fcl_mem(&a->in[1]), fcl_mem(&a->in[2]),
-                      fu_has(a, 3) ? fcl_mem(&a->in[3]) : NULL, fcl_mem(&a->out[0])};
-    return launch(a, &l, &c, bufs, 5);
+    if (stats)
+        c.arg.flags |= F_STATS;
+    cl_mem bufs[6] = {fcl_mem(&a->in[0]), fcl_mem(&a->in[1]), fcl_mem(&a->in[2]),
+                      fu_has(a, 3) ? fcl_mem(&a->in[3]) : NULL, fcl_mem(&a->out[0]),
+                      stats ? fcl_mem(&a->out[1]) : NULL};
+    return launch(a, &l, &c, bufs, 6);
 }
 
 /* Workspace of AttentionGrad: each query row's max, sum and rowsum(dO O). */

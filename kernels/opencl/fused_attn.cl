@@ -33,6 +33,7 @@
 #define F_DK 8u   /* dK wanted */
 #define F_DV 16u  /* dV wanted */
 #define F_ZERO 32u /* zero_masked_rows: a row of -inf scores gives 0s, not NaN */
+#define F_STATS 64u /* attn_fwd writes Stats: each row's max, then 1 / sum */
 
 /* The shapes, tiles and Mask strides (struct attn_arg of fused_attn.c). */
 struct attn_arg {
@@ -122,7 +123,8 @@ uint block_of(uint n, uint blk, uint *it, uint *r0)
  * factor of this tile. */
 __kernel void attn_fwd(__global const store_t *q, __global const store_t *k,
                        __global const store_t *v, __global const store_t *mask,
-                       __global store_t *o, __local float *lm, struct attn_arg a)
+                       __global store_t *o, __global float *stats, __local float *lm,
+                       struct attn_arg a)
 {
     uint lid = get_local_id(0), wg = get_local_size(0), it, q0;
     uint nr = block_of(a.sq, a.bq, &it, &q0);
@@ -193,6 +195,11 @@ __kernel void attn_fwd(__global const store_t *q, __global const store_t *k,
             float l = lrow[e / a.dv];
             ST(o, (it * a.sq + q0) * a.dv + e, l == 0.0f && (a.flags & F_ZERO) ? 0.0f : acc[i] / l);
         }
+    }
+    for (uint r = lid; r < nr && (a.flags & F_STATS); r += wg) { /* Stats [2, rows] */
+        bool none = lrow[r] == 0.0f && (a.flags & F_ZERO);
+        stats[it * a.sq + q0 + r] = none ? 0.0f : mrow[r];
+        stats[a.rows + it * a.sq + q0 + r] = none ? 0.0f : 1.0f / lrow[r];
     }
 }
 
