@@ -15,7 +15,8 @@
  *     choice (cluster) and the plain two-pass rows (cluster=1);
  *   - LinearCrossEntropy 8192 x 4096 x 32000 (W [V, K], transB=1; loss, dH,
  *     dW): ms, the workspace (extra memory) against the logits' 1 GiB;
- *   - Attention fwd and AttentionGrad at B=8, 16 heads, T=512, d=64, causal
+ *   - Attention fwd (with its Stats output) and AttentionGrad (reading them)
+ *     at B=8, 16 heads, T=512, d=64, causal
  *     (the mask a host constant; GQA 16/8 is the same work once K and V are
  *     expanded, as the graph does before Attention), for each setting of
  *     the knob "warps" (4, 8); then with the mask in device memory only
@@ -121,7 +122,7 @@ static struct ten ten_labels(int rank, const int64_t *dims, int64_t classes, boo
 struct call {
     struct gf_model *m;
     struct gf_node *node;
-    struct ten *in[6], *out[4];
+    struct ten *in[7], *out[4];
     size_t n_in, n_out;
     void *ws[2];
     size_t ws_size[2];
@@ -136,7 +137,7 @@ static void call_init(struct call *c, const char *op, size_t n_in, size_t n_out)
     c->m = gf_model_new(8, "bench");
     if (!c->m || gf_model_set_opset(c->m, "graphfuse", 1) != GF_OK)
         die("model");
-    struct gf_value *ins[6], *outs[4];
+    struct gf_value *ins[7], *outs[4];
     for (size_t i = 0; i < n_in; i++) {
         char nm[16];
         snprintf(nm, sizeof(nm), "in%zu", i);
@@ -156,7 +157,7 @@ static void call_init(struct call *c, const char *op, size_t n_in, size_t n_out)
 static void call_run(struct call *c, bool dev, const int *config, bool sync)
 {
     struct gf_backend *b = dev ? be : cpu;
-    struct gf_tview in[6], out[4];
+    struct gf_tview in[7], out[4];
     for (size_t i = 0; i < c->n_in; i++)
         in[i] = !c->in[i] ? (struct gf_tview){0} : dev ? c->in[i]->d : c->in[i]->h;
     for (size_t i = 0; i < c->n_out; i++)
@@ -378,19 +379,20 @@ static void mme_free(struct mme_case *c)
  * (the kernels skip it), or in device memory only when dev_mask (read, as
  * a mask computed in the graph: the Hugging Face exports'). */
 struct attn_case {
-    struct ten q, k, v, mask, o, dout, dq, dk, dv;
+    struct ten q, k, v, mask, o, stats, dout, dq, dk, dv;
     struct call f, g;
 };
 
 static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int64_t d,
                       bool dev_mask)
 {
-    int64_t qd[4] = {b, h, t, d}, md[2] = {t, t};
+    int64_t qd[4] = {b, h, t, d}, md[2] = {t, t}, sd[4] = {2, b, h, t};
     c->q = ten_new(4, qd, -1, 1, 41);
     c->k = ten_new(4, qd, -1, 1, 42);
     c->v = ten_new(4, qd, -1, 1, 43);
     c->dout = ten_new(4, qd, -1, 1, 44);
     c->o = ten_new(4, qd, 0, 0, 0);
+    c->stats = ten_new(4, sd, 0, 0, 0);
     c->dq = ten_new(4, qd, 0, 0, 0);
     c->dk = ten_new(4, qd, 0, 0, 0);
     c->dv = ten_new(4, qd, 0, 0, 0);
@@ -402,23 +404,24 @@ static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int6
     if (be->ops->copy_in(be, c->mask.d.data, m, gf_tview_bytes(&c->mask.h)) != GF_OK)
         die("mask");
     c->mask.d.host = dev_mask ? NULL : m; /* a constant, as the executor hands initializers */
-    call_init(&c->f, "Attention", 4, 1);
+    call_init(&c->f, "Attention", 4, 2);
     gf_node_set_attr_int(c->f.node, "transB", 1);
     gf_node_set_attr_float(c->f.node, "scale", 1.0f / sqrtf((float)d));
     c->f.in[0] = &c->q, c->f.in[1] = &c->k, c->f.in[2] = &c->v, c->f.in[3] = &c->mask;
-    c->f.out[0] = &c->o;
-    call_init(&c->g, "AttentionGrad", 6, 3);
+    c->f.out[0] = &c->o, c->f.out[1] = &c->stats;
+    call_init(&c->g, "AttentionGrad", 7, 3);
     gf_node_set_attr_int(c->g.node, "transB", 1);
     gf_node_set_attr_float(c->g.node, "scale", 1.0f / sqrtf((float)d));
     c->g.in[0] = &c->dout, c->g.in[1] = &c->q, c->g.in[2] = &c->k, c->g.in[3] = &c->v;
-    c->g.in[4] = &c->mask, c->g.in[5] = &c->o;
+    c->g.in[4] = &c->mask, c->g.in[5] = &c->o, c->g.in[6] = &c->stats;
     c->g.out[0] = &c->dq, c->g.out[1] = &c->dk, c->g.out[2] = &c->dv;
 }
 
 static void attn_free(struct attn_case *c)
 {
-    struct ten *ts[] = {&c->q, &c->k, &c->v, &c->mask, &c->o, &c->dout, &c->dq, &c->dk, &c->dv};
-    for (size_t i = 0; i < 9; i++)
+    struct ten *ts[] = {&c->q,    &c->k,    &c->v,  &c->mask, &c->o,
+                        &c->stats, &c->dout, &c->dq, &c->dk,   &c->dv};
+    for (size_t i = 0; i < 10; i++)
         ten_free(ts[i]);
     call_free(&c->f);
     call_free(&c->g);
@@ -426,7 +429,7 @@ static void attn_free(struct attn_case *c)
 
 static bool has_kernel(struct call *c)
 {
-    struct gf_tview in[6];
+    struct gf_tview in[7];
     for (size_t i = 0; i < c->n_in; i++)
         in[i] = c->in[i] ? c->in[i]->d : (struct gf_tview){0};
     const struct gf_kernel *k = gf_kernel_find(be, c->node, in, c->n_in);
