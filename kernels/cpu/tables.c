@@ -18,6 +18,9 @@ extern const struct gf_kernel_table gf_cpu_fused_grad_table;
  * fused kernels, for models written by optimize --target ort / onnx. */
 extern const struct gf_kernel_table gf_cpu_contrib_table;
 extern const struct gf_kernel_table gf_cpu_optim_table; /* optim.c: optimizer ops */
+/* half.c: fp16 / bf16 nodes no kernel above takes, run by the fp32 kernels on
+ * widened copies; last, so that native 16-bit kernels win */
+extern const struct gf_kernel_table gf_cpu_half_table;
 
 const struct gf_kernel_table *const gf_cpu_tables[] = {
     &gf_cpu_elementwise_table,
@@ -33,5 +36,6 @@ const struct gf_kernel_table *const gf_cpu_tables[] = {
     &gf_cpu_fused_grad_table,
     &gf_cpu_contrib_table,
     &gf_cpu_optim_table,
+    &gf_cpu_half_table,
     NULL,
 };
