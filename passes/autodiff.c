@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gf_half.h"
 #include "grad_rules.h"
 
 enum { FROM_PARAM = 1, TO_LOSS = 2, IS_PARAM = 4 };
@@ -389,11 +390,10 @@ struct gf_value *gf_ad_scalar(struct gf_ad *ad, enum gf_dtype dt, double x)
     if (v)
         return v;
     float f = (float)x;
-    if (dt != GF_FLOAT && dt != GF_DOUBLE)
-        return gf_ad_fail(ad, GF_ERR_UNSUPPORTED, "gradients of %s values are not supported",
-                          gf_dtype_name(dt)), NULL;
-    return const_add(ad, gf_tensor_new(ad->m, NULL, dt, 0, NULL,
-                                       dt == GF_DOUBLE ? (void *)&x : (void *)&f), dt, x, 1);
+    /* fp16 / bf16 (--precision): the constant rounded to nearest even */
+    uint16_t h = dt == GF_FLOAT16 ? gf_float_to_half(f) : gf_float_to_bf16(f);
+    const void *data = dt == GF_DOUBLE ? (void *)&x : dt == GF_FLOAT ? (void *)&f : (void *)&h;
+    return const_add(ad, gf_tensor_new(ad->m, NULL, dt, 0, NULL, data), dt, x, 1);
 }
 
 struct gf_value *gf_ad_ints(struct gf_ad *ad, size_t n, const int64_t *vals)
