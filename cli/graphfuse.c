@@ -51,6 +51,14 @@ static enum gf_status optimize_model(struct gf_model *m, const char *path,
     return st;
 }
 
+/* --precision: the autocast pass (passes/precision.c), before fusion. */
+static enum gf_status apply_precision(struct gf_model *m, const char *path, enum gf_precision p)
+{
+    enum gf_status st = gf_pass_precision(m, p, NULL);
+    if (st != GF_OK && path)
+        gf_error_prefix(path);
+    return st;
+}
 
 /* ---- info ----------------------------------------------------------------- */
 
@@ -321,6 +329,7 @@ static size_t file_size(const char *path)
 struct optimize_args {
     const char *path, *out, *report, *explain;
     enum gf_fuse_target target;
+    enum gf_precision precision;
     const char *disabled[128];
     size_t n_disabled;
     const char *drops[64];
@@ -391,6 +400,10 @@ static int parse_optimize(int argc, char **argv, struct optimize_args *a)
                 return cli_usage(NULL, "optimize: '%s' is not an opt-in pattern (attention)", v);
             if (a->n_enabled < 8)
                 a->enabled[a->n_enabled++] = v;
+        } else if ((v = opt_value(argc, argv, &i, "--precision", &missing))) {
+            if (!gf_precision_parse(v, &a->precision))
+                return cli_usage(NULL, "optimize: unknown precision '%s' (fp32, tf32, bf16 "
+                                 "or fp16)", v);
         } else if ((v = opt_value(argc, argv, &i, "--report", &missing))) {
             if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
                 return cli_usage(NULL, "optimize: unknown report format '%s' (text or json)", v);
@@ -437,6 +450,9 @@ static int cmd_optimize(int argc, char **argv)
         }
     if (rc == 0 && (st = gf_op_census_take(&input, m->graph)) != GF_OK)
         rc = cli_fail(st);
+    /* the weights' Casts fold into bf16 / fp16 initializers in the cleanup */
+    if (rc == 0 && (st = apply_precision(m, a.path, a.precision)) != GF_OK)
+        rc = cli_fail(st);
     struct gf_fuse_opts fo = {.disabled = a.disabled, .n_disabled = a.n_disabled,
                               .enabled = a.enabled, .n_enabled = a.n_enabled,
                               .explain = a.explain, .target = a.target};
@@ -470,9 +486,17 @@ static int cmd_optimize(int argc, char **argv)
 
 /* Parses the options shared by run and test; returns -1 when `a` is not one,
  * else the number of arguments consumed (1 or 2), or -2 on a bad value. */
-static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o)
+static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o,
+                       enum gf_precision *prec)
 {
     const char *a = argv[i];
+    if (strcmp(a, "--precision") == 0) {
+        if (i + 1 >= argc || !gf_precision_parse(argv[i + 1], prec)) {
+            cli_usage(NULL, "--precision needs fp32, tf32, bf16 or fp16%s", "");
+            return -2;
+        }
+        return 2;
+    }
     if (strcmp(a, "--profile") == 0 || strcmp(a, "--autotune") == 0) {
         *(a[2] == 'p' ? &o->profile : &o->autotune) = true;
         return 1;
@@ -543,9 +567,10 @@ static int cmd_run(int argc, char **argv)
     bool fuse = false;
     int repeat = 1;
     struct gf_exec_opts o = {0};
+    enum gf_precision prec = GF_PRECISION_FP32;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        int used = exec_option(argc, argv, i, &o);
+        int used = exec_option(argc, argv, i, &o, &prec);
         if (used == -2)
             return EXIT_INPUT;
         if (used > 0) {
@@ -592,6 +617,10 @@ static int cmd_run(int argc, char **argv)
         return cli_fail(st);
     struct gf_session *s = NULL;
     int rc = 0;
+    if ((st = apply_precision(m, path, prec)) != GF_OK) {
+        rc = cli_fail(st);
+        goto out;
+    }
     if (fuse && (st = optimize_model(m, path, &cli_run_fuse_opts, NULL, NULL)) != GF_OK) {
         rc = cli_fail(st);
         goto out;
@@ -684,8 +713,9 @@ static size_t load_set(struct gf_model *m, const char *dir, const char *prefix,
 }
 
 /* Runs one test folder; returns 1 pass, 0 fail, -1 unsupported. */
-static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse, double rtol,
-                        double atol, struct test_totals *tot)
+static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse,
+                        enum gf_precision prec, double rtol, double atol,
+                        struct test_totals *tot)
 {
     char path[4096], msg[1200] = "", name[512];
     size_t len = strlen(dir);
@@ -703,6 +733,8 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse
     int result = 1;
     double worst = 0;
     int sets = 0;
+    if ((st = apply_precision(m, NULL, prec)) != GF_OK)
+        goto error;
     if (fuse && (st = optimize_model(m, NULL, &cli_run_fuse_opts, NULL, NULL)) != GF_OK)
         goto error;
     if ((st = gf_session_new(m, o, &s)) != GF_OK)
@@ -765,11 +797,12 @@ static int cmd_test(int argc, char **argv)
     double rtol = 1e-3, atol = 1e-7;
     bool by_op = false, fuse = false;
     struct gf_exec_opts o = {0};
+    enum gf_precision prec = GF_PRECISION_FP32;
     const char *dirs[4096];
     int n_dirs = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        int used = exec_option(argc, argv, i, &o);
+        int used = exec_option(argc, argv, i, &o, &prec);
         if (used == -2)
             return EXIT_INPUT;
         if (used > 0) {
@@ -800,7 +833,7 @@ static int cmd_test(int argc, char **argv)
     if (!tot)
         return cli_fail(gf_error(GF_ERR_NOMEM, "out of memory"));
     for (int i = 0; i < n_dirs; i++) {
-        int r = run_test_dir(dirs[i], &o, fuse, rtol, atol, tot);
+        int r = run_test_dir(dirs[i], &o, fuse, prec, rtol, atol, tot);
         tot->pass += r > 0;
         tot->fail += r == 0;
         tot->unsupported += r < 0;
@@ -829,7 +862,7 @@ static const char usage[] =
     "                                  the graph, one line per node / Graphviz / JSON\n"
     "  optimize MODEL -o OUT [--target graphfuse|ort|onnx] [--disable P1,P2]\n"
     "      [--report text|json] [--explain PATTERN] [--drop-output NAME]\n"
-    "      [--enable attention]\n"
+    "      [--enable attention] [--precision fp32|tf32|bf16|fp16]\n"
     "                                  cleanup and fusion (patterns below); writes\n"
     "                                  OUT atomically and prints op counts before /\n"
     "                                  after and hits per pattern; --explain tells\n"
@@ -838,13 +871,16 @@ static const char usage[] =
     "      [--backend cpu|cuda|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
     "      [--max-memory SIZE] [--fuse] [--dim NAME=SIZE (run --random-inputs)]\n"
     "      [--tune-cache FILE] [--autotune] [--repeat N] [--no-cuda-graph]\n"
+    "      [--precision fp32|tf32|bf16|fp16]\n"
     "                                  run the graph; outputs summarized and written\n"
     "                                  as output_K.pb into DIR; --fuse optimizes\n"
     "                                  the model in memory first; kernels tuned by\n"
     "                                  `tune` are used, --autotune tunes missing ones;\n"
     "                                  --repeat: N runs (outputs, profile: the last;\n"
     "                                  on CUDA the 2nd captures a CUDA Graph, later\n"
-    "                                  ones replay it; --no-cuda-graph: never)\n"
+    "                                  ones replay it; --no-cuda-graph: never);\n"
+    "                                  --precision: autocast's policy as a pass before\n"
+    "                                  fusion (docs/precision.md)\n"
     "  test DIR... [--rtol R] [--atol A] [--by-op] [--fuse] [run options]\n"
     "                                  ONNX backend-test folders (model.onnx +\n"
     "                                  test_data_set_*): PASS / FAIL / UNSUPPORTED\n"
@@ -853,7 +889,7 @@ static const char usage[] =
     "                                  --external-data, initializers of BYTES (1024)\n"
     "                                  or more go to the side file OUT.data\n"
     "  train MODEL (--data DIR | --tokens FILE --batch B --seq T) [options]\n"
-    "      [--list-params] [--untie NAME[,NAME...]|all] [--disable P1,P2]\n"
+    "      [--list-params] [--untie NAME[,NAME...]|all] [--disable P1,P2] [--precision bf16]\n"
     "      [-o OUT.onnx] [--save-safetensors FILE] [--checkpoint FILE] [--resume CKPT]\n"
     "                                  train (SGD / AdamW; every option: README.md,\n"
     "                                  \"graphfuse train\"); --list-params: which\n"

@@ -27,6 +27,7 @@ int cmd_train(int argc, char **argv);
 struct train_args {
     const char *model, *data, *tokens, *out, *log, *ckpt, *resume;
     const char *safetensors; /* --save-safetensors: the parameters by PyTorch name */
+    const char *precision;   /* --precision: gf_pass_precision before the trainer */
     struct gf_trainer_opts to;
     struct gf_token_opts tk;
     int64_t ckpt_every;
@@ -104,6 +105,7 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         {"--checkpoint", offsetof(struct train_args, ckpt)},
         {"--resume", offsetof(struct train_args, resume)},
         {"--save-safetensors", offsetof(struct train_args, safetensors)},
+        {"--precision", offsetof(struct train_args, precision)},
     };
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
         if (strcmp(a, opts[i].name) == 0) {
@@ -423,9 +425,22 @@ static int save_safetensors(const struct train_args *a, const struct run *r)
 
 static int setup(struct train_args *a, struct run *r)
 {
+    enum gf_precision prec = GF_PRECISION_FP32;
+    if (a->precision && !gf_precision_parse(a->precision, &prec))
+        return cli_usage("train", "unknown precision '%s' (fp32, tf32, bf16 or fp16)",
+                         a->precision);
+    if (prec == GF_PRECISION_FP16) /* needs GradScaler's dynamic loss scaling */
+        return cli_fail(gf_error(GF_ERR_UNSUPPORTED, "train: --precision fp16 needs loss "
+                                 "scaling, not built yet; use bf16"));
     enum gf_status st = gf_model_load(a->model, NULL, &r->m);
     if (st != GF_OK)
         return cli_fail(st);
+    /* the forward graph in the low type, fp32 parameters read through Casts:
+     * autodiff gives fp32 gradients, the optimizer keeps fp32 state */
+    if ((st = gf_pass_precision(r->m, prec, NULL)) != GF_OK) {
+        gf_error_prefix(a->model);
+        return cli_fail(st);
+    }
     if ((st = gf_trainer_new(r->m, &a->to, &r->t)) != GF_OK) {
         gf_error_prefix(a->model);
         return cli_fail(st);

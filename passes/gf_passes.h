@@ -224,6 +224,42 @@ struct gf_autodiff_result {
 enum gf_status gf_pass_autodiff(struct gf_model *m, const struct gf_autodiff_opts *o,
                                 struct gf_autodiff_result *r);
 
+/* ---- precision (README "Precision", docs/precision.md) ------------------- */
+
+enum gf_precision {
+    GF_PRECISION_FP32 = 0, /* no change */
+    GF_PRECISION_TF32,     /* fp32 graph; CUDA GEMMs may use TF32 tensor cores */
+    GF_PRECISION_BF16,     /* autocast policy, low type bfloat16 */
+    GF_PRECISION_FP16,     /* autocast policy, low type float16 */
+};
+/* The model metadata_props key the pass records its precision under (tf32,
+ * bf16, fp16), for backends: gf_model_precision reads it. */
+#define GF_PRECISION_KEY "graphfuse.precision"
+
+struct gf_precision_stats {
+    size_t casts;       /* Cast nodes inserted */
+    size_t low_ops;     /* matmul-class nodes now in the low type */
+    size_t fp32_inputs; /* low inputs of fp32-class nodes cast to fp32 */
+    size_t folded;      /* Cast pairs folded (narrow(widen(x)) -> x) */
+};
+
+/* Rewrites m's main graph with PyTorch autocast's policy (top of
+ * passes/precision.c): MatMul, Gemm, Einsum, MatMulEpilogue and Attention
+ * read bf16 / fp16 inputs (one Cast per value, shared by its readers) and
+ * store low outputs; norms, softmax, losses and reductions get fp32
+ * inputs; other ops compute in their inputs' type with torch's promotion.
+ * fp32 initializers stay fp32 masters read through Casts; graph inputs and
+ * outputs keep their dtypes.  Idempotent.  bf16 raises ai.onnx opset 13..18
+ * to 19 (Cast rounding to nearest even).  fp32: nothing; tf32: only the
+ * metadata.  Run it before fusion and autodiff.  st may be NULL. */
+enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision p,
+                                 struct gf_precision_stats *st);
+/* The precision a model was rewritten for (GF_PRECISION_FP32 if none). */
+enum gf_precision gf_model_precision(const struct gf_model *m);
+/* "fp32", "tf32", "bf16", "fp16" <-> enum; parse returns false if unknown. */
+const char *gf_precision_name(enum gf_precision p);
+bool gf_precision_parse(const char *s, enum gf_precision *p);
+
 /* ---- parameters (training; README "Training → Parameters") ---------------- */
 
 enum gf_param_kind {
