@@ -869,5 +869,12 @@ enum gf_status gf_rule_optim(const struct gf_node *n, const struct gf_shape *con
         if (st != GF_OK)
             return st;
     }
+    size_t ni = is_sgd ? 4 : 5; /* N, the gradient's norm (optional) */
+    if (n_in > ni && in[ni]) {
+        struct gf_shape one = {.rank = 1, .d = {gf_dim_of(1)}};
+        if (!gf_shape_unify(in[ni], &one, &one))
+            return gf_node_error(n, GF_ERR_INVALID, "N (input %zu) %s must be [1]", ni,
+                                 SHAPE(in[ni]));
+    }
     return GF_OK;
 }

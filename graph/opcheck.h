@@ -258,9 +258,10 @@ enum gf_status gf_rule_mme_grad(const struct gf_node *n, const struct gf_shape *
  * GradAccumulate(G, Acc?) -> Y: Y like Acc, else like G; with transpose=1
  * G is 2-D and Y (and Acc) [G's dim 1, G's dim 0]; Acc has Y's elements.
  * GradNorm(X) -> N: float64 [1].
- * SGDStep(P, G, hyper, Buf?) -> P', Buf'; AdamWStep(P, G, M, V, hyper) ->
- * P', M', V': every operand but hyper has P's elements (flat ranges), the
- * outputs P's shape; hyper is GF_OPTIM_HYPER float64 values. */
+ * SGDStep(P, G, hyper, Buf?, N?) -> P', Buf'; AdamWStep(P, G, M, V, hyper,
+ * N?) -> P', M', V': every operand but hyper and N has P's elements (flat
+ * ranges), the outputs P's shape; hyper is GF_OPTIM_HYPER float64 values,
+ * N (GradNorm's output) one. */
 #define GF_OPTIM_HYPER 7 /* the length of SGDStep's and AdamWStep's hyper */
 struct gf_optim_rule {
     bool transpose;  /* GradAccumulate */

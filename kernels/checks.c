@@ -795,13 +795,32 @@ enum gf_status gf_mme_grad_check(const struct gf_kernel_args *a, struct gf_mme_g
 
 /* ---- the optimizer ops --------------------------------------------------------- */
 
-/* The hyper input i: GF_OPTIM_HYPER float64 values read on the host. */
+/* The hyper input i: GF_OPTIM_HYPER float64 values, *h their host copy
+ * (NULL: backend memory only, which the kernel reads on the device). */
 static enum gf_status optim_hyper(const struct gf_kernel_args *a, size_t i, const double **h)
 {
     const struct gf_tview *t = &a->in[i];
     enum gf_status st = fu_check_given(a, i, "hyper", GF_DOUBLE);
-    if (st == GF_OK && !(*h = gf_host_bytes(a, t)))
-        st = gf_kernel_error(a, GF_ERR_INVALID, "hyper (input %zu) is not on the host", i);
+    *h = st == GF_OK ? gf_host_bytes(a, t) : NULL;
+    if (st == GF_OK && !*h && !t->data)
+        st = gf_kernel_error(a, GF_ERR_INVALID, "hyper (input %zu) has no data", i);
+    return st;
+}
+
+/* The steps' optional N (input i): one float64, its host copy if any. */
+static enum gf_status optim_norm(const struct gf_kernel_args *a, size_t i,
+                                 struct gf_optim_args *o)
+{
+    o->max_norm = gf_node_attr_float(a->node, "max_norm", 0.0f);
+    if (!fu_has(a, i))
+        return GF_OK;
+    enum gf_status st = fu_check_given(a, i, "N", GF_DOUBLE);
+    if (st == GF_OK && (a->in[i].nelem != 1 || !a->in[i].data))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "N (input %zu) must be one float64", i);
+    if (st == GF_OK) {
+        o->norm = &a->in[i];
+        o->norm_host = gf_host_bytes(a, o->norm);
+    }
     return st;
 }
 
@@ -809,22 +828,25 @@ enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_ar
 {
     static const char *const names[] = {"P", "G", "ExpAvg", "ExpAvgSq", "hyper"};
     enum gf_op op = a->node->op;
-    struct gf_shape s[5];
-    const struct gf_shape *in[5] = {0};
-    size_t n_in = a->n_in < 5 ? a->n_in : 5;
+    struct gf_shape s[6];
+    const struct gf_shape *in[6] = {0};
+    size_t n_in = a->n_in < 6 ? a->n_in : 6;
     size_t oi = op == GF_OP_GRAD_ACCUMULATE ? 1 : op == GF_OP_SGD_STEP ? 3 : 0; /* optional */
     int64_t dims[GF_MAX_RANK];
     struct gf_optim_rule *r = &o->r;
     bool *opt = &o->opt;
     o->hyper = NULL;
+    o->norm = NULL;
+    o->norm_host = NULL;
+    o->max_norm = 0;
     *opt = oi && fu_has(a, oi) && a->in[oi].data;
     if (op == GF_OP_SGD_STEP)
         *opt = *opt && fu_has_out(a, 1) && a->out[1].data;
     for (size_t i = 0; i < n_in; i++)
         in[i] = oi && i == oi && !*opt ? NULL : in_shape(a, i, &s[i]);
     enum gf_status st = gf_rule_optim(a->node, in, n_in, r);
-    for (size_t i = 0; st == GF_OK && i < n_in; i++) /* every operand but hyper is fp32 */
-        if (in[i] && !(r->hyper && i == r->hyper))
+    for (size_t i = 0; st == GF_OK && i < n_in; i++) /* every operand but hyper, N is fp32 */
+        if (in[i] && !(r->hyper && i == r->hyper) && i < (op == GF_OP_SGD_STEP ? 4u : 5u))
             st = fu_check_in(a, i, op == GF_OP_SGD_STEP && i == 3 ? "Buf"
                                    : op == GF_OP_GRAD_ACCUMULATE ? (i ? "Acc" : "G")
                                    : op == GF_OP_GRAD_NORM ? "X" : names[i], GF_FLOAT);
@@ -836,19 +858,29 @@ enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_ar
     if (op == GF_OP_GRAD_ACCUMULATE)
         return r->transpose ? fu_check_out(a, 0, GF_FLOAT, gf_shape_dims(&r->y, dims), dims)
                             : gf_check_out_count(a, 0, GF_FLOAT, n);
-    if ((st = optim_hyper(a, r->hyper, &o->hyper)) != GF_OK)
+    if ((st = optim_hyper(a, r->hyper, &o->hyper)) != GF_OK ||
+        (st = optim_norm(a, op == GF_OP_SGD_STEP ? 4 : 5, o)) != GF_OK)
         return st;
     size_t n_out = op == GF_OP_ADAMW_STEP ? 3 : 1;
     if (op == GF_OP_SGD_STEP) {
         struct gf_sgd_scalars sc;
-        gf_sgd_scalars(o->hyper, &sc);
-        if (sc.momentum_on && !*opt)
+        if (o->hyper) /* (on the device only: the kernel runs without the buffer's update) */
+            gf_sgd_scalars(o->hyper, &sc);
+        if (o->hyper && sc.momentum_on && !*opt)
             return gf_kernel_error(a, GF_ERR_INVALID, "momentum without a momentum buffer");
         n_out += *opt;
     }
     for (size_t k = 0; k < n_out && st == GF_OK; k++)
         st = gf_check_out_count(a, k, GF_FLOAT, n);
     return st;
+}
+
+/* The steps' N, if given: float64, on the host where host_hyper. */
+static bool optim_norm_ok(const struct gf_tview *in, size_t n_in, size_t i, bool host_hyper)
+{
+    if (n_in <= i || in[i].dtype == GF_UNDEFINED)
+        return true;
+    return in[i].dtype == GF_DOUBLE && (!host_hyper || in[i].host);
 }
 
 bool gf_optim_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in,
@@ -864,10 +896,11 @@ bool gf_optim_supports(const struct gf_node *n, const struct gf_tview *in, size_
         return n_in == 1 && in[0].dtype == GF_FLOAT;
     case GF_OP_SGD_STEP:
         return n_in >= 3 && in[0].dtype == GF_FLOAT && in[1].dtype == GF_FLOAT &&
-               in[2].dtype == GF_DOUBLE && (!host_hyper || in[2].host);
+               in[2].dtype == GF_DOUBLE && (!host_hyper || in[2].host) &&
+               optim_norm_ok(in, n_in, 4, host_hyper);
     case GF_OP_ADAMW_STEP:
-        return n_in == 5 && in[0].dtype == GF_FLOAT && in[4].dtype == GF_DOUBLE &&
-               (!host_hyper || in[4].host);
+        return n_in >= 5 && in[0].dtype == GF_FLOAT && in[4].dtype == GF_DOUBLE &&
+               (!host_hyper || in[4].host) && optim_norm_ok(in, n_in, 5, host_hyper);
     default:
         return false;
     }

@@ -321,7 +321,11 @@ enum gf_status gf_mme_grad_check(const struct gf_kernel_args *a, struct gf_mme_g
  * operands, the outputs (GradNorm's one float64) into o. */
 struct gf_optim_args {
     struct gf_optim_rule r;
-    const double *hyper; /* the steps': GF_OPTIM_HYPER doubles on the host; else NULL */
+    const double *hyper; /* the steps': GF_OPTIM_HYPER doubles on the host; NULL when
+                          * hyper is backend memory only (read on the device) */
+    const struct gf_tview *norm; /* the steps' N (GradNorm's output), NULL: omitted */
+    const double *norm_host;     /* its host copy, if any */
+    float max_norm;              /* the steps' attribute max_norm (0: no clipping) */
     bool opt;            /* the optional operand is there, with data (an empty view
                           * without data is omitted): GradAccumulate's Acc,
                           * SGDStep's momentum buffer (Buf and Buf'; momentum needs it) */
@@ -329,7 +333,8 @@ struct gf_optim_args {
 enum gf_status gf_optim_check(const struct gf_kernel_args *a, struct gf_optim_args *o);
 /* supports() of the optimizer ops: fp32 operands (GradAccumulate's Acc
  * when given), a 2-D gradient for GradAccumulate's transpose, the steps'
- * float64 hyper, with its host copy where host_hyper (a device backend). */
+ * float64 hyper (and N), with their host copies where host_hyper (a device
+ * backend that reads them on the host). */
 bool gf_optim_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in,
                        bool host_hyper);
 

@@ -951,6 +951,28 @@ enum gf_status gf_dev_slice_grad_plan(const struct gf_kernel_args *a, int64_t *f
 
 /* ---- the optimizer ops ----------------------------------------------------------- */
 
+/* hyper on the host: the gradient scale with the clipping of an N read on
+ * the host (an N on the device is the kernel's); false: the update is
+ * skipped. */
+static bool host_scale(const struct gf_optim_args *o, float *scale)
+{
+    if (o->norm && !o->norm_host)
+        return isfinite(*scale);
+    return gf_clip_scale(*scale, o->norm_host, o->max_norm, scale);
+}
+
+/* A skipped update: output k takes input from[k]'s values (in place: nothing). */
+static enum gf_status keep_inputs(const struct gf_kernel_args *a, const size_t *from,
+                                  size_t n_out)
+{
+    enum gf_status st = GF_OK;
+    for (size_t k = 0; k < n_out && st == GF_OK; k++)
+        if (a->out[k].data && a->out[k].data != a->in[from[k]].data)
+            st = a->backend->ops->copy(a->backend, a->out[k].data, a->in[from[k]].data,
+                                       gf_tview_bytes(&a->out[k]));
+    return st;
+}
+
 enum gf_status gf_dev_optim_run(const struct gf_dev_optim *d, const struct gf_kernel_args *a)
 {
     struct gf_optim_args o;
@@ -968,15 +990,25 @@ enum gf_status gf_dev_optim_run(const struct gf_dev_optim *d, const struct gf_ke
     case GF_OP_GRAD_NORM: return d->norm(a);
     case GF_OP_SGD_STEP: {
         struct gf_sgd_scalars s;
+        if (!a->in[0].nelem)
+            return GF_OK;
+        if (!o.hyper)
+            return d->sgd(a, &o, NULL);
         gf_sgd_scalars(o.hyper, &s);
-        return a->in[0].nelem ? d->sgd(a, &o, &s) : GF_OK;
+        if (!host_scale(&o, &s.grad_scale))
+            return keep_inputs(a, (const size_t[]){0, 3}, o.opt ? 2 : 1);
+        return d->sgd(a, &o, &s);
     }
     default: { /* AdamWStep */
         struct gf_adamw_scalars s;
         if (!a->in[0].nelem)
             return GF_OK;
+        if (!o.hyper)
+            return d->adamw(a, &o, NULL);
         gf_adamw_scalars(o.hyper, &s);
-        return d->adamw(a, &s);
+        if (!host_scale(&o, &s.grad_scale))
+            return keep_inputs(a, (const size_t[]){0, 2, 3}, 3);
+        return d->adamw(a, &o, &s);
     }
     }
 }

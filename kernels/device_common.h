@@ -312,7 +312,15 @@ struct gf_sgd_scalars;
 struct gf_adamw_scalars;
 
 /* A device backend's optimizer kernels (kernels/optim_ops.h), each called
- * once the node has passed gf_optim_check (o) and has elements to update. */
+ * once the node has passed gf_optim_check (o) and has elements to update.
+ * The updates get the scalars computed on the host (s), whose grad_scale
+ * already holds the clipping of an N read on the host; s is NULL when
+ * hyper is device memory only (o->hyper NULL: the kernel computes them on
+ * the device when it runs), and an N without a host copy (o->norm,
+ * o->norm_host NULL) is applied on the device (gf_clip_scale there; a
+ * backend whose supports() asks for host copies never sees either).  An
+ * update the host knows to skip is not called: the outputs keep the
+ * inputs' values. */
 struct gf_dev_optim {
     /* GradAccumulate: Y = (Acc where o->opt, else 0) + G * scale, G read
      * transposed with o->r.transpose (dims within int) */
@@ -322,7 +330,8 @@ struct gf_dev_optim {
     /* SGDStep, with a momentum buffer where o->opt */
     enum gf_status (*sgd)(const struct gf_kernel_args *a, const struct gf_optim_args *o,
                           const struct gf_sgd_scalars *s);
-    enum gf_status (*adamw)(const struct gf_kernel_args *a, const struct gf_adamw_scalars *s);
+    enum gf_status (*adamw)(const struct gf_kernel_args *a, const struct gf_optim_args *o,
+                            const struct gf_adamw_scalars *s);
 };
 /* run() of GradAccumulate GradNorm SGDStep AdamWStep: the checks, then d's
  * kernel. */

@@ -4,11 +4,19 @@
  * rounds them alike.  Internal to kernels/; the ops are defined at the top
  * of kernels/cpu/optim.c.
  *
- * `hyper` is a float64 tensor the kernels read on the host (its `host`
- * copy): the optimizer's options in double, as torch.optim keeps them in
- * Python, plus the step and the gradient scale (the clipping coefficient,
- * 1 without clipping).  The scalars below are computed from it in double
- * and rounded to float where torch hands them to its kernels.
+ * `hyper` is a float64 tensor: the optimizer's options in double, as
+ * torch.optim keeps them in Python, plus the step and the gradient scale
+ * (the clipping coefficient, 1 without clipping).  The kernels read it on
+ * the host (its `host` copy), or, a device kernel given it in device memory
+ * only, on the device when the kernel runs (so that a replayed CUDA graph
+ * sees the values written before the launch).  The scalars below are
+ * computed from it in double and rounded to float where torch hands them
+ * to its kernels.
+ *
+ * The optional input N (GradNorm's output) and attribute max_norm move the
+ * clipping into the update: the gradient scale is hyper's times torch's
+ * clipping coefficient (gf_clip_scale).  When the scale or N is not finite
+ * nothing is updated: the outputs keep the inputs' values.
  */
 #ifndef GF_OPTIM_OPS_H
 #define GF_OPTIM_OPS_H
@@ -74,6 +82,28 @@ static inline void gf_sgd_scalars(const double *h, struct gf_sgd_scalars *c)
     c->damp = (float)(1.0 - h[GF_SGD_DAMPENING]);
     c->neg_lr = (float)-h[GF_SGD_LR];
     c->grad_scale = (float)h[GF_SGD_GRAD_SCALE];
+}
+
+/* torch.nn.utils.clip_grad_norm_'s coefficient, in float (max_norm <= 0:
+ * no clipping, 1). */
+static inline float gf_clip_coef_of(double max_norm, double norm)
+{
+    if (!(max_norm > 0))
+        return 1.0f;
+    float coef = (float)max_norm / ((float)norm + 1e-6f);
+    return coef > 1.0f ? 1.0f : coef;
+}
+
+/* The update's gradient scale: grad_scale (float, from hyper), times the
+ * clipping coefficient for max_norm when a norm is given; false when the
+ * update is skipped (grad_scale or the norm not finite). */
+static inline bool gf_clip_scale(float grad_scale, const double *norm, double max_norm,
+                                 float *scale)
+{
+    if (!isfinite(grad_scale) || (norm && !isfinite(*norm)))
+        return false;
+    *scale = norm ? grad_scale * gf_clip_coef_of(max_norm, *norm) : grad_scale;
+    return true;
 }
 
 #endif /* GF_OPTIM_OPS_H */

@@ -268,6 +268,15 @@ static const struct tcase cases[] = {
      "yyy", 0, 0, 0},
     {"AdamWStep", GF, NULL, "F[33] F[33] F[33] F[33]~0,1 d[7]=1e-2,0.9,0.99,1e-6,0,0,0.25",
      "yyy", 0, 0, 0},
+    /* N (GradNorm's output): clipped to max_norm; N or the scale not finite: no update */
+    {"SGDStep", GF, "max_norm=f:2", "F[1000] F[1000] d[7]=0.1,0.9,0,0,1,3,1 F[1000] d[1]=7.5",
+     "yy", 0, 0, 0},
+    {"AdamWStep", GF, "max_norm=f:0.5",
+     "F[1000] F[1000] F[1000] F[1000]~0,1 d[7]=1e-3,0.9,0.999,1e-8,0.01,3,1 d[1]=3", "yyy", 0, 0,
+     0},
+    {"AdamWStep", GF, "max_norm=f:0.5",
+     "F[33] F[33] F[33] F[33]~0,1 d[7]=1e-3,0.9,0.999,1e-8,0.01,3,1 d[1]=inf", "yyy", 0, 0, 0},
+    {"SGDStep", GF, NULL, "F[33] F[33] d[7]=0.1,0,0,0,0,3,nan", "y-", 0, 0, 0},
 };
 
 #define N_CASES (sizeof(cases) / sizeof(cases[0]))

@@ -29,7 +29,10 @@
  *   with t = step + 1.
  * The updates write in place (P' is P, and so on).  "0 + G" turns a -0
  * gradient into +0, as a gradient accumulated from +0 has it.  hyper:
- * kernels/optim_ops.h.  Elementwise loops split over threads (each element
+ * kernels/optim_ops.h.  With N (SGDStep's input 4, AdamWStep's 5) the
+ * gradient scale is grad_scale times torch's clipping coefficient for
+ * attribute max_norm; a scale or N not finite skips the update (the outputs
+ * keep the inputs' values: gf_clip_scale).  Elementwise loops split over threads (each element
  * computes the same whichever thread takes it); GradNorm runs on one.
  */
 #include "cpu.h"
@@ -125,6 +128,20 @@ static void sgd_chunk(void *ctx, size_t b, size_t e)
     }
 }
 
+/* A skipped update: each output takes its input's values (in place: nothing). */
+static void keep(const struct gf_kernel_args *a, const size_t *from, size_t n_out)
+{
+    for (size_t k = 0; k < n_out; k++)
+        if (a->out[k].data && a->out[k].data != a->in[from[k]].data)
+            memcpy(a->out[k].data, a->in[from[k]].data, gf_tview_bytes(&a->out[k]));
+}
+
+/* The update's gradient scale (gf_clip_scale); false: skipped. */
+static bool step_scale(const struct gf_optim_args *o, float grad_scale, float *scale)
+{
+    return gf_clip_scale(grad_scale, o->norm ? o->norm_host : NULL, o->max_norm, scale);
+}
+
 static enum gf_status sgd_run(const struct gf_kernel_args *a)
 {
     struct gf_optim_args o;
@@ -133,6 +150,10 @@ static enum gf_status sgd_run(const struct gf_kernel_args *a)
         return st;
     struct sgd_ctx c = {.p = a->out[0].data, .p0 = a->in[0].data, .grad = a->in[1].data};
     gf_sgd_scalars(o.hyper, &c.s);
+    if (!step_scale(&o, c.s.grad_scale, &c.s.grad_scale)) {
+        keep(a, (const size_t[]){0, 3}, o.opt ? 2 : 1);
+        return GF_OK;
+    }
     c.buf = o.opt ? a->out[1].data : NULL;
     c.buf0 = o.opt ? a->in[3].data : NULL;
     gf_parallel_for(a->n_threads, a->in[0].nelem, GRAIN, sgd_chunk, &c);
@@ -173,6 +194,10 @@ static enum gf_status adamw_run(const struct gf_kernel_args *a)
     struct adamw_ctx c = {a->out[0].data, a->out[1].data, a->out[2].data, a->in[0].data,
                           a->in[2].data, a->in[3].data, a->in[1].data, {0}};
     gf_adamw_scalars(o.hyper, &c.s);
+    if (!step_scale(&o, c.s.grad_scale, &c.s.grad_scale)) {
+        keep(a, (const size_t[]){0, 2, 3}, 3);
+        return GF_OK;
+    }
     gf_parallel_for(a->n_threads, a->in[0].nelem, GRAIN, adamw_chunk, &c);
     return GF_OK;
 }

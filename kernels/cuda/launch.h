@@ -95,13 +95,27 @@ cudaError_t gf_cu_grad_acc_t(cudaStream_t s, float *y, const float *acc, const f
 #define GF_CU_SUMSQ_PARTS 1024
 cudaError_t gf_cu_sumsq(cudaStream_t s, const float *x, int64_t n, double *part, double *out);
 
+/* What the updates read on the device when they run (so that a replayed
+ * graph sees the values of that step): hyper (kernels/optim_ops.h's
+ * layout, float64), else NULL and the args hold the scalars; norm (N,
+ * float64), else NULL: the gradient scale is then multiplied by torch's
+ * clipping coefficient for max_norm, and the update skipped (the outputs
+ * keep the inputs' values) when the scale or the norm is not finite. */
+struct gf_cu_step {
+    const double *hyper;
+    const double *norm;
+    float max_norm;
+};
+
 struct gf_cu_sgd_args {
     int decay_on, momentum_on, nesterov, first;
     float wd, mom, damp, neg_lr, grad_scale;
 };
-/* SGDStep: p, buf (may be the inputs' memory) from p0, buf0, g. */
+/* SGDStep: p, buf (may be the inputs' memory) from p0, buf0, g (buf NULL:
+ * no momentum buffer). */
 cudaError_t gf_cu_sgd(cudaStream_t s, float *p, float *buf, const float *p0, const float *buf0,
-                      const float *g, int64_t n, const struct gf_cu_sgd_args *c);
+                      const float *g, int64_t n, const struct gf_cu_sgd_args *c,
+                      const struct gf_cu_step *st);
 
 struct gf_cu_adamw_args {
     int decay_on, small;
@@ -109,7 +123,7 @@ struct gf_cu_adamw_args {
 };
 cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v, const float *p0,
                         const float *m0, const float *v0, const float *g, int64_t n,
-                        const struct gf_cu_adamw_args *c);
+                        const struct gf_cu_adamw_args *c, const struct gf_cu_step *st);
 
 /* ---- reduce.cu -------------------------------------------------------- */
 

@@ -6,7 +6,9 @@
  * double in a fixed order (element i to thread i % threads, a fixed tree in
  * each block, then one block over the partials), so a run repeats exactly.
  * Outputs may be their inputs' memory: each thread reads its elements
- * before writing them.
+ * before writing them.  The updates read hyper and N on the device when
+ * given there (gf_cu_step): a replayed CUDA graph then takes each step's
+ * learning rate, step count and clipping from memory.
  */
 #include "launch.h"
 
@@ -119,9 +121,86 @@ extern "C" cudaError_t gf_cu_sumsq(cudaStream_t s, const float *x, int64_t n, do
     return cudaGetLastError();
 }
 
-__global__ void k_sgd(float *p, float *buf, const float *p0, const float *buf0, const float *g,
-                      int64_t n, gf_cu_sgd_args c)
+/* ---- the updates ------------------------------------------------------------------
+ * The scalars of kernels/optim_ops.h: by value, or computed from hyper on
+ * the device when the kernel runs (the same double arithmetic as
+ * gf_sgd_scalars / gf_adamw_scalars, pow being CUDA's); the layouts'
+ * indices are optim_ops.h's (checked in optim.c). */
+enum { H_LR, H_B1_MOM, H_B2_DAMP, H_EPS_WD, H_WD_NEST, H_STEP, H_SCALE };
+
+/* torch.nn.utils.clip_grad_norm_'s coefficient in float: gf_clip_scale */
+__device__ static bool clip_scale(float *scale, const gf_cu_step &st)
 {
+    if (!isfinite(*scale))
+        return false;
+    if (!st.norm)
+        return true;
+    const double norm = *st.norm;
+    if (!isfinite(norm))
+        return false;
+    float coef = 1.0f;
+    if (st.max_norm > 0) {
+        coef = st.max_norm / ((float)norm + 1e-6f);
+        coef = coef > 1.0f ? 1.0f : coef;
+    }
+    *scale = *scale * coef;
+    return true;
+}
+
+__device__ static bool sgd_prep(gf_cu_sgd_args *c, const gf_cu_step &st, bool has_buf)
+{
+    if (st.hyper) {
+        const double *h = st.hyper; /* [lr, momentum, dampening, wd, nesterov, step, scale] */
+        c->decay_on = h[3] != 0;
+        c->momentum_on = h[H_B1_MOM] != 0 && has_buf;
+        c->nesterov = h[4] != 0;
+        c->first = h[H_STEP] == 0;
+        c->wd = (float)h[3];
+        c->mom = (float)h[H_B1_MOM];
+        c->damp = (float)(1.0 - h[H_B2_DAMP]);
+        c->neg_lr = (float)-h[H_LR];
+        c->grad_scale = (float)h[H_SCALE];
+    }
+    return clip_scale(&c->grad_scale, st);
+}
+
+__device__ static bool adamw_prep(gf_cu_adamw_args *c, const gf_cu_step &st)
+{
+    if (st.hyper) {
+        const double *h = st.hyper; /* [lr, beta1, beta2, eps, wd, step, scale] */
+        const double lr = h[H_LR], t = h[H_STEP] + 1;
+        c->decay_on = h[4] != 0;
+        c->decay = (float)(1.0 - lr * h[4]);
+        c->w = (float)(1.0 - h[H_B1_MOM]);
+        c->small = fabsf(c->w) < 0.5f;
+        c->b2 = (float)h[H_B2_DAMP];
+        c->one_b2 = (float)(1.0 - h[H_B2_DAMP]);
+        c->step_size = (float)-(lr / (1.0 - pow(h[H_B1_MOM], t)));
+        c->bc2_sqrt = (float)pow(1.0 - pow(h[H_B2_DAMP], t), 0.5);
+        c->eps = (float)h[3];
+        c->grad_scale = (float)h[H_SCALE];
+    }
+    return clip_scale(&c->grad_scale, st);
+}
+
+/* A skipped update: the outputs keep the inputs' values. */
+__device__ static void keep(float *y, const float *x, int64_t i)
+{
+    if (y && y != x)
+        y[i] = x[i];
+}
+
+__global__ void k_sgd(float *p, float *buf, const float *p0, const float *buf0, const float *g,
+                      int64_t n, gf_cu_sgd_args c, gf_cu_step st)
+{
+    if (!sgd_prep(&c, st, buf != NULL)) {
+        GRID_LOOP(i, n)
+        {
+            keep(p, p0, i);
+            keep(buf, buf0, i);
+        }
+        return;
+    }
     GRID_LOOP(i, n)
     {
         const float pi = p0[i];
@@ -139,17 +218,27 @@ __global__ void k_sgd(float *p, float *buf, const float *p0, const float *buf0, 
 
 extern "C" cudaError_t gf_cu_sgd(cudaStream_t s, float *p, float *buf, const float *p0,
                                  const float *buf0, const float *g, int64_t n,
-                                 const struct gf_cu_sgd_args *c)
+                                 const struct gf_cu_sgd_args *c, const struct gf_cu_step *st)
 {
     if (n <= 0)
         return cudaSuccess;
-    k_sgd<<<grid_for(n), BLOCK, 0, s>>>(p, buf, p0, buf0, g, n, *c);
+    k_sgd<<<grid_for(n), BLOCK, 0, s>>>(p, buf, p0, buf0, g, n, *c, *st);
     return cudaGetLastError();
 }
 
 __global__ void k_adamw(float *p, float *m, float *v, const float *p0, const float *m0,
-                        const float *v0, const float *g, int64_t n, gf_cu_adamw_args c)
+                        const float *v0, const float *g, int64_t n, gf_cu_adamw_args c,
+                        gf_cu_step st)
 {
+    if (!adamw_prep(&c, st)) {
+        GRID_LOOP(i, n)
+        {
+            keep(p, p0, i);
+            keep(m, m0, i);
+            keep(v, v0, i);
+        }
+        return;
+    }
     GRID_LOOP(i, n)
     {
         const float gi = (0.0f + g[i]) * c.grad_scale;
@@ -168,10 +257,11 @@ __global__ void k_adamw(float *p, float *m, float *v, const float *p0, const flo
 
 extern "C" cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v,
                                    const float *p0, const float *m0, const float *v0,
-                                   const float *g, int64_t n, const struct gf_cu_adamw_args *c)
+                                   const float *g, int64_t n, const struct gf_cu_adamw_args *c,
+                                   const struct gf_cu_step *st)
 {
     if (n <= 0)
         return cudaSuccess;
-    k_adamw<<<grid_for(n), BLOCK, 0, s>>>(p, m, v, p0, m0, v0, g, n, *c);
+    k_adamw<<<grid_for(n), BLOCK, 0, s>>>(p, m, v, p0, m0, v0, g, n, *c, *st);
     return cudaGetLastError();
 }

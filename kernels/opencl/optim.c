@@ -3,8 +3,9 @@
  *
  *   GradAccumulate   elementwise, or transposed through 32 x 32 tiles
  *   GradNorm         two passes: partial sums per group, then one group
- *   SGDStep AdamWStep elementwise; hyper read on the host (its `host` copy),
- *                    the scalars of kernels/optim_ops.h passed as arguments
+ *   SGDStep AdamWStep elementwise; hyper (and N) read on the host (their
+ *                    `host` copies), the scalars of kernels/optim_ops.h
+ *                    passed as arguments
  *
  * fp32 only.  Each element is computed as the CPU computes it (optim.cl);
  * GradNorm sums in double (float with compensation on a device without
@@ -124,6 +125,8 @@ static enum gf_status sgd_launch(const struct gf_kernel_args *a, const struct gf
                                  const struct gf_sgd_scalars *s)
 {
     size_t n = a->in[0].nelem;
+    if (!s) /* supports() asks for hyper on the host */
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "hyper is not on the host");
     cl_kernel k = kernel(a, "sgd_step", false);
     if (!k)
         return GF_ERR_INTERNAL;
@@ -143,10 +146,13 @@ static enum gf_status sgd_launch(const struct gf_kernel_args *a, const struct gf
     return gf_cl_run(a, k, 1, &global, &local);
 }
 
-static enum gf_status adamw_launch(const struct gf_kernel_args *a,
+static enum gf_status adamw_launch(const struct gf_kernel_args *a, const struct gf_optim_args *o,
                                    const struct gf_adamw_scalars *s)
 {
+    (void)o; /* supports(): hyper and N on the host, s holds them */
     size_t n = a->in[0].nelem;
+    if (!s)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "hyper is not on the host");
     cl_kernel k = kernel(a, "adamw_step", false);
     if (!k)
         return GF_ERR_INTERNAL;
