@@ -31,10 +31,21 @@ enum gf_status gf_session_bind_param(struct gf_session *s, const struct gf_value
  * its data is dev on the CPU, NULL on a device.  A run whose plan gives the
  * output another size fails (GF_ERR_INTERNAL, naming it). */
 enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev, size_t bytes);
+/* fn(ctx) runs at the end of every run, after the last node and before the
+ * final synchronization (the trainer's optimizer launches; NULL fn: none).
+ * When the plan's last graph ends the plan, its launches are captured into
+ * that graph, so one replay holds both; else (graphs off, a node after the
+ * last graph, a capture of fn that failed) fn runs after the last node,
+ * launching directly.  fn must launch the same work on the same memory in
+ * every run, and may neither allocate nor synchronize once the plan's
+ * first run is done.  A failure of fn fails the run. */
+void gf_session_set_epilogue(struct gf_session *s, enum gf_status (*fn)(void *ctx), void *ctx);
 /* Copies of the last run between host and device, and (with opts.profile)
  * the time its nodes took, synchronized after each, and the whole run. */
 void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
                          double *total_ms);
+/* Of kernel_ms: the epilogue's runs outside a graph (with opts.profile). */
+double gf_session_epilogue_ms(const struct gf_session *s);
 
 /* ---- CUDA Graphs (session.c) -------------------------------------------------------- */
 
@@ -100,6 +111,19 @@ enum gf_status gf_optim_new_on(const struct gf_optim_opts *o, struct gf_backend 
  * the step.  One kernel launch (SGDStep or AdamWStep). */
 enum gf_status gf_optim_update(struct gf_optim *o, void *params, void *grads, double lr,
                                double grad_scale, int n_threads);
+/* The in-graph form of gf_optim_update (a launch a CUDA graph may hold:
+ * what changes per step is read from memory when the kernel runs).
+ * gf_optim_stage writes the next step's hyper (learning rate lr, the step
+ * count, grad_scale 1, or NaN with skip: the update then changes nothing)
+ * into backend memory, before the launches; gf_optim_update_staged
+ * launches the update reading it and norm (backend memory: GradNorm's
+ * float64 output), clipping to max_norm (0: none) and changing nothing when
+ * the norm is not finite; gf_optim_advance counts the step once it is
+ * known to have been taken. */
+enum gf_status gf_optim_stage(struct gf_optim *o, double lr, bool skip);
+enum gf_status gf_optim_update_staged(struct gf_optim *o, void *params, void *grads, void *norm,
+                                      double max_norm, int n_threads);
+void gf_optim_advance(struct gf_optim *o);
 /* State buffer k of the range (backend memory, n floats). */
 void *gf_optim_state_mem(const struct gf_optim *o, size_t k);
 

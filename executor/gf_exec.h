@@ -145,7 +145,9 @@ bool gf_tensor_allclose(const struct gf_tensor *got, const struct gf_tensor *wan
  * Parameters, gradients and optimizer state stay on the session's backend
  * for the whole run; the optimizer, clipping and the NaN/Inf check are
  * kernels there (the optimizer ops of graph/ops.def), and a step copies
- * only the batch in and the loss and gradient norm out.  The host copies
+ * only the batch in and the loss and gradient norm out.  On CUDA, with one
+ * micro-batch, the whole step (forward, backward, the optimizer) is one
+ * CUDA graph replayed per step (executor/train.c).  The host copies
  * of the weights are brought up to date when read (gf_trainer_get_param,
  * exports, checkpoints).  Optimizer formulas are torch.optim's, in fp32
  * with fp32 state; see README.md, "Training". */

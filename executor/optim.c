@@ -22,8 +22,12 @@ struct gf_optim {
     float **state;   /* gf_optim_new: state[k * n + i], buffer k of tensor i */
     float *block;    /* all state buffers, one allocation */
     void *mem[2];    /* gf_optim_new_on: buffer k of the range, backend memory */
-    struct gf_model *ops; /* the update op's node */
+    struct gf_model *ops; /* the update op's nodes */
     struct gf_devop op;
+    /* gf_optim_stage / gf_optim_update_staged: hyper in backend memory (read
+     * by the kernel when it runs), and the node taking N (max_norm) */
+    struct gf_devop op_staged;
+    void *hyper_mem;
     int64_t step;
 };
 
@@ -214,11 +218,13 @@ static enum gf_status optim_alloc(const struct gf_optim_opts *o, struct gf_backe
     op->o = *o;
     op->n = n;
     op->n_state = o->kind == GF_OPTIM_ADAMW ? 2 : o->momentum != 0 ? 1 : 0;
-    op->op.be = be;
+    op->op.be = op->op_staged.be = be;
     bool adamw = o->kind == GF_OPTIM_ADAMW;
     if (!(op->ops = gf_model_new(8, "optimizer")) ||
         !(op->op.node = gf_devop_node(op->ops, adamw ? "AdamWStep" : "SGDStep", NULL,
-                                      adamw ? 5 : 4, adamw ? 3 : 2))) {
+                                      adamw ? 5 : 4, adamw ? 3 : 2)) ||
+        !(op->op_staged.node = gf_devop_node(op->ops, adamw ? "AdamWStep" : "SGDStep", NULL,
+                                             adamw ? 6 : 5, adamw ? 3 : 2))) {
         gf_optim_free(op);
         return gf_error(GF_ERR_NOMEM, "out of memory");
     }
@@ -290,7 +296,7 @@ enum gf_status gf_optim_new_on(const struct gf_optim_opts *o, struct gf_backend 
     enum gf_status st = optim_alloc(o, be, 1, &op);
     if (st != GF_OK)
         return st;
-    op->op.traffic = traffic;
+    op->op.traffic = op->op_staged.traffic = traffic;
     if (!(op->sizes = malloc(sizeof(*op->sizes)))) {
         gf_optim_free(op);
         return gf_error(GF_ERR_NOMEM, "out of memory");
@@ -314,6 +320,9 @@ void gf_optim_free(struct gf_optim *o)
         if (o->mem[k])
             o->op.be->ops->release(o->op.be, o->mem[k]);
     gf_devop_release(&o->op);
+    gf_devop_release(&o->op_staged);
+    if (o->hyper_mem)
+        o->op.be->ops->release(o->op.be, o->hyper_mem);
     gf_model_free(o->ops);
     free(o->block);
     free(o->state);
@@ -359,15 +368,11 @@ void *gf_optim_state_mem(const struct gf_optim *o, size_t k)
     return k < o->n_state ? o->mem[k] : NULL;
 }
 
-/* One SGDStep / AdamWStep over n floats: params, grads and the state
- * buffers state[0..n_state) are memory of o's backend. */
-static enum gf_status update(struct gf_optim *o, void *params, void *grads, void *const *state,
-                             size_t n, double lr, double grad_scale, int n_threads)
+/* The update's hyper (kernels/optim_ops.h) for o's next step. */
+static void fill_hyper(const struct gf_optim *o, double lr, double grad_scale, double *hyper)
 {
     const struct gf_optim_opts *p = &o->o;
-    bool adamw = p->kind == GF_OPTIM_ADAMW;
-    double hyper[8];
-    if (adamw) {
+    if (p->kind == GF_OPTIM_ADAMW) {
         hyper[GF_ADAMW_LR] = lr;
         hyper[GF_ADAMW_BETA1] = p->beta1;
         hyper[GF_ADAMW_BETA2] = p->beta2;
@@ -384,18 +389,34 @@ static enum gf_status update(struct gf_optim *o, void *params, void *grads, void
         hyper[GF_SGD_STEP] = (double)o->step;
         hyper[GF_SGD_GRAD_SCALE] = grad_scale;
     }
+}
+
+/* The hyper input: `host` (and on the CPU its data) the values, else
+ * backend memory `mem` alone. */
+static void hyper_view(const struct gf_optim *o, struct gf_tview *h, double *host, void *mem)
+{
+    memset(h, 0, sizeof(*h));
+    h->dtype = GF_DOUBLE;
+    h->rank = 1;
+    h->dims[0] = o->o.kind == GF_OPTIM_ADAMW ? GF_ADAMW_HYPER : GF_SGD_HYPER;
+    h->nelem = (size_t)h->dims[0];
+    h->host = host;
+    h->data = mem ? mem : o->op.be->host_memory ? host : NULL;
+}
+
+/* One SGDStep / AdamWStep over n floats: params, grads and the state
+ * buffers state[0..n_state) are memory of o's backend. */
+static enum gf_status update(struct gf_optim *o, void *params, void *grads, void *const *state,
+                             size_t n, double lr, double grad_scale, int n_threads)
+{
+    bool adamw = o->o.kind == GF_OPTIM_ADAMW;
+    double hyper[8];
+    fill_hyper(o, lr, grad_scale, hyper);
     struct gf_tview in[5], out[3];
     gf_devop_view(&in[0], params, n, 0);
     gf_devop_view(&in[1], grads, n, 0);
     gf_devop_view(&out[0], params, n, 0);
-    struct gf_tview *h = &in[adamw ? 4 : 2];
-    memset(h, 0, sizeof(*h));
-    h->dtype = GF_DOUBLE;
-    h->rank = 1;
-    h->dims[0] = adamw ? GF_ADAMW_HYPER : GF_SGD_HYPER;
-    h->nelem = (size_t)h->dims[0];
-    h->host = hyper;
-    h->data = o->op.be->host_memory ? hyper : NULL;
+    hyper_view(o, &in[adamw ? 4 : 2], hyper, NULL);
     for (size_t k = 0; k < o->n_state; k++) {
         gf_devop_view(&in[adamw ? 2 + k : 3], state[k], n, 0);
         gf_devop_view(&out[1 + k], state[k], n, 0);
@@ -428,13 +449,59 @@ enum gf_status gf_optim_update(struct gf_optim *o, void *params, void *grads, do
     return st;
 }
 
+enum gf_status gf_optim_stage(struct gf_optim *o, double lr, bool skip)
+{
+    struct gf_backend *be = o->op.be;
+    double hyper[8];
+    fill_hyper(o, lr, skip ? NAN : 1.0, hyper);
+    if (!o->hyper_mem && !(o->hyper_mem = be->ops->alloc(be, sizeof(hyper))))
+        return gf_error(GF_ERR_NOMEM, "out of %s memory for the optimizer's scalars",
+                        be->ops->name);
+    size_t bytes = GF_ADAMW_HYPER * sizeof(double); /* (SGD's as long) */
+    if (be->host_memory) {
+        memcpy(o->hyper_mem, hyper, bytes);
+        return GF_OK;
+    }
+    if (o->op.traffic)
+        o->op.traffic->h2d += bytes;
+    return be->ops->copy_in(be, o->hyper_mem, hyper, bytes);
+}
+
+enum gf_status gf_optim_update_staged(struct gf_optim *o, void *params, void *grads, void *norm,
+                                      double max_norm, int n_threads)
+{
+    bool adamw = o->o.kind == GF_OPTIM_ADAMW;
+    size_t n = o->sizes[0], hi = adamw ? 4 : 2, ni = adamw ? 5 : 4;
+    if (!o->hyper_mem)
+        return gf_error(GF_ERR_INTERNAL, "the optimizer's update was not staged");
+    if (gf_node_set_attr_float(o->op_staged.node, "max_norm", (float)max_norm) != GF_OK)
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    struct gf_tview in[6], out[3];
+    memset(in, 0, sizeof(in));
+    gf_devop_view(&in[0], params, n, 0);
+    gf_devop_view(&in[1], grads, n, 0);
+    gf_devop_view(&out[0], params, n, 0);
+    for (size_t k = 0; k < o->n_state; k++) {
+        gf_devop_view(&in[adamw ? 2 + k : 3], o->mem[k], n, 0);
+        gf_devop_view(&out[1 + k], o->mem[k], n, 0);
+    }
+    if (!adamw && !o->n_state)
+        memset(&out[1], 0, sizeof(out[1]));
+    hyper_view(o, &in[hi], NULL, o->hyper_mem);
+    gf_devop_view(&in[ni], norm, 1, 0);
+    in[ni].dtype = GF_DOUBLE;
+    return gf_devop_run(&o->op_staged, in, ni + 1, out, adamw ? 3 : 2, n_threads);
+}
+
+void gf_optim_advance(struct gf_optim *o)
+{
+    o->step++;
+}
+
 /* torch.nn.utils.clip_grad_norm_'s coefficient, in float. */
 float gf_clip_coef(double max_norm, double norm)
 {
-    if (!(max_norm > 0))
-        return 1.0f;
-    float coef = (float)max_norm / ((float)norm + 1e-6f);
-    return coef > 1.0f ? 1.0f : coef;
+    return gf_clip_coef_of(max_norm, norm);
 }
 
 double gf_lr_at(enum gf_lr_schedule kind, double lr, double min_lr, int64_t warmup,

@@ -52,6 +52,10 @@
  * copied host memory: the backend refuses it) ran nothing: its range runs
  * node by node, the failing step stays outside from then on, and the next
  * run captures again (at most MAX_CAPTURE_TRIES times per plan).
+ *
+ * The epilogue (gf_session_set_epilogue: the trainer's optimizer) runs
+ * after the last node of every run: captured into the plan's last graph
+ * when that graph ends the plan, else launched after the last node.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -176,6 +180,13 @@ struct gf_session {
     size_t *graph_nodes;     /* per range: the backend's nodes in it */
     double graph_ms;         /* replays of the last run (timed with opts.profile) */
     int graph_calls;
+    /* the epilogue (gf_session_set_epilogue) */
+    enum gf_status (*epi_fn)(void *ctx);
+    void *epi_ctx;
+    bool epi_no_capture;     /* capturing it failed: it runs after the last node */
+    bool epi_in_graph;       /* the plan's last graph holds it */
+    double epi_ms;           /* its direct runs in the last run (timed with opts.profile) */
+    int epi_calls;
 };
 
 /* ---- session ------------------------------------------------------------ */
@@ -229,6 +240,7 @@ static void free_graphs(struct gf_session *s)
     free(s->segs);
     free(s->graphs);
     free(s->graph_nodes);
+    s->epi_in_graph = false;
     s->segs = NULL;
     s->graphs = NULL;
     s->graph_nodes = NULL;
@@ -239,7 +251,7 @@ static void free_graphs(struct gf_session *s)
 static void drop_plan(struct gf_session *s)
 {
     free_graphs(s);
-    s->plan_off = false;
+    s->plan_off = s->epi_no_capture = false;
     s->plan_runs = s->capture_tries = 0;
     s->graph_why[0] = 0;
     for (size_t i = 0; s->device && s->v && i < s->g->n_values; i++) {
@@ -330,12 +342,17 @@ enum gf_status gf_session_bind_output(struct gf_session *s, size_t i, void *dev,
 void gf_session_last_run(const struct gf_session *s, struct gf_traffic *tr, double *kernel_ms,
                          double *total_ms)
 {
-    double k = s->graph_ms;
+    double k = s->graph_ms + s->epi_ms;
     for (int op = 0; op < GF_OP_COUNT; op++)
         k += s->op_ms[op];
     *tr = s->traffic;
     *kernel_ms = k;
     *total_ms = s->total_ms;
+}
+
+double gf_session_epilogue_ms(const struct gf_session *s)
+{
+    return s->epi_ms;
 }
 
 /* Host <-> device copies, counted for the profile. */
@@ -1747,6 +1764,30 @@ static enum gf_status run_range(struct gf_session *s, size_t a, size_t b, struct
     return st;
 }
 
+/* The epilogue launched directly (timed with opts.profile). */
+static enum gf_status run_epilogue(struct gf_session *s)
+{
+    if (!s->epi_fn)
+        return GF_OK;
+    double t0 = s->o.profile ? now_ms() : 0;
+    enum gf_status st = s->epi_fn(s->epi_ctx);
+    if (st == GF_OK && s->o.profile) {
+        if (s->device)
+            st = s->be->ops->sync(s->be);
+        s->epi_ms += now_ms() - t0;
+    }
+    s->epi_calls++;
+    return st;
+}
+
+void gf_session_set_epilogue(struct gf_session *s, enum gf_status (*fn)(void *ctx), void *ctx)
+{
+    free_graphs(s); /* a graph holding the old one is stale */
+    s->epi_fn = fn;
+    s->epi_ctx = ctx;
+    s->epi_no_capture = false;
+}
+
 /* ---- CUDA Graphs ---------------------------------------------------------------- */
 
 const char *gf_capture_off_reason(const struct gf_exec_opts *o, const struct gf_backend_ops *ops)
@@ -1851,10 +1892,23 @@ static enum gf_status launch_graph(struct gf_session *s, size_t i)
     return st;
 }
 
-/* Captures range i and launches it.  A capture that fails ran nothing: the
- * range runs node by node now, the step that failed (else the whole range)
- * stays outside the graphs from then on, and *failed asks the caller to
- * capture again on the next run. */
+/* Whether range i's graph is to hold the epilogue: the plan's last range,
+ * with nothing to launch after it. */
+static bool epilogue_joins(const struct gf_session *s, size_t i)
+{
+    if (!s->epi_fn || s->epi_no_capture || i + 1 != s->n_segs)
+        return false;
+    for (size_t k = s->segs[i].end; k < s->n_steps; k++)
+        if (!s->steps[k].folded && !s->steps[k].view)
+            return false;
+    return true;
+}
+
+/* Captures range i (and the epilogue where it joins) and launches it.  A
+ * capture that fails ran nothing: the range runs node by node now, the step
+ * that failed (else the whole range; the epilogue when it failed) stays
+ * outside the graphs from then on, and *failed asks the caller to capture
+ * again on the next run. */
 static enum gf_status capture_range(struct gf_session *s, size_t i, struct gf_tview *in,
                                     struct gf_tview *out, bool *failed)
 {
@@ -1877,6 +1931,9 @@ static enum gf_status capture_range(struct gf_session *s, size_t i, struct gf_tv
         if (st != GF_OK)
             bad = k;
     }
+    bool epi = epilogue_joins(s, i), epi_bad = false;
+    if (st == GF_OK && epi && (st = s->epi_fn(s->epi_ctx)) != GF_OK)
+        epi_bad = true;
     char why[400];
     snprintf(why, sizeof(why), "%s", st != GF_OK ? gf_last_error() : "");
     void *graph = NULL;
@@ -1885,13 +1942,18 @@ static enum gf_status capture_range(struct gf_session *s, size_t i, struct gf_tv
     if (st == GF_OK && end == GF_OK && graph) {
         s->graphs[i] = graph;
         s->graph_nodes[i] = nodes;
+        s->epi_in_graph = epi;
         return launch_graph(s, i);
     }
     if (graph)
         be->ops->graph_free(be, graph);
     if (st == GF_OK)
         snprintf(why, sizeof(why), "%s", gf_last_error());
-    if (bad != SIZE_MAX) {
+    if (epi_bad) {
+        s->epi_no_capture = true;
+        snprintf(s->graph_why, sizeof(s->graph_why), "capturing the epilogue (the trainer's "
+                 "launches) failed, it runs after the last node: %s", why);
+    } else if (bad != SIZE_MAX) {
         const struct gf_node *n = s->steps[bad].node;
         s->steps[bad].no_capture = true;
         snprintf(s->graph_why, sizeof(s->graph_why), "capturing node '%s' (%s) failed, it "
@@ -1931,6 +1993,8 @@ static enum gf_status run_graphed(struct gf_session *s, struct gf_tview *in,
     }
     if (st == GF_OK)
         st = run_range(s, k, s->n_steps, in, out);
+    if (st == GF_OK && !(s->epi_in_graph && !failed))
+        st = run_epilogue(s);
     if (failed)
         free_graphs(s);
     return st;
@@ -1942,20 +2006,24 @@ static enum gf_status run_steps(struct gf_session *s)
     memset(s->op_ms, 0, sizeof(s->op_ms));
     memset(s->op_calls, 0, sizeof(s->op_calls));
     memset(s->op_views, 0, sizeof(s->op_views));
-    s->graph_ms = 0;
-    s->graph_calls = 0;
+    s->graph_ms = s->epi_ms = 0;
+    s->graph_calls = s->epi_calls = 0;
     for (size_t k = 0; k < s->n_steps; k++)
         if (s->steps[k].view && !s->steps[k].folded)
             s->op_views[s->steps[k].node->op]++;
     double t_start = now_ms();
     enum gf_status st = upload_inputs(s);
-    /* the first run of a plan makes what kernels make on first use */
-    bool graphs = !s->graph_off && !s->plan_off && s->plan_runs > 0;
-    if (st == GF_OK)
-        st = graphs ? run_graphed(s, in, out) : run_range(s, 0, s->n_steps, in, out);
-    s->plan_runs++;
+    /* bound outputs no node writes: before the nodes, so that the epilogue
+     * (in the last graph, or after it) reads them too */
     if (st == GF_OK)
         st = fill_bound_outputs(s);
+    /* the first run of a plan makes what kernels make on first use */
+    bool graphs = !s->graph_off && !s->plan_off && s->plan_runs > 0;
+    if (st == GF_OK && graphs)
+        st = run_graphed(s, in, out);
+    else if (st == GF_OK && (st = run_range(s, 0, s->n_steps, in, out)) == GF_OK)
+        st = run_epilogue(s);
+    s->plan_runs++;
     if (st == GF_OK)
         st = s->be->ops->sync(s->be);
     s->total_ms = now_ms() - t_start;
@@ -2158,7 +2226,13 @@ static void print_graphs(const struct gf_session *s, FILE *f)
                 fprintf(f, "%s%s x%d", sep, gf_op_get_info(op)->name, count[op]);
                 sep = ", ";
             }
+        if (s->epi_fn)
+            fprintf(f, "; the epilogue (optimizer) %s", s->epi_in_graph ? "in the last graph"
+                                                                         : "launched after it");
         fputc('\n', f);
+        if (s->epi_fn && s->epi_in_graph && s->n_segs == 1 && !outside)
+            fprintf(f, "cuda graph: the whole step is one graph: forward, backward and the "
+                    "optimizer replay in one launch\n");
     }
     if (s->graph_why[0])
         fprintf(f, "cuda graph: %s\n", s->graph_why);
@@ -2182,6 +2256,9 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
     if (s->graph_calls)
         fprintf(f, "  %-28s %6d %10.3f %5.1f%%\n", "CUDA graph (replay)", s->graph_calls,
                 s->graph_ms, s->total_ms > 0 ? 100.0 * s->graph_ms / s->total_ms : 0.0);
+    if (s->epi_calls)
+        fprintf(f, "  %-28s %6d %10.3f %5.1f%%\n", "epilogue (optimizer)", s->epi_calls,
+                s->epi_ms, s->total_ms > 0 ? 100.0 * s->epi_ms / s->total_ms : 0.0);
     print_graphs(s, f);
     fprintf(f, "memory: peak activations %zu bytes (planned block), workspace %zu bytes\n",
             s->block_size, s->ws_size);

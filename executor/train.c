@@ -20,11 +20,24 @@
  *
  * CUDA Graphs: the session captures forward + backward on its second run
  * and replays it from the third (gf_session_run; P and G are bound, so
- * their addresses are fixed).  The trainer's own launches after it stay
- * outside the graphs: GradNorm's result is read by the host (NaN check,
- * clipping coefficient) before the update, and the update's learning
- * rate, AdamW step and coefficient are kernel arguments set per step,
- * which a captured launch would freeze.
+ * their addresses are fixed).  With one micro-batch on a backend that
+ * captures, the trainer's launches are the session's epilogue
+ * (gf_session_set_epilogue; step_in_graph), captured into the same last
+ * graph: the tied copies' gradients, GradNorm, the update and the tied
+ * copies' values.  Nothing in them changes per launch: the update reads
+ * the step's learning rate and step count from a small buffer the trainer
+ * writes before the run (gf_optim_stage), and GradNorm's output from
+ * memory, computing torch's clipping coefficient itself and changing
+ * nothing when the norm is not finite.  So a step is: the batch and the
+ * scalars in, one replay, the loss and the norm out; the host then checks
+ * the loss and the norm as before (a norm not finite: the micro-batch runs
+ * again, the update staged to skip, to find the gradient: find_bad_gradient;
+ * a loss not finite is diagnosed after an update taken where the norm was
+ * finite).  With several micro-batches the trainer's launches run between
+ * the session's runs, as before: GradNorm read by the host, the update's
+ * scalars passed as arguments.  GRAPHFUSE_TRAIN_IN_GRAPH=1 takes the
+ * epilogue path on any backend (tests/run_train_in_graph.sh: the same
+ * losses on the CPU and OpenCL), =0 never.
  *
  * Buffers (n_m: elements of the masters, n_all: of every parameter, each
  * parameter at an offset aligned for a view; the gaps stay zero):
@@ -91,6 +104,7 @@ struct gf_trainer {
     size_t n_m, n_all;      /* elements of the masters, of every parameter */
     void *P, *G, *A;        /* the flat buffers (A NULL: G accumulates) */
     void *norm;             /* one double of backend memory: GradNorm's output */
+    bool in_graph;          /* the optimizer's launches are the session's epilogue */
     struct gf_model *ops;   /* the nodes of the trainer's kernels */
     struct gf_devop acc, acc_t, gnorm, transpose;
     struct gf_traffic traffic; /* copies of the trainer's own (and its kernels') */
@@ -665,6 +679,21 @@ static enum gf_status make_ops(struct gf_trainer *t)
     return GF_OK;
 }
 
+static enum gf_status epilogue(void *ctx);
+
+/* Whether the step's optimizer launches run as the session's epilogue
+ * (captured into its last CUDA graph): one micro-batch on a backend that
+ * captures; GRAPHFUSE_TRAIN_IN_GRAPH=1 asks for it on any backend (the
+ * epilogue then runs after the last node: tests of the path on the CPU),
+ * =0 never. */
+static bool in_graph_wanted(const struct gf_trainer *t)
+{
+    const char *env = getenv("GRAPHFUSE_TRAIN_IN_GRAPH");
+    if (t->o.accumulate != 1 || (env && strcmp(env, "0") == 0))
+        return false;
+    return (env && strcmp(env, "1") == 0) || t->be->ops->capture_begin != NULL;
+}
+
 /* P, G (and A) on the session's backend; every parameter and gradient
  * output bound to its view; the optimizer state beside them. */
 static enum gf_status setup_device(struct gf_trainer *t)
@@ -697,6 +726,8 @@ static enum gf_status setup_device(struct gf_trainer *t)
     }
     if (st == GF_OK)
         st = gf_optim_new_on(&t->o.optim, t->be, t->n_m, &t->traffic, &t->opt);
+    if (st == GF_OK && (t->in_graph = in_graph_wanted(t)))
+        gf_session_set_epilogue(t->s, epilogue, t);
     return st;
 }
 
@@ -966,13 +997,16 @@ static int n_threads(const struct gf_trainer *t)
     return t->o.exec.n_threads > 0 ? t->o.exec.n_threads : t->be->n_threads;
 }
 
-/* One of the trainer's kernels; with --profile synchronized and timed. */
+/* One of the trainer's kernels; with --profile synchronized and timed
+ * (not in the session's epilogue, which the session times, and may be
+ * capturing). */
 static enum gf_status devop(struct gf_trainer *t, struct gf_devop *op, const struct gf_tview *in,
                             size_t n_in, struct gf_tview *out)
 {
-    double t0 = t->o.exec.profile ? now_ms() : 0;
+    bool timed = t->o.exec.profile && !t->in_graph;
+    double t0 = timed ? now_ms() : 0;
     enum gf_status st = gf_devop_run(op, in, n_in, out, 1, n_threads(t));
-    if (st == GF_OK && t->o.exec.profile) {
+    if (st == GF_OK && timed) {
         st = t->be->ops->sync(t->be);
         t->prof.optim_ms += now_ms() - t0;
     }
@@ -1035,22 +1069,52 @@ static enum gf_status sync_ties(struct gf_trainer *t)
     return st;
 }
 
-/* GradNorm of the accumulated gradient (one float64 back to the host). */
-static enum gf_status grad_norm(struct gf_trainer *t, double *norm)
+/* GradNorm's output (one float64) back to the host. */
+static enum gf_status read_norm(struct gf_trainer *t, double *norm)
 {
-    struct gf_tview in, out;
-    gf_devop_view(&in, grad_acc(t), t->n_m, 0);
-    gf_devop_view(&out, t->norm, 1, 0);
-    out.dtype = GF_DOUBLE;
-    enum gf_status st = devop(t, &t->gnorm, &in, 1, &out);
-    if (st != GF_OK)
-        return st;
     if (!t->device) {
         *norm = *(const double *)t->norm;
         return GF_OK;
     }
     t->traffic.d2h += sizeof(double);
     return t->be->ops->copy_out(t->be, norm, t->norm, sizeof(double));
+}
+
+/* GradNorm of the accumulated gradient into t->norm. */
+static enum gf_status launch_norm(struct gf_trainer *t)
+{
+    struct gf_tview in, out;
+    gf_devop_view(&in, grad_acc(t), t->n_m, 0);
+    gf_devop_view(&out, t->norm, 1, 0);
+    out.dtype = GF_DOUBLE;
+    return devop(t, &t->gnorm, &in, 1, &out);
+}
+
+/* GradNorm of the accumulated gradient (one float64 back to the host). */
+static enum gf_status grad_norm(struct gf_trainer *t, double *norm)
+{
+    enum gf_status st = launch_norm(t);
+    return st != GF_OK ? st : read_norm(t, norm);
+}
+
+/* The session's epilogue (t->in_graph): after the backward, in the same
+ * CUDA graph, the tied copies' gradients into their masters', GradNorm,
+ * the update reading this step's hyper (gf_optim_stage) and the norm from
+ * memory (clipping on the device; nothing changed when the norm is not
+ * finite), and the tied copies from their masters.  Nothing synchronizes:
+ * the host reads the norm after the run. */
+static enum gf_status epilogue(void *ctx)
+{
+    struct gf_trainer *t = ctx;
+    enum gf_status st = accumulate(t, 0);
+    if (st == GF_OK)
+        st = launch_norm(t);
+    if (st == GF_OK)
+        st = gf_optim_update_staged(t->opt, t->P, grad_acc(t), t->norm, t->o.clip_grad_norm,
+                                    n_threads(t));
+    if (st == GF_OK)
+        st = sync_ties(t);
+    return st;
 }
 
 /* Micro-batch `in` forward and backward: the loss in *loss, the gradients
@@ -1065,7 +1129,8 @@ static enum gf_status run_one(struct gf_trainer *t, struct gf_tensor *const *in,
     gf_session_last_run(t->s, &tr, &kernel_ms, &total_ms);
     t->prof.traffic.h2d += tr.h2d;
     t->prof.traffic.d2h += tr.d2h;
-    t->prof.graph_ms += kernel_ms;
+    t->prof.graph_ms += kernel_ms - gf_session_epilogue_ms(t->s);
+    t->prof.optim_ms += gf_session_epilogue_ms(t->s);
     t->prof.micro++;
     for (size_t i = 0; i < gf_session_input_count(t->s); i++)
         t->prof.batch_bytes += in[i]->nbytes;
@@ -1173,6 +1238,46 @@ static enum gf_status update(struct gf_trainer *t, struct gf_data *d,
     return s;
 }
 
+/* The step with the optimizer in the session's epilogue (t->in_graph, one
+ * micro-batch): this step's hyper staged, one session run (forward,
+ * backward, GradNorm, the update, the tied copies: on CUDA one graph),
+ * then the loss and the norm read back.  The update changed nothing when
+ * the norm is not finite; the micro-batch then runs again with the update
+ * staged to skip, to find the gradient that is not (find_bad_gradient).  A
+ * loss that is not finite is diagnosed as before (the update, taken where
+ * the norm was finite, stays). */
+static enum gf_status step_in_graph(struct gf_trainer *t, struct gf_data *d,
+                                    const struct gf_data *from, struct gf_train_stats *st)
+{
+    struct gf_tensor *const *in;
+    float loss = 0;
+    double norm = 0;
+    enum gf_status s = gf_optim_stage(t->opt, st->lr, false);
+    if (s == GF_OK)
+        s = gf_data_next(d, &in);
+    if (s == GF_OK)
+        s = run_one(t, in, &loss);
+    t->host_stale = t->device;
+    if (s == GF_OK)
+        s = read_norm(t, &norm);
+    if (s != GF_OK)
+        return s;
+    if (isfinite(norm))
+        gf_optim_advance(t->opt);
+    if (!isfinite(loss)) {
+        char what[1100];
+        snprintf(what, sizeof(what), "the loss '%s' (%g)", t->loss_name, loss);
+        return diagnose(t, in, what);
+    }
+    if (!isfinite(norm))
+        return (s = gf_optim_stage(t->opt, st->lr, true)) != GF_OK
+                   ? s : find_bad_gradient(t, d, from, 1, norm);
+    st->loss = loss;
+    st->tokens = gf_data_tokens(d);
+    st->grad_norm = norm;
+    return GF_OK;
+}
+
 enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
                                struct gf_train_stats *st)
 {
@@ -1185,9 +1290,12 @@ enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
                       t->step);
     t->diverged = false;
     const struct gf_data start = {.cursor = d->cursor, .rng = d->rng};
-    enum gf_status s = run_micro_batches(t, d, &st->loss, &st->tokens);
-    if (s == GF_OK)
+    enum gf_status s;
+    if (t->in_graph) {
+        s = step_in_graph(t, d, &start, st);
+    } else if ((s = run_micro_batches(t, d, &st->loss, &st->tokens)) == GF_OK) {
         s = update(t, d, &start, st);
+    }
     if (s == GF_OK && t->o.exec.profile)
         s = t->be->ops->sync(t->be);
     t->prof.traffic.h2d += t->traffic.h2d;
