@@ -53,6 +53,14 @@
  * node by node, the failing step stays outside from then on, and the next
  * run captures again (at most MAX_CAPTURE_TRIES times per plan).
  *
+ * Deferred checks (a backend with checks_begin: CUDA): each run is one
+ * checks_begin ... checks_end, and the first bad index or label a kernel
+ * found on the device is reported after the run's final synchronization
+ * (checks_report).  A device step reading an input whose host copy changes
+ * between runs is handed no host copy where its kernel supports the node
+ * without one (find_hidden_hosts): it then checks on the device, nothing
+ * waits, and the step is captured like any other.
+ *
  * The epilogue (gf_session_set_epilogue: the trainer's optimizer) runs
  * after the last node of every run: captured into the plan's last graph
  * when that graph ends the plan, else launched after the last node.
@@ -110,6 +118,8 @@ struct step {
     bool view;   /* its output aliases its input's bytes (find_views): not run */
     bool on_cpu; /* a device backend without a kernel for it: runs on the host */
     bool no_capture; /* its capture failed once: it runs outside the graphs */
+    bool hide_host;  /* its kernel is not handed the host copies of inputs that change
+                        from run to run (it checks them on the device, deferred) */
     size_t cands; /* configurations of the backend's kernels for it (autotuning) */
     int tuned[GF_TUNE_MAX_KNOBS]; /* knob values the autotuner chose (config points here) */
 };
@@ -294,6 +304,8 @@ void gf_session_free(struct gf_session *s)
     if (!s)
         return;
     drop_plan(s);
+    if (s->be->ops->checks_release)
+        s->be->ops->checks_release(s->be, s);
     gf_tuner_free(s->tuner);
     gf_model_free(s->outm);
     free(s->binds);
@@ -1506,6 +1518,8 @@ static enum gf_status bind_outputs(struct gf_session *s)
     return GF_OK;
 }
 
+static void find_hidden_hosts(struct gf_session *s);
+
 static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
 {
     drop_plan(s);
@@ -1559,6 +1573,7 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
     /* kernels (the autotune cache's too) for the steps left to run, and one
      * workspace, the largest any of their backend kernels asks for */
     choose_kernels(s);
+    find_hidden_hosts(s);
     s->ws_size = 0;
     for (size_t k = 0; k < s->n_steps; k++)
         if (!s->steps[k].folded && !s->steps[k].view && !s->steps[k].on_cpu)
@@ -1722,14 +1737,59 @@ static enum gf_status run_on_host(struct gf_session *s, const struct step *st,
     return rc;
 }
 
+/* Whether a kernel reading v gets a host copy of it that may differ from
+ * run to run: a graph input the plan is not keyed on (plan_key keeps the
+ * values of small integer inputs), or an initializer that is a graph input
+ * and not the caller's device memory (a parameter the caller may change). */
+static bool host_changes(const struct gf_session *s, const struct gf_value *v)
+{
+    const struct vinfo *vi = &s->v[v->id];
+    struct gf_tview t;
+    device_view(s, v, false, &t);
+    if (!t.host)
+        return false;
+    if (vi->kind == V_INPUT)
+        return !((vi->dtype == GF_INT64 || vi->dtype == GF_INT32) && vi->nelem <= 64);
+    return vi->kind == V_INIT && v->is_input;
+}
+
+/* Deferred checks (a backend with checks_begin): a device step reading an
+ * input whose host copy changes from run to run is handed no host copy of
+ * it where its kernel supports the node without one (the kernel then
+ * checks the values on the device, deferred: nothing waits, and a CUDA
+ * graph may hold it).  Decided once per plan, so that every run, graphs
+ * or not, launches the same kernels. */
+static void find_hidden_hosts(struct gf_session *s)
+{
+    struct gf_tview in[64], out[64];
+    for (size_t k = 0; s->be->ops->checks_begin && k < s->n_steps; k++) {
+        struct step *st = &s->steps[k];
+        const struct gf_node *n = st->node;
+        bool changes = false;
+        if (st->folded || st->view || st->on_cpu || n->n_inputs > 64 || n->n_outputs > 64)
+            continue;
+        step_views(s, k, in, out);
+        for (size_t i = 0; i < n->n_inputs; i++)
+            if (n->inputs[i] && host_changes(s, n->inputs[i])) {
+                in[i].host = NULL;
+                changes = true;
+            }
+        /* (no supports(): the kernel reads no host copy, as gf_tview says) */
+        st->hide_host = changes && (!st->k->supports || st->k->supports(n, in, n->n_inputs));
+    }
+}
+
 static enum gf_status run_step(struct gf_session *s, const struct step *st,
                                struct gf_tview *in, struct gf_tview *out)
 {
     const struct gf_node *n = st->node;
     if (s->device && st->on_cpu)
         return run_on_host(s, st, in, out);
-    for (size_t i = 0; i < n->n_inputs; i++)
+    for (size_t i = 0; i < n->n_inputs; i++) {
         device_view(s, n->inputs[i], false, &in[i]);
+        if (st->hide_host && n->inputs[i] && host_changes(s, n->inputs[i]))
+            in[i].host = NULL;
+    }
     for (size_t i = 0; i < n->n_outputs; i++)
         device_view(s, n->outputs[i], false, &out[i]);
     struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
@@ -1825,22 +1885,6 @@ size_t gf_capture_segments(const unsigned char *kind, size_t n, size_t min_steps
     return m;
 }
 
-/* Whether a kernel reading v gets a host copy of it that may differ from
- * run to run: a graph input the plan is not keyed on (plan_key keeps the
- * values of small integer inputs), or an initializer that is a graph input
- * and not the caller's device memory (a parameter the caller may change). */
-static bool host_changes(const struct gf_session *s, const struct gf_value *v)
-{
-    const struct vinfo *vi = &s->v[v->id];
-    struct gf_tview t;
-    device_view(s, v, false, &t);
-    if (!t.host)
-        return false;
-    if (vi->kind == V_INPUT)
-        return !((vi->dtype == GF_INT64 || vi->dtype == GF_INT32) && vi->nelem <= 64);
-    return vi->kind == V_INIT && v->is_input;
-}
-
 static enum gf_capture_kind step_kind(const struct gf_session *s, size_t k)
 {
     const struct step *st = &s->steps[k];
@@ -1848,7 +1892,7 @@ static enum gf_capture_kind step_kind(const struct gf_session *s, size_t k)
         return GF_CAP_SKIP;
     if (st->on_cpu || st->no_capture)
         return GF_CAP_EAGER;
-    for (size_t i = 0; i < st->node->n_inputs; i++)
+    for (size_t i = 0; i < st->node->n_inputs && !st->hide_host; i++)
         if (st->node->inputs[i] && host_changes(s, st->node->inputs[i]))
             return GF_CAP_EAGER;
     return GF_CAP_GRAPH;
@@ -2012,6 +2056,8 @@ static enum gf_status run_steps(struct gf_session *s)
         if (s->steps[k].view && !s->steps[k].folded)
             s->op_views[s->steps[k].node->op]++;
     double t_start = now_ms();
+    const struct gf_backend_ops *ops = s->be->ops;
+    bool checks = ops->checks_begin && ops->checks_begin(s->be, s) == GF_OK;
     enum gf_status st = upload_inputs(s);
     /* bound outputs no node writes: before the nodes, so that the epilogue
      * (in the last graph, or after it) reads them too */
@@ -2024,8 +2070,17 @@ static enum gf_status run_steps(struct gf_session *s)
     else if (st == GF_OK && (st = run_range(s, 0, s->n_steps, in, out)) == GF_OK)
         st = run_epilogue(s);
     s->plan_runs++;
+    enum gf_status end = checks ? ops->checks_end(s->be) : GF_OK;
+    if (st == GF_OK)
+        st = end;
     if (st == GF_OK)
         st = s->be->ops->sync(s->be);
+    if (checks && end == GF_OK && (st == GF_OK || s->be->ops->sync(s->be) == GF_OK)) {
+        /* a bad index or label found on the device: the first one, named (a
+         * failure later in the run may be its consequence) */
+        enum gf_status bad = ops->checks_report(s->be);
+        st = bad != GF_OK ? bad : st;
+    }
     s->total_ms = now_ms() - t_start;
     return st;
 }

@@ -95,6 +95,24 @@ struct gf_backend_ops {
     enum gf_status (*capture_end)(struct gf_backend *be, void **graph, size_t *n_nodes);
     enum gf_status (*graph_launch)(struct gf_backend *be, void *graph);
     void (*graph_free)(struct gf_backend *be, void *graph);
+    /* Optional deferred checks (NULL on a backend without them; its kernels
+     * then check bad data where they run).  Between checks_begin and
+     * checks_end (a run of the executor's session `owner`), a kernel that
+     * checks data on the device (an index out of range, a label outside
+     * the classes) and has no host copy of it records the first bad
+     * position in a slot of device memory instead of waiting for the
+     * answer: it needs no host copy and no synchronization, so a CUDA graph
+     * may hold it.  Each slot is registered (per owner, node and check)
+     * with what its message needs.  checks_begin enqueues the reset of the
+     * slots; checks_end enqueues their copy to the host; checks_report,
+     * once the stream has finished, returns the error (the kernel's own
+     * message: node, tensor, position, value) of the first registered slot
+     * of owner that found bad data, else GF_OK; checks_release forgets
+     * owner's slots (a session freed). */
+    enum gf_status (*checks_begin)(struct gf_backend *be, const void *owner);
+    enum gf_status (*checks_end)(struct gf_backend *be);
+    enum gf_status (*checks_report)(struct gf_backend *be);
+    void (*checks_release)(struct gf_backend *be, const void *owner);
 };
 
 /* One device as `graphfuse backends` lists it. */

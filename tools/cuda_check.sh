@@ -16,6 +16,9 @@
 #     the same losses, bit for bit, as with the step captured and replayed
 #   - CUDA Graphs: `run --repeat 3 --profile` reports the graph replay, and
 #     llama_tiny's step time with and without capture (`train --profile`)
+#   - tools/cuda_train_check.sh: the training step (forward, backward, the
+#     optimizer) is one graph, the same losses with --no-cuda-graph and on
+#     the CPU, a bad token id or label stops training with the CPU's message
 #   - tests/run_hf.sh with RUN_HF_DEVICES=cuda: the Hugging Face exports
 #     tested against PyTorch and trained 5 steps on cuda, no node on the CPU
 # Exit status 0 when every check passed.
@@ -209,6 +212,18 @@ for ng in "" --no-cuda-graph; do # without --profile: no sync after each node
     ms=$(awk -F, 'NR > 6 { s += $5; k++ } END { if (k) printf "%.3f", s / k }' "$tmp/q$ng.csv")
     result INFO "llama_tiny train step ${ng:-(graphs)}: $ms ms (steps 6-50, no --profile)"
 done
+
+# ---- the training step as one CUDA graph: tools/cuda_train_check.sh -------------------
+# the profile says so; the same losses with --no-cuda-graph (bit for bit) and on
+# the CPU (1e-4); a bad token id and a bad label stop training with the CPU's message
+sh tools/cuda_train_check.sh "$gf" >"$tmp/tg" 2>&1
+cat "$tmp/tg"
+if tail -1 "$tmp/tg" | grep -q ' 0 failed'; then
+    result PASS "tools/cuda_train_check.sh: $(tail -1 "$tmp/tg")"
+else
+    result FAIL "tools/cuda_train_check.sh: $(tail -1 "$tmp/tg")" \
+        "$(grep '^FAIL' "$tmp/tg" | head -5 | cut -c1-200 | tr '\n' ' ')"
+fi
 
 # ---- the Hugging Face exports (models/hf) on cuda: tests/run_hf.sh --------------------
 # graphfuse test against PyTorch's outputs and 5 AdamW training steps against

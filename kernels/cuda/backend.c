@@ -20,6 +20,12 @@
  * and copy_out are refused with an error naming the call: nothing runs
  * during a capture, so a wait would wait for nothing, a host copy would be
  * replayed from a host address long gone, and memory cannot be made.
+ *
+ * Deferred checks (checks_begin ... checks_report): the data checks that
+ * kernels make on the device write the first bad position into a slot of
+ * device memory registered with its message, read once per run after the
+ * run's final synchronization, instead of each kernel copying its flag
+ * back and waiting (which no graph can hold).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -226,6 +232,11 @@ static void cu_free(struct gf_backend *be)
         gf_cu_blas_free(cu);
         cudaStreamDestroy(cu->stream);
     }
+    if (cu->check_dev && gf_cu_use(be))
+        cudaFree(cu->check_dev);
+    if (cu->check_host)
+        cudaFreeHost(cu->check_host);
+    free(cu->checks);
     free(cu->blocks);
     free(cu);
     be->priv = NULL;
@@ -478,6 +489,120 @@ static void cu_graph_free(struct gf_backend *be, void *graph)
         cudaGetLastError();
 }
 
+/* ---- deferred checks ------------------------------------------------------------
+ * GF_CU_CHECKS int slots of device memory, made on the first run that
+ * defers, and their pinned host copy.  checks_begin resets every slot in
+ * use (one cudaMemsetAsync), checks_end copies them to the host (one
+ * cudaMemcpyAsync into pinned memory: no staging), both on the stream
+ * outside any graph; the run's final synchronization waits for them.  A
+ * registration is found again by (owner, node, key), so a node keeps its
+ * slot from run to run (a captured graph holds its address). */
+
+static enum gf_status cu_checks_begin(struct gf_backend *be, const void *owner)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    if (cu->capturing)
+        return refuse(be, "starting deferred checks", 0);
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    if (!cu->check_dev) {
+        size_t bytes = GF_CU_CHECKS * sizeof(int);
+        cudaError_t e = cudaMalloc((void **)&cu->check_dev, bytes);
+        if (e == cudaSuccess)
+            gf_cu_mem_add(cu, cu->check_dev, bytes);
+        else
+            cu->check_dev = NULL;
+        if (e == cudaSuccess && (e = cudaMallocHost((void **)&cu->check_host, bytes)) !=
+                                    cudaSuccess)
+            cu->check_host = NULL;
+        if (e == cudaSuccess && !(cu->checks = calloc(GF_CU_CHECKS, sizeof(*cu->checks))))
+            e = cudaErrorMemoryAllocation;
+        if (e == cudaSuccess) /* every slot reset once: those past the table stay so */
+            e = cudaMemsetAsync(cu->check_dev, 0x7f, bytes, cu->stream);
+        if (e != cudaSuccess) /* no deferral: the kernels check on the spot */
+            return cu_status(be, e, "the deferred checks' slots", bytes);
+    }
+    cu->check_owner = owner;
+    cu->deferring = true;
+    if (!cu->n_checks)
+        return GF_OK;
+    return cu_status(be, cudaMemsetAsync(cu->check_dev, 0x7f, cu->n_checks * sizeof(int),
+                                         cu->stream), "resetting the deferred checks",
+                     cu->n_checks * sizeof(int));
+}
+
+static enum gf_status cu_checks_end(struct gf_backend *be)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    bool was = cu->deferring;
+    cu->deferring = false;
+    if (!was || !cu->n_checks)
+        return GF_OK;
+    if (cu->capturing)
+        return refuse(be, "ending deferred checks", 0);
+    if (!gf_cu_use(be))
+        return GF_ERR_INTERNAL;
+    return cu_status(be, cudaMemcpyAsync(cu->check_host, cu->check_dev,
+                                         cu->n_checks * sizeof(int), cudaMemcpyDeviceToHost,
+                                         cu->stream), "reading the deferred checks",
+                     cu->n_checks * sizeof(int));
+}
+
+static enum gf_status cu_checks_report(struct gf_backend *be)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    for (size_t i = 0; i < cu->n_checks; i++) {
+        const struct gf_cu_check *c = &cu->checks[i];
+        int pos = cu->check_host[i];
+        if (c->owner != cu->check_owner || !c->report || pos < 0 || pos >= GF_CU_CHECK_OK)
+            continue;
+        struct gf_kernel_args a = {.node = c->node, .backend = be};
+        return c->report(&a, c, pos);
+    }
+    return GF_OK;
+}
+
+static void cu_checks_release(struct gf_backend *be, const void *owner)
+{
+    struct gf_cu *cu = gf_cu_of(be);
+    for (size_t i = 0; cu && i < cu->n_checks; i++)
+        if (cu->checks[i].owner == owner)
+            cu->checks[i].owner = NULL, cu->checks[i].report = NULL;
+}
+
+int *gf_cu_defer_check(const struct gf_kernel_args *a, int key, gf_cu_report_fn report,
+                       const void *ctx, size_t len)
+{
+    struct gf_cu *cu = gf_cu_of(a->backend);
+    if (!cu->deferring || !cu->check_dev || len > GF_CU_CHECK_CTX)
+        return NULL;
+    size_t k, free_slot = SIZE_MAX;
+    for (k = 0; k < cu->n_checks; k++) {
+        const struct gf_cu_check *c = &cu->checks[k];
+        if (c->owner == cu->check_owner && c->node == a->node && c->key == key)
+            break;
+        if (!c->owner && free_slot == SIZE_MAX)
+            free_slot = k;
+    }
+    if (k == cu->n_checks) {
+        /* a new check: a freed slot (reset by this run's checks_begin), else
+         * one past the table (never written since the slots were made) */
+        if (free_slot != SIZE_MAX)
+            k = free_slot;
+        else if (cu->n_checks < GF_CU_CHECKS)
+            k = cu->n_checks++;
+        else
+            return NULL;
+    }
+    struct gf_cu_check *c = &cu->checks[k];
+    c->owner = cu->check_owner;
+    c->node = a->node;
+    c->key = key;
+    c->report = report;
+    memcpy(c->ctx, ctx, len);
+    return cu->check_dev + k;
+}
+
 static const char *cu_device_name(const struct gf_backend *be)
 {
     return gf_cu_of(be)->device_name;
@@ -508,6 +633,10 @@ const struct gf_backend_ops gf_cuda_ops = {
     .capture_end = cu_capture_end,
     .graph_launch = cu_graph_launch,
     .graph_free = cu_graph_free,
+    .checks_begin = cu_checks_begin,
+    .checks_end = cu_checks_end,
+    .checks_report = cu_checks_report,
+    .checks_release = cu_checks_release,
 };
 
 extern const struct gf_kernel_table *const gf_cuda_tables[]; /* tables.c */

@@ -45,7 +45,45 @@ struct gf_cu {
     struct gf_cu_block { void *p; size_t n; } *blocks;
     size_t n_blocks, cap_blocks;
     uint64_t bytes_now, bytes_peak;
+    /* deferred checks (backend.c): GF_CU_CHECKS slots of device memory, the
+     * host copy of the last run's (pinned), the registrations, and the
+     * owner (session) of the run between checks_begin and checks_end */
+    int *check_dev, *check_host;
+    struct gf_cu_check *checks;
+    size_t n_checks;
+    const void *check_owner;
+    bool deferring;
 };
+
+/* ---- deferred checks (backend.c; gf_backend_ops.checks_*) ---------------------- */
+
+#define GF_CU_CHECKS 4096        /* slots of the backend (a full table: checked on the spot) */
+#define GF_CU_CHECK_OK 0x7f7f7f7f /* a slot's reset value (cudaMemsetAsync of 0x7f bytes):
+                                  * no bad position found (kernels store smaller ones) */
+#define GF_CU_CHECK_CTX 320       /* bytes of a check's context */
+
+struct gf_cu_check;
+/* A deferred check's message for the first bad position `pos` (called once
+ * the stream has finished: it may read the bad value from the device);
+ * `a` holds the node only. */
+typedef enum gf_status (*gf_cu_report_fn)(const struct gf_kernel_args *a,
+                                          const struct gf_cu_check *c, int pos);
+struct gf_cu_check {
+    const void *owner;
+    const struct gf_node *node;
+    int key;               /* which of the node's checks */
+    gf_cu_report_fn report;
+    _Alignas(16) unsigned char ctx[GF_CU_CHECK_CTX]; /* the kernel's, copied */
+};
+
+/* While the executor defers checks (a session's run): the slot of check
+ * `key` of a->node (a device int, GF_CU_CHECK_OK before the run, that the
+ * kernel atomicMin's with each bad position), registered with report and
+ * a copy of ctx (len <= GF_CU_CHECK_CTX bytes); NULL when checks are not
+ * deferred now (or no slot is left): the kernel then checks on the spot.
+ * Host bookkeeping only: allowed while a graph is captured. */
+int *gf_cu_defer_check(const struct gf_kernel_args *a, int key, gf_cu_report_fn report,
+                       const void *ctx, size_t len);
 
 static inline struct gf_cu *gf_cu_of(const struct gf_backend *be)
 {

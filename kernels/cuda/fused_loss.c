@@ -20,8 +20,10 @@
  * Semantics, checks and messages are the CPU's (kernels/cpu/fused_loss.c,
  * fused_grad.c, grad.c, reduce.c) through the shared checks; the output
  * lists are theirs.  Labels are checked on the host when they have a host
- * copy, else on the device (the smallest bad position read back after the
- * kernels: one sync).  Per-position (loss, weight) pairs go to the
+ * copy, else on the device: the smallest bad position goes to a slot of the
+ * executor's deferred checks during a session's run (read after the run:
+ * nothing waits, a CUDA graph may hold the node), else to the workspace,
+ * read back after the kernels (one sync).  Per-position (loss, weight) pairs go to the
  * workspace and one block sums them in a fixed order.
  */
 #include <limits.h>
@@ -68,23 +70,67 @@ static void *ws_at(const struct gf_kernel_args *a, size_t off)
     return (char *)a->workspace + off;
 }
 
-/* Before the kernels: the labels checked on the host, or the device's bad
- * word set to INT_MAX. */
-static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct gf_labels *l,
-                                   size_t n_pos, int *bad)
+/* The message of bad label position p (read from the device; the stream
+ * has finished). */
+static enum gf_status label_error_at(const struct gf_kernel_args *a, const struct gf_labels *l,
+                                     const char *name, int p)
 {
-    if (l->t->host)
-        return gf_check_labels(a, "label T", l, l->t->host, n_pos);
+    size_t i = gf_label_index(l, (size_t)p), es = l->t->dtype == GF_INT32 ? 4 : 8;
+    int64_t v = 0;
+    int32_t v32 = 0;
+    cudaError_t e = cudaMemcpy(es == 4 ? (void *)&v32 : (void *)&v,
+                               (const char *)l->t->data + i * es, es, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return gf_cu_check(a, e, "reading a label");
+    return gf_label_error(a, name, l, i, es == 4 ? v32 : v);
+}
+
+/* A deferred label check: the labels' view and rule, copied. */
+struct label_check {
+    struct gf_tview t;
+    struct gf_labels l;
+    char name[16];
+};
+
+static enum gf_status label_report(const struct gf_kernel_args *a, const struct gf_cu_check *c,
+                                   int pos)
+{
+    struct label_check k;
+    memcpy(&k, c->ctx, sizeof(k));
+    k.l.t = &k.t;
+    return label_error_at(a, &k.l, k.name, pos);
+}
+
+/* Before the kernels: the labels checked on the host; else *bad, the word
+ * the kernels flag the first bad position in: a slot of the executor's
+ * deferred checks (*deferred: read after the run, nothing waits), or the
+ * workspace's word `ws`, set to INT_MAX. */
+static enum gf_status labels_begin(const struct gf_kernel_args *a, const struct gf_labels *l,
+                                   const char *name, size_t n_pos, int *ws, int **bad,
+                                   bool *deferred)
+{
+    *bad = NULL;
+    *deferred = false;
+    if (gf_host_bytes(a, l->t))
+        return gf_check_labels(a, name, l, gf_host_bytes(a, l->t), n_pos);
+    struct label_check k = {.t = *l->t, .l = *l};
+    snprintf(k.name, sizeof(k.name), "%s", name);
+    if (n_pos && (*bad = gf_cu_defer_check(a, 0, label_report, &k, sizeof(k)))) {
+        *deferred = true;
+        return GF_OK;
+    }
+    *bad = ws;
     int v = INT_MAX;
-    return gf_cu_check(a, cudaMemcpyAsync(bad, &v, sizeof(v), cudaMemcpyHostToDevice,
+    return gf_cu_check(a, cudaMemcpyAsync(ws, &v, sizeof(v), cudaMemcpyHostToDevice,
                                           gf_cu_stream(a)), "label check");
 }
 
-/* After the kernels: the bad label the device found, if any (one sync). */
+/* After the kernels: the bad label the device found, if any (one sync;
+ * none for a deferred check). */
 static enum gf_status labels_end(const struct gf_kernel_args *a, const struct gf_labels *l,
-                                 const char *name, const int *bad)
+                                 const char *name, const int *bad, bool deferred)
 {
-    if (l->t->host)
+    if (!bad || deferred)
         return GF_OK;
     int p = INT_MAX;
     cudaStream_t s = gf_cu_stream(a);
@@ -93,14 +139,7 @@ static enum gf_status labels_end(const struct gf_kernel_args *a, const struct gf
         e = cudaStreamSynchronize(s);
     if (e != cudaSuccess || p == INT_MAX)
         return gf_cu_check(a, e, "reading the label check");
-    size_t i = gf_label_index(l, (size_t)p), es = l->t->dtype == GF_INT32 ? 4 : 8;
-    int64_t v = 0;
-    int32_t v32 = 0;
-    e = cudaMemcpy(es == 4 ? (void *)&v32 : (void *)&v, (const char *)l->t->data + i * es, es,
-                   cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess)
-        return gf_cu_check(a, e, "reading a label");
-    return gf_label_error(a, name, l, i, es == 4 ? v32 : v);
+    return label_error_at(a, l, name, p);
 }
 
 /* Cluster size for c: the knob, else (automatic) the smallest of 2, 4, 8
@@ -169,7 +208,8 @@ static void ce_init(const struct gf_kernel_args *a, struct gf_cu_ce *k, const st
     k->ii = l->ii;
     k->softmax = 1;
     k->gscale = 1.0f;
-    k->bad = l->t->host ? NULL : bad;
+    k->bad = bad; /* NULL: checked on the host */
+    (void)l->t;
     k->block = knob(a, K_BLOCK);
 }
 
@@ -183,9 +223,11 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
         return st;
     if (!a->workspace)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
-    int *bad = ws_at(a, c.ws.bad);
+    int *bad;
+    bool deferred;
     double *gsum = ws_at(a, c.ws.gsum), *lpart = ws_at(a, c.ws.lpart);
-    if ((st = labels_begin(a, &c.lab, c.n_pos, bad)) != GF_OK)
+    if ((st = labels_begin(a, &c.lab, "label T", c.n_pos, ws_at(a, c.ws.bad), &bad,
+                           &deferred)) != GF_OK)
         return st;
     cudaStream_t s = gf_cu_stream(a);
     struct gf_cu_ce k;
@@ -210,7 +252,7 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
         e = gf_cu_loss_reduce(s, lpart, (int64_t)c.n_pos, c.red == GF_RED_MEAN, a->out[0].data);
     if ((st = gf_cu_check(a, e, "SoftmaxCrossEntropy")) != GF_OK || !c.n_pos)
         return st;
-    return labels_end(a, &c.lab, "label T", bad);
+    return labels_end(a, &c.lab, "label T", bad, deferred);
 }
 
 /* ==== CrossEntropyGrad ================================================================== */
@@ -257,17 +299,18 @@ static enum gf_status nll_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
     struct lossws w;
     lossws_layout(&w, 0, n_pos);
-    int *bad = ws_at(a, w.bad);
     double *lpart = ws_at(a, w.lpart);
-    bool host = gf_host_bytes(a, l.t) != NULL; /* gf_nll_check checked them */
-    int v = INT_MAX;
+    struct gf_labels lh = l;
+    lh.t = &a->in[r.ti];
+    int *bad = NULL;
+    bool deferred = false;
     cudaStream_t s = gf_cu_stream(a);
-    if (!host && (st = gf_cu_check(a, cudaMemcpyAsync(bad, &v, sizeof(v), cudaMemcpyHostToDevice,
-                                                      s), "label check")) != GF_OK)
+    /* (gf_nll_check checked labels on the host) */
+    if (!gf_host_bytes(a, l.t) &&
+        (st = labels_begin(a, &lh, "labels", n_pos, ws_at(a, w.bad), &bad, &deferred)) != GF_OK)
         return st;
     struct gf_cu_ce k;
     ce_init(a, &k, &l, n_pos, l.classes, x->dims[0] ? n_pos / (size_t)x->dims[0] : 1, bad);
-    k.bad = host ? NULL : bad;
     k.x = x->data;
     k.w = fu_has(a, r.wi) ? a->in[r.wi].data : NULL;
     k.softmax = a->node->op == GF_OP_SOFTMAX_CROSS_ENTROPY_LOSS;
@@ -277,11 +320,9 @@ static enum gf_status nll_run(const struct gf_kernel_args *a)
     cudaError_t e = gf_cu_ce(s, &k);
     if (e == cudaSuccess && !none)
         e = gf_cu_loss_reduce(s, lpart, (int64_t)n_pos, r.ce.red == GF_RED_MEAN, a->out[0].data);
-    if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || host || !n_pos)
+    if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || !n_pos)
         return st;
-    struct gf_labels lh = l;
-    lh.t = &a->in[r.ti];
-    return labels_end(a, &lh, "labels", bad);
+    return labels_end(a, &lh, "labels", bad, deferred);
 }
 
 static bool nll_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
@@ -323,17 +364,17 @@ static enum gf_status nllg_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the losses");
     struct lossws w;
     lossws_layout(&w, 0, 0);
-    int *bad = ws_at(a, w.bad);
     double *gsum = ws_at(a, w.gsum);
-    bool host = gf_host_bytes(a, l.t) != NULL; /* gf_nll_check checked them */
-    int v = INT_MAX;
+    int *bad = NULL;
+    bool deferred = false;
     cudaStream_t s = gf_cu_stream(a);
     cudaError_t e = cudaSuccess;
-    if (!host && n_pos)
-        e = cudaMemcpyAsync(bad, &v, sizeof(v), cudaMemcpyHostToDevice, s);
+    /* (gf_nll_check checked labels on the host) */
+    if (!gf_host_bytes(a, l.t) && n_pos &&
+        (st = labels_begin(a, &l, "labels", n_pos, ws_at(a, w.bad), &bad, &deferred)) != GF_OK)
+        return st;
     struct gf_cu_ce k;
     ce_init(a, &k, &l, n_pos, l.classes, x->dims[0] ? n_pos / (size_t)x->dims[0] : 1, bad);
-    k.bad = host ? NULL : bad;
     k.w = fu_has(a, 3) ? a->in[3].data : NULL;
     bool per_pos = r.ce.red == GF_RED_NONE;
     if (e == cudaSuccess && r.ce.red == GF_RED_MEAN && n_pos) {
@@ -351,9 +392,9 @@ static enum gf_status nllg_run(const struct gf_kernel_args *a)
         if (e == cudaSuccess)
             e = gf_cu_nll_grad(s, &k, a->in[0].data, per_pos, o->data);
     }
-    if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || host || !n_pos)
+    if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || !n_pos)
         return st;
-    return labels_end(a, &l, "labels", bad);
+    return labels_end(a, &l, "labels", bad, deferred);
 }
 
 /* fp32 dLoss, scores and weights; int32 / int64 labels; NLLLossGrad's
@@ -485,9 +526,11 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     if (!a->workspace)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the chunks");
     cudaStream_t s = gf_cu_stream(a);
-    int *bad = ws_at(a, c.ws.bad);
+    int *bad;
+    bool deferred;
     double *gsum = ws_at(a, c.ws.gsum);
-    if ((st = labels_begin(a, &c.lab, c.n_pos, bad)) != GF_OK)
+    if ((st = labels_begin(a, &c.lab, "label T", c.n_pos, ws_at(a, c.ws.bad), &bad,
+                           &deferred)) != GF_OK)
         return st;
     struct gf_cu_ce k;
     ce_init(a, &k, &c.lab, c.n_pos, c.v, 1, bad);
@@ -520,7 +563,7 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
                          "the loss");
     if (st != GF_OK || !c.n_pos)
         return st;
-    return labels_end(a, &c.lab, "label T", bad);
+    return labels_end(a, &c.lab, "label T", bad, deferred);
 }
 
 /* ==== JSD, JSDGrad ====================================================================== */

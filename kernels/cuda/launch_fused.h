@@ -95,9 +95,15 @@ cudaError_t gf_cu_pad(cudaStream_t s, int size, const void *x, void *y,
 cudaError_t gf_cu_gather_nd(cudaStream_t s, int size, const void *x, const int64_t *off,
                             void *y, int64_t slice, int64_t n);
 /* GatherGrad: y [pre, na, post] = 0, then y[p, k, q] += g[p, i, q] for every
- * i with index k, in increasing i (csr: start[na + 1] then order[ni], device). */
-cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const int64_t *csr, float *y,
-                              int64_t pre, int64_t ni, int64_t na, int64_t post);
+ * i with index k (ind: ni int32 or int64 indices on the device, negative
+ * from the end), in increasing i; the lists are made on the device in ws
+ * (gf_cu_gather_grad_workspace(ni, na) bytes: a stable radix sort).  An
+ * index out of range is skipped, its position atomicMin'd into flag (when
+ * not NULL).  ni and na below 2^31. */
+size_t gf_cu_gather_grad_workspace(int64_t ni, int64_t na);
+cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const void *ind, int i64, float *y,
+                              int64_t pre, int64_t ni, int64_t na, int64_t post, void *ws,
+                              int *flag);
 /* SliceGrad: y (the data's shape, dims) = 0 but on the slice's grid (per
  * axis first + q step, q < gdims) where it takes g's element. */
 struct gf_cu_sg_geom {

@@ -8,14 +8,17 @@
  *              (cudaMemcpy2DAsync per input / output)
  *   indexing   Gather (int32 / int64 indices), GatherND (indices on the host)
  *   padding    Pad (constant, reflect, edge, wrap)
- *   backward   GatherGrad (indices read on the host: summed in index order, as the
+ *   backward   GatherGrad (the positions of each index value listed on the
+ *              device by a stable radix sort, summed in position order, as the
  *              CPU), SliceGrad (fp32, fp64)
  *
  * Shape-like inputs (Reshape's shape, Squeeze's axes, Slice's starts ...,
  * Split's sizes, Expand's shape) are read through `host`: `supports`
  * declines a node whose such input has none.  Indices are checked on the
  * host when they have a host copy; otherwise the kernel flags the first bad
- * one in the workspace and the host reads it back.  The rules and checks
+ * one: in a slot of the executor's deferred checks during a session's run
+ * (read after the run: nothing waits, a CUDA graph may hold the node),
+ * else in the workspace, which the host reads back.  The rules and checks
  * are the device backends' (kernels/device_common.c) and every backend's
  * (layout_checks.c), the messages those of kernels/cpu/layout.c and grad.c.
  */
@@ -51,7 +54,7 @@ static enum gf_status copy_nd(const struct gf_kernel_args *a, enum gf_dtype dt, 
 /* ---- supports ------------------------------------------------------------------- */
 
 /* The device rules (device_common.c); here GatherND's indices on the
- * host (GatherGrad reads its own back when they have no host copy), and
+ * host (Gather and GatherGrad check theirs on the device without one), and
  * the backward ops' types: the CPU's (fp32, fp64; GatherGrad fp32). */
 static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
@@ -59,7 +62,7 @@ static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size
         return false;
     if (n->op == GF_OP_GATHER_ND && (n_in < 2 || !in[1].host || !gf_is_index_type(in[1].dtype)))
         return false;
-    if (n->op == GF_OP_GATHER_GRAD) /* indices without a host copy are read back */
+    if (n->op == GF_OP_GATHER_GRAD) /* indices without a host copy: checked on the device */
         return in[0].dtype == GF_FLOAT;
     if (n->op == GF_OP_SLICE_GRAD)
         return in[0].dtype == GF_FLOAT || in[0].dtype == GF_DOUBLE;
@@ -125,6 +128,40 @@ static enum gf_status run_split(const struct gf_kernel_args *a)
 
 /* ---- Gather -------------------------------------------------------------------------- */
 
+/* A deferred index check (Gather, GatherGrad): where the indices are, and
+ * the axis they index. */
+struct index_check {
+    const void *ind;
+    enum gf_dtype dtype;
+    int64_t dim;
+    int axis;
+};
+
+/* The message of the first bad index, its value read from the device. */
+static enum gf_status index_report(const struct gf_kernel_args *a, const struct gf_cu_check *c,
+                                   int pos)
+{
+    struct index_check k;
+    memcpy(&k, c->ctx, sizeof(k));
+    struct gf_tview t = {.dtype = k.dtype};
+    uint64_t v = 0;
+    size_t es = gf_dtype_size(k.dtype);
+    cudaError_t e = cudaMemcpy(&v, (const char *)k.ind + (size_t)pos * es, es,
+                               cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+        return gf_cu_check(a, e, "reading a bad index");
+    return gf_index_error(a, "indices", (size_t)pos, gf_int_at(&t, &v, 0), k.dim, k.axis);
+}
+
+/* The slot for a check of indices without a host copy while the executor
+ * defers checks (NULL: check them here). */
+static int *defer_index_check(const struct gf_kernel_args *a, const struct gf_tview *ind,
+                              int64_t dim, int axis)
+{
+    struct index_check k = {ind->data, ind->dtype, dim, axis};
+    return ind->host ? NULL : gf_cu_defer_check(a, 0, index_report, &k, sizeof(k));
+}
+
 static enum gf_status run_gather(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0], *ind = &a->in[1];
@@ -134,18 +171,19 @@ static enum gf_status run_gather(const struct gf_kernel_args *a)
     if (st || a->out[0].nelem == 0)
         return st;
     struct gf_backend *be = a->backend;
-    int *flag = ind->host ? NULL : a->workspace;
+    int *slot = defer_index_check(a, ind, x->dims[ax], ax);
+    int *flag = ind->host ? NULL : slot ? slot : a->workspace;
     if (!ind->host && !flag)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the index check");
     int big = INT_MAX;
-    if (flag && (st = be->ops->copy_in(be, flag, &big, sizeof(big))))
+    if (flag && !slot && (st = be->ops->copy_in(be, flag, &big, sizeof(big))))
         return st;
     cudaError_t e = gf_cu_gather(gf_cu_stream(a), (int)gf_dev_move_size(x->dtype), x->data,
                                  ind->data, ind->dtype == GF_INT64, a->out[0].data,
                                  (int64_t)gf_dims_prod(x->dims, 0, ax), (int64_t)ind->nelem,
                                  x->dims[ax], (int64_t)gf_dims_prod(x->dims, ax + 1, r), flag);
-    if ((st = gf_cu_check(a, e, "Gather kernel")) || !flag)
-        return st;
+    if ((st = gf_cu_check(a, e, "Gather kernel")) || !flag || slot)
+        return st; /* a deferred check: read after the run */
     /* the first bad index, if any: its position, then its value */
     int pos = INT_MAX;
     if ((st = be->ops->copy_out(be, &pos, flag, sizeof(pos))) || pos == INT_MAX)
@@ -216,10 +254,17 @@ static enum gf_status run_gather_nd(const struct gf_kernel_args *a)
 
 /* ---- GatherGrad(dY, shape, indices): out [pre, N, post] ------------------------------ */
 
-/* The CSR of the indices: start[N + 1] then order[ni], int64. */
+/* The lists of positions per index value, made on the device (a stable
+ * radix sort: layout.cu), then a flag word for the index check. */
 static size_t ws_gather_grad(const struct gf_kernel_args *a)
 {
-    return gf_dev_gather_grad_workspace(a, sizeof(int64_t));
+    if (a->n_in < 3 || a->n_out < 1)
+        return 256;
+    const struct gf_tview *o = &a->out[0];
+    int64_t ax = gf_node_attr_int(a->node, "axis", 0);
+    ax = ax < 0 ? ax + o->rank : ax;
+    int64_t n = ax >= 0 && ax < o->rank ? o->dims[ax] : 0;
+    return gf_cu_gather_grad_workspace((int64_t)a->in[2].nelem, n) + 256;
 }
 
 static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
@@ -227,40 +272,35 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     struct gf_dev_gather_grad p;
     enum gf_status st = gf_dev_gather_grad_plan(a, &caps, &p); /* host indices checked */
     const struct gf_tview *g = &a->in[0], *o = &a->out[0], *ind = &a->in[2];
-    if (st)
+    if (st || o->nelem == 0)
         return st;
+    if (p.ni > INT_MAX - 1 || p.n > INT_MAX - 1)
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "%zu indices into %zu rows exceed the "
+                               "kernel's int", p.ni, p.n);
+    size_t lists = gf_cu_gather_grad_workspace((int64_t)p.ni, (int64_t)p.n);
+    if (!a->workspace)
+        return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the index lists");
+    /* indices without a host copy (made on the device, or a batch's the
+     * executor defers the check of) are checked on the device */
     struct gf_backend *be = a->backend;
-    /* indices made on the device (GPT-2's position ids) are read back: the
-     * lists are built on the host either way (and the node, which waits
-     * for the copy, runs outside a CUDA graph) */
-    struct gf_tview hv = *ind;
-    void *read = NULL;
-    if (!ind->host && p.ni) {
-        if (!(read = malloc(gf_tview_bytes(ind))))
-            return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the indices");
-        hv.host = read;
-        if ((st = be->ops->copy_out(be, read, ind->data, gf_tview_bytes(ind))) ||
-            (st = gf_check_indices(a, &hv, (int64_t)p.n, p.axis))) {
-            free(read);
-            return st;
-        }
-    }
-    if (o->nelem == 0 || !a->workspace) {
-        free(read);
-        return o->nelem == 0 ? GF_OK : gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace");
-    }
-    int64_t *csr = gf_dev_index_csr(&hv, p.n);
-    free(read);
-    if (!csr)
-        return gf_kernel_error(a, GF_ERR_NOMEM, "no memory for the index lists");
-    st = be->ops->copy_in(be, a->workspace, csr, (p.n + 1 + p.ni) * sizeof(int64_t));
-    free(csr);
-    if (st)
+    int *slot = p.ni ? defer_index_check(a, ind, (int64_t)p.n, p.axis) : NULL;
+    int *flag = ind->host || !p.ni ? NULL : slot ? slot : (int *)((char *)a->workspace + lists);
+    int big = INT_MAX;
+    if (flag && !slot && (st = be->ops->copy_in(be, flag, &big, sizeof(big))))
         return st;
-    cudaError_t e = gf_cu_gather_grad(gf_cu_stream(a), g->data, a->workspace, o->data,
-                                      (int64_t)p.pre, (int64_t)p.ni, (int64_t)p.n,
-                                      (int64_t)p.post);
-    return gf_cu_check(a, e, "GatherGrad kernel");
+    cudaError_t e = gf_cu_gather_grad(gf_cu_stream(a), g->data, ind->data,
+                                      ind->dtype == GF_INT64, o->data, (int64_t)p.pre,
+                                      (int64_t)p.ni, (int64_t)p.n, (int64_t)p.post,
+                                      a->workspace, flag);
+    if ((st = gf_cu_check(a, e, "GatherGrad kernels")) || !flag || slot)
+        return st; /* a deferred check: read after the run */
+    int pos = INT_MAX;
+    if ((st = be->ops->copy_out(be, &pos, flag, sizeof(pos))) || pos == INT_MAX)
+        return st;
+    struct index_check k = {ind->data, ind->dtype, (int64_t)p.n, p.axis};
+    struct gf_cu_check c;
+    memcpy(c.ctx, &k, sizeof(k));
+    return index_report(a, &c, pos);
 }
 
 /* ---- SliceGrad(dY, shape, starts, ends, axes?, steps?): out has the data's shape ---- */

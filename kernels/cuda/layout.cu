@@ -6,6 +6,8 @@
  */
 #include <string.h>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "launch_fused.h"
 
 #define BLOCK 256
@@ -179,31 +181,135 @@ extern "C" cudaError_t gf_cu_gather_nd(cudaStream_t s, int size, const void *x,
     return cudaGetLastError();
 }
 
+/* ---- GatherGrad: the lists of positions per index value, on the device ------------
+ * keys[i] = the index of position i (negative ones from the end; n, past
+ * every value, for one out of range, whose position goes to flag), vals[i]
+ * = i; a radix sort by key, which is stable (CUB's DeviceRadixSort), keeps
+ * each value's positions increasing, as the CPU adds them; start[k] = the
+ * first sorted entry whose key is k or more (k = 0..n).  Deterministic:
+ * the same lists every run. */
+
+static size_t a256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+static int key_bits(int64_t n)
+{
+    int b = 1;
+    while (b < 31 && ((int64_t)1 << b) <= n)
+        b++;
+    return b; /* keys 0..n */
+}
+
+/* The workspace's parts: keys, sorted keys, positions, sorted positions,
+ * start[n + 1], then CUB's temporary storage. */
+struct gg_ws {
+    size_t keys, keys2, vals, vals2, start, temp, temp_bytes, end;
+};
+
+static cudaError_t gg_layout(int64_t ni, int64_t n, gg_ws *w)
+{
+    size_t b = (size_t)ni * sizeof(int);
+    w->keys = 0;
+    w->keys2 = a256(b);
+    w->vals = w->keys2 + a256(b);
+    w->vals2 = w->vals + a256(b);
+    w->start = w->vals2 + a256(b);
+    w->temp = w->start + a256((size_t)(n + 1) * sizeof(int));
+    w->temp_bytes = 0;
+    cudaError_t e = cub::DeviceRadixSort::SortPairs((void *)nullptr, w->temp_bytes,
+                                                    (const int *)nullptr, (int *)nullptr,
+                                                    (const int *)nullptr, (int *)nullptr,
+                                                    (int)ni, 0, key_bits(n));
+    w->end = w->temp + a256(w->temp_bytes);
+    return e;
+}
+
+extern "C" size_t gf_cu_gather_grad_workspace(int64_t ni, int64_t n)
+{
+    gg_ws w;
+    return ni > 0 && gg_layout(ni, n, &w) == cudaSuccess ? w.end : 256;
+}
+
+template <typename I>
+__global__ void k_gg_keys(const I *ind, int64_t ni, int64_t n, int *keys, int *vals, int *flag)
+{
+    GRID_LOOP(i, ni)
+    {
+        int64_t k = (int64_t)ind[i];
+        if (k < 0)
+            k += n;
+        if (k < 0 || k >= n) {
+            if (flag)
+                atomicMin(flag, (int)i);
+            k = n;
+        }
+        keys[i] = (int)k;
+        vals[i] = (int)i;
+    }
+}
+
+__global__ void k_gg_start(const int *keys, int64_t ni, int64_t n, int *start)
+{
+    GRID_LOOP(k, n + 1)
+    {
+        int64_t lo = 0, hi = ni; /* the first sorted key >= k */
+        while (lo < hi) {
+            int64_t mid = (lo + hi) / 2;
+            if (keys[mid] < k)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        start[k] = (int)lo;
+    }
+}
+
 /* y [pre, na, post]: each element sums its index value's rows of g in
  * increasing position (float, from 0), as the CPU's scatter-add. */
-__global__ void k_gather_grad(const float *g, const int64_t *csr, float *y, int64_t ni,
-                              int64_t na, int64_t post, int64_t n)
+__global__ void k_gather_grad(const float *g, const int *start, const int *order, float *y,
+                              int64_t ni, int64_t na, int64_t post, int64_t n)
 {
-    const int64_t *order = csr + na + 1;
     GRID_LOOP(o, n)
     {
         int64_t q = o % post, t = o / post, k = t % na, p = t / na;
         float s = 0.0f;
-        for (int64_t j = csr[k]; j < csr[k + 1]; j++)
+        for (int j = start[k]; j < start[k + 1]; j++)
             s += g[(p * ni + order[j]) * post + q];
         y[o] = s;
     }
 }
 
-extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const int64_t *csr,
-                                         float *y, int64_t pre, int64_t ni, int64_t na,
-                                         int64_t post)
+extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const void *ind,
+                                         int i64, float *y, int64_t pre, int64_t ni,
+                                         int64_t na, int64_t post, void *ws, int *flag)
 {
     int64_t n = pre * na * post;
     if (n <= 0)
         return cudaSuccess;
-    k_gather_grad<<<grid_for(n), BLOCK, 0, s>>>(g, csr, y, ni, na, post, n);
-    return cudaGetLastError();
+    gg_ws w;
+    cudaError_t e = gg_layout(ni, na, &w);
+    char *b = (char *)ws;
+    int *keys = (int *)(b + w.keys), *keys2 = (int *)(b + w.keys2);
+    int *vals = (int *)(b + w.vals), *vals2 = (int *)(b + w.vals2);
+    int *start = (int *)(b + w.start);
+    if (e == cudaSuccess && ni > 0) {
+        if (i64)
+            k_gg_keys<long long><<<grid_for(ni), BLOCK, 0, s>>>((const long long *)ind, ni, na,
+                                                              keys, vals, flag);
+        else
+            k_gg_keys<int><<<grid_for(ni), BLOCK, 0, s>>>((const int *)ind, ni, na, keys,
+                                                        vals, flag);
+        size_t tb = w.temp_bytes;
+        e = cub::DeviceRadixSort::SortPairs((void *)(b + w.temp), tb, keys, keys2, vals, vals2,
+                                            (int)ni, 0, key_bits(na), s);
+    }
+    if (e == cudaSuccess) {
+        k_gg_start<<<grid_for(na + 1), BLOCK, 0, s>>>(keys2, ni, na, start);
+        k_gather_grad<<<grid_for(n), BLOCK, 0, s>>>(g, start, vals2, y, ni, na, post, n);
+    }
+    return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <typename T>
