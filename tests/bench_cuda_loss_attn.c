@@ -448,11 +448,11 @@ static bool checks(void)
     }
     {
         struct ce_case c;
-        ce_init(&c, 16, 128256, false, "sum");
+        ce_init(&c, 300, 128256, false, "sum"); /* several rows per cluster */
         int cfg[3] = {0, 1, 0};
         call_run(&c.c, false, NULL, true); /* the CPU's, then the rows' path (cluster off) */
         call_run(&c.c, true, cfg, true);
-        ok = call_check(&c.c, "SCE 16x128256 sum (cluster)") && ok;
+        ok = call_check(&c.c, "SCE 300x128256 sum (cluster)") && ok;
         ce_free(&c, false);
     }
     {
