@@ -31,9 +31,10 @@
  * nothing when the norm is not finite.  So a step is: the batch and the
  * scalars in, one replay, the loss and the norm out; the host then checks
  * the loss and the norm as before (a norm not finite: the micro-batch runs
- * again, the update staged to skip, to find the gradient: find_bad_gradient;
- * a loss not finite is diagnosed after an update taken where the norm was
- * finite).  With several micro-batches the trainer's launches run between
+ * again, the update staged to skip, to find the gradient: find_bad_gradient).
+ * A loss that is not finite makes the norm NaN (the guard element after
+ * the masters holds 0 x the loss: layout()), so nothing is updated then
+ * either, as on the host path.  With several micro-batches the trainer's launches run between
  * the session's runs, as before: GradNorm read by the host, the update's
  * scalars passed as arguments.  GRAPHFUSE_TRAIN_IN_GRAPH=1 takes the
  * epilogue path on any backend (tests/run_train_in_graph.sh: the same
@@ -105,8 +106,11 @@ struct gf_trainer {
     void *P, *G, *A;        /* the flat buffers (A NULL: G accumulates) */
     void *norm;             /* one double of backend memory: GradNorm's output */
     bool in_graph;          /* the optimizer's launches are the session's epilogue */
+    void *loss_dev;         /* in_graph: the loss output, bound (one float) */
+    size_t guard_off;       /* in_graph: G's element after the masters: 0 x the loss */
+    void *guard;            /* its view */
     struct gf_model *ops;   /* the nodes of the trainer's kernels */
-    struct gf_devop acc, acc_t, gnorm, transpose;
+    struct gf_devop acc, acc_t, gnorm, transpose, zero_times; /* zero_times: in_graph */
     struct gf_traffic traffic; /* copies of the trainer's own (and its kernels') */
     bool host_stale;        /* P moved on since the host copies were refreshed */
     float *host_tmp;        /* staging of one tensor's state (checkpoints) */
@@ -553,7 +557,12 @@ static size_t aligned(const struct gf_trainer *t, size_t n)
     return a > 1 ? (n + a - 1) / a * a : n;
 }
 
-/* Offsets into P and G: masters first, in group order, then the copies. */
+/* Offsets into P and G: masters first, in group order, then the copies.
+ * In the epilogue path (t->in_graph) one more element after the masters,
+ * the guard, which the epilogue sets to 0 x the loss: 0, or NaN for a loss
+ * that is not finite, so that the gradient norm over the masters' range
+ * (which it leaves as it is otherwise: + 0) is not finite either and the
+ * update skips itself, as the host path skips it for such a loss. */
 static void layout(struct gf_trainer *t)
 {
     size_t off = 0;
@@ -563,6 +572,10 @@ static void layout(struct gf_trainer *t)
                 t->p[i].off = off;
                 off += aligned(t, t->p[i].nelem);
             }
+        if (!copies && t->in_graph) { /* the guard: G's copy of 0 x the loss */
+            t->guard_off = off;
+            off += aligned(t, 1);
+        }
         if (!copies)
             t->n_m = off;
     }
@@ -658,20 +671,22 @@ static enum gf_status own_param(struct gf_trainer *t, struct param *p)
 static enum gf_status make_ops(struct gf_trainer *t)
 {
     float scale = t->o.accumulate > 1 ? (float)(1.0 / t->o.accumulate) : 1.0f;
-    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose};
+    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose, &t->zero_times};
     static const char *const types[] = {"GradAccumulate", "GradAccumulate", "GradNorm",
-                                        "Transpose"};
+                                        "Transpose", "GradAccumulate"};
     static const int64_t perm[2] = {1, 0};
     if (!(t->ops = gf_model_new(8, "trainer")))
         return gf_error(GF_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         ops[i]->be = t->be;
         ops[i]->traffic = &t->traffic;
-        ops[i]->node = gf_devop_node(t->ops, types[i], i == 3 ? "" : NULL, i < 2 ? 2 : 1, 1);
+        ops[i]->node = gf_devop_node(t->ops, types[i], i == 3 ? "" : NULL,
+                                     i < 2 || i == 4 ? 2 : 1, 1);
         if (!ops[i]->node)
             return gf_error(GF_ERR_NOMEM, "out of memory");
     }
-    if (gf_node_set_attr_float(t->acc.node, "scale", scale) != GF_OK ||
+    if (gf_node_set_attr_float(t->zero_times.node, "scale", 0.0f) != GF_OK ||
+        gf_node_set_attr_float(t->acc.node, "scale", scale) != GF_OK ||
         gf_node_set_attr_float(t->acc_t.node, "scale", scale) != GF_OK ||
         gf_node_set_attr_int(t->acc_t.node, "transpose", 1) != GF_OK ||
         gf_node_set_attr_ints(t->transpose.node, "perm", 2, perm) != GF_OK)
@@ -700,6 +715,7 @@ static enum gf_status setup_device(struct gf_trainer *t)
 {
     t->be = gf_session_get_backend(t->s);
     t->device = !t->be->host_memory;
+    t->in_graph = in_graph_wanted(t);
     layout(t);
     size_t big = 0;
     for (size_t i = 0; i < t->n_params; i++)
@@ -708,6 +724,8 @@ static enum gf_status setup_device(struct gf_trainer *t)
         !(t->G = gf_exec_zeroed(t->be, t->n_all, NULL)) ||
         (t->o.accumulate > 1 && !(t->A = gf_exec_zeroed(t->be, t->n_m, NULL))) ||
         !(t->norm = t->be->ops->alloc(t->be, sizeof(double))) ||
+        (t->in_graph && !(t->loss_dev = gf_exec_zeroed(t->be, 1, NULL))) ||
+        (t->in_graph && !(t->guard = view_at(t, t->G, t->guard_off, 1))) ||
         !(t->host_tmp = malloc((big + 1) * sizeof(float))))
         return gf_error(GF_ERR_NOMEM, "out of %s memory for %zu parameters and their "
                         "gradients", t->be->ops->name, t->n_all);
@@ -726,7 +744,8 @@ static enum gf_status setup_device(struct gf_trainer *t)
     }
     if (st == GF_OK)
         st = gf_optim_new_on(&t->o.optim, t->be, t->n_m, &t->traffic, &t->opt);
-    if (st == GF_OK && (t->in_graph = in_graph_wanted(t)))
+    if (st == GF_OK && t->in_graph &&
+        (st = gf_session_bind_output(t->s, t->loss_out, t->loss_dev, sizeof(float))) == GF_OK)
         gf_session_set_epilogue(t->s, epilogue, t);
     return st;
 }
@@ -739,12 +758,13 @@ static void free_device(struct gf_trainer *t)
         release_view(t, t->p[i].pv);
         release_view(t, t->p[i].gv);
     }
-    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose};
-    for (int i = 0; i < 4; i++)
+    release_view(t, t->guard);
+    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose, &t->zero_times};
+    for (int i = 0; i < 5; i++)
         if (ops[i]->be)
             gf_devop_release(ops[i]);
-    void *bufs[] = {t->P, t->G, t->A, t->norm};
-    for (int i = 0; i < 4; i++)
+    void *bufs[] = {t->P, t->G, t->A, t->norm, t->loss_dev};
+    for (int i = 0; i < 5; i++)
         if (bufs[i])
             t->be->ops->release(t->be, bufs[i]);
     gf_model_free(t->ops);
@@ -1098,7 +1118,8 @@ static enum gf_status grad_norm(struct gf_trainer *t, double *norm)
 }
 
 /* The session's epilogue (t->in_graph): after the backward, in the same
- * CUDA graph, the tied copies' gradients into their masters', GradNorm,
+ * CUDA graph, the guard (layout()), the tied copies' gradients into their
+ * masters', GradNorm,
  * the update reading this step's hyper (gf_optim_stage) and the norm from
  * memory (clipping on the device; nothing changed when the norm is not
  * finite), and the tied copies from their masters.  Nothing synchronizes:
@@ -1106,7 +1127,13 @@ static enum gf_status grad_norm(struct gf_trainer *t, double *norm)
 static enum gf_status epilogue(void *ctx)
 {
     struct gf_trainer *t = ctx;
-    enum gf_status st = accumulate(t, 0);
+    struct gf_tview in[2], out;
+    gf_devop_view(&in[0], t->loss_dev, 1, 0);
+    gf_devop_view(&in[1], NULL, 0, 0);
+    gf_devop_view(&out, t->guard, 1, 0);
+    enum gf_status st = devop(t, &t->zero_times, in, 2, &out); /* the guard: 0 x the loss */
+    if (st == GF_OK)
+        st = accumulate(t, 0);
     if (st == GF_OK)
         st = launch_norm(t);
     if (st == GF_OK)
@@ -1137,10 +1164,14 @@ static enum gf_status run_one(struct gf_trainer *t, struct gf_tensor *const *in,
     if (st != GF_OK)
         return st;
     const struct gf_tensor *l = out[t->loss_out];
-    if (l->dtype != GF_FLOAT || l->nelem != 1 || !l->data)
+    if (l->dtype != GF_FLOAT || l->nelem != 1 || (!l->data && !t->loss_dev))
         return gf_error(GF_ERR_INVALID, "loss '%s' is not one float", t->loss_name);
-    *loss = *(const float *)l->data;
-    return GF_OK;
+    if (l->data) {
+        *loss = *(const float *)l->data;
+        return GF_OK;
+    }
+    t->traffic.d2h += sizeof(float); /* bound (t->in_graph): in backend memory */
+    return t->be->ops->copy_out(t->be, loss, t->loss_dev, sizeof(float));
 }
 
 /* The accumulated gradient is not finite: the step's first `upto`
@@ -1244,8 +1275,8 @@ static enum gf_status update(struct gf_trainer *t, struct gf_data *d,
  * then the loss and the norm read back.  The update changed nothing when
  * the norm is not finite; the micro-batch then runs again with the update
  * staged to skip, to find the gradient that is not (find_bad_gradient).  A
- * loss that is not finite is diagnosed as before (the update, taken where
- * the norm was finite, stays). */
+ * loss that is not finite (which the guard turned into a NaN norm: nothing
+ * was updated) is diagnosed as before. */
 static enum gf_status step_in_graph(struct gf_trainer *t, struct gf_data *d,
                                     const struct gf_data *from, struct gf_train_stats *st)
 {
