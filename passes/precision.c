@@ -250,8 +250,8 @@ static enum gf_dtype follow_type(struct prec *p, const struct gf_node *n)
             const struct gf_value *v = n->inputs[i];
             if (!float_value(v) || (pass == 0 && scalar(v)))
                 continue;
-            if (n->op == GF_OP_ROPE && i > 0) /* cos / sin follow x */
-                continue;
+            if ((n->op == GF_OP_ROPE || n->op == GF_OP_DROPOUT) && i > 0)
+                continue; /* RoPE's cos / sin follow x; Dropout's ratio is its own type */
             tensors = pass == 0;
             any_low |= v->type.dtype == p->low;
             any_fp32 |= v->type.dtype == GF_FLOAT;
@@ -330,7 +330,8 @@ static enum gf_status rewrite_node(struct prec *p, struct gf_node *n)
     if (t == GF_UNDEFINED)
         return GF_OK;
     for (size_t i = 0; st == GF_OK && i < n->n_inputs; i++)
-        st = set_input_type(p, n, i, t);
+        if (n->op != GF_OP_DROPOUT || i == 0)
+            st = set_input_type(p, n, i, t);
     if (t == p->low)
         retype_outputs(n, p->low);
     return st;

@@ -224,6 +224,23 @@ static void test_positions_stay_fp32(void **state)
     gf_model_free(t.m);
 }
 
+/* Dropout's data follows its input; its ratio keeps its own type (T1). */
+static void test_dropout_ratio(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(19);
+    tg_input(&t, "x", GF_FLOAT, "2,4");
+    tg_init(&t, "W", GF_FLOAT, "4,4", NULL);
+    tg_node(&t, "MatMul", "x,W", "h");
+    tg_node(&t, "Dropout", "h,#0.1", "y");
+    tg_output(&t, "y");
+    run_pass(&t, GF_PRECISION_BF16);
+    assert_int_equal(input_of(&t, "Dropout", 0)->type.dtype, GF_BFLOAT16);
+    assert_int_equal(input_of(&t, "Dropout", 1)->type.dtype, GF_FLOAT);
+    assert_null(input_of(&t, "Dropout", 1)->producer);
+    gf_model_free(t.m);
+}
+
 /* ---- kernels ----------------------------------------------------------------------- */
 
 /* x rounded to 8 significant bits, to nearest even: the reference bf16
@@ -327,6 +344,52 @@ static void test_attention_bf16(void **state)
     gf_model_free(t[1].m);
 }
 
+/* AttentionGrad (dO, Q, K, V, no mask, O -> dQ, dK, dV) the same way:
+ * an omitted input and three 16-bit outputs through half.c. */
+static void test_attention_grad_bf16(void **state)
+{
+    (void)state;
+    struct tg t[2] = {tg_new(19), tg_new(19)};
+    int64_t dims[4] = {1, 2, 5, 8};
+    const char *nm[5] = {"dO", "q", "k", "v", "o"};
+    struct gf_tensor *in[5], *bin[5], *want[3], *got[3];
+    for (int k = 0; k < 2; k++) {
+        enum gf_dtype dt = k ? GF_BFLOAT16 : GF_FLOAT;
+        assert_int_equal(gf_model_set_opset(t[k].m, "graphfuse", 1), GF_OK);
+        struct gf_value *v[6], *o[3];
+        for (int i = 0; i < 5; i++)
+            v[i < 4 ? i : 5] = tg_input(&t[k], nm[i], dt, "1,2,5,8");
+        v[4] = NULL;
+        const char *on[3] = {"dq", "dk", "dv"};
+        for (int i = 0; i < 3; i++)
+            o[i] = gf_graph_new_value(t[k].g, on[i], NULL);
+        struct gf_node *n = gf_graph_add_node(t[k].g, "AttentionGrad", "graphfuse", "ag", 6, v,
+                                              3, o);
+        assert_non_null(n);
+        assert_int_equal(gf_node_set_attr_int(n, "transB", 1), GF_OK);
+        assert_int_equal(gf_node_set_attr_float(n, "scale", 0.35f), GF_OK);
+        for (int i = 0; i < 3; i++)
+            tg_output(&t[k], on[i]);
+        assert_int_equal(gf_graph_infer_shapes(t[k].g), GF_OK);
+    }
+    for (int i = 0; i < 5; i++) {
+        in[i] = rand_tensor(&t[0], nm[i], 4, dims, true);
+        bin[i] = gf_tensor_new(t[1].m, nm[i], GF_BFLOAT16, 4, dims, NULL);
+        for (size_t k = 0; k < in[i]->nelem; k++)
+            ((uint16_t *)bin[i]->data)[k] = (uint16_t)(*(uint32_t *)&((float *)in[i]->data)[k] >> 16);
+    }
+    assert_int_equal(tg_run(&t[0], in, 5, want, 3), 3);
+    assert_int_equal(tg_run(&t[1], bin, 5, got, 3), 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(got[i]->dtype, GF_BFLOAT16);
+        for (size_t k = 0; k < want[i]->nelem; k++)
+            assert_float_equal(gf_bf16_to_float(((uint16_t *)got[i]->data)[k]),
+                               ref_bf16(((float *)want[i]->data)[k]), 0);
+    }
+    gf_model_free(t[0].m);
+    gf_model_free(t[1].m);
+}
+
 /* ---- gradients ------------------------------------------------------------------------ */
 
 /* loss = sum(MatMul(x, W) * R): with the pass, autodiff's Cast rule casts
@@ -402,6 +465,38 @@ static size_t run_model(const char *dir, enum gf_precision p, struct gf_model **
                                   got[i]->data);
     gf_session_free(s);
     return n_out;
+}
+
+/* On the exported graphs: idempotent, and the result saves and loads back
+ * as a valid model (what optimize and dump write). */
+static void test_models_idempotent_saved(void **state)
+{
+    (void)state;
+    for (size_t d = 0; d < sizeof(dirs) / sizeof(dirs[0]); d++)
+        for (enum gf_precision p = GF_PRECISION_BF16; p <= GF_PRECISION_FP16; p++) {
+            char path[512], why[256] = "";
+            snprintf(path, sizeof(path), "%s/model.onnx", dirs[d]);
+            struct gf_model *a, *b, *c;
+            assert_int_equal(gf_model_load(path, NULL, &a), GF_OK);
+            assert_int_equal(gf_model_load(path, NULL, &b), GF_OK);
+            assert_int_equal(gf_pass_precision(a, p, NULL), GF_OK);
+            assert_int_equal(gf_pass_precision(b, p, NULL), GF_OK);
+            assert_int_equal(gf_pass_precision(b, p, NULL), GF_OK);
+            if (!gf_model_equal(a, b, why, sizeof(why)))
+                fail_msg("%s %s: twice differs from once: %s", dirs[d], gf_precision_name(p),
+                         why);
+            uint8_t *buf;
+            size_t len;
+            assert_int_equal(gf_model_save_buffer(a, &buf, &len), GF_OK);
+            if (gf_model_load_buffer(buf, len, dirs[d], NULL, &c) != GF_OK)
+                fail_msg("%s %s: saved model does not load: %s", dirs[d], gf_precision_name(p),
+                         gf_last_error());
+            assert_int_equal(gf_model_precision(c), p);
+            free(buf);
+            gf_model_free(a);
+            gf_model_free(b);
+            gf_model_free(c);
+        }
 }
 
 static void test_models_inference(void **state)
@@ -502,9 +597,12 @@ int main(void)
         cmocka_unit_test(test_fp32_tf32_unchanged),
         cmocka_unit_test(test_cast_pairs_fold),
         cmocka_unit_test(test_positions_stay_fp32),
+        cmocka_unit_test(test_dropout_ratio),
         cmocka_unit_test(test_cast_kernels),
         cmocka_unit_test(test_attention_bf16),
+        cmocka_unit_test(test_attention_grad_bf16),
         cmocka_unit_test(test_cast_gradient),
+        cmocka_unit_test(test_models_idempotent_saved),
         cmocka_unit_test(test_models_inference),
         cmocka_unit_test(test_models_training_bf16),
     };
