@@ -182,7 +182,7 @@ extern "C" cudaError_t gf_cu_gather_nd(cudaStream_t s, int size, const void *x,
 }
 
 /* ---- GatherGrad: the lists of positions per index value, on the device ------------
- * keys[i] = the index of position i (negative ones from the end; n, past
+ * keys[i] = the index of position i, unsigned (negative ones from the end; n, past
  * every value, for one out of range, whose position goes to flag), vals[i]
  * = i; a radix sort by key, which is stable (CUB's DeviceRadixSort), keeps
  * each value's positions increasing, as the CPU adds them; start[k] = the
@@ -219,9 +219,9 @@ static cudaError_t gg_layout(int64_t ni, int64_t n, gg_ws *w)
     w->temp = w->start + a256((size_t)(n + 1) * sizeof(int));
     w->temp_bytes = 0;
     cudaError_t e = cub::DeviceRadixSort::SortPairs((void *)nullptr, w->temp_bytes,
-                                                    (const int *)nullptr, (int *)nullptr,
-                                                    (const int *)nullptr, (int *)nullptr,
-                                                    (int)ni, 0, key_bits(n));
+                                                    (const unsigned *)nullptr,
+                                                    (unsigned *)nullptr, (const int *)nullptr,
+                                                    (int *)nullptr, (int)ni, 0, key_bits(n));
     w->end = w->temp + a256(w->temp_bytes);
     return e;
 }
@@ -233,7 +233,8 @@ extern "C" size_t gf_cu_gather_grad_workspace(int64_t ni, int64_t n)
 }
 
 template <typename I>
-__global__ void k_gg_keys(const I *ind, int64_t ni, int64_t n, int *keys, int *vals, int *flag)
+__global__ void k_gg_keys(const I *ind, int64_t ni, int64_t n, unsigned *keys, int *vals,
+                          int *flag)
 {
     GRID_LOOP(i, ni)
     {
@@ -245,19 +246,19 @@ __global__ void k_gg_keys(const I *ind, int64_t ni, int64_t n, int *keys, int *v
                 atomicMin(flag, (int)i);
             k = n;
         }
-        keys[i] = (int)k;
+        keys[i] = (unsigned)k;
         vals[i] = (int)i;
     }
 }
 
-__global__ void k_gg_start(const int *keys, int64_t ni, int64_t n, int *start)
+__global__ void k_gg_start(const unsigned *keys, int64_t ni, int64_t n, int *start)
 {
     GRID_LOOP(k, n + 1)
     {
         int64_t lo = 0, hi = ni; /* the first sorted key >= k */
         while (lo < hi) {
             int64_t mid = (lo + hi) / 2;
-            if (keys[mid] < k)
+            if ((int64_t)keys[mid] < k)
                 lo = mid + 1;
             else
                 hi = mid;
@@ -291,7 +292,7 @@ extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const v
     gg_ws w;
     cudaError_t e = gg_layout(ni, na, &w);
     char *b = (char *)ws;
-    int *keys = (int *)(b + w.keys), *keys2 = (int *)(b + w.keys2);
+    unsigned *keys = (unsigned *)(b + w.keys), *keys2 = (unsigned *)(b + w.keys2);
     int *vals = (int *)(b + w.vals), *vals2 = (int *)(b + w.vals2);
     int *start = (int *)(b + w.start);
     if (e == cudaSuccess && ni > 0) {
