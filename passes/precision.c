@@ -472,10 +472,18 @@ enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision prec,
         return gf_error(GF_ERR_ARG, "precision: unknown precision %d", (int)prec);
     if (prec == GF_PRECISION_FP32)
         return GF_OK;
+    struct gf_graph *g = m->graph;
+    /* a subgraph may read any value of the main graph by name: its types
+     * would change under it (checked first: the model is left unchanged) */
+    for (struct gf_node *n = g->first; prec != GF_PRECISION_TF32 && n; n = n->next)
+        for (size_t i = 0; i < n->n_attrs; i++)
+            if (n->attrs[i].type == GF_ATTR_GRAPH || n->attrs[i].type == GF_ATTR_GRAPHS)
+                return gf_error(GF_ERR_UNSUPPORTED, "precision: node '%s' (%s) has a subgraph; "
+                                "graphs with control flow are not rewritten yet",
+                                n->name ? n->name : "", n->op_type);
     enum gf_status s = set_metadata(m, prec);
     if (s != GF_OK || prec == GF_PRECISION_TF32)
         return s; /* tf32: fp32 graph; CUDA may use TF32 tensor cores */
-    struct gf_graph *g = m->graph;
     struct prec p = {g, prec == GF_PRECISION_BF16 ? GF_BFLOAT16 : GF_FLOAT16, st};
     if (p.low == GF_BFLOAT16 && (s = raise_opset(m)) != GF_OK)
         return s;

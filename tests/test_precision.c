@@ -241,6 +241,35 @@ static void test_dropout_ratio(void **state)
     gf_model_free(t.m);
 }
 
+/* An If (a subgraph may read any main-graph value) is refused, and the
+ * model left as it was. */
+static void test_subgraph_refused(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(19), u = tg_new(19);
+    struct tg *v[2] = {&t, &u};
+    for (int k = 0; k < 2; k++) {
+        tg_input(v[k], "c", GF_BOOL, "");
+        tg_input(v[k], "x", GF_FLOAT, "2,2");
+        tg_node(v[k], "MatMul", "x,x", "y");
+        struct gf_node *n = tg_node(v[k], "If", "c", "z");
+        struct gf_graph *b[2] = {gf_node_add_subgraph(n, "then_branch"),
+                                 gf_node_add_subgraph(n, "else_branch")};
+        for (int i = 0; i < 2; i++) {
+            struct gf_value *in = gf_graph_lookup(b[i], "y"), *out;
+            out = gf_graph_new_value(b[i], i ? "e" : "t", NULL);
+            assert_non_null(gf_graph_add_node(b[i], "Identity", "", NULL, 1, &in, 1, &out));
+            assert_int_equal(gf_graph_add_output(b[i], out), GF_OK);
+        }
+        tg_output(v[k], "z");
+    }
+    assert_int_equal(gf_pass_precision(t.m, GF_PRECISION_BF16, NULL), GF_ERR_UNSUPPORTED);
+    assert_non_null(strstr(gf_last_error(), "subgraph"));
+    assert_true(gf_model_equal(t.m, u.m, NULL, 0));
+    gf_model_free(t.m);
+    gf_model_free(u.m);
+}
+
 /* ---- kernels ----------------------------------------------------------------------- */
 
 /* x rounded to 8 significant bits, to nearest even: the reference bf16
@@ -598,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_cast_pairs_fold),
         cmocka_unit_test(test_positions_stay_fp32),
         cmocka_unit_test(test_dropout_ratio),
+        cmocka_unit_test(test_subgraph_refused),
         cmocka_unit_test(test_cast_kernels),
         cmocka_unit_test(test_attention_bf16),
         cmocka_unit_test(test_attention_grad_bf16),
