@@ -224,7 +224,7 @@ struct gf_autodiff_result {
 enum gf_status gf_pass_autodiff(struct gf_model *m, const struct gf_autodiff_opts *o,
                                 struct gf_autodiff_result *r);
 
-/* ---- precision (README "Precision", docs/precision.md) ------------------- */
+/* ---- precision (docs/precision.md) -------------------------------------- */
 
 enum gf_precision {
     GF_PRECISION_FP32 = 0, /* no change */
