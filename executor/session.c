@@ -2079,6 +2079,18 @@ static enum gf_status run_steps(struct gf_session *s)
         /* a bad index or label found on the device: the first one, named (a
          * failure later in the run may be its consequence) */
         enum gf_status bad = ops->checks_report(s->be);
+        if (bad != GF_OK && bad != GF_ERR_NOMEM) {
+            /* the value the report read back may have been overwritten
+             * since (device-made labels, indices): the run again node by
+             * node, checked on the spot, names the first bad one as the
+             * CPU does (the epilogue is not run again) */
+            char why[1024];
+            snprintf(why, sizeof(why), "%s", gf_last_error());
+            enum gf_status again = run_range(s, 0, s->n_steps, in, out);
+            if (again == GF_OK && (again = s->be->ops->sync(s->be)) == GF_OK)
+                gf_error(bad, "%s", why); /* not found again: the first report */
+            bad = again != GF_OK ? again : bad;
+        }
         st = bad != GF_OK ? bad : st;
     }
     s->total_ms = now_ms() - t_start;
