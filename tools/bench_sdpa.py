@@ -18,7 +18,7 @@ fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
     tests/bench_cuda_* count (cross-entropy 2 BT V, RMSNorm 5 M N, SwiGLU
     8 M N elements).
 Medians of --reps runs after warm-up, timed with CUDA events; --only attn
-stops after the attention rows.
+stops after the attention rows, --only liger prints Liger Kernel's rows alone.
 """
 import argparse
 import statistics
@@ -92,13 +92,16 @@ def liger(reps, dev):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--only", choices=["attn"], default=None)
+    ap.add_argument("--only", choices=["attn", "liger"], default=None)
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
     print(f"bench_sdpa on {torch.cuda.get_device_name()} (torch {torch.__version__}), fp32")
 
+    if args.only == "liger":
+        liger(args.reps, dev)
+        return
     B, H, T, D = 8, 16, 512, 64
     for hk in (16, 8):
         q = torch.randn(B, H, T, D, device=dev, requires_grad=True)
