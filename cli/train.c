@@ -27,7 +27,7 @@ int cmd_train(int argc, char **argv);
 struct train_args {
     const char *model, *data, *tokens, *out, *log, *ckpt, *resume;
     const char *safetensors; /* --save-safetensors: the parameters by PyTorch name */
-    const char *precision;   /* --precision: gf_pass_precision before the trainer */
+    const char *precision;   /* --precision: the trainer's option */
     struct gf_trainer_opts to;
     struct gf_token_opts tk;
     int64_t ckpt_every;
@@ -138,9 +138,11 @@ static double *real_option(const char *a, struct train_args *t)
 {
     struct gf_optim_opts *o = &t->to.optim;
     static const char *names[] = {"--lr", "--momentum", "--dampening", "--beta1", "--beta2",
-                                  "--eps", "--weight-decay", "--clip-grad-norm", "--min-lr"};
+                                  "--eps", "--weight-decay", "--clip-grad-norm", "--min-lr",
+                                  "--loss-scale"};
     double *dst[] = {&o->lr, &o->momentum, &o->dampening, &o->beta1, &o->beta2, &o->eps,
-                     &o->weight_decay, &t->to.clip_grad_norm, &t->to.min_lr};
+                     &o->weight_decay, &t->to.clip_grad_norm, &t->to.min_lr,
+                     &t->to.loss_scale};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(a, names[i]) == 0)
             return dst[i];
@@ -151,10 +153,10 @@ static double *real_option(const char *a, struct train_args *t)
 static int64_t *int_option(const char *a, struct train_args *t, int64_t *lo)
 {
     static const char *names[] = {"--steps", "--warmup", "--batch", "--seq",
-                                  "--checkpoint-every", "--token-bytes"};
-    static const int64_t mins[] = {0, 0, 1, 1, 1, 2};
+                                  "--checkpoint-every", "--token-bytes", "--loss-scale-window"};
+    static const int64_t mins[] = {0, 0, 1, 1, 1, 2, 1};
     int64_t *dst[] = {&t->to.steps, &t->to.warmup, &t->tk.batch, &t->tk.seq, &t->ckpt_every,
-                      NULL};
+                      NULL, &t->to.loss_scale_window};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(a, names[i]) == 0) {
             *lo = mins[i];
@@ -386,6 +388,14 @@ static void print_setup(const struct train_args *a, const struct run *r)
         printf("fuse: left out, training unfused: %s\n", gf_trainer_fuse_note(r->t));
     if (a->to.clip_grad_norm > 0)
         printf("clip: global gradient norm %g\n", a->to.clip_grad_norm);
+    if (a->to.precision != GF_PRECISION_FP32)
+        printf("precision: %s (the trainer's copy of the model; -o and checkpoints keep "
+               "fp32)\n", gf_precision_name(a->to.precision));
+    if (a->to.precision == GF_PRECISION_FP16)
+        printf("loss scaling: initial scale %g, doubled after %lld good steps, halved and the "
+               "step skipped when the gradient is not finite\n",
+               a->to.loss_scale > 0 ? a->to.loss_scale : 65536.0,
+               (long long)(a->to.loss_scale_window > 0 ? a->to.loss_scale_window : 2000));
 }
 
 /* --save-safetensors needs parameters with PyTorch names: found before
@@ -429,18 +439,10 @@ static int setup(struct train_args *a, struct run *r)
     if (a->precision && !gf_precision_parse(a->precision, &prec))
         return cli_usage("train", "unknown precision '%s' (fp32, tf32, bf16 or fp16)",
                          a->precision);
-    if (prec == GF_PRECISION_FP16) /* needs GradScaler's dynamic loss scaling */
-        return cli_fail(gf_error(GF_ERR_UNSUPPORTED, "train: --precision fp16 needs loss "
-                                 "scaling, not built yet; use bf16"));
+    a->to.precision = prec; /* the trainer's copy only: -o keeps the fp32 graph */
     enum gf_status st = gf_model_load(a->model, NULL, &r->m);
     if (st != GF_OK)
         return cli_fail(st);
-    /* the forward graph in the low type, fp32 parameters read through Casts:
-     * autodiff gives fp32 gradients, the optimizer keeps fp32 state */
-    if ((st = gf_pass_precision(r->m, prec, NULL)) != GF_OK) {
-        gf_error_prefix(a->model);
-        return cli_fail(st);
-    }
     if ((st = gf_trainer_new(r->m, &a->to, &r->t)) != GF_OK) {
         gf_error_prefix(a->model);
         return cli_fail(st);
@@ -495,12 +497,19 @@ static void report_step(struct run *r, const struct gf_train_stats *s, int64_t t
 {
     double tps = s->ms > 0 ? (double)s->tokens / (s->ms / 1000.0) : 0.0;
     clear_progress(r);
-    printf("step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.1f ms  %.0f tok/s\n",
+    printf("step %5lld/%lld  loss %.6f  grad_norm %.4f  lr %.3e  %.1f ms  %.0f tok/s",
            (long long)s->step + 1, (long long)total, s->loss, s->grad_norm, s->lr, s->ms, tps);
+    if (s->loss_scale > 0) /* fp16: GradScaler's scale, the steps skipped so far */
+        printf("  scale %g  skipped %lld%s", s->loss_scale, (long long)s->n_skipped,
+               s->skipped ? " (this step: gradient not finite)" : "");
+    putchar('\n');
     fflush(stdout);
     if (r->log) { /* flushed: a killed run keeps every row it reported */
-        fprintf(r->log, "%lld,%.9g,%.9g,%.9g,%.3f,%.1f\n", (long long)s->step, s->loss,
+        fprintf(r->log, "%lld,%.9g,%.9g,%.9g,%.3f,%.1f", (long long)s->step, s->loss,
                 s->grad_norm, s->lr, s->ms, tps);
+        if (s->loss_scale > 0)
+            fprintf(r->log, ",%.9g,%lld", s->loss_scale, (long long)s->n_skipped);
+        fputc('\n', r->log);
         fflush(r->log);
     }
     progress(r, s->step + 1, total, s->loss);
@@ -537,7 +546,8 @@ static long trim_log(FILE *f, int64_t start)
 /* The log is opened after the first step went well: bad input leaves none.
  * A new run starts it afresh; --resume appends to it (the header only if
  * it is empty). */
-static enum gf_status open_log(const char *path, bool append, int64_t start, struct run *r)
+static enum gf_status open_log(const char *path, bool append, int64_t start, bool scaled,
+                               struct run *r)
 {
     long dropped = 0;
     if (append && (r->log = fopen(path, "r+")))
@@ -555,7 +565,8 @@ static enum gf_status open_log(const char *path, bool append, int64_t start, str
                path, dropped, dropped > 1 ? "s" : "", (long long)start);
     }
     if (ftell(r->log) == 0)
-        fputs("step,loss,grad_norm,lr,ms,tokens_per_s\n", r->log);
+        fputs(scaled ? "step,loss,grad_norm,lr,ms,tokens_per_s,loss_scale,skipped\n"
+                     : "step,loss,grad_norm,lr,ms,tokens_per_s\n", r->log);
     fflush(r->log);
     return GF_OK;
 }
@@ -580,7 +591,8 @@ static int train_loop(struct train_args *a, struct run *r)
             return s.diverged ? EXIT_CHECK : rc;
         }
         if (!r->log && a->log && /* after a good step */
-            (st = open_log(a->log, a->resume != NULL, start, r)) != GF_OK)
+            (st = open_log(a->log, a->resume != NULL, start,
+                                   a->to.precision == GF_PRECISION_FP16, r)) != GF_OK)
             return EXIT_INPUT;
         report_step(r, &s, a->to.steps);
         first = i == start ? s.loss : first;

@@ -234,6 +234,14 @@ struct gf_trainer_opts {
                                     else a comma-separated list of initializer names */
     bool differentiated;         /* the model already outputs "<param>_grad" for its
                                     parameters (graph inputs with an initializer) */
+    enum gf_precision precision; /* gf_pass_precision on the trainer's copy of the model,
+                                    before fusion and autodiff; exports and checkpoints
+                                    keep the caller's graph (docs/precision.md) */
+    double loss_scale;           /* fp16: GradScaler's initial scale S (0: 65536); the
+                                    loss is multiplied by S before the backward, the
+                                    gradient divided by it; a step whose gradient is not
+                                    finite is skipped and S halved */
+    int64_t loss_scale_window;   /* fp16: good steps after which S doubles (0: 2000) */
 };
 /* Defaults: torch's optimizer defaults for `kind`, constant schedule, 1
  * step, no clipping, one micro-batch, no fusion. */
@@ -289,6 +297,10 @@ struct gf_train_stats {
     size_t tokens;     /* tokens (or samples) in the step: gf_data_tokens * accumulate */
     bool diverged;     /* NaN or Inf in the loss or a gradient: nothing was updated and
                           the error names the first node that produced one */
+    double loss_scale; /* fp16: the loss scale S of this step (0: no scaling) */
+    bool skipped;      /* fp16: the scaled gradient was not finite: nothing was updated
+                          (grad_norm is that gradient's), S halved for the next step */
+    int64_t n_skipped; /* fp16: steps skipped so far, this one included */
 };
 /* One optimizer step on the next `accumulate` micro-batches of d. */
 enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,

@@ -40,6 +40,25 @@
  * epilogue path on any backend (tests/run_train_in_graph.sh: the same
  * losses on the CPU and OpenCL), =0 never.
  *
+ * Precision (o.precision, docs/precision.md): gf_pass_precision rewrites
+ * the training model only (training_graph); exports start from the
+ * caller's serialized model, so they keep its fp32 graph.  fp16 adds
+ * GradScaler's dynamic loss scaling: the backward differentiates
+ * Mul(loss, S), S an initializer bound to one float of backend memory that
+ * the trainer writes before each step (write_scale; a replayed CUDA graph
+ * reads it there, and changing S replans nothing); the gradients in G are
+ * S times the loss's.  update() divides GradNorm's norm by S (exact, S a
+ * power of 2) for clipping and the report, and hands the optimizer
+ * grad_scale = clipping coefficient / S.  A norm that is not finite is an
+ * overflow of the fp16 backward, expected: the step is skipped (nothing
+ * updated, the optimizer's step count kept), S halved, and no diagnosis
+ * runs; 2000 (o.loss_scale_window) good steps in a row double S.  A loss
+ * that is not finite is the forward's, which no scale fixes: diagnosed
+ * and stopped as in fp32.  The step loop then keeps the optimizer out of
+ * the session's epilogue (in_graph_wanted): the captured update computes
+ * the clipping coefficient from the norm in memory, which is S times too
+ * large, and has no slot for 1/S yet.
+ *
  * Buffers (n_m: elements of the masters, n_all: of every parameter, each
  * parameter at an offset aligned for a view; the gaps stay zero):
  *   P        [n_all]  the parameters: masters in group order, then copies
@@ -66,6 +85,7 @@
 #define STATE_NAME "graphfuse.train.state"
 #define STATE_VERSION 1
 #define STATE_LEN 8
+#define SCALE_NAME "graphfuse.train.loss_scale" /* checkpoints: [S, good, skipped] */
 
 struct param {
     const char *name;    /* in the training model's arena */
@@ -123,6 +143,14 @@ struct gf_trainer {
     size_t n_cls;
     char **untied;        /* initializers given a copy per use (--untie), in order */
     size_t n_untied;
+    /* fp16 loss scaling (GradScaler): the backward starts from S x loss */
+    bool scaling;
+    double S;             /* the scale of the next step (a power of 2) */
+    int64_t good;         /* consecutive good steps since S last changed */
+    int64_t n_skipped;    /* steps skipped */
+    struct gf_value *scale_v; /* "graphfuse.loss_scale": an initializer bound to scale_dev */
+    void *scale_dev;      /* one float of backend memory: S, written before each step */
+    const char *seed;     /* the value autodiff differentiates: the loss, or S x loss */
 };
 
 struct gf_data {
@@ -516,7 +544,8 @@ static enum gf_status autodiff(struct gf_trainer *t)
         return gf_error(GF_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < t->n_params; i++)
         names[i] = t->p[i].name;
-    struct gf_autodiff_opts ao = {.loss = t->loss_name, .n_params = t->n_params,
+    struct gf_autodiff_opts ao = {.loss = t->seed ? t->seed : t->loss_name,
+                                  .n_params = t->n_params,
                                   .params = names};
     struct gf_autodiff_result r;
     enum gf_status st = gf_pass_autodiff(t->m, &ao, &r);
@@ -706,6 +735,10 @@ static bool in_graph_wanted(const struct gf_trainer *t)
     const char *env = getenv("GRAPHFUSE_TRAIN_IN_GRAPH");
     if (t->o.accumulate != 1 || (env && strcmp(env, "0") == 0))
         return false;
+    /* fp16 loss scaling: the update's clipping must see the norm divided by
+     * S, which the captured update cannot read yet (docs/precision.md) */
+    if (t->scaling)
+        return false;
     return (env && strcmp(env, "1") == 0) || t->be->ops->capture_begin != NULL;
 }
 
@@ -742,6 +775,11 @@ static enum gf_status setup_device(struct gf_trainer *t)
             (st = gf_session_bind_param(t->s, p->v, p->pv, bytes)) == GF_OK)
             st = gf_session_bind_output(t->s, p->grad_out, p->gv, bytes);
     }
+    if (st == GF_OK && t->scaling) {
+        t->scale_dev = t->device ? gf_exec_zeroed(t->be, 1, NULL) : t->scale_v->init->data;
+        st = t->scale_dev ? gf_session_bind_param(t->s, t->scale_v, t->scale_dev, sizeof(float))
+                          : gf_error(GF_ERR_NOMEM, "out of memory");
+    }
     if (st == GF_OK)
         st = gf_optim_new_on(&t->o.optim, t->be, t->n_m, &t->traffic, &t->opt);
     if (st == GF_OK && t->in_graph &&
@@ -767,6 +805,8 @@ static void free_device(struct gf_trainer *t)
     for (int i = 0; i < 5; i++)
         if (bufs[i])
             t->be->ops->release(t->be, bufs[i]);
+    if (t->device && t->scale_dev)
+        t->be->ops->release(t->be, t->scale_dev);
     gf_model_free(t->ops);
     free(t->host_tmp);
 }
@@ -805,7 +845,41 @@ static enum gf_status check_opts(const struct gf_trainer_opts *o)
                         o->clip_grad_norm, o->min_lr);
     if (o->schedule != GF_LR_CONSTANT && o->schedule != GF_LR_COSINE)
         return gf_error(GF_ERR_ARG, "unknown learning-rate schedule %d", (int)o->schedule);
+    if (o->precision < GF_PRECISION_FP32 || o->precision > GF_PRECISION_FP16)
+        return gf_error(GF_ERR_ARG, "unknown precision %d", (int)o->precision);
+    if (!(o->loss_scale >= 0) || !isfinite(o->loss_scale) || o->loss_scale_window < 0)
+        return gf_error(GF_ERR_ARG, "invalid loss scale %g or window %lld", o->loss_scale,
+                        (long long)o->loss_scale_window);
+    if (o->precision == GF_PRECISION_FP16 && o->differentiated)
+        return gf_error(GF_ERR_UNSUPPORTED, "fp16 loss scaling needs the trainer's own "
+                        "backward (the model is already differentiated)");
     return GF_OK;
+}
+
+/* fp16: the backward's seed is d(S x loss) = S: a node Mul(loss, S) with S
+ * an initializer that is also a graph input (no pass folds it), bound to
+ * backend memory the trainer writes before each step (setup_device): S
+ * changes without replanning, and a captured CUDA graph reads it there. */
+static enum gf_status add_loss_scale(struct gf_trainer *t)
+{
+    struct gf_graph *g = t->m->graph;
+    float s = (float)t->S;
+    struct gf_value *loss = gf_graph_find(g, t->loss_name), *out;
+    struct gf_tensor *ts = gf_tensor_new(t->m, "graphfuse.loss_scale", GF_FLOAT, 0, NULL, &s);
+    if (!loss || !ts || !(t->scale_v = gf_graph_add_initializer(g, ts->name, ts)))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    enum gf_status st = gf_graph_add_input(g, t->scale_v);
+    if (st != GF_OK)
+        return st;
+    if (!(out = gf_graph_new_value(g, NULL, "graphfuse.scaled_loss")))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    out->type = loss->type;
+    struct gf_value *in[2] = {loss, t->scale_v};
+    if (!gf_graph_add_node(g, "Mul", "", NULL, 2, in, 1, &out))
+        return gf_error(GF_ERR_NOMEM, "out of memory");
+    t->seed = out->name; /* an output, so that cleanup keeps it */
+    st = gf_graph_add_output(g, out);
+    return st != GF_OK ? st : gf_graph_infer_shapes(g);
 }
 
 /* The training model: a fresh copy of the caller's, its loss and
@@ -813,6 +887,10 @@ static enum gf_status check_opts(const struct gf_trainer_opts *o)
 static enum gf_status training_graph(struct gf_trainer *t, bool fused)
 {
     enum gf_status st = gf_model_load_buffer(t->orig, t->orig_len, t->dir, NULL, &t->m);
+    /* the forward graph in the low type, fp32 parameters read through Casts:
+     * autodiff gives fp32 gradients, the optimizer keeps fp32 state */
+    if (st == GF_OK)
+        st = gf_pass_precision(t->m, t->o.precision, NULL);
     if (st == GF_OK)
         st = gf_graph_infer_shapes(t->m->graph);
     if (st == GF_OK)
@@ -825,6 +903,8 @@ static enum gf_status training_graph(struct gf_trainer *t, bool fused)
         st = select_params(t);
     if (st == GF_OK)
         st = keep_outputs(t);
+    if (st == GF_OK && t->scaling)
+        st = add_loss_scale(t);
     if (st == GF_OK && fused)
         st = fuse(t);
     if (st == GF_OK)
@@ -843,6 +923,8 @@ static void drop_graph(struct gf_trainer *t)
     t->m = NULL;
     t->p = NULL;
     t->loss_name = NULL;
+    t->scale_v = NULL;
+    t->seed = NULL;
     t->n_params = 0;
 }
 
@@ -884,6 +966,10 @@ enum gf_status gf_trainer_new(const struct gf_model *m, const struct gf_trainer_
     if (t->o.accumulate == 0)
         t->o.accumulate = 1;
     t->o.exec.check_finite = false;
+    t->scaling = o->precision == GF_PRECISION_FP16;
+    t->S = o->loss_scale > 0 ? o->loss_scale : 65536.0;
+    if (t->o.loss_scale_window == 0)
+        t->o.loss_scale_window = 2000;
     st = build(t, m);
     t->o.trainable = t->o.freeze = t->o.loss = t->o.untie = t->o.disable = NULL;
     if (st != GF_OK) {
@@ -1244,8 +1330,39 @@ static enum gf_status run_micro_batches(struct gf_trainer *t, struct gf_data *d,
     return GF_OK;
 }
 
+/* fp16: S into the bound scale (the seed of this step's backward). */
+static enum gf_status write_scale(struct gf_trainer *t)
+{
+    float s = (float)t->S;
+    if (!t->device) {
+        *(float *)t->scale_dev = s;
+        return GF_OK;
+    }
+    t->traffic.h2d += sizeof(float);
+    return t->be->ops->copy_in(t->be, t->scale_dev, &s, sizeof(float));
+}
+
+/* fp16: GradScaler.update() after the step: a gradient that is not finite
+ * skips the step and halves S; `window` good steps in a row double it. */
+static void update_scale(struct gf_trainer *t, bool finite)
+{
+    if (!finite) {
+        t->S *= 0.5;
+        t->good = 0;
+        t->n_skipped++;
+    } else if (++t->good >= t->o.loss_scale_window) {
+        t->S *= 2;
+        t->good = 0;
+    }
+}
+
 /* The gradient norm (also the NaN / Inf check: nothing is updated when it
- * is not finite), torch's clipping coefficient, the update, the copies. */
+ * is not finite), torch's clipping coefficient, the update, the copies.
+ * With loss scaling the gradient is S times the loss's: its norm divided
+ * by S (exact: S is a power of 2) is what clipping sees and is reported,
+ * and the update's grad_scale is the clipping coefficient / S; a norm
+ * that is not finite skips the step (GradScaler: an overflow in the fp16
+ * backward is expected, not a divergence). */
 static enum gf_status update(struct gf_trainer *t, struct gf_data *d,
                              const struct gf_data *from, struct gf_train_stats *st)
 {
@@ -1253,12 +1370,22 @@ static enum gf_status update(struct gf_trainer *t, struct gf_data *d,
     enum gf_status s = grad_norm(t, &norm);
     if (s != GF_OK)
         return s;
+    if (t->scaling) {
+        st->skipped = !isfinite(norm);
+        update_scale(t, !st->skipped);
+        st->n_skipped = t->n_skipped;
+        st->grad_norm = norm / st->loss_scale;
+        if (st->skipped)
+            return GF_OK;
+        norm = st->grad_norm;
+    }
     if (!isfinite(norm))
         return find_bad_gradient(t, d, from, t->o.accumulate, norm);
     st->grad_norm = norm;
     float coef = gf_clip_coef(t->o.clip_grad_norm, norm); /* the update's grad_scale */
+    double gs = t->scaling ? (double)coef / st->loss_scale : coef;
     double t0 = t->o.exec.profile ? now_ms() : 0;
-    s = gf_optim_update(t->opt, t->P, grad_acc(t), st->lr, coef, n_threads(t));
+    s = gf_optim_update(t->opt, t->P, grad_acc(t), st->lr, gs, n_threads(t));
     if (s == GF_OK && t->o.exec.profile) {
         s = t->be->ops->sync(t->be);
         t->prof.optim_ms += now_ms() - t0;
@@ -1321,8 +1448,14 @@ enum gf_status gf_trainer_step(struct gf_trainer *t, struct gf_data *d,
                       t->step);
     t->diverged = false;
     const struct gf_data start = {.cursor = d->cursor, .rng = d->rng};
-    enum gf_status s;
-    if (t->in_graph) {
+    enum gf_status s = GF_OK;
+    if (t->scaling) {
+        st->loss_scale = t->S;
+        st->n_skipped = t->n_skipped;
+        s = write_scale(t);
+    }
+    if (s != GF_OK) {
+    } else if (t->in_graph) {
         s = step_in_graph(t, d, &start, st);
     } else if ((s = run_micro_batches(t, d, &st->loss, &st->tokens)) == GF_OK) {
         s = update(t, d, &start, st);
@@ -1437,6 +1570,13 @@ enum gf_status gf_trainer_save_checkpoint(const struct gf_trainer *t, const stru
         st = gf_error(GF_ERR_NOMEM, "out of memory");
     if (st == GF_OK)
         st = add_optim_state(t, m);
+    if (st == GF_OK && t->scaling) { /* fp16: GradScaler's state */
+        double sc[3] = {t->S, (double)t->good, (double)t->n_skipped};
+        int64_t d3[1] = {3};
+        struct gf_tensor *x = gf_tensor_new(m, SCALE_NAME, GF_DOUBLE, 1, d3, sc);
+        if (!x || !gf_graph_add_initializer(m->graph, SCALE_NAME, x))
+            st = gf_error(GF_ERR_NOMEM, "out of memory");
+    }
     if (st == GF_OK)
         st = gf_model_save(m, path, NULL);
     gf_model_free(m);
@@ -1502,6 +1642,18 @@ enum gf_status gf_trainer_load_checkpoint(struct gf_trainer *t, struct gf_data *
             if (st == GF_OK)
                 st = write_slice(t, gf_optim_state_mem(t->opt, k), p->off, t->host_tmp,
                                  p->nelem);
+        }
+    }
+    const struct gf_value *sv = gf_graph_find(c->graph, SCALE_NAME);
+    if (st == GF_OK && t->scaling && sv && sv->init) { /* fp16: GradScaler's state */
+        const double *sc = sv->init->data;
+        if (sv->init->dtype != GF_DOUBLE || sv->init->nelem != 3 || !(sc[0] > 0) ||
+            !isfinite(sc[0]))
+            st = gf_error(GF_ERR_INVALID, "%s: bad '%s' tensor", path, SCALE_NAME);
+        else {
+            t->S = sc[0];
+            t->good = (int64_t)sc[1];
+            t->n_skipped = (int64_t)sc[2];
         }
     }
     if (st == GF_OK) {
