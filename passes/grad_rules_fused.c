@@ -406,14 +406,17 @@ enum gf_status gf_grad_fused_jsd(struct gf_grad_args *a)
  * recomputes the probabilities block by block, as the forward made them,
  * instead of reading them from the forward; the forward node is given its
  * Stats output (each row's max and 1 / sum) when it lacks it, which spares
- * a backward the pass that finds them.  A mask that needs a gradient, a
+ * a backward the pass that finds them (float Stats for 16-bit Q, K, V,
+ * whose kernels compute in fp32).  A mask that needs a gradient, a
  * gradient reaching Stats and other element types go through the function
  * body. */
 enum gf_status gf_grad_fused_attention(struct gf_grad_args *a)
 {
     if (!a->dy[0] && !(a->n->n_outputs > 1 && a->dy[1]))
         return GF_OK;
-    if (need(a, 3) || !kernel_dtype(in(a, 0)) || (a->n->n_outputs > 1 && a->dy[1]))
+    enum gf_dtype qt = gf_ad_dtype(in(a, 0)); /* 16-bit too: the precision pass's */
+    if (need(a, 3) || !(kernel_dtype(in(a, 0)) || qt == GF_BFLOAT16 || qt == GF_FLOAT16) ||
+        (a->n->n_outputs > 1 && a->dy[1]))
         return gf_grad_inline(a);
     struct gf_value *stats = extra_output(a, 1, "attn_stats");
     if (!stats)

@@ -5,6 +5,7 @@
  * the trainer turns it on, for the memory the backward would otherwise keep.
  * Pattern format: pattern.h. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pattern.h"
@@ -15,17 +16,24 @@ static const struct gf_pcap attn_caps[] = {
 };
 
 /* ---- softmax(scale q k' + mask) v ---------------------------------------------------
- *   q, k ─MatMulEpilogue(alpha, transB)─[Add(mask)]─Softmax(last axis)─┐
- *   v ───────────────────────────────────────────────────────────────MatMul── o
+ *   q, k ─MatMulEpilogue(alpha, transB)─[Cast]─[Add(mask)]─Softmax(last axis)─[Cast]─┐
+ *   v ──────────────────────────────────────────────────────────────────────MatMul── o
  *   = Attention(q, k, v, mask) {scale = alpha, transB}
- */
-enum { A_MME, A_ADD, A_SRC, A_SM, A_ROOT };
+ * The optional Casts are the precision pass's (bf16 / fp16, docs/precision.md):
+ * the scores widened to fp32 for the mask and the softmax, the probabilities
+ * narrowed back for the MatMul.  Attention then takes q, k, v and the mask in
+ * the low type and computes its softmax in fp32, as autocast's SDPA does. */
+enum { A_MME, A_MMC, A_MMS, A_ADD, A_SRC, A_SM, A_SMC, A_P, A_ROOT };
 static const struct gf_pnode attn_nodes[] = {
     [A_MME] = {GF_P("scores", GF_OP_MATMUL_EPILOGUE, GF_C(CQ), GF_C(CK))},
-    [A_ADD] = {GF_P("mask", GF_OP_ADD, GF_N(A_MME), GF_C(CM)), .flags = GF_PF_COMMUTE},
-    [A_SRC] = {GF_P("masked scores", GF_PAT_ALT, GF_N(A_ADD), GF_N(A_MME))},
+    [A_MMC] = {GF_P("scores to fp32", GF_OP_CAST, GF_N(A_MME))},
+    [A_MMS] = {GF_P("scores, cast or not", GF_PAT_ALT, GF_N(A_MMC), GF_N(A_MME))},
+    [A_ADD] = {GF_P("mask", GF_OP_ADD, GF_N(A_MMS), GF_C(CM)), .flags = GF_PF_COMMUTE},
+    [A_SRC] = {GF_P("masked scores", GF_PAT_ALT, GF_N(A_ADD), GF_N(A_MMS))},
     [A_SM] = {GF_P("softmax", GF_OP_SOFTMAX, GF_N(A_SRC))},
-    [A_ROOT] = {GF_P("matmul", GF_OP_MATMUL, GF_N(A_SM), GF_C(CV))},
+    [A_SMC] = {GF_P("probabilities to the low type", GF_OP_CAST, GF_N(A_SM))},
+    [A_P] = {GF_P("probabilities, cast or not", GF_PAT_ALT, GF_N(A_SMC), GF_N(A_SM))},
+    [A_ROOT] = {GF_P("matmul", GF_OP_MATMUL, GF_N(A_P), GF_C(CV))},
 };
 
 /* a's and b's dims before the last two are provably the same. */
@@ -47,6 +55,77 @@ static bool compute_dtype(const struct gf_value *v)
 {
     return v && v->type.kind == GF_TYPE_TENSOR &&
            (v->type.dtype == GF_FLOAT || v->type.dtype == GF_DOUBLE);
+}
+
+static bool half_dtype(enum gf_dtype t)
+{
+    return t == GF_BFLOAT16 || t == GF_FLOAT16;
+}
+
+/* The type Attention computes in: the root MatMul's output type.  A 16-bit
+ * one is the precision pass's low type; q, k, v and the mask are then cast
+ * to it (the rewrite adds the Casts, as autocast casts SDPA's inputs). */
+static enum gf_dtype attn_type(struct gf_match *m, int root)
+{
+    const struct gf_value *o = gf_match_node(m, root)->outputs[0];
+    return o->type.kind == GF_TYPE_TENSOR ? o->type.dtype : GF_UNDEFINED;
+}
+
+/* The matched Casts (pattern nodes `pns`, -1 ends; NULL: not taken) are
+ * between float types only. */
+static bool float_casts(struct gf_match *m, const int *pns)
+{
+    for (; *pns >= 0; pns++) {
+        const struct gf_node *c = gf_match_node(m, *pns);
+        if (c && (!gf_pat_float(c->inputs[0]) || !gf_pat_float(c->outputs[0])))
+            return gf_match_fail(m, *pns, "not a Cast between float types");
+    }
+    return true;
+}
+
+/* v in type t: v itself, or a new Cast placed before `before`. */
+static enum gf_status input_as(struct gf_match *m, struct gf_fused *f, struct gf_value *v,
+                               enum gf_dtype t, struct gf_node *before)
+{
+    if (!v || v->type.dtype == t)
+        return gf_fused_input(f, v);
+    struct gf_graph *g = m->graph;
+    char hint[256];
+    snprintf(hint, sizeof(hint), "%s_%s", v->name, gf_dtype_name(t));
+    struct gf_value *y = gf_graph_new_value(g, NULL, hint);
+    if (!y)
+        return gf_error(GF_ERR_NOMEM, "attention: out of memory");
+    gf_value_set_tensor_type(y, t, v->type.rank, v->type.dims);
+    struct gf_node *c = gf_graph_add_node(g, "Cast", "", y->name, 1, &v, 1, &y);
+    if (!c || gf_node_set_attr_int(c, "to", t) != GF_OK)
+        return gf_error(GF_ERR_NOMEM, "attention: out of memory");
+    gf_node_move_before(c, before);
+    /* the matched nodes, removed right after, read the Cast too: the
+     * engine checks that the match reads only fused inputs */
+    for (int pn = 0; pn < m->pat->n_nodes; pn++)
+        for (struct gf_node *n = gf_match_node(m, pn); n && n != c; n = NULL)
+            for (size_t i = 0; i < n->n_inputs; i++)
+                if (n->inputs[i] == v)
+                    gf_node_set_input(n, i, y);
+    for (int i = 0; i < m->n_cast; i++)
+        for (size_t j = 0; j < m->cast[i]->n_inputs; j++)
+            if (m->cast[i]->inputs[j] == v)
+                gf_node_set_input(m->cast[i], j, y);
+    return gf_fused_input(f, y);
+}
+
+/* The four inputs (captures cq..cq+3), in the low type when attention
+ * computes in one. */
+static enum gf_status attn_inputs(struct gf_match *m, struct gf_fused *f, int cq, int root)
+{
+    enum gf_dtype t = attn_type(m, root);
+    struct gf_node *r = gf_match_node(m, root);
+    enum gf_status st = GF_OK;
+    for (int c = cq; st == GF_OK && c <= cq + 3; c++) {
+        struct gf_value *v = gf_match_cap(m, c);
+        st = half_dtype(t) ? input_as(m, f, v, t, r) : gf_fused_input(f, v);
+    }
+    return st;
 }
 
 /* The Softmax normalizes the last axis (before opset 13 it flattens the
@@ -71,6 +150,16 @@ static bool operands_fit(struct gf_match *m, int cq, int root, int add, int soft
 {
     struct gf_value *q = gf_match_cap(m, cq), *k = gf_match_cap(m, cq + 1);
     struct gf_value *v = gf_match_cap(m, cq + 2), *mask = gf_match_cap(m, cq + 3);
+    if (half_dtype(attn_type(m, root))) { /* the precision pass's: cast in the rewrite */
+        if (!gf_pat_float(q) || !gf_pat_float(k) || !gf_pat_float(v) ||
+            (mask && !gf_pat_float(mask)))
+            return gf_match_fail(m, root, "q, k, v (and the mask) must be float");
+        if (!same_batch(q, k) || !same_batch(q, v))
+            return gf_match_fail(m, root, "q, k and v do not provably share their batch dims");
+        if (mask && gf_pat_rank(mask) > gf_pat_rank(q))
+            return gf_match_fail(m, add, "the mask has a higher rank than the scores");
+        return softmax_last(m, softmax);
+    }
     if (!compute_dtype(q) || !compute_dtype(k) || !compute_dtype(v) ||
         (mask && !compute_dtype(mask)))
         return gf_match_fail(m, root, "q, k, v (and the mask) must be float or double");
@@ -89,7 +178,8 @@ static bool attn_check(struct gf_match *m)
     const struct gf_node *mme = gf_match_node(m, A_MME);
     if (gf_node_attr_int(mme, "transA", 0) || *gf_node_attr_string(mme, "activation", ""))
         return gf_match_fail(m, A_MME, "the scores have transA or an activation");
-    return operands_fit(m, CQ, A_ROOT, A_ADD, A_SM);
+    static const int casts[] = {A_MMC, A_SMC, -1};
+    return float_casts(m, casts) && operands_fit(m, CQ, A_ROOT, A_ADD, A_SM);
 }
 
 static enum gf_status attn_rewrite(struct gf_match *m, struct gf_fused *f)
@@ -98,8 +188,7 @@ static enum gf_status attn_rewrite(struct gf_match *m, struct gf_fused *f)
     float alpha = gf_node_attr_float(mme, "alpha", 1.0f);
     enum gf_status st = GF_OK;
     f->op = GF_OP_ATTENTION;
-    for (int c = CQ; st == GF_OK && c <= CM; c++)
-        st = gf_fused_input(f, gf_match_cap(m, c));
+    st = attn_inputs(m, f, CQ, A_ROOT);
     if (st == GF_OK && alpha != 1.0f)
         st = gf_fused_attr_float(f, "scale", alpha);
     if (st == GF_OK && gf_node_attr_int(mme, "transB", 0))
@@ -115,7 +204,9 @@ static enum gf_status attn_rewrite(struct gf_match *m, struct gf_fused *f)
  *   k ──Transpose | Reshape·Transpose·Reshape──[Mul(sk)]─MatMul─[Add(mask)]─Softmax─┐
  *                                      Where(IsNaN(p), 0, p) or p ──────────MatMul(v)── o
  *   = Attention(q, k, v, mask) {scale = sq sk, transB = 1, zero_masked_rows}
- * k without a transpose gives transB = 0 (k is then [b..., D, Sk]). */
+ * k without a transpose gives transB = 0 (k is then [b..., D, Sk]).  Under the
+ * precision pass a Cast may stand after each scaled operand, the scores and
+ * the probabilities (see the first form). */
 enum { SQ, SK, SV, SM, SSQ, SSK, SZ };
 static const struct gf_pcap sdpa_caps[] = {
     [SQ] = GF_K_ANY("q"),          [SK] = GF_K_ANY("k"),
@@ -123,26 +214,32 @@ static const struct gf_pcap sdpa_caps[] = {
     [SSQ] = GF_K_CONST("q scale"), [SSK] = GF_K_CONST("k scale"),
     [SZ] = GF_K_SCALAR("zero", 0.0, 0),
 };
-enum { S_QMUL, S_Q, S_KT, S_KR1, S_KTR, S_KR2, S_KTA, S_KMUL, S_K, S_MM, S_ADD, S_SRC, S_SM,
-       S_NAN, S_WH, S_P, S_ROOT };
+enum { S_QMUL, S_QC, S_Q, S_KT, S_KR1, S_KTR, S_KR2, S_KTA, S_KMUL, S_KC, S_K, S_MM, S_MMC,
+       S_MMS, S_ADD, S_SRC, S_SM, S_NAN, S_WH, S_P, S_PC, S_PP, S_ROOT };
 static const struct gf_pnode sdpa_nodes[] = {
     [S_QMUL] = {GF_P("q scale", GF_OP_MUL, GF_C(SQ), GF_C(SSQ)), .flags = GF_PF_COMMUTE},
-    [S_Q] = {GF_P("q", GF_PAT_ALT, GF_N(S_QMUL), GF_C(SQ))},
+    [S_QC] = {GF_P("scaled q cast", GF_OP_CAST, GF_N(S_QMUL))},
+    [S_Q] = {GF_P("q", GF_PAT_ALT, GF_N(S_QMUL), GF_N(S_QC), GF_C(SQ))},
     [S_KT] = {GF_P("k transpose", GF_OP_TRANSPOSE, GF_C(SK))},
     [S_KR1] = {GF_P("k flattened", GF_OP_RESHAPE, GF_C(SK), GF_ANY)},
     [S_KTR] = {GF_P("flat k transpose", GF_OP_TRANSPOSE, GF_N(S_KR1))},
     [S_KR2] = {GF_P("k transposed", GF_OP_RESHAPE, GF_N(S_KTR), GF_ANY)},
     [S_KTA] = {GF_P("k'", GF_PAT_ALT, GF_N(S_KT), GF_N(S_KR2), GF_C(SK))},
     [S_KMUL] = {GF_P("k scale", GF_OP_MUL, GF_N(S_KTA), GF_C(SSK)), .flags = GF_PF_COMMUTE},
-    [S_K] = {GF_P("scaled k'", GF_PAT_ALT, GF_N(S_KMUL), GF_N(S_KTA))},
+    [S_KC] = {GF_P("scaled k' cast", GF_OP_CAST, GF_N(S_KMUL))},
+    [S_K] = {GF_P("scaled k'", GF_PAT_ALT, GF_N(S_KMUL), GF_N(S_KC), GF_N(S_KTA))},
     [S_MM] = {GF_P("scores", GF_OP_MATMUL, GF_N(S_Q), GF_N(S_K))},
-    [S_ADD] = {GF_P("mask", GF_OP_ADD, GF_N(S_MM), GF_C(SM)), .flags = GF_PF_COMMUTE},
-    [S_SRC] = {GF_P("masked scores", GF_PAT_ALT, GF_N(S_ADD), GF_N(S_MM))},
+    [S_MMC] = {GF_P("scores to fp32", GF_OP_CAST, GF_N(S_MM))},
+    [S_MMS] = {GF_P("scores, cast or not", GF_PAT_ALT, GF_N(S_MMC), GF_N(S_MM))},
+    [S_ADD] = {GF_P("mask", GF_OP_ADD, GF_N(S_MMS), GF_C(SM)), .flags = GF_PF_COMMUTE},
+    [S_SRC] = {GF_P("masked scores", GF_PAT_ALT, GF_N(S_ADD), GF_N(S_MMS))},
     [S_SM] = {GF_P("softmax", GF_OP_SOFTMAX, GF_N(S_SRC))},
     [S_NAN] = {GF_P("isnan", GF_OP_IS_NAN, GF_N(S_SM))},
     [S_WH] = {GF_P("zero NaN rows", GF_OP_WHERE, GF_N(S_NAN), GF_C(SZ), GF_N(S_SM))},
     [S_P] = {GF_P("probabilities", GF_PAT_ALT, GF_N(S_WH), GF_N(S_SM))},
-    [S_ROOT] = {GF_P("matmul", GF_OP_MATMUL, GF_N(S_P), GF_C(SV))},
+    [S_PC] = {GF_P("probabilities to the low type", GF_OP_CAST, GF_N(S_P))},
+    [S_PP] = {GF_P("probabilities, cast or not", GF_PAT_ALT, GF_N(S_PC), GF_N(S_P))},
+    [S_ROOT] = {GF_P("matmul", GF_OP_MATMUL, GF_N(S_PP), GF_C(SV))},
 };
 
 /* perm of a Transpose node swaps the last two of its rank axes, nothing else. */
@@ -208,21 +305,18 @@ static bool sdpa_check(struct gf_match *m)
     if (gf_match_node(m, S_KR2) && !flat_transpose(m, k))
         return false;
     m->f[0] = sq * sk;
+    static const int casts[] = {S_QC, S_KC, S_MMC, S_PC, -1};
+    if (!float_casts(m, casts))
+        return false;
     return operands_fit(m, SQ, S_ROOT, S_ADD, S_SM);
 }
 
 static enum gf_status sdpa_rewrite(struct gf_match *m, struct gf_fused *f)
 {
-    enum gf_status st = GF_OK;
+    enum gf_status st;
     bool tb = gf_match_node(m, S_KT) || gf_match_node(m, S_KR2);
     f->op = GF_OP_ATTENTION;
-    st = gf_fused_input(f, gf_match_cap(m, SQ));
-    if (st == GF_OK)
-        st = gf_fused_input(f, gf_match_cap(m, SK));
-    if (st == GF_OK)
-        st = gf_fused_input(f, gf_match_cap(m, SV));
-    if (st == GF_OK)
-        st = gf_fused_input(f, gf_match_cap(m, SM));
+    st = attn_inputs(m, f, SQ, S_ROOT);
     if (st == GF_OK && m->f[0] != 1.0)
         st = gf_fused_attr_float(f, "scale", (float)m->f[0]);
     if (st == GF_OK && tb)
