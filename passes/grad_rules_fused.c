@@ -5,8 +5,9 @@
  *
  * Each rule writes its backward op when it can, and otherwise hands the
  * node to gf_grad_inline (the fused op's function body, differentiated op
- * by op): element types other than float / double, ranks not known, G / U
- * broadcast in SwiGLU / GeGLU, Cos / Sin that need a gradient in RoPE.
+ * by op): element types other than float, double, float16 and bfloat16,
+ * ranks not known, G / U broadcast in SwiGLU / GeGLU, Cos / Sin that need
+ * a gradient in RoPE.
  */
 #include <string.h>
 
@@ -27,11 +28,13 @@ static bool need(const struct gf_grad_args *a, size_t i)
     return i < a->n->n_inputs && a->need[i];
 }
 
-/* The backward kernels take float and double. */
+/* The backward kernels take float and double, and float16 / bfloat16 (the
+ * precision pass's, docs/precision.md): those compute in fp32 and round
+ * each output once, as the forward kernels do. */
 static bool kernel_dtype(const struct gf_value *v)
 {
     enum gf_dtype t = gf_ad_dtype(v);
-    return t == GF_FLOAT || t == GF_DOUBLE;
+    return t == GF_FLOAT || t == GF_DOUBLE || t == GF_FLOAT16 || t == GF_BFLOAT16;
 }
 
 /* w's shape is x.shape[ax:] exactly (known dims): dW needs no SumToShape. */
@@ -329,7 +332,7 @@ enum gf_status gf_grad_matmul_epilogue(struct gf_grad_args *a)
  * logits when they die there, so no second softmax and no second buffer):
  *   dL = CrossEntropyGrad(g, G)   (G itself when g is the constant 1 and
  *                                  the loss a scalar)
- * A gradient of LogP and element types other than float / double go
+ * A gradient of LogP and element types other than float, double, float16 and bfloat16 go
  * through the function body.  Class weights get no gradient (as with the
  * ONNX op: the rule table's mask makes one that is needed an error). */
 enum gf_status gf_grad_fused_sce(struct gf_grad_args *a)
@@ -358,7 +361,7 @@ enum gf_status gf_grad_fused_sce(struct gf_grad_args *a)
  *   dH = Mul(output 1, g), dW = Mul(output 2, g), dBias = Mul(output 3, g)
  * (the outputs themselves when g is the constant 1).  Reduction none (one
  * upstream gradient per position, which the forward cannot know) and
- * element types other than float / double go through the function body. */
+ * element types other than float, double, float16 and bfloat16 go through the function body. */
 enum gf_status gf_grad_fused_lce(struct gf_grad_args *a)
 {
     static const size_t input_of[4] = {0, 0, 1, 3}; /* output k: the gradient of input k */
@@ -414,8 +417,7 @@ enum gf_status gf_grad_fused_attention(struct gf_grad_args *a)
 {
     if (!a->dy[0] && !(a->n->n_outputs > 1 && a->dy[1]))
         return GF_OK;
-    enum gf_dtype qt = gf_ad_dtype(in(a, 0)); /* 16-bit too: the precision pass's */
-    if (need(a, 3) || !(kernel_dtype(in(a, 0)) || qt == GF_BFLOAT16 || qt == GF_FLOAT16) ||
+    if (need(a, 3) || !kernel_dtype(in(a, 0)) ||
         (a->n->n_outputs > 1 && a->dy[1]))
         return gf_grad_inline(a);
     struct gf_value *stats = extra_output(a, 1, "attn_stats");
