@@ -4,7 +4,8 @@
     python3 tools/hf_bench.py [--preset 160m|vocab32k] [--batch B] [--seq T]
                               [--steps N] [--backend cpu|opencl|cuda[,...]] [--device NAME]
                               [--modes unfused,fused,fused-no-lce,fused-no-attn]
-                              [--graphfuse PATH]
+                              [--graphfuse PATH] [--precision fp32|tf32|bf16|fp16]
+                              [--torch-compile]
 
 Builds `LlamaForCausalLM` from a config with random weights (no hub download),
 exports it with labels through the legacy exporter (opset 17, dynamic batch and
@@ -17,6 +18,12 @@ are fewer than four), the planned activation peak (and the device's peak
 allocation where graphfuse reports one), and the largest relative loss
 difference against PyTorch, whose peak allocated memory (CUDA) and forward-only
 time are printed too.  `--backend cuda,opencl` compares backends in one run.
+
+`--precision` (default fp32) is graphfuse's `train --precision` (docs/precision.md)
+and PyTorch's matching recipe: fp32 without TF32; tf32 with TF32 GEMMs; bf16 / fp16
+under `torch.autocast` with SDPA attention and `AdamW(fused=True)` on a GPU (fp16
+with `torch.amp.GradScaler`), the recipe issue 15 measures against.
+`--torch-compile` times `torch.compile(model)` too (same precision).
 
 Presets:
   160m      hidden 1024, 8 layers, 16/8 heads, intermediate 2816, vocab 32000
@@ -108,19 +115,51 @@ def export(m, p, folder):
     return path, os.path.dirname(data)
 
 
-def torch_losses(m, p, steps, dev):
+LOW = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_recipe(precision, dev, compiled=False):
+    """How PyTorch runs at this precision, in words."""
+    what = "torch.compile" if compiled else "eager"
+    if precision in LOW:
+        fused = ", fused AdamW" if dev != "cpu" else ""
+        scaler = ", GradScaler" if precision == "fp16" else ""
+        return f"pytorch {what} {precision} autocast + SDPA{fused}{scaler}"
+    return f"pytorch {what} {precision}"
+
+
+def torch_losses(m, p, steps, dev, precision="fp32", compiled=False):
     ids, mask, labels = (t.to(dev) for t in batch(p))
     m = m.to(dev).train()
-    opt = torch.optim.AdamW(m.parameters(), lr=LR, weight_decay=WD)
+    low = LOW.get(precision)
+    if low is not None:  # autocast's recipe: SDPA (flash) attention, fused AdamW
+        if hasattr(m, "set_attn_implementation"):
+            m.set_attn_implementation("sdpa")
+        else:
+            m.config._attn_implementation = "sdpa"
+    opt = torch.optim.AdamW(m.parameters(), lr=LR, weight_decay=WD,
+                            fused=(low is not None and dev != "cpu"))
+    scaler = torch.amp.GradScaler(dev) if precision == "fp16" else None
+    fn = torch.compile(m) if compiled else m
+
+    def forward():
+        with torch.autocast(dev, dtype=low, enabled=low is not None):
+            return fn(input_ids=ids, attention_mask=mask, labels=labels).loss
+
     if dev != "cpu":
         torch.cuda.reset_peak_memory_stats()
     out, times = [], []
     for _ in range(steps):
         t0 = time.perf_counter()
-        opt.zero_grad()
-        loss = m(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss = forward()
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         if dev != "cpu":
             torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
@@ -130,7 +169,7 @@ def torch_losses(m, p, steps, dev):
     with torch.no_grad():  # forward only, on the trained weights
         for _ in range(5):
             t0 = time.perf_counter()
-            m(input_ids=ids, attention_mask=mask, labels=labels)
+            forward()
             if dev != "cpu":
                 torch.cuda.synchronize()
             fwd.append((time.perf_counter() - t0) * 1e3)
@@ -186,6 +225,9 @@ def main():
     ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch run")
     ap.add_argument("--torch-device", default="cpu", help="cpu or cuda (PyTorch's run)")
     ap.add_argument("--keep", help="folder to keep the export in")
+    ap.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32")
+    ap.add_argument("--torch-compile", action="store_true",
+                    help="time torch.compile(model) too")
     a = ap.parse_args()
     p = dict(PRESETS[a.preset])
     p["batch"] = a.batch or p["batch"]
@@ -197,7 +239,8 @@ def main():
     n_params = sum(q.numel() for q in m.parameters())
     print(f"model: LlamaForCausalLM {n_params / 1e6:.1f}M parameters, hidden {p['hidden']}, "
           f"{p['layers']} layers, {p['heads']}/{p['kv']} heads, vocab {p['vocab']}; "
-          f"batch {p['batch']} x {p['seq']}; AdamW lr {LR} wd {WD}; {a.steps} steps")
+          f"batch {p['batch']} x {p['seq']}; AdamW lr {LR} wd {WD}; {a.steps} steps; "
+          f"precision {a.precision}")
     t0 = time.perf_counter()
     model, data = export(m, p, folder)
     print(f"export: {model} ({os.path.getsize(model) / 2**20:.0f} MiB) in "
@@ -206,22 +249,27 @@ def main():
     tokens = p["batch"] * p["seq"]
     if not a.no_torch:
         dev = a.torch_device
-        if dev != "cpu":
-            torch.backends.cuda.matmul.allow_tf32 = False  # fp32, as graphfuse computes
-            torch.backends.cudnn.allow_tf32 = False
-        ref, tms, tpeak, tfwd = torch_losses(build(p), p, a.steps, dev)
+        if dev != "cpu":  # fp32 as graphfuse computes it; TF32 GEMMs for tf32
+            torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
+            torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
         where = torch.cuda.get_device_name() if dev != "cpu" else \
             f"cpu, {torch.get_num_threads()} threads"
-        med = steady(tms)
-        print(f"pytorch eager fp32 ({where}): losses "
-              + " ".join(f"{x:.6f}" for x in ref) + "; ms " + " ".join(f"{x:.0f}" for x in tms))
-        print(f"pytorch eager fp32: {med:.1f} ms/step, {tokens / med * 1e3:,.0f} tokens/s"
-              + (f", peak allocated {tpeak / 2**30:.2f} GiB" if tpeak else "")
-              + f", forward only {float(np.median(tfwd)):.1f} ms")
+        for compiled in [False, True] if a.torch_compile else [False]:
+            losses, tms, tpeak, tfwd = torch_losses(build(p), p, a.steps, dev, a.precision,
+                                                    compiled)
+            ref = ref or losses
+            med, what = steady(tms), torch_recipe(a.precision, dev, compiled)
+            print(f"{what} ({where}): losses "
+                  + " ".join(f"{x:.6f}" for x in losses) + "; ms "
+                  + " ".join(f"{x:.0f}" for x in tms))
+            print(f"{what}: {med:.1f} ms/step, {tokens / med * 1e3:,.0f} tokens/s"
+                  + (f", peak allocated {tpeak / 2**30:.2f} GiB" if tpeak else "")
+                  + f", forward only {float(np.median(tfwd)):.1f} ms")
     print(f"{'backend':<8} {'mode':<14} {'losses':<40} {'ms/step':<20} {'median':>7} "
           f"{'tokens/s':>9} {'act+ws MB':>9} {'dev GiB':>7} {'LCE':>4} {'max rel vs torch':>16}")
     for backend in a.backend.split(","):
-        extra = ["--backend", backend] + (["--device", a.device] if a.device else [])
+        extra = ["--backend", backend] + (["--device", a.device] if a.device else []) + \
+            (["--precision", a.precision] if a.precision != "fp32" else [])
         for mode in a.modes.split(","):
             r, err = run_graphfuse(a.graphfuse, model, data, a.steps, mode, extra)
             if err:
