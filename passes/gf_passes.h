@@ -241,6 +241,8 @@ struct gf_precision_stats {
     size_t low_ops;     /* matmul-class nodes now in the low type */
     size_t fp32_inputs; /* low inputs of fp32-class nodes cast to fp32 */
     size_t folded;      /* Cast pairs folded (narrow(widen(x)) -> x) */
+    size_t hoisted;     /* exact ops (Slice, Neg, Concat, ...) moved to fp32 above
+                         * the widening Casts of their outputs */
 };
 
 /* Rewrites m's main graph with PyTorch autocast's policy (top of

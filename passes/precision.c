@@ -372,6 +372,79 @@ static enum gf_status restore_output(struct prec *p, struct gf_value *v)
     return GF_OK;
 }
 
+/* ---- widening Casts moved above exact ops ------------------------------------------------
+ * An op that only moves elements or flips their sign is exact in any float
+ * type, so a widening Cast commutes with it: Cast(op(x) -> fp32) is
+ * op(Cast(x -> fp32)).  When a low op's outputs are read only by such
+ * Casts, the op computes in fp32 on the widened inputs instead (one Cast
+ * per input value, shared with the other readers of that value) and its
+ * Casts go; repeated up the chain.  The point is RoPE: q*cos is fp32
+ * (cos fp32 wins) and reads Cast(q), while rotate_half(q) (Slice, Neg,
+ * Concat; follow class) was computed in the low type and then cast for
+ * rot*sin.  Afterwards both read the one Cast(q): the fp32 rotary form,
+ * which the rope pattern fuses, with the same values. */
+static bool exact_op(const struct gf_node *n, size_t *n_data)
+{
+    switch (n->op) {
+    case GF_OP_CONCAT:
+        *n_data = n->n_inputs;
+        return true;
+    case GF_OP_NEG: case GF_OP_SLICE: case GF_OP_SPLIT: case GF_OP_TRANSPOSE:
+    case GF_OP_RESHAPE: case GF_OP_FLATTEN: case GF_OP_SQUEEZE: case GF_OP_UNSQUEEZE:
+    case GF_OP_IDENTITY: case GF_OP_EXPAND:
+        *n_data = 1;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* c is Cast(low -> fp32), not a graph output. */
+static bool widening_cast(const struct prec *p, const struct gf_node *c)
+{
+    return c->op == GF_OP_CAST && c->n_inputs == 1 && c->inputs[0] && c->n_outputs == 1 &&
+           c->outputs[0] && !c->outputs[0]->is_output && c->inputs[0]->type.dtype == p->low &&
+           c->outputs[0]->type.dtype == GF_FLOAT;
+}
+
+/* Each output of n: low, no graph output, read by one widening Cast only. */
+static bool only_widened(const struct prec *p, const struct gf_node *n)
+{
+    for (size_t i = 0; i < n->n_outputs; i++) {
+        const struct gf_value *y = n->outputs[i];
+        if (!y || y->is_output || y->type.dtype != p->low || y->n_uses != 1 ||
+            y->uses[0].slot < 0 || !widening_cast(p, y->uses[0].node))
+            return false;
+    }
+    return n->n_outputs > 0;
+}
+
+static enum gf_status hoist_casts(struct prec *p)
+{
+    for (struct gf_node *n = p->g->last; n; n = n->prev) {
+        size_t n_data = 0;
+        if (!exact_op(n, &n_data) || !only_widened(p, n))
+            continue;
+        bool low_in = true;
+        for (size_t i = 0; i < n_data; i++)
+            low_in &= !n->inputs[i] || n->inputs[i]->type.dtype == p->low;
+        if (!low_in)
+            continue;
+        for (size_t i = 0; i < n_data; i++)
+            if (n->inputs[i] && set_input_type(p, n, i, GF_FLOAT) != GF_OK)
+                return gf_error(GF_ERR_NOMEM, "precision: out of memory");
+        for (size_t i = 0; i < n->n_outputs; i++) {
+            struct gf_value *y = n->outputs[i], *wide = y->uses[0].node->outputs[0];
+            y->type.dtype = GF_FLOAT;
+            gf_value_replace_uses(wide, y); /* the Cast is left without readers */
+        }
+        if (p->st)
+            p->st->hoisted++;
+        /* the input Casts were placed before n: the walk goes on through them */
+    }
+    return GF_OK;
+}
+
 /* Cast(Cast(x: low -> fp32) -> low) is x: readers read x, and Casts left
  * without readers go. */
 static void fold_casts(struct prec *p)
@@ -499,6 +572,8 @@ enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision prec,
         s = rewrite_node(&p, n);
     for (size_t i = 0; s == GF_OK && i < g->n_outputs; i++)
         s = restore_output(&p, g->outputs[i]);
+    if (s == GF_OK)
+        s = hoist_casts(&p);
     if (s == GF_OK)
         fold_casts(&p);
     for (size_t i = 0; i < g->n_values; i++)

@@ -241,6 +241,46 @@ static void test_dropout_ratio(void **state)
     gf_model_free(t.m);
 }
 
+/* RoPE as autocast computes it: q = MatMul (low), q*cos fp32 (cos fp32
+ * wins).  rotate_half(q) (Slices, Neg, Concat: exact in any type) moves
+ * above the widening Cast its result had for rot*sin, so both products read
+ * the one Cast(q): the fp32 rotary form, which the rope pattern fuses (the
+ * fused graph computing what the unfused one does). */
+static void test_rope_cast_hoisted(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(19);
+    tg_input(&t, "x", GF_FLOAT, "2,5,8");
+    tg_init(&t, "W", GF_FLOAT, "8,8", NULL);
+    tg_input(&t, "cos", GF_FLOAT, "5,8");
+    tg_input(&t, "sin", GF_FLOAT, "5,8");
+    tg_node(&t, "MatMul", "x,W", "q");
+    tg_node(&t, "Slice", "q,$0,$4,$-1", "lo");
+    tg_node(&t, "Slice", "q,$4,$8,$-1", "hi");
+    tg_node(&t, "Neg", "hi", "neg");
+    assert_int_equal(gf_node_set_attr_int(tg_node(&t, "Concat", "neg,lo", "rot"), "axis", -1),
+                     GF_OK);
+    tg_node(&t, "Mul", "q,cos", "xc");
+    tg_node(&t, "Mul", "rot,sin", "rs");
+    tg_node(&t, "Add", "xc,rs", "y");
+    tg_output(&t, "y");
+    struct gf_precision_stats st;
+    assert_int_equal(gf_pass_precision(t.m, GF_PRECISION_BF16, &st), GF_OK);
+    assert_int_equal(gf_graph_validate(t.g), GF_OK);
+    assert_int_equal(st.hoisted, 4); /* Concat, Neg, both Slices */
+    assert_int_equal(gf_graph_find(t.g, "q")->type.dtype, GF_BFLOAT16);
+    const struct gf_value *qf = input_of(&t, "Slice", 0);
+    assert_true(is_cast_to(qf, GF_FLOAT));
+    assert_string_equal(qf->producer->inputs[0]->name, "q");
+    assert_ptr_equal(producer_of(&t, "xc")->inputs[0], qf); /* one Cast of q, shared */
+    assert_int_equal(gf_graph_find(t.g, "rot")->type.dtype, GF_FLOAT);
+    assert_int_equal(tg_count(&t, "Cast"), 3); /* x, W to bf16; q to fp32 */
+    tg_check_fused(&t, NULL, NULL);
+    assert_int_equal(tg_count(&t, "RoPE"), 1);
+    assert_int_equal(tg_count(&t, "Neg"), 0);
+    gf_model_free(t.m);
+}
+
 /* An If (a subgraph may read any main-graph value) is refused, and the
  * model left as it was. */
 static void test_subgraph_refused(void **state)
@@ -627,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_cast_pairs_fold),
         cmocka_unit_test(test_positions_stay_fp32),
         cmocka_unit_test(test_dropout_ratio),
+        cmocka_unit_test(test_rope_cast_hoisted),
         cmocka_unit_test(test_subgraph_refused),
         cmocka_unit_test(test_cast_kernels),
         cmocka_unit_test(test_attention_bf16),
