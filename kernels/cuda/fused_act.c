@@ -1,5 +1,6 @@
 /* CUDA kernels of the fused activations and their gradients (device code:
- * fused_act.cu), fp32:
+ * fused_act.cu), fp32, fp16 and bf16 storage (computed in fp32, every
+ * operand of one type, as the shared checks ask):
  *
  *   SwiGLU GeGLU   G, U -> Y        same shapes: float4 grid-stride; broadcast G / U:
  *   SiLU Gelu      X -> Y           an element-strided kernel over merged axes
@@ -7,9 +8,8 @@
  *   RoPE           X, Cos, Sin -> Y      RoPEGrad  dY, Cos, Sin -> dX
  *
  * GeGLU and Gelu: approximate "none" (erf) and "tanh".  The rules follow
- * kernels/opencl/fused_act.c (MatMulEpilogueGrad: matmul.c) but for fp16 /
- * bf16 storage (those nodes run on the CPU); checks and messages are the
- * shared ones (kernels/checks.h).
+ * kernels/opencl/fused_act.c (MatMulEpilogueGrad: matmul.c); checks and
+ * messages are the shared ones (kernels/checks.h).
  */
 #include "cu.h"
 #include "device_common.h"
@@ -18,6 +18,12 @@
 static bool aligned(const void *p)
 {
     return ((uintptr_t)p & 15) == 0;
+}
+
+/* The launchers' type (gf_cu_type) of a float dtype: gf_dev_type's order. */
+static int cu_type(enum gf_dtype t)
+{
+    return gf_dev_type_of(t);
 }
 
 /* ---- SwiGLU GeGLU SiLU Gelu ---------------------------------------------------- */
@@ -44,8 +50,8 @@ static enum gf_status glu_run(const struct gf_kernel_args *a)
         gf_cu_nd_init(&nd, rank, dims, 2, sts);
     }
     int vec = aligned(g->data) && aligned(y->data) && (!gated || aligned(u->data));
-    cudaError_t e = gf_cu_glu(gf_cu_stream(a), (int)act, gated, g->data, gated ? u->data : NULL,
-                              y->data, &nd, (int64_t)y->nelem, dense, vec);
+    cudaError_t e = gf_cu_glu(gf_cu_stream(a), (int)act, gated, cu_type(g->dtype), g->data,
+                              gated ? u->data : NULL, y->data, &nd, (int64_t)y->nelem, dense, vec);
     return gf_cu_check(a, e, "gated activation kernel");
 }
 
@@ -56,16 +62,16 @@ static enum gf_status glu_grad_run(const struct gf_kernel_args *a)
     const struct gf_tview *dy = &a->in[0];
     enum gf_act act;
     enum gf_status st = gf_glu_grad_check(a, &act); /* kernels/checks.c */
-    float *dg = fu_has_out(a, 0) ? a->out[0].data : NULL;
-    float *du = fu_has_out(a, 1) ? a->out[1].data : NULL;
+    void *dg = fu_has_out(a, 0) ? a->out[0].data : NULL;
+    void *du = fu_has_out(a, 1) ? a->out[1].data : NULL;
     if (st != GF_OK || dy->nelem == 0 || (!dg && !du))
         return st;
     const void *ps[] = {dy->data, a->in[1].data, a->in[2].data, dg, du};
     int vec = 1;
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
         vec = vec && aligned(ps[i]);
-    cudaError_t e = gf_cu_glu_grad(gf_cu_stream(a), (int)act, dy->data, a->in[1].data,
-                                   a->in[2].data, dg, du, (int64_t)dy->nelem, vec);
+    cudaError_t e = gf_cu_glu_grad(gf_cu_stream(a), (int)act, cu_type(dy->dtype), dy->data,
+                                   a->in[1].data, a->in[2].data, dg, du, (int64_t)dy->nelem, vec);
     return gf_cu_check(a, e, "gated activation gradient kernel");
 }
 
@@ -88,22 +94,26 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
         gf_cu_nd_init(&lead, lr, x->dims, 2, lead_st);
     }
     int64_t d = x->dims[x->rank - 1], h = d / 2;
-    cudaError_t e = gf_cu_rope(gf_cu_stream(a), a->node->op == GF_OP_ROPE_GRAD, x->data,
-                               a->in[1].data, a->in[2].data, a->out[0].data,
+    cudaError_t e = gf_cu_rope(gf_cu_stream(a), a->node->op == GF_OP_ROPE_GRAD,
+                               cu_type(x->dtype), x->data, a->in[1].data, a->in[2].data,
+                               a->out[0].data,
                                (int64_t)x->nelem / d, h, &lead, sc[lr], ss[lr]);
     return gf_cu_check(a, e, "RoPE kernel");
 }
 
 /* ---- the table ------------------------------------------------------------------- */
 
-/* Every operand fp32. */
+/* Every operand of one float type: fp32, fp16 or bf16 (the kernels'). */
 static bool act_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
+    if (n_in < 1 || (in[0].dtype != GF_FLOAT && in[0].dtype != GF_FLOAT16 &&
+                     in[0].dtype != GF_BFLOAT16))
+        return false;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
+        if (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK)
             return false;
-    return n_in >= 1;
+    return true;
 }
 
 #define KERNEL(OP, KIND, RUN)                                                             \

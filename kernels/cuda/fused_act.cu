@@ -6,8 +6,18 @@
  * 64-bit indices.  Every element is read once and written once; Y may be
  * the memory of an input (each element is read before it is written, by
  * the same thread).  GeGLU's gradient is computed in double, as the CPU's.
+ *
+ * fp16 / bf16 storage: every kernel is a template over the storage type T;
+ * an element is widened to fp32, computed as the fp32 kernel computes it,
+ * and stored rounded to nearest even once, as the CPU's half kernels
+ * (kernels/cpu/half.c) do.  The dense 16-bit kernels move 8 elements a
+ * load (16 bytes, as float4 does for fp32), n % 8 left to a tail launch.
+ * The fp32 instances are the fp32 kernels as they were.
  */
 #include <math.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "launch_fused.h"
 
@@ -22,6 +32,47 @@ static unsigned grid_for(int64_t n)
 #define GRID_LOOP(i, n)                                                                    \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
          i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- storage types -------------------------------------------------------------- */
+
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void stf(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* 8 16-bit elements of the 16-byte vector i, widened / rounded. */
+template <typename T> __device__ __forceinline__ void ld8(const T *p, int64_t i, float *f)
+{
+    uint4 raw = ((const uint4 *)p)[i];
+    const T *h = (const T *)&raw;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        f[k] = ldf(h + k);
+}
+
+template <typename T> __device__ __forceinline__ void st8(T *p, int64_t i, const float *f)
+{
+    uint4 raw;
+    T *h = (T *)&raw;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        stf(h + k, f[k]);
+    ((uint4 *)p)[i] = raw;
+}
+
+/* The statement with T the storage type of gf_cu_type `type` (fp32, fp16,
+ * bf16); another type returns cudaErrorInvalidValue. */
+#define TYPE_SWITCH(type, ...)                                                              \
+    switch (type) {                                                                         \
+    case GF_CU_F32: { typedef float T; __VA_ARGS__; break; }                                \
+    case GF_CU_F16: { typedef __half T; __VA_ARGS__; break; }                               \
+    case GF_CU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; break; }                       \
+    default: return cudaErrorInvalidValue;                                                  \
+    }
+
+/* ---- activations ---------------------------------------------------------------- */
 
 __device__ __forceinline__ float sigmoidf(float x)
 {
@@ -40,13 +91,13 @@ __device__ __forceinline__ float act_f(int act, float x)
     return x * sigmoidf(1.5957691216057308f * (x + 0.044715f * x * x * x));
 }
 
-__global__ void k_glu_dense(int act, int gated, const float *g, const float *u, float *y,
-                            int64_t n)
+template <typename T>
+__global__ void k_glu_dense(int act, int gated, const T *g, const T *u, T *y, int64_t n)
 {
     GRID_LOOP(i, n)
     {
-        float a = act_f(act, g[i]);
-        y[i] = gated ? a * u[i] : a;
+        float a = act_f(act, ldf(g + i));
+        stf(y + i, gated ? a * ldf(u + i) : a);
     }
 }
 
@@ -71,8 +122,28 @@ __global__ void k_glu_vec(int act, int gated, const float4 *g, const float4 *u, 
     }
 }
 
-__global__ void k_glu_bcast(int act, int gated, const float *g, const float *u, float *y,
-                            gf_cu_nd nd, int64_t n)
+/* 16-bit: 8 elements (16 bytes) a vector. */
+template <typename T>
+__global__ void k_glu_vec8(int act, int gated, const T *g, const T *u, T *y, int64_t nv)
+{
+    GRID_LOOP(i, nv)
+    {
+        float v[8], w[8];
+        ld8(g, i, v);
+        if (gated)
+            ld8(u, i, w);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float a = act_f(act, v[k]);
+            v[k] = gated ? a * w[k] : a;
+        }
+        st8(y, i, v);
+    }
+}
+
+template <typename T>
+__global__ void k_glu_bcast(int act, int gated, const T *g, const T *u, T *y, gf_cu_nd nd,
+                            int64_t n)
 {
     GRID_LOOP(i, n)
     {
@@ -83,30 +154,45 @@ __global__ void k_glu_bcast(int act, int gated, const float *g, const float *u, 
             og += c * nd.st[0][d];
             ou += c * nd.st[1][d];
         }
-        float a = act_f(act, g[og]);
-        y[i] = gated ? a * u[ou] : a;
+        float a = act_f(act, ldf(g + og));
+        stf(y + i, gated ? a * ldf(u + ou) : a);
     }
 }
 
-extern "C" cudaError_t gf_cu_glu(cudaStream_t s, int act, int gated, const float *g,
-                                 const float *u, float *y, const struct gf_cu_nd *nd, int64_t n,
+template <typename T>
+static void glu_dense(cudaStream_t s, int act, int gated, const T *g, const T *u, T *y,
+                      int64_t n, int vec)
+{
+    const int w = sizeof(T) == 4 ? 4 : 8; /* elements of a 16-byte vector */
+    int64_t nv = vec ? n / w : 0, tail = n - nv * w;
+    if (nv) {
+        if constexpr (sizeof(T) == 4)
+            k_glu_vec<<<grid_for(nv), BLOCK, 0, s>>>(act, gated, (const float4 *)g,
+                                                     (const float4 *)u, (float4 *)y, nv);
+        else
+            k_glu_vec8<T><<<grid_for(nv), BLOCK, 0, s>>>(act, gated, g, u, y, nv);
+    }
+    if (tail) {
+        int64_t o = nv * w;
+        k_glu_dense<T><<<nv ? 1 : grid_for(tail), nv ? 32 : BLOCK, 0, s>>>(
+            act, gated, g + o, gated ? u + o : u, y + o, tail);
+    }
+}
+
+extern "C" cudaError_t gf_cu_glu(cudaStream_t s, int act, int gated, int type, const void *g,
+                                 const void *u, void *y, const struct gf_cu_nd *nd, int64_t n,
                                  int dense, int vec)
 {
     if (n <= 0)
         return cudaSuccess;
-    if (!dense) {
-        k_glu_bcast<<<grid_for(n), BLOCK, 0, s>>>(act, gated, g, u, y, *nd, n);
-    } else if (vec) {
-        int64_t nv = n / 4, tail = n - nv * 4;
-        if (nv)
-            k_glu_vec<<<grid_for(nv), BLOCK, 0, s>>>(act, gated, (const float4 *)g,
-                                                     (const float4 *)u, (float4 *)y, nv);
-        if (tail)
-            k_glu_dense<<<1, 32, 0, s>>>(act, gated, g + nv * 4, gated ? u + nv * 4 : u,
-                                         y + nv * 4, tail);
-    } else {
-        k_glu_dense<<<grid_for(n), BLOCK, 0, s>>>(act, gated, g, u, y, n);
-    }
+    TYPE_SWITCH(type, {
+        const T *gt = (const T *)g, *ut = (const T *)u;
+        T *yt = (T *)y;
+        if (!dense)
+            k_glu_bcast<T><<<grid_for(n), BLOCK, 0, s>>>(act, gated, gt, ut, yt, *nd, n);
+        else
+            glu_dense<T>(s, act, gated, gt, ut, yt, n, vec);
+    })
     return cudaGetLastError();
 }
 
@@ -139,17 +225,18 @@ __device__ __forceinline__ void glu_grad1(int act, float dy, float g, float u, f
     *dg = (float)((double)dy * (double)u * d);
 }
 
-__global__ void k_glu_grad(int act, const float *dy, const float *g, const float *u, float *dg,
-                           float *du, int64_t n)
+template <typename T>
+__global__ void k_glu_grad(int act, const T *dy, const T *g, const T *u, T *dg, T *du,
+                           int64_t n)
 {
     GRID_LOOP(i, n)
     {
         float a, b;
-        glu_grad1(act, dy[i], g[i], u[i], &a, &b);
+        glu_grad1(act, ldf(dy + i), ldf(g + i), ldf(u + i), &a, &b);
         if (dg)
-            dg[i] = a;
+            stf(dg + i, a);
         if (du)
-            du[i] = b;
+            stf(du + i, b);
     }
 }
 
@@ -171,28 +258,69 @@ __global__ void k_glu_grad_vec(const float4 *dy, const float4 *g, const float4 *
     }
 }
 
-extern "C" cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, const float *dy, const float *g,
-                                      const float *u, float *dg, float *du, int64_t n, int vec)
+/* 16-bit: 8 elements a vector. */
+template <int ACT, typename T>
+__global__ void k_glu_grad_vec8(const T *dy, const T *g, const T *u, T *dg, T *du, int64_t nv)
+{
+    GRID_LOOP(i, nv)
+    {
+        float d[8], x[8], w[8], a[8], b[8];
+        ld8(dy, i, d);
+        ld8(g, i, x);
+        ld8(u, i, w);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            glu_grad1(ACT, d[k], x[k], w[k], &a[k], &b[k]);
+        if (dg)
+            st8(dg, i, a);
+        if (du)
+            st8(du, i, b);
+    }
+}
+
+template <int ACT, typename T>
+static void glu_grad_vec(cudaStream_t s, const T *dy, const T *g, const T *u, T *dg, T *du,
+                         int64_t nv)
+{
+    unsigned gr = grid_for(nv);
+    if constexpr (sizeof(T) == 4)
+        k_glu_grad_vec<ACT><<<gr, BLOCK, 0, s>>>((const float4 *)dy, (const float4 *)g,
+                                                  (const float4 *)u, (float4 *)dg,
+                                                  (float4 *)du, nv);
+    else
+        k_glu_grad_vec8<ACT, T><<<gr, BLOCK, 0, s>>>(dy, g, u, dg, du, nv);
+}
+
+template <typename T>
+static void glu_grad(cudaStream_t s, int act, const T *dy, const T *g, const T *u, T *dg, T *du,
+                     int64_t n, int vec)
+{
+    const int w = sizeof(T) == 4 ? 4 : 8; /* elements of a 16-byte vector */
+    int64_t nv = vec ? n / w : 0, tail = n - nv * w;
+    if (nv) {
+        if (act == GF_CU_ACT_SILU)
+            glu_grad_vec<GF_CU_ACT_SILU, T>(s, dy, g, u, dg, du, nv);
+        else if (act == GF_CU_ACT_GELU)
+            glu_grad_vec<GF_CU_ACT_GELU, T>(s, dy, g, u, dg, du, nv);
+        else
+            glu_grad_vec<GF_CU_ACT_GELU_TANH, T>(s, dy, g, u, dg, du, nv);
+    }
+    if (tail) {
+        int64_t o = nv * w;
+        k_glu_grad<T><<<grid_for(tail), BLOCK, 0, s>>>(act, dy + o, g + o, u + o,
+                                                       dg ? dg + o : dg, du ? du + o : du,
+                                                       tail);
+    }
+}
+
+extern "C" cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, int type, const void *dy,
+                                      const void *g, const void *u, void *dg, void *du,
+                                      int64_t n, int vec)
 {
     if (n <= 0)
         return cudaSuccess;
-    int64_t nv = vec ? n / 4 : 0, tail = n - nv * 4;
-    if (nv) {
-        const float4 *a = (const float4 *)dy, *b = (const float4 *)g, *c = (const float4 *)u;
-        float4 *o = (float4 *)dg, *p = (float4 *)du;
-        unsigned gr = grid_for(nv);
-        if (act == GF_CU_ACT_SILU)
-            k_glu_grad_vec<GF_CU_ACT_SILU><<<gr, BLOCK, 0, s>>>(a, b, c, o, p, nv);
-        else if (act == GF_CU_ACT_GELU)
-            k_glu_grad_vec<GF_CU_ACT_GELU><<<gr, BLOCK, 0, s>>>(a, b, c, o, p, nv);
-        else
-            k_glu_grad_vec<GF_CU_ACT_GELU_TANH><<<gr, BLOCK, 0, s>>>(a, b, c, o, p, nv);
-    }
-    if (tail) {
-        int64_t o = nv * 4;
-        k_glu_grad<<<grid_for(tail), BLOCK, 0, s>>>(act, dy + o, g + o, u + o, dg ? dg + o : dg,
-                                                    du ? du + o : du, tail);
-    }
+    TYPE_SWITCH(type, glu_grad<T>(s, act, (const T *)dy, (const T *)g, (const T *)u, (T *)dg,
+                                  (T *)du, n, vec))
     return cudaGetLastError();
 }
 
@@ -200,9 +328,11 @@ extern "C" cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, const float *dy, 
 
 /* Pair (j, j + h) of a row: a = x[j], b = x[j + h]
  *   RoPE:     y[j] = a c[j] - b s[j],      y[j + h] = b c[j + h] + a s[j + h]
- *   RoPEGrad: y[j] = a c[j] + b s[j + h],  y[j + h] = b c[j + h] - a s[j] */
-__global__ void k_rope(int grad, const float *x, const float *cs, const float *sn, float *y,
-                       int64_t rows, int64_t h, gf_cu_nd lead, int64_t lc, int64_t ls)
+ *   RoPEGrad: y[j] = a c[j] + b s[j + h],  y[j + h] = b c[j + h] - a s[j]
+ * X, Cos, Sin and Y of one storage type T (the shared check's rule). */
+template <typename T>
+__global__ void k_rope(int grad, const T *x, const T *cs, const T *sn, T *y, int64_t rows,
+                       int64_t h, gf_cu_nd lead, int64_t lc, int64_t ls)
 {
     GRID_LOOP(id, rows * h)
     {
@@ -214,25 +344,28 @@ __global__ void k_rope(int grad, const float *x, const float *cs, const float *s
             os += c * lead.st[1][d];
         }
         int64_t base = row * 2 * h;
-        float a = x[base + j], b = x[base + j + h];
-        float c0 = cs[oc + j * lc], c1 = cs[oc + (j + h) * lc];
-        float s0 = sn[os + j * ls], s1 = sn[os + (j + h) * ls];
+        float a = ldf(x + base + j), b = ldf(x + base + j + h);
+        float c0 = ldf(cs + oc + j * lc), c1 = ldf(cs + oc + (j + h) * lc);
+        float s0 = ldf(sn + os + j * ls), s1 = ldf(sn + os + (j + h) * ls);
         if (!grad) {
-            y[base + j] = a * c0 - b * s0;
-            y[base + j + h] = b * c1 + a * s1;
+            stf(y + base + j, a * c0 - b * s0);
+            stf(y + base + j + h, b * c1 + a * s1);
         } else {
-            y[base + j] = a * c0 + b * s1;
-            y[base + j + h] = b * c1 - a * s0;
+            stf(y + base + j, a * c0 + b * s1);
+            stf(y + base + j + h, b * c1 - a * s0);
         }
     }
 }
 
-extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, const float *x, const float *cs,
-                                  const float *sn, float *y, int64_t rows, int64_t h,
-                                  const struct gf_cu_nd *lead, int64_t lc, int64_t ls)
+extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, const void *x,
+                                  const void *cs, const void *sn, void *y, int64_t rows,
+                                  int64_t h, const struct gf_cu_nd *lead, int64_t lc,
+                                  int64_t ls)
 {
     if (rows <= 0 || h <= 0)
         return cudaSuccess;
-    k_rope<<<grid_for(rows * h), BLOCK, 0, s>>>(grad, x, cs, sn, y, rows, h, *lead, lc, ls);
+    TYPE_SWITCH(type, k_rope<T><<<grid_for(rows * h), BLOCK, 0, s>>>(
+                          grad, (const T *)x, (const T *)cs, (const T *)sn, (T *)y, rows, h,
+                          *lead, lc, ls))
     return cudaGetLastError();
 }

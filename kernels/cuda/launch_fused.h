@@ -63,19 +63,24 @@ cudaError_t gf_cu_norm_grad(cudaStream_t s, const struct gf_cu_norm *p);
 
 enum gf_cu_act { GF_CU_ACT_SILU, GF_CU_ACT_GELU, GF_CU_ACT_GELU_TANH }; /* = enum gf_act */
 
+/* Every operand of these is of the float type `type` (gf_cu_type: F32,
+ * F16, BF16; 16-bit computed in fp32, stored rounded to nearest even). */
+
 /* Y = f(G) (* U when gated) over nd (st[0]: G, st[1]: U), n elements;
- * dense: same shapes (nd unused, float4 when vec). */
-cudaError_t gf_cu_glu(cudaStream_t s, int act, int gated, const float *g, const float *u,
-                      float *y, const struct gf_cu_nd *nd, int64_t n, int dense, int vec);
+ * dense: same shapes (nd unused; vec: every pointer 16-byte aligned, 16
+ * bytes a load). */
+cudaError_t gf_cu_glu(cudaStream_t s, int act, int gated, int type, const void *g,
+                      const void *u, void *y, const struct gf_cu_nd *nd, int64_t n, int dense,
+                      int vec);
 /* dG?, dU? of Y = f(G) U (dY, G, U of one shape). */
-cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, const float *dy, const float *g,
-                           const float *u, float *dg, float *du, int64_t n, int vec);
+cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, int type, const void *dy, const void *g,
+                           const void *u, void *dg, void *du, int64_t n, int vec);
 
 /* RoPE (grad 0) / RoPEGrad (grad 1) of rows of d = 2h: the rows' leading
  * axes (merged) with the strides of Cos (st[0]) and Sin (st[1]) over
  * them, and their inner strides lc, ls (0 or 1). */
-cudaError_t gf_cu_rope(cudaStream_t s, int grad, const float *x, const float *cs,
-                       const float *sn, float *y, int64_t rows, int64_t h,
+cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, const void *x, const void *cs,
+                       const void *sn, void *y, int64_t rows, int64_t h,
                        const struct gf_cu_nd *lead, int64_t lc, int64_t ls);
 
 /* ---- layout.cu (the additions) ------------------------------------------- */
