@@ -376,7 +376,7 @@ static enum gf_status restore_output(struct prec *p, struct gf_value *v)
  * An op that only moves elements or flips their sign is exact in any float
  * type, so a widening Cast commutes with it: Cast(op(x) -> fp32) is
  * op(Cast(x -> fp32)).  When a low op's outputs are read only by such
- * Casts, the op computes in fp32 on the widened inputs instead (one Cast
+ * Casts (and by Shape / Size, which read no value), the op computes in fp32 on the widened inputs instead (one Cast
  * per input value, shared with the other readers of that value) and its
  * Casts go; repeated up the chain.  The point is RoPE: q*cos is fp32
  * (cos fp32 wins) and reads Cast(q), while rotate_half(q) (Slice, Neg,
@@ -407,13 +407,30 @@ static bool widening_cast(const struct prec *p, const struct gf_node *c)
            c->outputs[0]->type.dtype == GF_FLOAT;
 }
 
-/* Each output of n: low, no graph output, read by one widening Cast only. */
+/* y's one widening Cast when its other readers only read its shape (Shape,
+ * Size: the Reshape targets of exports); NULL otherwise. */
+static struct gf_node *widened_by(const struct prec *p, const struct gf_value *y)
+{
+    struct gf_node *c = NULL;
+    for (size_t u = 0; u < y->n_uses; u++) {
+        struct gf_node *r = y->uses[u].node;
+        if (y->uses[u].slot < 0)
+            return NULL;
+        if (r->op == GF_OP_SHAPE || r->op == GF_OP_SIZE)
+            continue;
+        if (c || !widening_cast(p, r))
+            return NULL;
+        c = r;
+    }
+    return c;
+}
+
+/* Each output of n: low, no graph output, widened by one Cast. */
 static bool only_widened(const struct prec *p, const struct gf_node *n)
 {
     for (size_t i = 0; i < n->n_outputs; i++) {
         const struct gf_value *y = n->outputs[i];
-        if (!y || y->is_output || y->type.dtype != p->low || y->n_uses != 1 ||
-            y->uses[0].slot < 0 || !widening_cast(p, y->uses[0].node))
+        if (!y || y->is_output || y->type.dtype != p->low || !widened_by(p, y))
             return false;
     }
     return n->n_outputs > 0;
@@ -434,7 +451,7 @@ static enum gf_status hoist_casts(struct prec *p)
             if (n->inputs[i] && set_input_type(p, n, i, GF_FLOAT) != GF_OK)
                 return gf_error(GF_ERR_NOMEM, "precision: out of memory");
         for (size_t i = 0; i < n->n_outputs; i++) {
-            struct gf_value *y = n->outputs[i], *wide = y->uses[0].node->outputs[0];
+            struct gf_value *y = n->outputs[i], *wide = widened_by(p, y)->outputs[0];
             y->type.dtype = GF_FLOAT;
             gf_value_replace_uses(wide, y); /* the Cast is left without readers */
         }
