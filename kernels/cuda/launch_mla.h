@@ -26,12 +26,26 @@ enum gf_cu_mact { GF_CU_MACT_NONE, GF_CU_MACT_RELU, GF_CU_MACT_GELU, GF_CU_MACT_
 cudaError_t gf_cu_mme_epi(cudaStream_t s, int act, float *y, const float *res,
                           const struct gf_cu_nd *nd, int64_t n);
 
+/* The 16-bit epilogue: y[i] = round(act(yf[i] + beta bias[st[0] offset of
+ * i]) + res[st[1] offset]) in fp32, y of the float type `type` (gf_cu_type)
+ * like bias and res; yf: the GEMM's fp32 alpha A'B' (NULL: 0, K = 0), bias
+ * and res NULL when absent. */
+cudaError_t gf_cu_mme_epi_t(cudaStream_t s, int type, int act, const float *yf,
+                            const void *bias, float beta, const void *res,
+                            const struct gf_cu_nd *nd, void *y, int64_t n);
+/* y = round(beta y) over n elements of the float type `type`. */
+cudaError_t gf_cu_scale_t(cudaStream_t s, int type, void *y, float beta, int64_t n);
+
 /* MatMulEpilogueGrad: dz = dy act'(z) over [rows, n] (z: Y with from_y);
  * part: [groups, n] doubles of column sums (NULL: no dBias), groups =
  * gf_cu_colsum_groups(rows). */
 int gf_cu_colsum_groups(int64_t rows);
 cudaError_t gf_cu_mme_grad(cudaStream_t s, int act, int from_y, const float *dy, const float *z,
                            float *dz, double *part, int64_t rows, int64_t n);
+/* The same over tensors of the float type `type` (dz rounded once, the
+ * column sums of the unrounded fp32 values). */
+cudaError_t gf_cu_mme_grad_t(cudaStream_t s, int type, int act, int from_y, const void *dy,
+                             const void *z, void *dz, double *part, int64_t rows, int64_t n);
 /* Column sums of x [rows, n] into part [groups, n] doubles (fixed order). */
 cudaError_t gf_cu_colsum_part(cudaStream_t s, const float *x, double *part, int64_t rows,
                               int64_t n);
@@ -39,6 +53,11 @@ cudaError_t gf_cu_colsum_part(cudaStream_t s, const float *x, double *part, int6
  * acc_out (NULL: none) gets the double sum too. */
 cudaError_t gf_cu_colsum_finish(cudaStream_t s, const double *part, int groups, int64_t n,
                                 const double *acc, double *acc_out, float *out, float scale);
+
+/* out[j] = round(scale * sum over groups of part[g, j]), out of the float
+ * type `type`. */
+cudaError_t gf_cu_colsum_finish_t(cudaStream_t s, int type, const double *part, int groups,
+                                  int64_t n, void *out, float scale);
 
 /* ---- fused_loss.cu ------------------------------------------------------ */
 
@@ -121,7 +140,8 @@ cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a);
 #include <stdbool.h>
 struct gf_kernel_args;
 /* Host side (matmul.c): row-major C [m, n] (ld n) = alpha op(A) op(B) +
- * beta C through cuBLASLt on the node's stream (fp32, no TF32); A is [m, k]
+ * beta C through cuBLASLt on the node's stream (fp32; TF32 only when the
+ * node's model runs with --precision tf32); A is [m, k]
  * (ta: [k, m]) with row stride lda, B [k, n] (tb: [n, k]) with ldb. */
 enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int64_t m,
                           int64_t n, int64_t k, float alpha, const float *A, int64_t lda,

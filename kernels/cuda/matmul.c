@@ -6,6 +6,22 @@
  *
  * fp32 with CUBLAS_COMPUTE_32F: no TF32 (PyTorch's fp32 default), so the
  * results match fp32 PyTorch and the CPU within rounding of the sum order.
+ * A model run with --precision tf32 (gf_model_precision, asked through the
+ * node's graph and the graphs enclosing it) gets
+ * CUBLAS_COMPUTE_32F_FAST_TF32 for its fp32 GEMMs, LinearCrossEntropy's
+ * included: tensor cores, 10-bit mantissas in, fp32 sums.
+ *
+ * fp16 / bf16 (every op here): cuBLASLt with CUDA_R_16F / CUDA_R_16BF
+ * operands and output and CUBLAS_COMPUTE_32F, i.e. fp32 sums rounded once
+ * to nearest even, as the CPU computes a 16-bit node (widen, fp32 kernel,
+ * round).  Gemm's C is exact in Y's type, so beta C in the GEMM rounds
+ * once too.  MatMulEpilogue without Bias and activation, with Res (if
+ * any) shaped like Y, is one call with Res as cuBLASLt's C; any other
+ * epilogue (cuBLASLt's 16-bit bias epilogue would round the product
+ * before the activation where the CPU does not) has the GEMM write fp32
+ * into the node's workspace and one pass (matmul.cu) add beta Bias, apply
+ * the activation and Res and round.  MatMulEpilogueGrad: dZ in fp32,
+ * rounded once; dBias from the unrounded values in double, rounded once.
  *
  * Row-major Y [M, N] = A' [M, K] B' [K, N] is, read column-major, Y^T =
  * B'^T A'^T: cuBLASLt is called with the operands swapped (its A is our B,
@@ -28,7 +44,8 @@
  * offered is declined (GF_ERR_UNSUPPORTED, nothing launched), so the
  * autotuner skips it; choosing among them is the autotuner's job (issue
  * 14).  The heuristic's list is cached per problem (shape, transposes,
- * batch strides, epilogue, operand alignment) in the backend: a query costs
+ * batch strides, epilogue, operand alignment, operand and output types,
+ * compute type: fp32 / TF32) in the backend: a query costs
  * tens of microseconds, so it runs once per problem, not per call.
  * LinearCrossEntropy's GEMMs (gf_cu_gemm) take the first choice.
  */
@@ -39,6 +56,7 @@
 #include <cublasLt.h>
 
 #include "cu.h"
+#include "gf_passes.h"
 #include "launch_mla.h"
 
 #define GF_CU_BLAS_WS ((size_t)32 << 20)
@@ -52,6 +70,7 @@
 struct algo_key {
     int64_t m, n, k, lda, ldb, batch, sa, sb, sy;
     int64_t ta, tb, epi, bias, align_a, align_b, align_y;
+    int64_t dt, ydt, compute; /* cudaDataType of A and B, of C and Y; cublasComputeType_t */
 };
 
 /* The heuristic's candidates for one problem, in its order. */
@@ -128,10 +147,12 @@ struct prod {
     int64_t m, n, k, lda, ldb;
     bool ta, tb;
     int64_t batch, sa, sb, sy;
-    float alpha, beta; /* beta: Y holds C already */
+    float alpha, beta; /* beta: C (Y itself unless given) is added */
     int epi;           /* cublasLtEpilogue_t (0: CUBLASLT_EPILOGUE_DEFAULT) */
-    const float *bias; /* the epilogue's bias [n], or NULL */
+    const float *bias; /* the epilogue's bias [n], or NULL (fp32 only) */
     int algo;          /* index into the heuristic's candidates (knob "algo") */
+    cudaDataType_t dt, ydt; /* A and B; C and Y */
+    bool tf32;         /* CUBLAS_COMPUTE_32F_FAST_TF32 (fp32 operands only) */
 };
 
 /* The "algo" knob: the heuristic's candidates by index, its first choice
@@ -191,10 +212,10 @@ static enum gf_status blas_fail(const struct gf_kernel_args *a, const char *what
 }
 
 /* A row-major matrix of r x c (ld) as cuBLASLt's column-major c x r. */
-static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t r, int64_t c, int64_t ld,
-                             int64_t batch, int64_t stride)
+static cublasStatus_t layout(cublasLtMatrixLayout_t *l, cudaDataType_t dt, int64_t r, int64_t c,
+                             int64_t ld, int64_t batch, int64_t stride)
 {
-    cublasStatus_t s = cublasLtMatrixLayoutCreate(l, CUDA_R_32F, (uint64_t)c, (uint64_t)r, ld);
+    cublasStatus_t s = cublasLtMatrixLayoutCreate(l, dt, (uint64_t)c, (uint64_t)r, ld);
     if (s == CUBLAS_STATUS_SUCCESS && batch > 1) {
         int32_t count = (int32_t)batch;
         s = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
@@ -206,8 +227,10 @@ static cublasStatus_t layout(cublasLtMatrixLayout_t *l, int64_t r, int64_t c, in
     return s;
 }
 
+/* Y = alpha A' B' + beta C (C NULL: Y itself), fp32 accumulation (TF32
+ * with p->tf32), Y rounded once to its type. */
 static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod *p,
-                               const float *A, const float *B, float *Y)
+                               const void *A, const void *B, const void *C, void *Y)
 {
     struct blas *bl = gf_cu_blas(a->backend);
     if (!bl)
@@ -218,17 +241,24 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
     cublasOperation_t opa = p->tb ? CUBLAS_OP_T : CUBLAS_OP_N; /* theirs: our B */
     cublasOperation_t opb = p->ta ? CUBLAS_OP_T : CUBLAS_OP_N; /* theirs: our A */
     size_t ws = GF_CU_BLAS_WS;
+    cublasComputeType_t ct = p->tf32 && p->dt == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                            : CUBLAS_COMPUTE_32F;
+    int64_t al_y = align_of(Y);
+    if (!C)
+        C = Y;
+    else if (align_of(C) < al_y)
+        al_y = align_of(C);
     struct algo_key key;
     memset(&key, 0, sizeof(key));
     key = (struct algo_key){.m = p->m, .n = p->n, .k = p->k, .lda = p->lda, .ldb = p->ldb,
                             .batch = p->batch, .sa = p->sa, .sb = p->sb, .sy = p->sy,
                             .ta = p->ta, .tb = p->tb, .epi = p->epi, .bias = p->bias != NULL,
                             .align_a = align_of(A), .align_b = align_of(B),
-                            .align_y = align_of(Y)};
+                            .align_y = al_y, .dt = p->dt, .ydt = p->ydt, .compute = ct};
     bool fresh;
     struct algo_entry *e = algo_slot(bl, &key, &fresh);
     const char *what = "setup";
-    cublasStatus_t s = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    cublasStatus_t s = cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F);
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa));
     if (s == CUBLAS_STATUS_SUCCESS)
@@ -248,11 +278,13 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
     }
     /* our B as stored: [K, N] (or [N, K] transposed); our A: [M, K] (or [K, M]) */
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout(&la, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, p->batch, p->sb);
+        s = layout(&la, p->dt, p->tb ? p->n : p->k, p->tb ? p->k : p->n, p->ldb, p->batch,
+                   p->sb);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout(&lb, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, p->batch, p->sa);
+        s = layout(&lb, p->dt, p->ta ? p->k : p->m, p->ta ? p->m : p->k, p->lda, p->batch,
+                   p->sa);
     if (s == CUBLAS_STATUS_SUCCESS)
-        s = layout(&ly, p->m, p->n, p->n, p->batch, p->sy);
+        s = layout(&ly, p->ydt, p->m, p->n, p->n, p->batch, p->sy);
     if (s == CUBLAS_STATUS_SUCCESS && fresh)
         s = cublasLtMatmulPreferenceCreate(&pref);
     if (s == CUBLAS_STATUS_SUCCESS && fresh)
@@ -294,7 +326,7 @@ static enum gf_status run_prod(const struct gf_kernel_args *a, const struct prod
     bool declined = s == CUBLAS_STATUS_SUCCESS && (p->algo < 0 || p->algo >= e->n);
     if (s == CUBLAS_STATUS_SUCCESS && !declined) {
         what = "matmul";
-        s = cublasLtMatmul(bl->h, op, &p->alpha, B, la, A, lb, &p->beta, Y, ly, Y, ly,
+        s = cublasLtMatmul(bl->h, op, &p->alpha, B, la, A, lb, &p->beta, C, ly, Y, ly,
                            &e->algo[p->algo], bl->ws, ws, gf_cu_stream(a));
     }
     if (pref)
@@ -324,28 +356,64 @@ static bool uniform(int r, const int64_t *dims, const int64_t *st)
     return true;
 }
 
-/* y[n] = beta y: zeros for beta 0 (whatever y held), nothing for 1 (a
- * GEMM over K = 0, which cuBLASLt is not asked to do). */
-static enum gf_status scale_y(const struct gf_kernel_args *a, float *y, int64_t n, float beta)
+/* cuBLASLt's type of a float dtype (fp32 for anything else: callers check). */
+static cudaDataType_t cu_dt(enum gf_dtype t)
+{
+    return t == GF_FLOAT16 ? CUDA_R_16F : t == GF_BFLOAT16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
+/* The launchers' type (gf_cu_type) of a float dtype. */
+static int cu_type(enum gf_dtype t)
+{
+    return t == GF_FLOAT16 ? GF_CU_F16 : t == GF_BFLOAT16 ? GF_CU_BF16 : GF_CU_F32;
+}
+
+static bool is_float(enum gf_dtype t)
+{
+    return t == GF_FLOAT || t == GF_FLOAT16 || t == GF_BFLOAT16;
+}
+
+/* Whether the node's model runs with --precision tf32 (a subgraph asks the
+ * graphs that enclose it): then fp32 GEMMs may use TF32 tensor cores. */
+static bool model_tf32(const struct gf_kernel_args *a)
+{
+    const struct gf_graph *g = a->node ? a->node->graph : NULL;
+    while (g && !g->model && g->parent)
+        g = g->parent;
+    return g && g->model && gf_model_precision(g->model) == GF_PRECISION_TF32;
+}
+
+/* y[n] (dtype t) = beta y: zeros for beta 0 (whatever y held), nothing for
+ * 1 (a GEMM over K = 0, which cuBLASLt is not asked to do). */
+static enum gf_status scale_y(const struct gf_kernel_args *a, void *y, enum gf_dtype t,
+                              int64_t n, float beta)
 {
     cudaStream_t s = gf_cu_stream(a);
     if (n <= 0 || beta == 1.0f)
         return GF_OK;
     if (beta == 0.0f)
-        return gf_cu_check(a, cudaMemsetAsync(y, 0, (size_t)n * sizeof(float), s), "memset");
+        return gf_cu_check(a, cudaMemsetAsync(y, 0, (size_t)n * gf_dtype_size(t), s), "memset");
+    if (t != GF_FLOAT)
+        return gf_cu_check(a, gf_cu_scale_t(s, cu_type(t), y, beta, n), "beta Y");
     return gf_cu_check(a, gf_cu_grad_acc(s, y, NULL, y, beta, n), "beta Y");
 }
 
-/* Y = alpha A' B' + beta Y for the plan m (Y dense [..., M, N]). */
+/* Y = alpha A' B' + beta C for the plan m: A and B the node's inputs 0, 1,
+ * Y dense [..., M, N] of dtype ydt (the node's output, or an fp32
+ * workspace), C like Y (NULL: Y itself). */
 static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct gf_mm *m,
                                    bool ta, bool tb, float alpha, float beta, int epi,
-                                   const float *bias)
+                                   const float *bias, const void *C, void *Y,
+                                   enum gf_dtype ydt)
 {
-    const float *A = a->in[0].data, *B = a->in[1].data;
-    float *Y = a->out[0].data;
+    const char *A = a->in[0].data, *B = a->in[1].data;
+    const char *Cc = C;
+    char *Yc = Y;
+    size_t es = gf_dtype_size(a->in[0].dtype), ys = gf_dtype_size(ydt);
     struct prod p = {.m = m->m, .n = m->n, .k = m->k, .lda = m->lda, .ldb = m->ldb, .ta = ta,
                      .tb = tb, .batch = 1, .sy = m->m * m->n, .alpha = alpha, .beta = beta,
-                     .epi = epi, .bias = bias, .algo = knob_algo(a)};
+                     .epi = epi, .bias = bias, .algo = knob_algo(a),
+                     .dt = cu_dt(a->in[0].dtype), .ydt = cu_dt(ydt), .tf32 = model_tf32(a)};
     if (m->count == 0 || p.m == 0 || p.n == 0)
         return GF_OK;
     int r = m->brank;
@@ -353,12 +421,12 @@ static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct 
     for (int i = 0; i < r; i++)
         sb_zero &= m->sb[i] == 0;
     if (r == 0)
-        return run_prod(a, &p, A, B, Y);
+        return run_prod(a, &p, A, B, C, Y);
     /* A's batches one after another, B shared: more rows of one product */
     if (!ta && sb_zero && m->lda == m->k && uniform(r, m->bdims, m->sa) &&
         m->sa[r - 1] == m->m * m->k) {
         p.m *= m->count;
-        return run_prod(a, &p, A, B, Y);
+        return run_prod(a, &p, A, B, C, Y);
     }
     int64_t inner = m->bdims[r - 1], outer = m->count / inner;
     bool one = uniform(r, m->bdims, m->sa) && uniform(r, m->bdims, m->sb);
@@ -366,7 +434,7 @@ static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct 
     p.sa = m->sa[r - 1];
     p.sb = m->sb[r - 1];
     if (one)
-        return run_prod(a, &p, A, B, Y);
+        return run_prod(a, &p, A, B, C, Y);
     enum gf_status st = GF_OK;
     for (int64_t o = 0; o < outer && st == GF_OK; o++) {
         /* offsets of outer batch o (flat over bdims[0..r-1)) */
@@ -377,15 +445,19 @@ static enum gf_status run_plan_epi(const struct gf_kernel_args *a, const struct 
             oa += c * m->sa[i];
             ob += c * m->sb[i];
         }
-        st = run_prod(a, &p, A + oa, B + ob, Y + o * inner * p.sy);
+        size_t oy = (size_t)(o * inner * p.sy) * ys;
+        st = run_prod(a, &p, A + (size_t)oa * es, B + (size_t)ob * es, Cc ? Cc + oy : NULL,
+                      Yc + oy);
     }
     return st;
 }
 
+/* Y (the node's output) = alpha A' B' + beta Y. */
 static enum gf_status run_plan(const struct gf_kernel_args *a, const struct gf_mm *m, bool ta,
                                bool tb, float alpha, float beta)
 {
-    return run_plan_epi(a, m, ta, tb, alpha, beta, 0, NULL);
+    return run_plan_epi(a, m, ta, tb, alpha, beta, 0, NULL, NULL, a->out[0].data,
+                        a->out[0].dtype);
 }
 
 enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int64_t m,
@@ -393,12 +465,13 @@ enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int6
                           const float *B, int64_t ldb, float beta, float *C)
 {
     struct prod p = {.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ta = ta, .tb = tb,
-                     .batch = 1, .alpha = alpha, .beta = beta};
+                     .batch = 1, .alpha = alpha, .beta = beta, .dt = CUDA_R_32F,
+                     .ydt = CUDA_R_32F, .tf32 = model_tf32(a)};
     if (m <= 0 || n <= 0)
         return GF_OK;
     if (k <= 0) /* a sum of nothing: C = beta C */
-        return scale_y(a, C, m * n, beta);
-    return run_prod(a, &p, A, B, C);
+        return scale_y(a, C, GF_FLOAT, m * n, beta);
+    return run_prod(a, &p, A, B, NULL, C);
 }
 
 /* ---- the ops ------------------------------------------------------------------------ */
@@ -408,9 +481,12 @@ static enum gf_status mm_inputs(const struct gf_kernel_args *a, bool ta, bool tb
 {
     if (a->n_in < 2)
         return gf_kernel_error(a, GF_ERR_INVALID, "needs inputs A and B");
-    enum gf_status st = fu_check_in(a, 0, "A", GF_FLOAT);
+    enum gf_status st = fu_check_in(a, 0, "A", GF_UNDEFINED);
+    if (st == GF_OK && !is_float(a->in[0].dtype))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "A is %s, expected a float type",
+                             gf_dtype_name(a->in[0].dtype));
     if (st == GF_OK)
-        st = fu_check_in(a, 1, "B", GF_FLOAT);
+        st = fu_check_in(a, 1, "B", a->in[0].dtype);
     if (st == GF_OK)
         st = gf_mm_plan(a, ta, tb, m);
     return st;
@@ -422,7 +498,7 @@ static enum gf_status matmul_run(const struct gf_kernel_args *a)
     struct gf_mm m;
     enum gf_status st = mm_inputs(a, false, false, &m);
     if (st == GF_OK)
-        st = fu_check_out(a, 0, GF_FLOAT, m.yrank, m.ydims);
+        st = fu_check_out(a, 0, a->in[0].dtype, m.yrank, m.ydims);
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
     if (m.k == 0) /* a sum of nothing */
@@ -445,7 +521,7 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
     enum gf_status st = mm_inputs(a, ta, tb, &m);
     int64_t ydims[2] = {m.m, m.n};
     if (st == GF_OK)
-        st = fu_check_out(a, 0, GF_FLOAT, 2, ydims);
+        st = fu_check_out(a, 0, a->in[0].dtype, 2, ydims);
     if (st != GF_OK)
         return st;
     bool has_c = a->n_in >= 3 && fu_has(a, 2);
@@ -461,9 +537,9 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
                                    FU_SHAPE(C), strict ? "match" : "broadcast to",
                                    (long long)m.m, (long long)m.n,
                                    strict ? " (broadcast=0)" : "");
-        if (C->dtype != GF_FLOAT)
+        if (C->dtype != a->in[0].dtype)
             return gf_kernel_error(a, GF_ERR_INVALID, "C is %s, expected %s like A",
-                                   gf_dtype_name(C->dtype), gf_dtype_name(GF_FLOAT));
+                                   gf_dtype_name(C->dtype), gf_dtype_name(a->in[0].dtype));
         has_c = C->nelem > 0 && beta != 0.0f;
     }
     if (a->out[0].nelem == 0)
@@ -473,13 +549,15 @@ static enum gf_status gemm_run(const struct gf_kernel_args *a)
         gf_bcast_strides(&a->in[2], &a->out[0], st2[0]);
         struct gf_cu_nd nd;
         gf_cu_nd_init(&nd, 2, ydims, 1, st2);
-        cudaError_t e = gf_cu_copy_nd(gf_cu_stream(a), 4, a->in[2].data, a->out[0].data, &nd,
+        cudaError_t e = gf_cu_copy_nd(gf_cu_stream(a), (int)gf_dtype_size(a->in[2].dtype),
+                                      a->in[2].data, a->out[0].data, &nd,
                                       (int64_t)a->out[0].nelem);
         if ((st = gf_cu_check(a, e, "Gemm's C broadcast")))
             return st;
     }
     if (m.k == 0)
-        return scale_y(a, a->out[0].data, (int64_t)a->out[0].nelem, has_c ? beta : 0.0f);
+        return scale_y(a, a->out[0].data, a->out[0].dtype, (int64_t)a->out[0].nelem,
+                       has_c ? beta : 0.0f);
     return run_plan(a, &m, ta, tb, alpha, has_c ? beta : 0.0f);
 }
 
@@ -502,20 +580,85 @@ static bool row_vector(const struct gf_tview *t, const struct gf_tview *y, int64
            t->nelem == (size_t)y->dims[y->rank - 1];
 }
 
+/* Whether Res (input 3) lies exactly like Y: then a 16-bit GEMM adds it as
+ * cuBLASLt's C (fp32 sum, one rounding, as the CPU's epilogue does). */
+static bool res_like_y(const struct gf_kernel_args *a)
+{
+    const struct gf_tview *res = &a->in[3], *y = &a->out[0];
+    return res->nelem == y->nelem && fu_same_shape(res, y->rank, y->dims);
+}
+
+/* Whether a 16-bit MatMulEpilogue is one cuBLASLt call into Y: no Bias, no
+ * activation, Res (if any) like Y; else the GEMM goes to an fp32
+ * workspace [nelem of Y] and gf_cu_mme_epi_t rounds once. */
+static bool mme16_direct(const struct gf_kernel_args *a, int act, bool has_b, bool has_r)
+{
+    return act == GF_CU_MACT_NONE && !has_b && (!has_r || res_like_y(a));
+}
+
+static size_t mme_workspace(const struct gf_kernel_args *a)
+{
+    if (a->n_in < 2 || a->n_out < 1 || a->in[0].dtype == GF_FLOAT)
+        return 0;
+    /* as mme_run decides, erring towards a workspace (an unknown
+     * activation name is an error there) */
+    const char *act = gf_node_attr_string(a->node, "activation", "");
+    bool none = !act || !*act || strcmp(act, "none") == 0;
+    bool has_b = a->n_in > 2 && fu_has(a, 2) && a->in[2].nelem > 0;
+    bool has_r = a->n_in > 3 && fu_has(a, 3) && a->in[3].nelem > 0;
+    if (mme16_direct(a, none ? GF_CU_MACT_NONE : GF_CU_MACT_RELU, has_b, has_r))
+        return 0;
+    return a->out[0].nelem * sizeof(float);
+}
+
+/* The 16-bit MatMulEpilogue (see mme16_direct). */
+static enum gf_status mme16_run(const struct gf_kernel_args *a, const struct gf_mme_rule *r,
+                                const struct gf_mm *m, bool has_b, bool has_r)
+{
+    struct gf_tview *y = &a->out[0];
+    if (m->k > 0 && mme16_direct(a, r->act, has_b, has_r))
+        return run_plan_epi(a, m, r->ta, r->tb, r->alpha, has_r ? 1.0f : 0.0f, 0, NULL,
+                            has_r ? a->in[3].data : NULL, y->data, y->dtype);
+    float *yf = NULL;
+    if (m->k > 0) { /* K = 0: P = 0, no GEMM */
+        if (!a->workspace)
+            return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the fp32 product");
+        yf = a->workspace;
+        enum gf_status st = run_plan_epi(a, m, r->ta, r->tb, r->alpha, 0.0f, 0, NULL, NULL, yf,
+                                         GF_FLOAT);
+        if (st != GF_OK)
+            return st;
+    }
+    int64_t st2[4][GF_MAX_RANK];
+    memset(st2, 0, sizeof(st2));
+    if (has_b)
+        gf_bcast_strides(&a->in[2], y, st2[0]);
+    if (has_r)
+        gf_bcast_strides(&a->in[3], y, st2[1]);
+    struct gf_cu_nd nd;
+    gf_cu_nd_init(&nd, y->rank, y->dims, 2, st2);
+    cudaError_t e = gf_cu_mme_epi_t(gf_cu_stream(a), cu_type(y->dtype), r->act, yf,
+                                    has_b ? a->in[2].data : NULL, r->beta,
+                                    has_r ? a->in[3].data : NULL, &nd, y->data,
+                                    (int64_t)y->nelem);
+    return gf_cu_check(a, e, "MatMulEpilogue's epilogue");
+}
+
 static enum gf_status mme_run(const struct gf_kernel_args *a)
 {
     struct gf_mme_rule r;
     struct gf_mm m;
     enum gf_status st = gf_mme_check(a, &r, &m);
-    if (st == GF_OK)
-        st = fu_check_in(a, 0, "A", GF_FLOAT);
-    if (st == GF_OK)
-        st = fu_check_in(a, 1, "B", GF_FLOAT);
+    if (st == GF_OK && !is_float(a->in[0].dtype))
+        st = gf_kernel_error(a, GF_ERR_INVALID, "A is %s, expected a float type",
+                             gf_dtype_name(a->in[0].dtype));
     if (st != GF_OK || a->out[0].nelem == 0)
         return st;
     struct gf_tview *y = &a->out[0];
     bool has_b = fu_has(a, 2) && a->in[2].nelem > 0 && r.beta != 0.0f;
     bool has_r = fu_has(a, 3) && a->in[3].nelem > 0;
+    if (a->in[0].dtype != GF_FLOAT)
+        return mme16_run(a, &r, &m, has_b, has_r);
     int act = r.act;
     int64_t bst[GF_MAX_RANK];
     cudaStream_t s = gf_cu_stream(a);
@@ -525,7 +668,8 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
             epi = CUBLASLT_EPILOGUE_RELU_BIAS, left = GF_CU_MACT_NONE;
         else if (!has_r && act == GF_CU_MACT_GELU_TANH)
             epi = CUBLASLT_EPILOGUE_GELU_BIAS, left = GF_CU_MACT_NONE;
-        st = run_plan_epi(a, &m, r.ta, r.tb, r.alpha, 0.0f, epi, a->in[2].data);
+        st = run_plan_epi(a, &m, r.ta, r.tb, r.alpha, 0.0f, epi, a->in[2].data, NULL, y->data,
+                          GF_FLOAT);
         if (st == GF_ERR_UNSUPPORTED) /* an algo past the candidates: declined */
             return st;
         if (st == GF_OK) {
@@ -547,7 +691,7 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
             return st;
     }
     if (m.k == 0) /* a sum of nothing: Y = beta Bias (or 0), then the epilogue */
-        st = scale_y(a, y->data, (int64_t)y->nelem, has_b ? r.beta : 0.0f);
+        st = scale_y(a, y->data, GF_FLOAT, (int64_t)y->nelem, has_b ? r.beta : 0.0f);
     else
         st = run_plan(a, &m, r.ta, r.tb, r.alpha, has_b ? r.beta : 0.0f);
     if (st != GF_OK)
@@ -565,14 +709,16 @@ epilogue:;
                                         (int64_t)y->nelem), "MatMulEpilogue's epilogue");
 }
 
-/* fp32, rank <= 8 (K = 0 too: act(beta Bias) + Res). */
+/* Operands of one float type (fp32, fp16, bf16), rank <= 8 (K = 0 too:
+ * act(beta Bias) + Res). */
 static bool mme_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    if (n_in < 2 || in[0].dtype != GF_FLOAT || in[0].rank < 1 || in[1].rank < 1)
+    if (n_in < 2 || !is_float(in[0].dtype) || in[0].rank < 1 || in[1].rank < 1)
         return false;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+        if (in[i].dtype != GF_UNDEFINED &&
+            (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK))
             return false;
     return true;
 }
@@ -608,37 +754,42 @@ static enum gf_status mmeg_run(const struct gf_kernel_args *a)
         return gf_kernel_error(a, GF_ERR_INTERNAL, "no workspace for the dBias partials");
     cudaStream_t s = gf_cu_stream(a);
     double *part = want_db ? a->workspace : NULL;
-    cudaError_t e = gf_cu_mme_grad(s, r.act, r.from_y, dy->data, a->in[1].data,
-                                   a->out[0].data, part, rows, n);
+    int t = cu_type(dy->dtype);
+    cudaError_t e = gf_cu_mme_grad_t(s, t, r.act, r.from_y, dy->data, a->in[1].data,
+                                     a->out[0].data, part, rows, n);
     if (e == cudaSuccess && want_db)
-        e = gf_cu_colsum_finish(s, part, gf_cu_colsum_groups(rows), n, NULL, NULL,
-                                a->out[1].data, gf_node_attr_float(a->node, "beta", 1.0f));
+        e = gf_cu_colsum_finish_t(s, t, part, gf_cu_colsum_groups(rows), n, a->out[1].data,
+                                  gf_node_attr_float(a->node, "beta", 1.0f));
     return gf_cu_check(a, e, "MatMulEpilogueGrad");
 }
 
+/* dY and Z of one float type (fp32, fp16, bf16), rank <= 8. */
 static bool mmeg_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
-    for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
-            return false;
-    return n_in >= 2;
-}
-
-/* fp32 operands of rank <= 8 (C included); K = 0 too (zeros, or Gemm's
- * beta C). */
-static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
-{
-    (void)n;
-    if (n_in < 2 || in[0].dtype != GF_FLOAT)
+    if (n_in < 2 || !is_float(in[0].dtype))
         return false;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+        if (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK)
             return false;
     return true;
 }
 
-/* dtype GF_UNDEFINED: `supports` checks fp32, so that an empty A (K = 0: no
+/* Operands of one float type (fp32, fp16, bf16; C included), rank <= 8;
+ * K = 0 too (zeros, or Gemm's beta C). */
+static bool mm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    (void)n;
+    if (n_in < 2 || !is_float(in[0].dtype))
+        return false;
+    for (size_t i = 0; i < n_in; i++)
+        if (in[i].dtype != GF_UNDEFINED &&
+            (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK))
+            return false;
+    return true;
+}
+
+/* dtype GF_UNDEFINED: `supports` checks the float types, so that an empty A (K = 0: no
  * data on the device, the registry sees no type) finds its kernel too. */
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_MATMUL, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cublaslt",
@@ -646,7 +797,8 @@ static const struct gf_kernel kernels[] = {
     {.op = GF_OP_GEMM, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cublaslt",
      .supports = mm_supports, .run = gemm_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
     {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cublaslt",
-     .supports = mme_supports, .run = mme_run, .n_knobs = N_KNOBS, .knobs = mm_knobs},
+     .supports = mme_supports, .workspace = mme_workspace, .run = mme_run, .n_knobs = N_KNOBS,
+     .knobs = mm_knobs},
     {.op = GF_OP_MATMUL_EPILOGUE_GRAD, .backend = "cuda", .dtype = GF_UNDEFINED,
      .impl = "cu_columns", .supports = mmeg_supports, .workspace = mmeg_workspace,
      .run = mmeg_run},

@@ -6,8 +6,17 @@
  * column sums of dZ (dBias) in double partial rows, summed in a fixed order.
  * The activations are computed as the CPU's fused kernels compute them
  * (kernels/cpu/fused.h, fused_grad.c): GELU and its derivatives in double.
+ *
+ * fp16 / bf16 (storage): the 16-bit epilogue reads the GEMM's fp32 product
+ * from a workspace, adds beta Bias, applies the activation and Res in fp32
+ * and rounds once to nearest even, as the CPU's MatMulEpilogue does (fp32
+ * tile, one narrowing store); the 16-bit gradient computes dZ in fp32,
+ * rounds it once and sums the unrounded values into dBias, rounded once.
  */
 #include <math.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "launch_mla.h"
 
@@ -65,6 +74,75 @@ extern "C" cudaError_t gf_cu_mme_epi(cudaStream_t s, int act, float *y, const fl
     return cudaGetLastError();
 }
 
+/* 16-bit storage: load as fp32, store rounded to nearest even once. */
+__device__ __forceinline__ float mm_ld(const float *p) { return *p; }
+__device__ __forceinline__ float mm_ld(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float mm_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void mm_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void mm_st(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void mm_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* The instance of the statement(s) for the float type `type` (T). */
+#define MM_SWITCH(type, ...)                                                                \
+    switch (type) {                                                                         \
+    case GF_CU_F32: { typedef float T; __VA_ARGS__; break; }                                \
+    case GF_CU_F16: { typedef __half T; __VA_ARGS__; break; }                               \
+    case GF_CU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; break; }                       \
+    default: return cudaErrorInvalidValue;                                                  \
+    }
+
+__device__ __forceinline__ int64_t nd_off(const gf_cu_nd &nd, int k, int64_t i)
+{
+    int64_t off = 0;
+    for (int d = nd.rank - 1; d >= 0; d--) {
+        off += i % nd.dims[d] * nd.st[k][d];
+        i /= nd.dims[d];
+    }
+    return off;
+}
+
+template <typename T>
+__global__ void k_mme_epi_t(int act, const float *yf, const T *bias, float beta, const T *res,
+                            gf_cu_nd nd, T *y, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = yf ? yf[i] : 0.0f;
+        if (bias)
+            v = v + beta * mm_ld(bias + nd_off(nd, 0, i));
+        v = act_f(act, v);
+        if (res)
+            v = v + mm_ld(res + nd_off(nd, 1, i));
+        mm_st(y + i, v);
+    }
+}
+
+extern "C" cudaError_t gf_cu_mme_epi_t(cudaStream_t s, int type, int act, const float *yf,
+                                       const void *bias, float beta, const void *res,
+                                       const struct gf_cu_nd *nd, void *y, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    MM_SWITCH(type, k_mme_epi_t<T><<<grid_for(n), BLOCK, 0, s>>>(
+                        act, yf, (const T *)bias, beta, (const T *)res, *nd, (T *)y, n));
+    return cudaGetLastError();
+}
+
+template <typename T> __global__ void k_scale_t(T *y, float beta, int64_t n)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        mm_st(y + i, beta * mm_ld(y + i));
+}
+
+extern "C" cudaError_t gf_cu_scale_t(cudaStream_t s, int type, void *y, float beta, int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    MM_SWITCH(type, k_scale_t<T><<<grid_for(n), BLOCK, 0, s>>>((T *)y, beta, n));
+    return cudaGetLastError();
+}
+
 /* act'(v) (v: Z, or Y with from_y), as fused_grad.c's epi_d. */
 __device__ __forceinline__ float act_d(int act, int from_y, float v)
 {
@@ -97,7 +175,8 @@ extern "C" int gf_cu_colsum_groups(int64_t rows)
 }
 
 /* grid (column blocks, groups): group g takes rows [g rpg, (g+1) rpg). */
-__global__ void k_mme_grad(int act, int from_y, const float *dy, const float *z, float *dz,
+template <typename T>
+__global__ void k_mme_grad(int act, int from_y, const T *dy, const T *z, T *dz,
                            double *part, int64_t rows, int64_t n, int64_t rpg)
 {
     int64_t j = (int64_t)blockIdx.x * COL_BLOCK + threadIdx.x;
@@ -107,9 +186,9 @@ __global__ void k_mme_grad(int act, int from_y, const float *dy, const float *z,
     double acc = 0;
     for (int64_t r = r0; r < r1; r++) {
         int64_t i = r * n + j;
-        float d = dy[i] * act_d(act, from_y, z[i]);
+        float d = mm_ld(dy + i) * act_d(act, from_y, mm_ld(z + i));
         acc += (double)d;
-        dz[i] = d;
+        mm_st(dz + i, d);
     }
     if (part)
         part[blockIdx.y * n + j] = acc;
@@ -139,6 +218,13 @@ extern "C" cudaError_t gf_cu_mme_grad(cudaStream_t s, int act, int from_y, const
                                       const float *z, float *dz, double *part, int64_t rows,
                                       int64_t n)
 {
+    return gf_cu_mme_grad_t(s, GF_CU_F32, act, from_y, dy, z, dz, part, rows, n);
+}
+
+extern "C" cudaError_t gf_cu_mme_grad_t(cudaStream_t s, int type, int act, int from_y,
+                                        const void *dy, const void *z, void *dz, double *part,
+                                        int64_t rows, int64_t n)
+{
     if (n <= 0)
         return cudaSuccess;
     int64_t rpg;
@@ -150,7 +236,9 @@ extern "C" cudaError_t gf_cu_mme_grad(cudaStream_t s, int act, int from_y, const
     }
     if (part) /* groups past the used ones stay zero */
         cudaMemsetAsync(part, 0, (size_t)gf_cu_colsum_groups(rows) * n * 8, s);
-    k_mme_grad<<<g, COL_BLOCK, 0, s>>>(act, from_y, dy, z, dz, part, rows, n, rpg);
+    MM_SWITCH(type, k_mme_grad<T><<<g, COL_BLOCK, 0, s>>>(act, from_y, (const T *)dy,
+                                                          (const T *)z, (T *)dz, part, rows, n,
+                                                          rpg));
     return cudaGetLastError();
 }
 
@@ -168,8 +256,9 @@ extern "C" cudaError_t gf_cu_colsum_part(cudaStream_t s, const float *x, double 
     return cudaGetLastError();
 }
 
+template <typename T>
 __global__ void k_colsum_finish(const double *part, int groups, int64_t n, const double *acc,
-                                double *acc_out, float *out, float scale)
+                                double *acc_out, T *out, float scale)
 {
     int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= n)
@@ -180,7 +269,7 @@ __global__ void k_colsum_finish(const double *part, int groups, int64_t n, const
     if (acc_out)
         acc_out[j] = t;
     if (out)
-        out[j] = (float)((double)scale * t);
+        mm_st(out + j, (float)((double)scale * t));
 }
 
 extern "C" cudaError_t gf_cu_colsum_finish(cudaStream_t s, const double *part, int groups,
@@ -190,5 +279,15 @@ extern "C" cudaError_t gf_cu_colsum_finish(cudaStream_t s, const double *part, i
     if (n <= 0)
         return cudaSuccess;
     k_colsum_finish<<<grid_for(n), BLOCK, 0, s>>>(part, groups, n, acc, acc_out, out, scale);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gf_cu_colsum_finish_t(cudaStream_t s, int type, const double *part,
+                                             int groups, int64_t n, void *out, float scale)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    MM_SWITCH(type, k_colsum_finish<T><<<grid_for(n), BLOCK, 0, s>>>(
+                        part, groups, n, (const double *)NULL, (double *)NULL, (T *)out, scale));
     return cudaGetLastError();
 }
