@@ -1,7 +1,12 @@
-/* CUDA kernels of fused attention (device code: fused_attn.cu), fp32:
+/* CUDA kernels of fused attention (device code: fused_attn.cu), fp32, fp16
+ * and bf16 (Q's type; Stats fp32):
  *
  *   Attention      Q, K, V, Mask? -> O, Stats?     O = softmax(scale Q K' + Mask) V
  *   AttentionGrad  dO, Q, K, V, Mask?, O, Stats? -> dQ?, dK?, dV?
+ *
+ * fp16 / bf16 are storage, as the CPU's 16-bit nodes: inputs widened to
+ * fp32 on load, the fp32 algorithm, each output rounded to nearest even
+ * once (products of two 16-bit inputs take one TF32 mma: they are exact).
  *
  * Flash-style on the tensor cores (3xTF32 products: fp32's accuracy):
  * tiles of 16 W queries x 64 keys in shared memory, an online softmax, no
@@ -21,6 +26,7 @@
 #include <pthread.h>
 
 #include "cu.h"
+#include "gf_half.h"
 #include "launch_mla.h"
 
 struct attn {
@@ -32,8 +38,20 @@ struct attn {
 static const int warps_values[] = {4, 8};
 static const struct gf_config_knob knobs[] = {{"warps", 2, warps_values}};
 
-/* Whether the host mask m (strides st over [b..., Sq, Sk]) is causal. */
-static bool causal_of(const float *m, int rank, const int64_t *st, int64_t sq, int64_t sk)
+/* Element i of the host mask m of type dt, widened. */
+static float mask_at(const void *m, enum gf_dtype dt, int64_t i)
+{
+    if (dt == GF_FLOAT16)
+        return gf_half_to_float(((const uint16_t *)m)[i]);
+    if (dt == GF_BFLOAT16)
+        return gf_bf16_to_float(((const uint16_t *)m)[i]);
+    return ((const float *)m)[i];
+}
+
+/* Whether the host mask m (type dt, strides st over [b..., Sq, Sk]) is
+ * causal. */
+static bool causal_of(const void *m, enum gf_dtype dt, int rank, const int64_t *st, int64_t sq,
+                      int64_t sk)
 {
     for (int i = 0; i < rank - 2; i++)
         if (st[i] != 0)
@@ -41,7 +59,7 @@ static bool causal_of(const float *m, int rank, const int64_t *st, int64_t sq, i
     int64_t si = st[rank - 2], sj = st[rank - 1];
     for (int64_t i = 0; i < sq; i++)
         for (int64_t j = 0; j < sk; j++) {
-            float v = m[i * si + j * sj];
+            float v = mask_at(m, dt, i * si + j * sj);
             bool masked = j > i + (sk - sq);
             if (masked ? !(v <= -1e30f) : v != 0.0f)
                 return false;
@@ -50,11 +68,13 @@ static bool causal_of(const float *m, int rank, const int64_t *st, int64_t sq, i
 }
 
 /* A small cache of that answer per host pointer and shape. */
-static bool causal_cached(const float *m, int rank, const int64_t *st, int64_t sq, int64_t sk)
+static bool causal_cached(const void *m, enum gf_dtype dt, int rank, const int64_t *st,
+                          int64_t sq, int64_t sk)
 {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     static struct {
-        const float *m;
+        const void *m;
+        enum gf_dtype dt;
         int64_t sq, sk, si, sj;
         bool causal;
     } cache[16];
@@ -62,16 +82,16 @@ static bool causal_cached(const float *m, int rank, const int64_t *st, int64_t s
     bool hit = false, res = false;
     pthread_mutex_lock(&mu);
     for (unsigned i = 0; i < 16 && !hit; i++)
-        if (cache[i].m == m && cache[i].sq == sq && cache[i].sk == sk &&
+        if (cache[i].m == m && cache[i].dt == dt && cache[i].sq == sq && cache[i].sk == sk &&
             cache[i].si == st[rank - 2] && cache[i].sj == st[rank - 1])
             hit = true, res = cache[i].causal;
     pthread_mutex_unlock(&mu);
     if (hit)
         return res;
-    res = causal_of(m, rank, st, sq, sk);
+    res = causal_of(m, dt, rank, st, sq, sk);
     pthread_mutex_lock(&mu);
     unsigned i = next++ % 16;
-    cache[i].m = m, cache[i].sq = sq, cache[i].sk = sk;
+    cache[i].m = m, cache[i].dt = dt, cache[i].sq = sq, cache[i].sk = sk;
     cache[i].si = st[rank - 2], cache[i].sj = st[rank - 1], cache[i].causal = res;
     pthread_mutex_unlock(&mu);
     return res;
@@ -87,10 +107,16 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
     if (st != GF_OK)
         return st;
     const struct gf_tview *q = &a->in[qi];
-    if (q->dtype != GF_FLOAT)
-        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Q is %s: float only",
-                               gf_dtype_name(q->dtype));
     struct gf_cu_attn *k = &c->k;
+    if (q->dtype == GF_FLOAT16)
+        k->type = GF_CU_F16;
+    else if (q->dtype == GF_BFLOAT16)
+        k->type = GF_CU_BF16;
+    else if (q->dtype == GF_FLOAT)
+        k->type = GF_CU_F32;
+    else
+        return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "Q is %s: float, float16 or bfloat16 only",
+                               gf_dtype_name(q->dtype));
     k->sq = c->r.sq.value, k->sk = c->r.sk.value, k->d = c->r.d.value, k->dv = c->r.dv.value;
     k->tb = c->r.tb;
     k->scale = c->r.scale;
@@ -109,7 +135,7 @@ static enum gf_status attn_check(const struct gf_kernel_args *a, size_t qi, bool
         int rank = gf_shape_dims(&c->r.scores, sdims);
         gf_tview_set_shape(&sv, rank, sdims);
         gf_bcast_strides(m, &sv, mst);
-        if (m->host && causal_cached(m->host, rank, mst, k->sq, k->sk)) {
+        if (m->host && causal_cached(m->host, m->dtype, rank, mst, k->sq, k->sk)) {
             k->causal = 1;
         } else {
             k->mask = m->data;
@@ -188,25 +214,32 @@ static enum gf_status attn_grad_run(const struct gf_kernel_args *a)
     return gf_cu_check(a, gf_cu_attn_bwd(gf_cu_stream(a), &c.k), "AttentionGrad");
 }
 
-/* fp32 (the mask too), rank <= 8, head dims up to 128. */
+/* fp32, fp16 or bf16 (Q's type: every input but AttentionGrad's Stats,
+ * fp32), rank <= 8, head dims up to 128. */
 static bool attn_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    size_t qi = n->op == GF_OP_ATTENTION_GRAD ? 1 : 0;
+    bool grad = n->op == GF_OP_ATTENTION_GRAD;
+    size_t qi = grad ? 1 : 0;
     if (n_in < qi + 3)
         return false;
-    for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK))
+    enum gf_dtype dt = in[qi].dtype;
+    if (dt != GF_FLOAT && dt != GF_FLOAT16 && dt != GF_BFLOAT16)
+        return false;
+    for (size_t i = 0; i < n_in; i++) {
+        enum gf_dtype want = grad && i == 6 ? GF_FLOAT : dt;
+        if (in[i].dtype != GF_UNDEFINED && (in[i].dtype != want || in[i].rank > GF_MAX_RANK))
             return false;
+    }
     const struct gf_tview *q = &in[qi], *v = &in[qi + 2];
     return q->rank >= 2 && v->rank >= 2 &&
            gf_cu_attn_ok(q->dims[q->rank - 1], v->dims[v->rank - 1]);
 }
 
 static const struct gf_kernel kernels[] = {
-    {.op = GF_OP_ATTENTION, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
+    {.op = GF_OP_ATTENTION, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cu_flash",
      .supports = attn_supports, .workspace = attn_workspace, .run = attn_run, .n_knobs = 1,
      .knobs = knobs},
-    {.op = GF_OP_ATTENTION_GRAD, .backend = "cuda", .dtype = GF_FLOAT, .impl = "cu_flash",
+    {.op = GF_OP_ATTENTION_GRAD, .backend = "cuda", .dtype = GF_UNDEFINED, .impl = "cu_flash",
      .supports = attn_supports, .workspace = attn_grad_workspace, .run = attn_grad_run,
      .n_knobs = 1, .knobs = knobs},
 };

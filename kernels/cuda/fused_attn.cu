@@ -41,12 +41,35 @@
  * gradient, where the softmax alone gives NaN; with no keys at all (Sk =
  * 0) O is 0 either way, as the CPU's (a sum over nothing).
  */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "launch_mla.h"
 
 #define BK 64 /* keys (queries in k_attn_dkv) of a streamed tile */
+
+/* ---- storage types ------------------------------------------------------------------------ */
+
+/* fp16 and bf16 are storage only: loaded widened to fp32 (exact), computed
+ * as fp32, stored rounded to nearest even once, as the CPU's 16-bit nodes. */
+__device__ __forceinline__ float ld_f(const float *p) { return *p; }
+__device__ __forceinline__ float ld_f(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void st_f(float *p, float v) { *p = v; }
+__device__ __forceinline__ void st_f(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void st_f(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* Whether T is a 16-bit type: every value of one is a TF32 value (bf16's 8
+ * and fp16's 11 significant bits; fp16's subnormals are normal in fp32), so
+ * its TF32 split has no lo part and a product with it needs fewer mma. */
+template <typename T> struct narrow {
+    static constexpr bool value = true;
+};
+template <> struct narrow<float> {
+    static constexpr bool value = false;
+};
 
 extern "C" int gf_cu_attn_ok(int64_t d, int64_t dv)
 {
@@ -67,7 +90,8 @@ __device__ __forceinline__ int64_t mask_item(const gf_cu_attn &a, int64_t it)
 }
 
 /* Score (i, j) finished: scale q.k + mask, -inf where masked or outside. */
-__device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *mk, float dot,
+template <typename M>
+__device__ __forceinline__ float finish_score(const gf_cu_attn &a, const M *mk, float dot,
                                               int64_t i, int64_t j)
 {
     if (j >= a.sk || i >= a.sq)
@@ -76,7 +100,7 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *
         return j > i + (a.sk - a.sq) ? -INFINITY : a.scale * dot;
     float s = a.scale * dot;
     if (mk)
-        s = s + mk[i * a.mst_i + j * a.mst_j];
+        s = s + ld_f(mk + i * a.mst_i + j * a.mst_j);
     return s;
 }
 
@@ -87,7 +111,8 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const float *
  * its mask 0 (the tile is computed as if unmasked), else 1; 1 without a
  * mask in memory.  Barriers: every thread of the block calls it, and all
  * get the same answer. */
-__device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const float *mk, int64_t q0, int nq,
+template <typename M>
+__device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const M *mk, int64_t q0, int nq,
                                          int64_t k0, int nk)
 {
     if (!mk)
@@ -95,7 +120,7 @@ __device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const float *mk, i
     int open = 0, plain = 1;
     for (int e = threadIdx.x; e < nq * nk; e += blockDim.x) {
         int64_t i = q0 + e / nk, j = k0 + e % nk;
-        float x = i < a.sq && j < a.sk ? mk[i * a.mst_i + j * a.mst_j] : -INFINITY;
+        float x = i < a.sq && j < a.sk ? ld_f(mk + i * a.mst_i + j * a.mst_j) : -INFINITY;
         open |= x != -INFINITY;
         plain &= x == 0.0f;
     }
@@ -107,11 +132,12 @@ __device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const float *mk, i
 /* The class of one 64 x 64 tile of a.tiles per block: the mask read once
  * per call instead of by every block of every kernel (the exporters' mask
  * is one [Sq, Sk] per batch item, read by every head). */
+template <typename T>
 __global__ void k_mask_tiles(gf_cu_attn a)
 {
     int64_t nqt = (a.sq + 63) / 64, nkt = (a.sk + 63) / 64, b = blockIdx.x;
     int64_t kt = b % nkt, qt = b / nkt % nqt, it = b / nkt / nqt;
-    int c = scan_tile(a, a.mask + mask_item(a, it), qt * 64, 64, kt * 64, 64);
+    int c = scan_tile(a, (const T *)a.mask + mask_item(a, it), qt * 64, 64, kt * 64, 64);
     if (threadIdx.x == 0)
         a.tiles[b] = (unsigned char)c;
 }
@@ -119,7 +145,8 @@ __global__ void k_mask_tiles(gf_cu_attn a)
 /* mask_tile's answer from a.tiles (q0, k0, nq, nk multiples of 64): the
  * entries it covers combined as one scan would (an entry outside the
  * matrix counts as hidden). */
-__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const float *mk, int64_t it,
+template <typename M>
+__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const M *mk, int64_t it,
                                          int64_t q0, int nq, int64_t k0, int nk)
 {
     if (!mk || !a.tiles)
@@ -155,11 +182,11 @@ __device__ __forceinline__ int key_groups(const gf_cu_attn &a, int64_t k0, int64
 /* ---- tiles ------------------------------------------------------------------------------ */
 
 /* Rows [r0, r0 + nr) x cols [0, n) of src (row stride ld; trans: src [n,
- * rows] with stride ld, element (r, c) at c * ld + r) into dst [nr][D + 4],
- * zeros outside, element by element: fetch_tile's path for tiles that are
- * not whole 16-byte aligned float4 rows. */
-template <int D>
-__device__ __forceinline__ void load_tile(float *dst, int nr, const float *src, int64_t r0,
+ * rows] with stride ld, element (r, c) at c * ld + r) into dst [nr][D + 4]
+ * (fp32, T widened), zeros outside, element by element: fetch_tile's path
+ * for tiles that are not whole 16-byte aligned rows. */
+template <int D, typename T>
+__device__ __forceinline__ void load_tile(float *dst, int nr, const T *src, int64_t r0,
                                           int64_t rows, int n, int64_t ld, bool trans)
 {
     constexpr int LD = D + 4;
@@ -168,7 +195,7 @@ __device__ __forceinline__ void load_tile(float *dst, int nr, const float *src, 
             int c = e / nr, r = e % nr;
             float v = 0.0f;
             if (c < n && r0 + r < rows)
-                v = src[(int64_t)c * ld + r0 + r];
+                v = ld_f(src + (int64_t)c * ld + r0 + r);
             dst[r * LD + c] = v;
         }
     } else {
@@ -176,7 +203,7 @@ __device__ __forceinline__ void load_tile(float *dst, int nr, const float *src, 
             int r = e / D, c = e % D;
             float v = 0.0f;
             if (c < n && r0 + r < rows)
-                v = src[(r0 + r) * ld + c];
+                v = ld_f(src + (r0 + r) * ld + c);
             dst[r * LD + c] = v;
         }
     }
@@ -213,19 +240,57 @@ __device__ __forceinline__ void cp_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* 8 16-bit values (16 bytes) widened into dst[0..7] (16-byte aligned). */
+__device__ __forceinline__ void widen8(float *dst, uint4 u, const __half *)
+{
+    const __half2 *h = (const __half2 *)&u;
+    float2 f0 = __half22float2(h[0]), f1 = __half22float2(h[1]);
+    float2 f2 = __half22float2(h[2]), f3 = __half22float2(h[3]);
+    *(float4 *)dst = make_float4(f0.x, f0.y, f1.x, f1.y);
+    *(float4 *)(dst + 4) = make_float4(f2.x, f2.y, f3.x, f3.y);
+}
+
+__device__ __forceinline__ void widen8(float *dst, uint4 u, const __nv_bfloat16 *)
+{
+    /* bf16 is fp32's top half: a shift widens it */
+    uint32_t w[4] = {u.x, u.y, u.z, u.w};
+    float f[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+    *(float4 *)dst = make_float4(f[0], f[1], f[2], f[3]);
+    *(float4 *)(dst + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
 /* load_tile, asynchronous where the rows are whole 16-byte aligned float4s
  * (the caller commits the group); else synchronous (visible after the
- * caller's next barrier). */
-template <int D>
-__device__ __forceinline__ void fetch_tile(float *dst, int nr, const float *src, int64_t r0,
+ * caller's next barrier).  16-bit T: synchronous, 16-byte loads of 8
+ * values widened into the fp32 tile where the rows are whole 16-byte
+ * aligned vectors (the layout and the products stay the fp32 path's). */
+template <int D, typename T>
+__device__ __forceinline__ void fetch_tile(float *dst, int nr, const T *src, int64_t r0,
                                            int64_t rows, int n, int64_t ld, bool trans)
 {
     constexpr int LD = D + 4;
-    if (!trans && n == D && ld % 4 == 0 && ((uintptr_t)src & 15) == 0) {
+    if constexpr (narrow<T>::value) {
+        if (!trans && n == D && ld % 8 == 0 && ((uintptr_t)src & 15) == 0) {
+            for (int e = threadIdx.x; e < nr * (D / 8); e += blockDim.x) {
+                int r = e / (D / 8), c = e % (D / 8) * 8;
+                uint4 u = make_uint4(0, 0, 0, 0); /* zeros widen to zeros */
+                if (r0 + r < rows)
+                    u = __ldg((const uint4 *)(src + (r0 + r) * ld + c));
+                widen8(dst + r * LD + c, u, src);
+            }
+        } else {
+            load_tile<D>(dst, nr, src, r0, rows, n, ld, trans);
+        }
+    } else if (!trans && n == D && ld % 4 == 0 && ((uintptr_t)src & 15) == 0) {
         for (int e = threadIdx.x; e < nr * (D / 4); e += blockDim.x) {
             int r = e / (D / 4), c = e % (D / 4) * 4;
             bool in = r0 + r < rows;
-            cp16(dst + r * LD + c, in ? src + (r0 + r) * ld + c : src, in);
+            cp16(dst + r * LD + c, (const float *)(in ? src + (r0 + r) * ld + c : src), in);
         }
     } else {
         load_tile<D>(dst, nr, src, r0, rows, n, ld, trans);
@@ -252,7 +317,8 @@ __device__ __forceinline__ void fetch_stats(float *St, const gf_cu_attn &a, int6
  * open, and its mask_tile state in *st: query rows [q0, q0 + nq) x keys
  * [t0, t0 + BK) (the tiles walk the keys), or queries [t0, t0 + BK) x keys
  * [k0, k0 + nk). */
-__device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const float *mk,
+template <typename M>
+__device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const M *mk,
                                                  int64_t it, int64_t q0, int nq, int64_t t0,
                                                  int64_t end, int *st)
 {
@@ -262,7 +328,8 @@ __device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const floa
     return t0;
 }
 
-__device__ __forceinline__ int64_t open_query_tile(const gf_cu_attn &a, const float *mk,
+template <typename M>
+__device__ __forceinline__ int64_t open_query_tile(const gf_cu_attn &a, const M *mk,
                                                    int64_t it, int64_t k0, int nk, int64_t t0,
                                                    int64_t end, int *st)
 {
@@ -299,11 +366,15 @@ __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], const uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* c += a b, the small terms first */
+/* c += a b, the small terms first; EA, EB: a, b exact in TF32 (16-bit
+ * inputs: lo = 0, so its products are left out, the result the same) */
+template <bool EA = false, bool EB = false>
 __device__ __forceinline__ void mma3(float c[4], const frag_a &a, const frag_b &b)
 {
-    mma(c, a.l, b.h);
-    mma(c, a.h, b.l);
+    if (!EA)
+        mma(c, a.l, b.h);
+    if (!EB)
+        mma(c, a.h, b.l);
     mma(c, a.h, b.h);
 }
 
@@ -359,7 +430,7 @@ __device__ __forceinline__ frag_b load_b_cols(const float *X)
  * between the products, which the compiler then interleaves (fwd+bwd
  * 1.074 -> 0.875 ms at 8x16x512x64 on an H200; loading every j's B
  * fragment first, or two at a time, was slower: more registers). */
-template <int D, bool ALL>
+template <int D, bool ALL, bool E>
 __device__ __forceinline__ void warp_xyt_as(float s[BK / 8][4], const float *X, const float *Y,
                                             int nk, int js, int je)
 {
@@ -374,24 +445,25 @@ __device__ __forceinline__ void warp_xyt_as(float s[BK / 8][4], const float *X, 
 #pragma unroll
             for (int j = 0; j < BK / 8; j++)
                 if (ALL || (j >= js && j < je))
-                    mma3(s[j], x, load_b_rows<LD>(Y + j * 8 * LD + kk * 8));
+                    mma3<E, E>(s[j], x, load_b_rows<LD>(Y + j * 8 * LD + kk * 8));
         }
     }
 }
 
-template <int D>
+/* E: X and Y hold 16-bit values (exact in TF32): one mma per product. */
+template <int D, bool E = false>
 __device__ __forceinline__ void warp_xyt(float s[BK / 8][4], const float *X, const float *Y,
                                          int nk, int js, int je)
 {
     if (nk == D / 8 && js == 0 && je == BK / 8)
-        warp_xyt_as<D, true>(s, X, Y, nk, js, je);
+        warp_xyt_as<D, true, E>(s, X, Y, nk, js, je);
     else
-        warp_xyt_as<D, false>(s, X, Y, nk, js, je);
+        warp_xyt_as<D, false, E>(s, X, Y, nk, js, je);
 }
 
 /* o[n] += P Y: P the C fragments p[j] (its cols 8j..8j+7, j in [js, je)),
  * Y [BK][LD], output col groups n < nn.  ALL as in warp_xyt_as. */
-template <int D, bool ALL>
+template <int D, bool ALL, bool EY>
 __device__ __forceinline__ void warp_py_as(float o[D / 8][4], const float p[BK / 8][4],
                                            const float *Y, int js, int je, int nn)
 {
@@ -403,19 +475,21 @@ __device__ __forceinline__ void warp_py_as(float o[D / 8][4], const float p[BK /
 #pragma unroll
             for (int n = 0; n < D / 8; n++)
                 if (ALL || n < nn)
-                    mma3(o[n], x, load_b_cols<LD>(Y + j * 8 * LD + n * 8));
+                    mma3<false, EY>(o[n], x, load_b_cols<LD>(Y + j * 8 * LD + n * 8));
         }
     }
 }
 
-template <int D>
+/* EY: Y holds 16-bit values: P's hi and lo parts times Y's (exact) hi,
+ * two mma per product where fp32's take three. */
+template <int D, bool EY = false>
 __device__ __forceinline__ void warp_py(float o[D / 8][4], const float p[BK / 8][4],
                                         const float *Y, int js, int je, int nn)
 {
     if (nn == D / 8 && js == 0 && je == BK / 8)
-        warp_py_as<D, true>(o, p, Y, js, je, nn);
+        warp_py_as<D, true, EY>(o, p, Y, js, je, nn);
     else
-        warp_py_as<D, false>(o, p, Y, js, je, nn);
+        warp_py_as<D, false, EY>(o, p, Y, js, je, nn);
 }
 
 __device__ __forceinline__ float quad_max(float v)
@@ -433,7 +507,8 @@ __device__ __forceinline__ float quad_sum(float v)
 /* Score s (the dot q.k) of row i, key j finished: scale s + mask, or just
  * scale s where the warp's tile is full (every score in the matrix and
  * unmasked, checked once per tile). */
-__device__ __forceinline__ float score(const gf_cu_attn &a, const float *mk, bool full, float s,
+template <typename M>
+__device__ __forceinline__ float score(const gf_cu_attn &a, const M *mk, bool full, float s,
                                        int64_t i, int64_t j)
 {
     return full ? a.scale * s : finish_score(a, mk, s, i, j);
@@ -452,7 +527,8 @@ __device__ __forceinline__ bool tile_full(const gf_cu_attn &a, int st, int64_t r
 /* Online softmax over one tile's scores s (finished in place into P, up to
  * the running max), rows g and g + 8 of the warp: m, l the running max and
  * sum; al[h] each row's factor for what was summed before. */
-__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const float *mk, bool full,
+template <typename M>
+__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bool full,
                                             float s[BK / 8][4], int64_t row, int64_t k0, int jn,
                                             float m[2], float l[2], float al[2])
 {
@@ -502,7 +578,7 @@ __device__ __forceinline__ void block_tile(const gf_cu_attn &a, int64_t ntile, b
 /* Per key tile: wait for K, S = Q K^T, refill K with the next tile, the
  * softmax, wait for V, O += P V, refill V: each load overlaps half a tile's
  * work (and the other resident blocks' work). */
-template <int D, int W>
+template <int D, int W, typename T>
 __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
 {
     constexpr int LD = D + 4, R = 16 * W;
@@ -512,9 +588,10 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
     int64_t it, qt;
     block_tile(a, (a.sq + R - 1) / R, true, &it, &qt);
     int64_t q0 = qt * R, rw = q0 + 16 * w, row = rw + g; /* this thread's rows: row, row + 8 */
-    const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
-    const float *v = a.v + it * a.sk * a.dv;
-    const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
+    constexpr bool E = narrow<T>::value;
+    const T *q = (const T *)a.q + it * a.sq * a.d, *k = (const T *)a.k + it * a.sk * a.d;
+    const T *v = (const T *)a.v + it * a.sk * a.dv;
+    const T *mk = a.mask ? (const T *)a.mask + mask_item(a, it) : NULL;
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
     int64_t kld = a.tb ? a.d : a.sk, kend = key_end(a, q0 + R - 1);
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -537,7 +614,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         int jn = key_groups(a, k0, rw + 15);
         bool full = tile_full(a, st, rw, 16, k0, BK);
         float s[BK / 8][4], al[2];
-        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
+        warp_xyt<D, E>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
         __syncthreads(); /* every warp is done with K */
         if (kn < kend)
             fetch_tile<D>(Ks, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
@@ -550,7 +627,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         }
         cp_wait<1>(); /* V */
         __syncthreads();
-        warp_py<D>(o, s, Vs, 0, jn, nn);
+        warp_py<D, E>(o, s, Vs, 0, jn, nn);
         __syncthreads(); /* every warp is done with V */
         if (kn < kend)
             fetch_tile<D>(Vs, BK, v, kn, a.sk, (int)a.dv, a.dv, false);
@@ -571,14 +648,14 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
             a.stats[it * a.sq + gi] = zr ? 0.0f : m[h];
             a.stats[(a.items + it) * a.sq + gi] = zr ? 0.0f : 1.0f / l[h];
         }
-        float *out = a.out + (it * a.sq + gi) * a.dv;
+        T *out = (T *)a.out + (it * a.sq + gi) * a.dv;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int col = 8 * n + 2 * t + e;
                 if (col < a.dv)
-                    out[col] = none ? 0.0f : o[n][2 * h + e] / l[h];
+                    st_f(out + col, none ? 0.0f : o[n][2 * h + e] / l[h]);
             }
     }
 }
@@ -589,7 +666,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
  * [items, sq] delta (a.delta).  Pass 1 streams K tiles through both tile
  * buffers in turn; pass 2 per key tile: wait for V, dP = dO V^T, refill V,
  * wait for K, S = Q K^T, dS, dQ += dS K, refill K. */
-template <int D, int W>
+template <int D, int W, typename T>
 __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 {
     constexpr int LD = D + 4, R = 16 * W;
@@ -599,13 +676,14 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     int64_t it, qt;
     block_tile(a, (a.sq + R - 1) / R, true, &it, &qt);
     int64_t q0 = qt * R, rw = q0 + 16 * w, row = rw + g;
-    const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
-    const float *v = a.v + it * a.sk * a.dv;
-    const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
+    constexpr bool E = narrow<T>::value;
+    const T *q = (const T *)a.q + it * a.sq * a.d, *k = (const T *)a.k + it * a.sk * a.d;
+    const T *v = (const T *)a.v + it * a.sk * a.dv;
+    const T *mk = a.mask ? (const T *)a.mask + mask_item(a, it) : NULL;
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
     int64_t kld = a.tb ? a.d : a.sk, kend = key_end(a, q0 + R - 1);
     fetch_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
-    fetch_tile<D>(Ds, R, a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
+    fetch_tile<D>(Ds, R, (const T *)a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
     cp_commit();
     int st = 1, stn = 1;
     int64_t k0 = a.have_stats ? kend : open_key_tile(a, mk, it, q0, R, 0, kend, &st);
@@ -620,7 +698,8 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         int64_t gi = rw + r;
         double acc = 0;
         for (int c = lane; c < a.dv && gi < a.sq; c += 32)
-            acc += (double)Ds[(16 * w + r) * LD + c] * (double)a.o[(it * a.sq + gi) * a.dv + c];
+            acc += (double)Ds[(16 * w + r) * LD + c] *
+                   (double)ld_f((const T *)a.o + (it * a.sq + gi) * a.dv + c);
         for (int o = 16; o > 0; o /= 2)
             acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (r == g)
@@ -641,7 +720,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         int jn = key_groups(a, k0, rw + 15);
         bool full = tile_full(a, st, rw, 16, k0, BK);
         float s[BK / 8][4], al[2];
-        warp_xyt<D>(s, Qs + 16 * w * LD, cur ? Vs : Ks, nk, 0, jn);
+        warp_xyt<D, E>(s, Qs + 16 * w * LD, cur ? Vs : Ks, nk, 0, jn);
         online_rows(a, mk, full, s, row, k0, jn, m, l, al);
         __syncthreads(); /* every warp is done with this buffer */
         k0 = kn, st = stn;
@@ -692,14 +771,14 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         cp_wait<1>(); /* V */
         __syncthreads();
         float s[BK / 8][4], dp[BK / 8][4];
-        warp_xyt<D>(dp, Ds + 16 * w * LD, Vs, nn, 0, jn);
+        warp_xyt<D, E>(dp, Ds + 16 * w * LD, Vs, nn, 0, jn);
         __syncthreads(); /* every warp is done with V */
         if (kn < kend)
             fetch_tile<D>(Vs, BK, v, kn, a.sk, (int)a.dv, a.dv, false);
         cp_commit();
         cp_wait<1>(); /* K */
         __syncthreads();
-        warp_xyt<D>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
+        warp_xyt<D, E>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
 #pragma unroll
         for (int j = 0; j < BK / 8; j++)
 #pragma unroll
@@ -713,7 +792,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
                 }
                 s[j][e] = ds;
             }
-        warp_py<D>(dq, s, Ks, 0, jn, nk);
+        warp_py<D, E>(dq, s, Ks, 0, jn, nk);
         __syncthreads(); /* every warp is done with K */
         if (kn < kend)
             fetch_tile<D>(Ks, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
@@ -726,14 +805,14 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         int64_t gi = row + 8 * h;
         if (gi >= a.sq)
             continue;
-        float *out = a.dq + (it * a.sq + gi) * a.d;
+        T *out = (T *)a.dq + (it * a.sq + gi) * a.d;
 #pragma unroll
         for (int n = 0; n < D / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int col = 8 * n + 2 * t + e;
                 if (col < a.d)
-                    out[col] = a.scale * dq[n][2 * h + e];
+                    st_f(out + col, a.scale * dq[n][2 * h + e]);
             }
     }
 }
@@ -745,7 +824,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
  * Per query tile: wait for dO, dP^T = V dO^T, wait for Q (and the rows'
  * statistics), S^T = K Q^T, dS^T, dV += P^T dO, refill dO, dK += dS^T Q,
  * refill Q. */
-template <int D, int W>
+template <int D, int W, typename T>
 __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(gf_cu_attn a)
 {
     constexpr int LD = D + 4, R = 16 * W;
@@ -756,9 +835,10 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     int64_t it, kt;
     block_tile(a, (a.sk + R - 1) / R, false, &it, &kt);
     int64_t k0 = kt * R, kw = k0 + 16 * w, key = kw + g; /* this thread's keys: key, key + 8 */
-    const float *q = a.q + it * a.sq * a.d, *k = a.k + it * a.sk * a.d;
-    const float *v = a.v + it * a.sk * a.dv, *dout = a.dout + it * a.sq * a.dv;
-    const float *mk = a.mask ? a.mask + mask_item(a, it) : NULL;
+    constexpr bool E = narrow<T>::value;
+    const T *q = (const T *)a.q + it * a.sq * a.d, *k = (const T *)a.k + it * a.sk * a.d;
+    const T *v = (const T *)a.v + it * a.sk * a.dv, *dout = (const T *)a.dout + it * a.sq * a.dv;
+    const T *mk = a.mask ? (const T *)a.mask + mask_item(a, it) : NULL;
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -795,10 +875,10 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
         float s[BK / 8][4], dp[BK / 8][4];
         cp_wait<1>(); /* K, V and dO */
         __syncthreads();
-        warp_xyt<D>(dp, Vs + 16 * w * LD, Ds, nn, js, je); /* dP^T: keys x queries */
+        warp_xyt<D, E>(dp, Vs + 16 * w * LD, Ds, nn, js, je); /* dP^T: keys x queries */
         cp_wait<0>(); /* Q and the statistics */
         __syncthreads();
-        warp_xyt<D>(s, Ks + 16 * w * LD, Qs, nk, js, je); /* S^T */
+        warp_xyt<D, E>(s, Ks + 16 * w * LD, Qs, nk, js, je); /* S^T */
 #pragma unroll
         for (int j = 0; j < BK / 8; j++) {
             float2 mx = *(const float2 *)&St[8 * j + 2 * t];
@@ -818,13 +898,13 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
             }
         }
         if (a.dvv)
-            warp_py<D>(dv, s, Ds, js, je, nn);
+            warp_py<D, E>(dv, s, Ds, js, je, nn);
         __syncthreads(); /* every warp is done with dO */
         if (qn < a.sq)
             fetch_tile<D>(Ds, BK, dout, qn, a.sq, (int)a.dv, a.dv, false);
         cp_commit();
         if (a.dk)
-            warp_py<D>(dk, dp, Qs, js, je, nk);
+            warp_py<D, E>(dk, dp, Qs, js, je, nk);
         __syncthreads(); /* every warp is done with Q and the statistics */
         if (qn < a.sq) {
             fetch_tile<D>(Qs, BK, q, qn, a.sq, (int)a.d, a.d, false);
@@ -847,10 +927,10 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
                 if (a.dk && col < a.d) {
                     int64_t off = a.tb ? (it * a.sk + gk) * a.d + col
                                        : it * a.sk * a.d + col * a.sk + gk;
-                    a.dk[off] = a.scale * dk[n][2 * h + e];
+                    st_f((T *)a.dk + off, a.scale * dk[n][2 * h + e]);
                 }
                 if (a.dvv && col < a.dv)
-                    a.dvv[(it * a.sk + gk) * a.dv + col] = dv[n][2 * h + e];
+                    st_f((T *)a.dvv + (it * a.sk + gk) * a.dv + col, dv[n][2 * h + e]);
             }
     }
 }
@@ -879,27 +959,27 @@ static size_t smem_bytes(int d, int r, int n_r, int n_k, int extra)
     return ((size_t)(n_r * r + n_k * BK) * (d + 4) + extra) * sizeof(float);
 }
 
-template <int D, int W>
+template <int D, int W, typename T>
 static cudaError_t fwd_as(cudaStream_t s, const gf_cu_attn *a)
 {
     int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
-    return launch(k_attn_fwd<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 1, 2, 0), s,
+    return launch(k_attn_fwd<D, W, T>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 1, 2, 0), s,
                   a);
 }
 
-template <int D, int W>
+template <int D, int W, typename T>
 static cudaError_t dq_as(cudaStream_t s, const gf_cu_attn *a)
 {
     int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
-    return launch(k_attn_dq<D, W>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, 0), s,
+    return launch(k_attn_dq<D, W, T>, tiles * a->items, 32 * W, smem_bytes(D, 16 * W, 2, 2, 0), s,
                   a);
 }
 
-template <int D, int W>
+template <int D, int W, typename T>
 static cudaError_t dkv_as(cudaStream_t s, const gf_cu_attn *a)
 {
     int64_t tiles = (a->sk + 16 * W - 1) / (16 * W);
-    return launch(k_attn_dkv<D, W>, tiles * a->items, 32 * W,
+    return launch(k_attn_dkv<D, W, T>, tiles * a->items, 32 * W,
                   smem_bytes(D, 16 * W, 2, 2, 3 * BK), s, a);
 }
 
@@ -908,14 +988,27 @@ extern "C" size_t gf_cu_attn_tiles_bytes(const struct gf_cu_attn *a)
     return (size_t)(a->items * ((a->sq + 63) / 64) * ((a->sk + 63) / 64));
 }
 
-/* a->tiles from the mask, when both are there. */
+/* a->tiles from the mask (of a->type), when both are there. */
 static cudaError_t mask_tiles(cudaStream_t s, const gf_cu_attn *a)
 {
     size_t n = gf_cu_attn_tiles_bytes(a);
     if (!a->mask || !a->tiles || n == 0)
         return cudaSuccess;
-    k_mask_tiles<<<(unsigned)n, 256, 0, s>>>(*a);
+    if (a->type == GF_CU_F16)
+        k_mask_tiles<__half><<<(unsigned)n, 256, 0, s>>>(*a);
+    else if (a->type == GF_CU_BF16)
+        k_mask_tiles<__nv_bfloat16><<<(unsigned)n, 256, 0, s>>>(*a);
+    else
+        k_mask_tiles<float><<<(unsigned)n, 256, 0, s>>>(*a);
     return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t fwd_t(cudaStream_t s, const gf_cu_attn *a)
+{
+    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
+    return big ? (w8 ? fwd_as<128, 8, T>(s, a) : fwd_as<128, 4, T>(s, a))
+               : (w8 ? fwd_as<64, 8, T>(s, a) : fwd_as<64, 4, T>(s, a));
 }
 
 extern "C" cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a)
@@ -925,22 +1018,30 @@ extern "C" cudaError_t gf_cu_attn_fwd(cudaStream_t s, const struct gf_cu_attn *a
     cudaError_t e = mask_tiles(s, a);
     if (e != cudaSuccess)
         return e;
+    return a->type == GF_CU_F16    ? fwd_t<__half>(s, a)
+           : a->type == GF_CU_BF16 ? fwd_t<__nv_bfloat16>(s, a)
+                                   : fwd_t<float>(s, a);
+}
+
+template <typename T>
+static cudaError_t bwd_t(cudaStream_t s, const gf_cu_attn *a)
+{
     bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
-    return big ? (w8 ? fwd_as<128, 8>(s, a) : fwd_as<128, 4>(s, a))
-               : (w8 ? fwd_as<64, 8>(s, a) : fwd_as<64, 4>(s, a));
+    cudaError_t e = a->sq > 0 ? mask_tiles(s, a) : cudaSuccess;
+    if (e == cudaSuccess && a->sq > 0)
+        e = big ? (w8 ? dq_as<128, 8, T>(s, a) : dq_as<128, 4, T>(s, a))
+                : (w8 ? dq_as<64, 8, T>(s, a) : dq_as<64, 4, T>(s, a));
+    if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv))
+        return e;
+    return big ? (w8 ? dkv_as<128, 8, T>(s, a) : dkv_as<128, 4, T>(s, a))
+               : (w8 ? dkv_as<64, 8, T>(s, a) : dkv_as<64, 4, T>(s, a));
 }
 
 extern "C" cudaError_t gf_cu_attn_bwd(cudaStream_t s, const struct gf_cu_attn *a)
 {
     if (a->items <= 0)
         return cudaSuccess;
-    bool big = a->d > 64 || a->dv > 64, w8 = a->warps == 8;
-    cudaError_t e = a->sq > 0 ? mask_tiles(s, a) : cudaSuccess;
-    if (e == cudaSuccess && a->sq > 0)
-        e = big ? (w8 ? dq_as<128, 8>(s, a) : dq_as<128, 4>(s, a))
-                : (w8 ? dq_as<64, 8>(s, a) : dq_as<64, 4>(s, a));
-    if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv))
-        return e;
-    return big ? (w8 ? dkv_as<128, 8>(s, a) : dkv_as<128, 4>(s, a))
-               : (w8 ? dkv_as<64, 8>(s, a) : dkv_as<64, 4>(s, a));
+    return a->type == GF_CU_F16    ? bwd_t<__half>(s, a)
+           : a->type == GF_CU_BF16 ? bwd_t<__nv_bfloat16>(s, a)
+                                   : bwd_t<float>(s, a);
 }

@@ -103,6 +103,9 @@ cudaError_t gf_cu_ce_scale(cudaStream_t s, const float *g, const float *dl, floa
 /* ---- fused_attn.cu ------------------------------------------------------ */
 
 struct gf_cu_attn {
+    int type;             /* gf_cu_type of q, k, v, mask, o, dout, out, dq, dk, dvv: F32,
+                           * F16 or BF16 (16-bit: stored so, through the float pointers
+                           * below; lse, delta, stats stay fp32) */
     int64_t items, sq, sk, d, dv;
     int tb;               /* K [Sk, D] (else [D, Sk]) */
     float scale;
