@@ -1,6 +1,6 @@
 /*
  * fused_attn.cu — flash-style attention in fp32 on the tensor cores (host
- * side: fused_attn.c).
+ * side: fused_attn.c), with fp16 / bf16 storage.
  *
  * Forward: one block per (item, 16 W query rows), W warps of 16 rows each;
  * K and V in tiles of 64 keys through shared memory; scores, an online
@@ -40,6 +40,18 @@
  * zero_rows (zero_masked_rows): a row that sees no key gives O = 0 and no
  * gradient, where the softmax alone gives NaN; with no keys at all (Sk =
  * 0) O is 0 either way, as the CPU's (a sum over nothing).
+ *
+ * fp16 / bf16 (a.type; the kernels' T): Q, K, V, the mask, O and dO are
+ * loaded widened to fp32 into the same fp32 tiles (synchronous 16-byte
+ * loads of 8 values where rows are whole aligned vectors, else element by
+ * element; no cp.async: it cannot convert), the fp32 algorithm runs, and
+ * O, dQ, dK, dV are rounded to nearest even once at the store, as the
+ * CPU's 16-bit nodes (Stats, delta and the accumulators stay fp32).  A
+ * 16-bit value is a TF32 value (8 or 11 significant bits; fp16's
+ * subnormals are normal in fp32), so its split has no lo part: products of
+ * two 16-bit tiles (Q K^T, dO V^T and their transposes) take one mma, hi
+ * hi, and those of a computed fp32 side with a 16-bit tile (P V, dS K,
+ * P^T dO, dS^T Q) two, lo hi + hi hi, with the fp32 path's accuracy.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
