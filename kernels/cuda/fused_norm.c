@@ -1,4 +1,5 @@
-/* CUDA kernels of the normalizations (device code: fused_norm.cu), fp32:
+/* CUDA kernels of the normalizations (device code: fused_norm.cu), fp32,
+ * fp16 and bf16 storage (computed in fp32 as the CPU's half kernels):
  *
  *   RMSNorm AddRMSNorm LayerNorm AddLayerNorm   X [rows, n] -> Y (S, Mean, InvStdDev)
  *   RMSNormGrad                                 dY, X, W? -> dX, dW?
@@ -12,13 +13,21 @@
  * registers into one partial row of the workspace, then added up in a
  * fixed order (fused_norm.cu).  W or B that broadcast to the normalized
  * block without having all its n elements are expanded into the workspace
- * first.  Sums in double, as the CPU's.  The rules (what `supports` takes)
- * follow kernels/opencl/fused_norm.c and reduce.c but for fp16 / bf16
- * storage (those nodes run on the CPU); checks and messages are the
- * shared ones (kernels/checks.h) and the CPU's.
+ * first.  Sums in double, as the CPU's.  Types as the shared checks ask:
+ * X, R, W, B, Y, S (and dY, dX, dW, dB) of one float type, Mean and
+ * InvStdDev fp32 (inputs and outputs).  The rules (what `supports` takes)
+ * follow kernels/opencl/fused_norm.c and reduce.c; checks and messages
+ * are the shared ones (kernels/checks.h) and the CPU's.
  */
 #include "cu.h"
+#include "device_common.h"
 #include "launch_fused.h"
+
+/* fp32, fp16, bf16: the kernels' storage types. */
+static bool float_type(enum gf_dtype t)
+{
+    return t == GF_FLOAT || t == GF_FLOAT16 || t == GF_BFLOAT16;
+}
 
 /* knobs: threads per row, blocks per SM of the backward's grid (0: auto) */
 enum { K_BLOCK, K_BPS };
@@ -57,12 +66,12 @@ static void param_init(struct param *p, const struct gf_tview *t, size_t n, size
     p->expand = t && t->nelem != n;
     p->off = *ws;
     if (p->expand)
-        *ws += ws_align(n * sizeof(float));
+        *ws += ws_align(n * gf_dtype_size(t->dtype));
 }
 
 /* The parameter's n values on the device (expanded first when needed). */
 static enum gf_status param_get(const struct gf_kernel_args *a, const struct param *p, int brank,
-                                const int64_t *bdims, size_t n, const float **out)
+                                const int64_t *bdims, size_t n, const void **out)
 {
     *out = NULL;
     if (!p->t)
@@ -71,12 +80,13 @@ static enum gf_status param_get(const struct gf_kernel_args *a, const struct par
         *out = p->t->data;
         return GF_OK;
     }
-    float *dst = (float *)((char *)a->workspace + p->off);
+    void *dst = (char *)a->workspace + p->off;
     int64_t st[1][GF_MAX_RANK];
     fu_strides(p->t, brank, bdims, st[0]);
     struct gf_cu_nd nd;
     gf_cu_nd_init(&nd, brank, bdims, 1, st);
-    cudaError_t e = gf_cu_copy_nd(gf_cu_stream(a), 4, p->t->data, dst, &nd, (int64_t)n);
+    cudaError_t e = gf_cu_copy_nd(gf_cu_stream(a), (int)gf_dtype_size(p->t->dtype), p->t->data,
+                                  dst, &nd, (int64_t)n);
     *out = dst;
     return gf_cu_check(a, e, "W / B expansion");
 }
@@ -126,6 +136,7 @@ static void norm_from_rule(const struct gf_tview *x, const struct gf_norm_rule *
     nm->bdims = x->dims + r->axis;
     nm->c.n = (int64_t)gf_dims_prod(x->dims, r->axis, x->rank);
     nm->c.rows = nm->c.n ? (int64_t)x->nelem / nm->c.n : 0;
+    nm->c.type = gf_dev_type_of(x->dtype); /* gf_cu_type's order */
     nm->c.eps = r->eps;
     nm->c.woff = r->woff;
     nm->c.flags = (r->rms ? GF_CU_NORM_RMS : 0) | (r->eps_outside ? GF_CU_NORM_EPS_OUT : 0);
@@ -285,9 +296,9 @@ static enum gf_status onnx_check(const struct gf_kernel_args *a, bool grad, stru
                                                            grad ? "dY, X and Scale"
                                                                 : "X and Scale")
                                          : GF_OK;
-    for (size_t i = 0; st == GF_OK && i < xi + 2; i++)
+    for (size_t i = 0; st == GF_OK && i < xi + 2; i++) /* X's float type */
         st = fu_check_in(a, i, grad ? (i == 0 ? "dY" : i == 1 ? "X" : "Scale")
-                                    : (i == 0 ? "X" : "Scale"), GF_FLOAT);
+                                    : (i == 0 ? "X" : "Scale"), a->in[xi].dtype);
     if (st == GF_OK)
         st = gf_axis_attr(a, -1, x->rank, &ax);
     if (st == GF_OK)
@@ -305,6 +316,7 @@ static enum gf_status onnx_check(const struct gf_kernel_args *a, bool grad, stru
     nm->c.rows = (int64_t)gf_dims_prod(x->dims, 0, ax);
     nm->c.eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
     nm->c.flags = GF_CU_NORM_ONNX;
+    nm->c.type = gf_dev_type_of(x->dtype);
     param_init(&nm->w, &a->in[xi + 1], (size_t)nm->c.n, &nm->ws);
     param_init(&nm->b, !grad && fu_has(a, 2) ? &a->in[2] : NULL, (size_t)nm->c.n, &nm->ws);
     if (grad) {
@@ -330,7 +342,7 @@ static enum gf_status onnx_ln_run(const struct gf_kernel_args *a)
     struct gf_cu_norm *c = &nm.c;
     enum gf_status st = onnx_check(a, false, &nm);
     if (st == GF_OK)
-        st = gf_check_out_count(a, 0, GF_FLOAT, a->in[0].nelem);
+        st = gf_check_out_count(a, 0, a->in[0].dtype, a->in[0].nelem);
     if (st == GF_OK)
         st = ln_stat_out(a, 1, (size_t)c->rows, &c->mean);
     if (st == GF_OK)
@@ -349,14 +361,16 @@ static enum gf_status onnx_ln_run(const struct gf_kernel_args *a)
     return gf_cu_check(a, gf_cu_norm_fwd(gf_cu_stream(a), c), "LayerNormalization kernel");
 }
 
-/* Mean and InvStdDev fp32 outputs only (stash_type 1). */
+/* X, Scale, B of one float type; Mean and InvStdDev fp32 outputs only
+ * (stash_type 1). */
 static bool onnx_ln_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
+    if (n_in < 2 || !float_type(in[0].dtype))
+        return false;
     for (size_t i = 0; i < n_in && i < 3; i++)
-        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != GF_FLOAT)
+        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != in[0].dtype)
             return false;
-    return n_in >= 2 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
-           gf_node_attr_int(n, "stash_type", 1) == 1;
+    return in[0].rank <= GF_MAX_RANK && gf_node_attr_int(n, "stash_type", 1) == 1;
 }
 
 static size_t onnx_lng_workspace(const struct gf_kernel_args *a)
@@ -371,10 +385,10 @@ static enum gf_status onnx_lng_run(const struct gf_kernel_args *a)
     struct gf_cu_norm *c = &nm.c;
     enum gf_status st = onnx_check(a, true, &nm);
     if (st == GF_OK)
-        st = gf_check_out_count(a, 0, GF_FLOAT, a->in[1].nelem);
+        st = gf_check_out_count(a, 0, a->in[1].dtype, a->in[1].nelem);
     for (size_t k = 1; st == GF_OK && k < a->n_out && k < 3; k++)
         if (a->out[k].data)
-            st = gf_check_out_count(a, k, GF_FLOAT, (size_t)c->n);
+            st = gf_check_out_count(a, k, a->in[1].dtype, (size_t)c->n);
     if (st == GF_OK && fu_has(a, 3) && fu_has(a, 4)) {
         const struct gf_tview *m = &a->in[3], *r = &a->in[4];
         if (m->dtype != GF_FLOAT || r->dtype != GF_FLOAT || m->nelem != (size_t)c->rows ||
@@ -405,26 +419,32 @@ static enum gf_status onnx_lng_run(const struct gf_kernel_args *a)
                        "LayerNormalizationGrad kernel");
 }
 
+/* dY, X, Scale of one float type; Mean, InvStdDev fp32. */
 static bool onnx_lng_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
+    if (n_in < 3 || !float_type(in[0].dtype))
+        return false;
     for (size_t i = 0; i < n_in && i < 5; i++)
-        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != GF_FLOAT)
+        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != (i < 3 ? in[0].dtype : GF_FLOAT))
             return false;
-    return n_in >= 3 && in[0].dtype == GF_FLOAT && in[1].rank <= GF_MAX_RANK;
+    return in[1].rank <= GF_MAX_RANK;
 }
 
 /* ---- the table ------------------------------------------------------------------- */
 
-/* X, R, W, B (and dY, Mean, InvStdDev): fp32. */
+/* X, R, W, B (and dY) of one float type; LayerNormGrad's Mean and
+ * InvStdDev (inputs 3, 4) fp32, as the shared checks ask. */
 static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
+    bool lng = n->op == GF_OP_LAYER_NORM_GRAD;
+    if (n_in < 1 || !float_type(in[0].dtype))
+        return false;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_UNDEFINED && in[i].dtype != GF_FLOAT)
+        if (in[i].dtype != GF_UNDEFINED &&
+            in[i].dtype != (lng && i >= 3 ? GF_FLOAT : in[0].dtype))
             return false;
-    return n_in >= 1 && in[0].dtype == GF_FLOAT && in[0].rank <= GF_MAX_RANK &&
-           (n_in < 2 || in[1].rank <= GF_MAX_RANK);
+    return in[0].rank <= GF_MAX_RANK && (n_in < 2 || in[1].rank <= GF_MAX_RANK);
 }
 
 #define KERNEL(OP, IMPL, SUP, WS, RUN)                                                    \

@@ -17,8 +17,20 @@
  * the grid's partial rows in a fixed order.  No [rows, n] temporary, no
  * atomics.  In place (Y over X, dX over dY or X) is safe: a thread reads
  * every element it writes before writing it.
+ *
+ * fp16 / bf16 storage (p.type): X, R, W, B, Y, S, dY, dX, dW, dB of the
+ * storage type T, the statistics fp32.  Every kernel is a template over
+ * T: an element is widened to fp32 where the fp32 kernel reads it, the
+ * math is the fp32 kernel's, and each stored element is rounded to nearest
+ * even once, as the CPU's half kernels (kernels/cpu/fused_norm.c), whose
+ * Add forms round S = X + R to the type and normalize that rounded S.  A
+ * vector is 4 elements (float4; 8 bytes of 16-bit), so the plan and the
+ * geometry are fp32's.
  */
 #include <math.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "launch_fused.h"
 
@@ -27,6 +39,60 @@
 /* The largest block of a kernel keeping VPT vectors a thread (what its
  * registers allow without spilling); gf_cu_norm_plan keeps to it. */
 #define BOUND(VPT) ((VPT) <= 1 ? 1024 : (VPT) == 2 ? 512 : 256)
+
+/* ---- storage types ------------------------------------------------------- */
+
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void stf(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* v as stored in T and read back (S = X + R is rounded to X's type before
+ * it is normalized, as the CPU's half kernels do); fp32: v. */
+template <typename T> __device__ __forceinline__ float rnd(float v)
+{
+    if constexpr (sizeof(T) == 4) {
+        return v;
+    } else {
+        T h;
+        stf(&h, v);
+        return ldf(&h);
+    }
+}
+
+/* Vector i (4 elements) of p, widened: a float4, or 8 bytes of 16-bit. */
+template <typename T> __device__ __forceinline__ float4 ld4(const T *p, int64_t i)
+{
+    if constexpr (sizeof(T) == 4) {
+        return ((const float4 *)p)[i];
+    } else {
+        uint2 raw = ((const uint2 *)p)[i];
+        const T *h = (const T *)&raw;
+        return make_float4(ldf(h), ldf(h + 1), ldf(h + 2), ldf(h + 3));
+    }
+}
+
+template <typename T> __device__ __forceinline__ void st4(T *p, int64_t i, float4 v)
+{
+    if constexpr (sizeof(T) == 4) {
+        ((float4 *)p)[i] = v;
+    } else {
+        uint2 raw;
+        T *h = (T *)&raw;
+        stf(h, v.x);
+        stf(h + 1, v.y);
+        stf(h + 2, v.z);
+        stf(h + 3, v.w);
+        ((uint2 *)p)[i] = raw;
+    }
+}
+
+template <typename T> __device__ __forceinline__ float4 rnd4(float4 v)
+{
+    return make_float4(rnd<T>(v.x), rnd<T>(v.y), rnd<T>(v.z), rnd<T>(v.w));
+}
 
 /* ---- sums ------------------------------------------------------------------ */
 
@@ -72,19 +138,19 @@ __device__ __forceinline__ float4 add4(float4 a, float4 b)
 }
 
 /* W + woff as the CPU expands it: (float)((double)W + woff). */
-__device__ __forceinline__ float wgt1(const float *w, int64_t j, float woff)
+template <typename T> __device__ __forceinline__ float wgt1(const T *w, int64_t j, float woff)
 {
     if (!w)
         return 1.0f;
-    float v = w[j];
+    float v = ldf(w + j);
     return woff != 0.0f ? (float)((double)v + (double)woff) : v;
 }
 
-__device__ __forceinline__ float4 wgt4(const float *w, int64_t i, float woff)
+template <typename T> __device__ __forceinline__ float4 wgt4(const T *w, int64_t i, float woff)
 {
     if (!w)
         return make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-    float4 v = ((const float4 *)w)[i];
+    float4 v = ld4(w, i);
     if (woff != 0.0f) {
         double o = woff;
         v = make_float4((float)(v.x + o), (float)(v.y + o), (float)(v.z + o), (float)(v.w + o));
@@ -126,10 +192,13 @@ struct stats {
     float inv;
 };
 
-template <int VPT, bool RMS, bool ADD>
+template <int VPT, bool RMS, bool ADD, typename T>
 __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
 {
     __shared__ double2 sh[32];
+    const T *px = (const T *)p.x, *pr = (const T *)p.r, *pw = (const T *)p.w,
+            *pb = (const T *)p.b;
+    T *py = (T *)p.y, *ps = (T *)p.s;
     const bool onnx = p.flags & GF_CU_NORM_ONNX, eps_out = p.flags & GF_CU_NORM_EPS_OUT;
     const int t = threadIdx.x, bs = blockDim.x;
     const int64_t n = p.n;
@@ -144,11 +213,11 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
                 int64_t i = t + (int64_t)k * bs;
                 c[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (i < m) {
-                    c[k] = ((const float4 *)p.x)[base + i];
+                    c[k] = ld4(px, base + i);
                     if (ADD) {
-                        c[k] = add4(c[k], ((const float4 *)p.r)[base + i]);
-                        if (p.s)
-                            ((float4 *)p.s)[base + i] = c[k];
+                        c[k] = rnd4<T>(add4(c[k], ld4(pr, base + i)));
+                        if (ps)
+                            st4(ps, base + i, c[k]);
                     }
                     acc += RMS ? hsq(c[k], 0.0) : hsum(c[k]);
                 }
@@ -170,37 +239,35 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
             for (int k = 0; k < VPT; k++) {
                 int64_t i = t + (int64_t)k * bs;
                 if (i < m) {
-                    float4 w = wgt4(p.w, i, p.woff);
-                    float4 b = !RMS && p.b ? ((const float4 *)p.b)[i]
-                                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                    ((float4 *)p.y)[base + i] = y_of4(c[k], RMS, onnx, st.mu, st.invd, st.inv,
-                                                      w, b);
+                    float4 w = wgt4(pw, i, p.woff);
+                    float4 b = !RMS && pb ? ld4(pb, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    st4(py, base + i, y_of4(c[k], RMS, onnx, st.mu, st.invd, st.inv, w, b));
                 }
             }
         } else {
             /* generic: the row re-read; with S, the later passes read S */
             const int64_t base = row * n;
-            const float *x = p.x + base, *r = ADD ? p.r + base : NULL;
-            float *s = ADD && p.s ? p.s + base : NULL;
+            const T *x = px + base, *r = ADD ? pr + base : NULL;
+            T *s = ADD && ps ? ps + base : NULL;
             double acc = 0.0;
             for (int64_t j = t; j < n; j += bs) {
-                float v = x[j];
+                float v = ldf(x + j);
                 if (ADD) {
-                    v = v + r[j];
+                    v = rnd<T>(v + ldf(r + j));
                     if (s)
-                        s[j] = v;
+                        stf(s + j, v);
                 }
                 acc += RMS ? (double)v * (double)v : (double)v;
             }
             double tot = block_sum2(acc, 0.0, sh).x;
             st.mu = RMS ? 0.0 : tot / (double)n;
-            const float *src = s ? s : x;
+            const T *src = s ? s : x;
             if (RMS) {
                 st.invd = inv_of(tot / (double)n, p.eps, eps_out);
             } else {
                 acc = 0.0;
                 for (int64_t j = t; j < n; j += bs) {
-                    float v = ADD && !s ? x[j] + r[j] : src[j];
+                    float v = ADD && !s ? rnd<T>(ldf(x + j) + ldf(r + j)) : ldf(src + j);
                     double d = (double)v - st.mu;
                     acc += d * d;
                 }
@@ -208,10 +275,10 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
             }
             st.inv = (float)st.invd;
             for (int64_t j = t; j < n; j += bs) {
-                float v = ADD && !s ? x[j] + r[j] : src[j];
-                float b = !RMS && p.b ? p.b[j] : 0.0f;
-                p.y[base + j] = y_of(v, RMS, onnx, st.mu, st.invd, st.inv,
-                                     wgt1(p.w, j, p.woff), b);
+                float v = ADD && !s ? rnd<T>(ldf(x + j) + ldf(r + j)) : ldf(src + j);
+                float b = !RMS && pb ? ldf(pb + j) : 0.0f;
+                stf(py + base + j, y_of(v, RMS, onnx, st.mu, st.invd, st.inv,
+                                        wgt1(pw, j, p.woff), b));
             }
         }
         if (t == 0) {
@@ -275,10 +342,12 @@ __device__ __forceinline__ double gw_d(bool onnx, float g, float w)
     return onnx ? (double)g * (double)w : (double)(g * w);
 }
 
-template <int VPT, bool RMS>
+template <int VPT, bool RMS, typename T>
 __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
 {
     __shared__ double2 sh[32];
+    const T *px = (const T *)p.x, *pdy = (const T *)p.dy, *pwt = (const T *)p.w;
+    T *pdx = (T *)p.dx;
     const bool onnx = p.flags & GF_CU_NORM_ONNX, eps_out = p.flags & GF_CU_NORM_EPS_OUT;
     const int t = threadIdx.x, bs = blockDim.x;
     const int64_t n = p.n;
@@ -305,8 +374,8 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                 int64_t i = t + (int64_t)k * bs;
                 xc[k] = gc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (i < m) {
-                    xc[k] = ((const float4 *)p.x)[base + i];
-                    gc[k] = ((const float4 *)p.dy)[base + i];
+                    xc[k] = ld4(px, base + i);
+                    gc[k] = ld4(pdy, base + i);
                 }
             }
             if (RMS) {
@@ -314,7 +383,7 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                 for (int k = 0; k < V; k++) {
                     if (t + (int64_t)k * bs >= m)
                         continue;
-                    float4 w = wgt4(p.w, t + (int64_t)k * bs, p.woff);
+                    float4 w = wgt4(pwt, t + (int64_t)k * bs, p.woff);
                     s1 += hsq(xc[k], 0.0);
                     s2 += (double)(gc[k].x * w.x) * (double)xc[k].x +
                           (double)(gc[k].y * w.y) * (double)xc[k].y +
@@ -344,7 +413,7 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                 for (int k = 0; k < V; k++) {
                     if (t + (int64_t)k * bs >= m)
                         continue;
-                    float4 w = wgt4(p.w, t + (int64_t)k * bs, 0.0f);
+                    float4 w = wgt4(pwt, t + (int64_t)k * bs, 0.0f);
                     const float *gv = &gc[k].x, *xv = &xc[k].x, *wv = &w.x;
 #pragma unroll
                     for (int c = 0; c < 4; c++) {
@@ -361,13 +430,13 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
             for (int k = 0; k < V; k++) {
                 int64_t i = t + (int64_t)k * bs;
                 if (i < m) {
-                    float4 w = wgt4(p.w, i, RMS ? p.woff : 0.0f);
+                    float4 w = wgt4(pwt, i, RMS ? p.woff : 0.0f);
                     const float *gv = &gc[k].x, *xv = &xc[k].x, *wv = &w.x;
                     float o[4];
 #pragma unroll
                     for (int c = 0; c < 4; c++)
                         o[c] = dx_of(RMS, onnx, q, gv[c], xv[c], wv[c], &aw[k][c], &ab[k][c]);
-                    ((float4 *)p.dx)[base + i] = make_float4(o[0], o[1], o[2], o[3]);
+                    st4(pdx, base + i, make_float4(o[0], o[1], o[2], o[3]));
                 }
             }
         }
@@ -391,15 +460,15 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                 pb[j] = 0.0;
         }
         for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-            const float *x = p.x + row * n, *dy = p.dy + row * n;
-            float *dx = p.dx + row * n;
+            const T *x = px + row * n, *dy = pdy + row * n;
+            T *dx = pdx + row * n;
             grad_row q;
             double s1 = 0.0, s2 = 0.0;
             if (RMS) {
                 for (int64_t j = t; j < n; j += bs) {
-                    double v = x[j];
+                    double v = ldf(x + j);
                     s1 += v * v;
-                    s2 += (double)(dy[j] * wgt1(p.w, j, p.woff)) * v;
+                    s2 += (double)(ldf(dy + j) * wgt1(pwt, j, p.woff)) * v;
                 }
                 double2 tot = block_sum2(s1, s2, sh);
                 rms_finish(q, tot.x, tot.y, dn, p.eps, eps_out);
@@ -409,20 +478,20 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                     q.rs = (double)p.istd_in[row];
                 } else {
                     for (int64_t j = t; j < n; j += bs)
-                        s1 += (double)x[j];
+                        s1 += (double)ldf(x + j);
                     q.mu = block_sum2(s1, 0.0, sh).x / dn;
                     s1 = 0.0;
                     for (int64_t j = t; j < n; j += bs) {
-                        double d = (double)x[j] - q.mu;
+                        double d = (double)ldf(x + j) - q.mu;
                         s1 += d * d;
                     }
                     q.rs = 1.0 / sqrt(block_sum2(s1, 0.0, sh).x / dn + (double)p.eps);
                 }
                 s1 = 0.0;
                 for (int64_t j = t; j < n; j += bs) {
-                    double g = gw_d(onnx, dy[j], wgt1(p.w, j, 0.0f));
+                    double g = gw_d(onnx, ldf(dy + j), wgt1(pwt, j, 0.0f));
                     s1 += g;
-                    s2 += g * (((double)x[j] - q.mu) * q.rs);
+                    s2 += g * (((double)ldf(x + j) - q.mu) * q.rs);
                 }
                 double2 tot = block_sum2(s1, s2, sh);
                 q.ma = tot.x / dn;
@@ -430,8 +499,9 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
             }
             for (int64_t j = t; j < n; j += bs) {
                 double a = 0.0, b = 0.0;
-                float g = dy[j], v = x[j];
-                dx[j] = dx_of(RMS, onnx, q, g, v, wgt1(p.w, j, RMS ? p.woff : 0.0f), &a, &b);
+                float g = ldf(dy + j), v = ldf(x + j);
+                float w = wgt1(pwt, j, RMS ? p.woff : 0.0f);
+                stf(dx + j, dx_of(RMS, onnx, q, g, v, w, &a, &b));
                 if (pw) {
                     pw[j] += a;
                     if (pb)
@@ -443,8 +513,10 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
 }
 
 /* out[j] = (float) sum over p < P of part[p * n + j], in a fixed order:
- * blocks of 32 columns x 16 partial-row strides, then a tree. */
-__global__ void k_colsum(const double *part, float *out, int64_t P, int64_t n)
+ * blocks of 32 columns x 16 partial-row strides, then a tree (16-bit out:
+ * that float rounded, as the CPU rounds its fp32 dW). */
+template <typename T>
+__global__ void k_colsum(const double *part, T *out, int64_t P, int64_t n)
 {
     __shared__ double sh[16][33];
     int cx = threadIdx.x, cy = threadIdx.y;
@@ -460,47 +532,82 @@ __global__ void k_colsum(const double *part, float *out, int64_t P, int64_t n)
         __syncthreads();
     }
     if (cy == 0 && j < n)
-        out[j] = (float)sh[0][cx];
+        stf(out + j, (float)sh[0][cx]);
 }
 
 /* ---- launchers ---------------------------------------------------------------- */
 
 typedef void (*kfn)(gf_cu_norm);
 
-template <bool RMS, bool ADD>
+template <bool RMS, bool ADD, typename T>
 static kfn fwd_pick(int vpt)
 {
     switch (vpt) {
-    case 1: return k_norm_fwd<1, RMS, ADD>;
-    case 2: return k_norm_fwd<2, RMS, ADD>;
-    case 4: return k_norm_fwd<4, RMS, ADD>;
-    case 8: return k_norm_fwd<8, RMS, ADD>;
-    default: return k_norm_fwd<0, RMS, ADD>;
+    case 1: return k_norm_fwd<1, RMS, ADD, T>;
+    case 2: return k_norm_fwd<2, RMS, ADD, T>;
+    case 4: return k_norm_fwd<4, RMS, ADD, T>;
+    case 8: return k_norm_fwd<8, RMS, ADD, T>;
+    default: return k_norm_fwd<0, RMS, ADD, T>;
     }
 }
 
-static kfn fwd_kernel(int flags, int vpt)
+template <typename T>
+static kfn fwd_typed(int flags, int vpt)
 {
     bool rms = flags & GF_CU_NORM_RMS, add = flags & GF_CU_NORM_ADD;
-    return rms ? (add ? fwd_pick<true, true>(vpt) : fwd_pick<true, false>(vpt))
-               : (add ? fwd_pick<false, true>(vpt) : fwd_pick<false, false>(vpt));
+    return rms ? (add ? fwd_pick<true, true, T>(vpt) : fwd_pick<true, false, T>(vpt))
+               : (add ? fwd_pick<false, true, T>(vpt) : fwd_pick<false, false, T>(vpt));
 }
 
-template <bool RMS>
+/* The kernel of p->type (gf_cu_type F32, F16, BF16); NULL for another. */
+static kfn fwd_kernel(int type, int flags, int vpt)
+{
+    switch (type) {
+    case GF_CU_F32: return fwd_typed<float>(flags, vpt);
+    case GF_CU_F16: return fwd_typed<__half>(flags, vpt);
+    case GF_CU_BF16: return fwd_typed<__nv_bfloat16>(flags, vpt);
+    default: return NULL;
+    }
+}
+
+template <bool RMS, typename T>
 static kfn grad_pick(int vpt)
 {
     switch (vpt) {
-    case 1: return k_norm_grad<1, RMS>;
-    case 2: return k_norm_grad<2, RMS>;
-    case 4: return k_norm_grad<4, RMS>;
-    case 8: return k_norm_grad<8, RMS>;
-    default: return k_norm_grad<0, RMS>;
+    case 1: return k_norm_grad<1, RMS, T>;
+    case 2: return k_norm_grad<2, RMS, T>;
+    case 4: return k_norm_grad<4, RMS, T>;
+    case 8: return k_norm_grad<8, RMS, T>;
+    default: return k_norm_grad<0, RMS, T>;
     }
 }
 
-static kfn grad_kernel(int flags, int vpt)
+template <typename T>
+static kfn grad_typed(int flags, int vpt)
 {
-    return (flags & GF_CU_NORM_RMS) ? grad_pick<true>(vpt) : grad_pick<false>(vpt);
+    return (flags & GF_CU_NORM_RMS) ? grad_pick<true, T>(vpt) : grad_pick<false, T>(vpt);
+}
+
+static kfn grad_kernel(int type, int flags, int vpt)
+{
+    switch (type) {
+    case GF_CU_F32: return grad_typed<float>(flags, vpt);
+    case GF_CU_F16: return grad_typed<__half>(flags, vpt);
+    case GF_CU_BF16: return grad_typed<__nv_bfloat16>(flags, vpt);
+    default: return NULL;
+    }
+}
+
+/* dW (or dB) from the partial rows, in p->type. */
+static void colsum(cudaStream_t s, const struct gf_cu_norm *p, const double *part, void *out)
+{
+    dim3 cb(32, 16), cg((unsigned)((p->n + 31) / 32));
+    if (p->type == GF_CU_F16)
+        k_colsum<<<cg, cb, 0, s>>>(part, (__half *)out, p->grid, p->n);
+    else if (p->type == GF_CU_BF16)
+        k_colsum<<<cg, cb, 0, s>>>(part, (__nv_bfloat16 *)out, p->grid, p->n);
+    else
+        k_colsum<<<cg, cb, 0, s>>>(part, (float *)out, p->grid, p->n);
 }
 
 static int round32(int64_t v)
@@ -541,8 +648,9 @@ extern "C" void gf_cu_norm_plan(struct gf_cu_norm *p, int grad, int want_block, 
         int bps = want_bps;
         if (bps <= 0) {
             bps = 0;
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &bps, grad_kernel(p->flags, p->vpt), p->block, 0) != cudaSuccess) {
+            kfn k = grad_kernel(p->type, p->flags, p->vpt);
+            if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k, p->block, 0) !=
+                          cudaSuccess) {
                 cudaGetLastError();
                 bps = 0;
             }
@@ -558,7 +666,10 @@ extern "C" cudaError_t gf_cu_norm_fwd(cudaStream_t s, const struct gf_cu_norm *p
     if (p->rows <= 0 || p->n <= 0)
         return cudaSuccess;
     unsigned grid = (unsigned)(p->rows < 0x7fffffff ? p->rows : 0x7fffffff);
-    fwd_kernel(p->flags, p->vpt)<<<grid, p->block, 0, s>>>(*p);
+    kfn k = fwd_kernel(p->type, p->flags, p->vpt);
+    if (!k)
+        return cudaErrorInvalidValue;
+    k<<<grid, p->block, 0, s>>>(*p);
     return cudaGetLastError();
 }
 
@@ -567,22 +678,25 @@ extern "C" cudaError_t gf_cu_norm_grad(cudaStream_t s, const struct gf_cu_norm *
     if (p->n <= 0)
         return cudaSuccess;
     bool rms = p->flags & GF_CU_NORM_RMS;
+    kfn k = grad_kernel(p->type, p->flags, p->vpt);
+    if (!k)
+        return cudaErrorInvalidValue;
+    size_t es = p->type == GF_CU_F32 ? sizeof(float) : 2; /* 0 is all-zero bits in each */
     if (p->rows <= 0) { /* sums over no rows */
         cudaError_t e = cudaSuccess;
         if (p->dw)
-            e = cudaMemsetAsync(p->dw, 0, (size_t)p->n * sizeof(float), s);
+            e = cudaMemsetAsync(p->dw, 0, (size_t)p->n * es, s);
         if (e == cudaSuccess && p->db && !rms)
-            e = cudaMemsetAsync(p->db, 0, (size_t)p->n * sizeof(float), s);
+            e = cudaMemsetAsync(p->db, 0, (size_t)p->n * es, s);
         return e;
     }
-    grad_kernel(p->flags, p->vpt)<<<p->grid, p->block, 0, s>>>(*p);
+    k<<<p->grid, p->block, 0, s>>>(*p);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || !p->part)
         return e;
-    dim3 cb(32, 16), cg((unsigned)((p->n + 31) / 32));
     if (p->dw)
-        k_colsum<<<cg, cb, 0, s>>>(p->part, p->dw, p->grid, p->n);
+        colsum(s, p, p->part, p->dw);
     if (p->db && !rms)
-        k_colsum<<<cg, cb, 0, s>>>(p->part + (int64_t)p->grid * p->n, p->db, p->grid, p->n);
+        colsum(s, p, p->part + (int64_t)p->grid * p->n, p->db);
     return cudaGetLastError();
 }

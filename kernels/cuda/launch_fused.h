@@ -22,24 +22,27 @@ extern "C" {
 #define GF_CU_NORM_EPS_OUT 4 /* RMS: 1/(sqrt(ms) + eps) */
 #define GF_CU_NORM_ONNX 8    /* ONNX LayerNormalization: Y in double from the
                               * unrounded 1/std; its Grad: dY W in double */
-#define GF_CU_NORM_VEC 16    /* float4 rows: n % 4 == 0, every pointer 16-byte aligned */
+#define GF_CU_NORM_VEC 16    /* 4-element vectors: n % 4 == 0, every pointer 16-byte aligned */
 
-/* Rows of n fp32 elements.  Forward: X (+ R) -> Y, S?, Mean?, InvStdDev?.
- * Backward: dY, X -> dX and the partial rows of dW (and dB) in part.  W,
- * B: n values each (expanded by the host when they broadcast), NULL when
- * absent (1 and 0); woff is added to W (in double, as the CPU's
- * expansion).  Sums are in double. */
+/* Rows of n elements of the float type `type` (gf_cu_type: F32, F16,
+ * BF16; 16-bit computed in fp32, each output rounded once): X, R, W, B,
+ * Y, S, dY, dX, dW, dB of that type, Mean and InvStdDev fp32.  Forward:
+ * X (+ R) -> Y, S?, Mean?, InvStdDev?.  Backward: dY, X -> dX and the
+ * partial rows of dW (and dB) in part.  W, B: n values each (expanded by
+ * the host when they broadcast), NULL when absent (1 and 0); woff is
+ * added to W (in double, as the CPU's expansion).  Sums are in double. */
 struct gf_cu_norm {
-    int flags;
+    int flags, type;
     int64_t rows, n;
     float eps, woff;
-    const float *x, *r, *w, *b;       /* forward: X, R?, W?, B? */
-    float *y, *s, *mean, *istd;       /* forward outputs (NULL: not wanted) */
-    const float *dy;                  /* backward: dY (X in x) */
-    float *dx;
+    const void *x, *r, *w, *b;        /* forward: X, R?, W?, B? */
+    void *y, *s;                      /* forward outputs (NULL: not wanted) */
+    float *mean, *istd;
+    const void *dy;                   /* backward: dY (X in x) */
+    void *dx;
     const float *mean_in, *istd_in;   /* LayerNormGrad: the forward's, or NULL */
     double *part;                     /* [parts, n] dW partial rows (then dB's); NULL: none */
-    float *dw, *db;                   /* NULL: not wanted */
+    void *dw, *db;                    /* NULL: not wanted */
     /* geometry (gf_cu_norm_plan) */
     int block, vpt, grid;
 };
@@ -49,9 +52,9 @@ struct gf_cu_norm {
 #define GF_CU_NORM_BLOCKS {0, 128, 256, 512, 1024}
 #define GF_CU_NORM_BPS {0, 1, 2, 4, 8}
 
-/* Sets p->block, p->vpt (float4 vectors a thread keeps; 0: the rows
+/* Sets p->block, p->vpt (4-element vectors a thread keeps; 0: the rows
  * re-read) and for the backward (grad) p->grid, the number of partial
- * rows, from p->flags, p->n and p->rows; sm_count, max_threads: the
+ * rows, from p->flags, p->type, p->n and p->rows; sm_count, max_threads: the
  * device's.  Deterministic: workspace() and run() agree. */
 void gf_cu_norm_plan(struct gf_cu_norm *p, int grad, int want_block, int want_bps, int sm_count,
                      int max_threads);
