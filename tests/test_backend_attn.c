@@ -9,8 +9,10 @@
  * output and AttentionGrad's Stats input, a sweep of the knob
  * settings on two shapes of each op (every pair of values of two knobs;
  * every setting with GRAPHFUSE_TEST_ALL_CONFIGS=1, as on the GPU machine),
- * fp16 and bf16 storage (against the CPU kernel on
- * the same values widened to float), results that do not depend on timing,
+ * fp16 and bf16 storage (against the CPU kernel on the same values
+ * widened to float; masks, causal, head dims 17 to 128, odd lengths, Stats
+ * out of the forward and into the backward), results that do not depend
+ * on timing,
  * and the error paths.  Skips without a backend besides the CPU.
  * Tolerances: 1e-5 relative plus 1e-5 absolute (the softmax sums and the
  * dK / dV sums over query rows are summed in another order than the CPU's);
@@ -390,17 +392,18 @@ static struct gf_tview narrow(struct gf_tview *t, enum gf_dtype dt)
 
 /* Runs node nd on the backend under test with inputs narrowed to dt and on the CPU with
  * the same values as float; outputs compared within `rtol` relative (the
- * rounding of dt) plus ATOL. */
+ * rounding of dt) plus ATOL.  With `fstats`, Stats (input 6 of
+ * AttentionGrad, output 1 of Attention) stay float. */
 static void compare_narrow(const struct gf_node *nd, struct gf_tview *in, size_t n_in,
                            const struct gf_tview *out, size_t n_out, enum gf_dtype dt,
-                           double rtol)
+                           double rtol, bool fstats)
 {
-    struct gf_tview hin[6], hout[3], cout[3];
+    struct gf_tview hin[7], hout[3], cout[3];
     for (size_t i = 0; i < n_in; i++)
-        hin[i] = narrow(&in[i], dt);
+        hin[i] = fstats && i == 6 ? in[i] : narrow(&in[i], dt);
     for (size_t k = 0; k < n_out; k++) {
         hout[k] = out[k];
-        if (out[k].dtype)
+        if (out[k].dtype && !(fstats && n_out == 2 && k == 1)) /* Attention's Stats */
             hout[k].dtype = dt;
         cout[k] = out[k];
         cout[k].data = keep(calloc(1, gf_tview_bytes(&out[k]) + 8));
@@ -414,7 +417,7 @@ static void compare_narrow(const struct gf_node *nd, struct gf_tview *in, size_t
                  gf_last_error());
     for (size_t k = 0; k < n_out; k++) {
         for (size_t i = 0; i < out[k].nelem; i++) {
-            double w = ((float *)cout[k].data)[i], g = bt_elem(dt, res[k], i);
+            double w = ((float *)cout[k].data)[i], g = bt_elem(hout[k].dtype, res[k], i);
             if (!(fabs(g - w) <= ATOL + rtol * fabs(w)))
                 fail_msg("%s %s (%s) output %zu element %zu: %.7g, CPU %.7g", bt_name(),
                          nd->op_type, gf_dtype_name(dt), k, i, g, w);
@@ -423,21 +426,39 @@ static void compare_narrow(const struct gf_node *nd, struct gf_tview *in, size_t
     }
 }
 
-static void half_case(enum gf_dtype dt, double rtol, const struct acase *c)
+/* Attention and AttentionGrad in dt against the CPU; with Stats (the
+ * forward's output, the backward's input, fp32) when `stats`. */
+static void half_case_s(enum gf_dtype dt, double rtol, const struct acase *c, bool stats)
 {
     struct tensors t = make_tensors(c);
-    struct gf_node *nd = fwd_node(c, 1);
-    struct gf_tview in[4] = {t.q, t.k, t.v, t.m}, out[1] = {fout(t.rank, t.od)};
-    compare_narrow(nd, in, c->mask ? 4 : 3, out, 1, dt, rtol);
+    struct gf_node *nd = fwd_node(c, stats ? 2 : 1);
+    struct gf_tview in[4] = {t.q, t.k, t.v, t.m};
+    struct gf_tview out[2] = {fout(t.rank, t.od), fout(t.rank, t.sd)};
+    compare_narrow(nd, in, c->mask ? 4 : 3, out, stats ? 2 : 1, dt, rtol, stats);
     release_bufs();
     struct gf_tview gin[7], gout[3];
     grad_inputs(c, gin);
-    nd = node("AttentionGrad", 6, 3);
+    if (stats && gin[6].rank) {
+        /* O and Stats of the rounded inputs: the CPU may find the rows'
+         * statistics itself where a backend reads them */
+        struct tensors rt = make_tensors(c);
+        for (int i = 1; i <= 4; i++)
+            narrow(&gin[i], dt); /* rounds gin[i]'s floats in place */
+        rt.q = gin[1], rt.k = gin[2], rt.v = gin[3], rt.m = gin[4];
+        cpu_forward(c, &rt, &gin[5]);
+    }
+    size_t n_in = stats && gin[6].rank ? 7 : 6;
+    nd = node("AttentionGrad", n_in, 3);
     set_attrs(nd, c);
     for (int k = 0; k < 3; k++)
         gout[k] = fout(gin[1 + k].rank, gin[1 + k].dims);
-    compare_narrow(nd, gin, 6, gout, 3, dt, rtol);
+    compare_narrow(nd, gin, n_in, gout, 3, dt, rtol, stats);
     release_bufs();
+}
+
+static void half_case(enum gf_dtype dt, double rtol, const struct acase *c)
+{
+    half_case_s(dt, rtol, c, false);
 }
 
 static void test_half_storage(void **state)
@@ -449,6 +470,14 @@ static void test_half_storage(void **state)
     half_case(GF_FLOAT16, 2e-3, &(struct acase){2, 2, 3, 33, 40, 17, 24, 1, M_HEADS, 0.3f});
     half_case(GF_FLOAT16, 2e-3, &(struct acase){1, 1, 2, 7, 100, 64, 64, 0, M_CAUSAL, 0});
     half_case(GF_BFLOAT16, 1.6e-2, &(struct acase){2, 2, 3, 33, 40, 17, 24, 0, M_FULL, 0.3f});
+    /* whole 16-byte rows (the CUDA kernels' vector loads), causal, Stats
+     * both ways, odd lengths, head dim 128, a [Sq, Sk] mask */
+    half_case_s(GF_BFLOAT16, 1.6e-2, &(struct acase){2, 2, 2, 100, 100, 64, 64, 1, M_CAUSAL, 0},
+                true);
+    half_case_s(GF_FLOAT16, 2e-3, &(struct acase){1, 1, 3, 130, 70, 64, 64, 1, M_NONE, 0}, true);
+    half_case(GF_BFLOAT16, 1.6e-2, &(struct acase){1, 1, 2, 65, 129, 128, 128, 1, M_2D, 0});
+    half_case(GF_FLOAT16, 2e-3, &(struct acase){2, 2, 2, 33, 33, 128, 96, 0, M_ROWS, 0.2f});
+    half_case(GF_FLOAT16, 2e-3, &(struct acase){1, 1, 2, 40, 100, 64, 64, 1, M_CAUSAL, 0});
 }
 
 /* ---- errors ---------------------------------------------------------------------------- */
