@@ -20,11 +20,14 @@
  *     (the mask a host constant; GQA 16/8 is the same work once K and V are
  *     expanded, as the graph does before Attention), for each setting of
  *     the knob "warps" (4, 8); then with the mask in device memory only
- *     (read, as a mask computed in the graph);
+ *     (read, as a mask computed in the graph); then the first in bf16
+ *     storage (Q, K, V, mask, O, dO, dQ, dK, dV; Stats fp32), as
+ *     --precision bf16 runs it (not checked here: test_backend_attn is);
  *   - MatMulEpilogue 4096 x 1024 x 2816 with bias, bias + gelu_tanh
  *     (cuBLASLt's fused epilogues), bias + gelu (erf: own pass) against
  *     plain MatMul.
- * tools/bench_sdpa.py prints PyTorch's numbers at the same shapes.
+ * tools/bench_sdpa.py prints PyTorch's numbers at the same shapes (bf16:
+ * its --dtype bf16).
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@
 #include <time.h>
 
 #include "gf_graph.h"
+#include "gf_half.h"
 #include "gf_kernels.h"
 
 #define INNER 5
@@ -86,6 +90,25 @@ static struct ten ten_new(int rank, const int64_t *dims, float lo, float hi, uns
         (seed && be->ops->copy_in(be, t.d.data, p, gf_tview_bytes(&t.h)) != GF_OK))
         die("device tensor");
     return t;
+}
+
+/* t's values rounded to dt (fp16 / bf16) on the host and on the device. */
+static void ten_narrow(struct ten *t, enum gf_dtype dt)
+{
+    const float *f = t->h.data;
+    uint16_t *p = malloc(t->h.nelem * sizeof(uint16_t) + 4);
+    if (!p)
+        die("host memory");
+    for (size_t i = 0; i < t->h.nelem; i++)
+        p[i] = dt == GF_FLOAT16 ? gf_float_to_half(f[i]) : gf_float_to_bf16(f[i]);
+    free(t->h.data);
+    be->ops->release(be, t->d.data);
+    t->h.dtype = t->d.dtype = dt;
+    t->h.data = p;
+    t->h.host = p;
+    if (!(t->d.data = be->ops->alloc(be, gf_tview_bytes(&t->h))) ||
+        be->ops->copy_in(be, t->d.data, p, gf_tview_bytes(&t->h)) != GF_OK)
+        die("device tensor");
 }
 
 static void ten_free(struct ten *t)
@@ -377,14 +400,15 @@ static void mme_free(struct mme_case *c)
 
 /* Attention Q, K, V [b, h, t, d], a causal mask [t, t]: a host constant
  * (the kernels skip it), or in device memory only when dev_mask (read, as
- * a mask computed in the graph: the Hugging Face exports'). */
+ * a mask computed in the graph: the Hugging Face exports'); all of type dt
+ * but Stats (fp32). */
 struct attn_case {
     struct ten q, k, v, mask, o, stats, dout, dq, dk, dv;
     struct call f, g;
 };
 
 static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int64_t d,
-                      bool dev_mask)
+                      bool dev_mask, enum gf_dtype dt)
 {
     int64_t qd[4] = {b, h, t, d}, md[2] = {t, t}, sd[4] = {2, b, h, t};
     c->q = ten_new(4, qd, -1, 1, 41);
@@ -403,7 +427,14 @@ static void attn_init(struct attn_case *c, int64_t b, int64_t h, int64_t t, int6
             m[i * t + j] = j <= i ? 0.0f : -INFINITY;
     if (be->ops->copy_in(be, c->mask.d.data, m, gf_tview_bytes(&c->mask.h)) != GF_OK)
         die("mask");
-    c->mask.d.host = dev_mask ? NULL : m; /* a constant, as the executor hands initializers */
+    if (dt != GF_FLOAT) {
+        struct ten *ts[] = {&c->q, &c->k, &c->v, &c->mask, &c->o, &c->dout, &c->dq, &c->dk,
+                            &c->dv};
+        for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
+            ten_narrow(ts[i], dt);
+    }
+    /* a constant, as the executor hands initializers */
+    c->mask.d.host = dev_mask ? NULL : c->mask.h.data;
     call_init(&c->f, "Attention", 4, 2);
     gf_node_set_attr_int(c->f.node, "transB", 1);
     gf_node_set_attr_float(c->f.node, "scale", 1.0f / sqrtf((float)d));
@@ -473,7 +504,7 @@ static bool checks(void)
     }
     {
         struct attn_case c;
-        attn_init(&c, 2, 3, 100, 64, false);
+        attn_init(&c, 2, 3, 100, 64, false, GF_FLOAT);
         if (has_kernel(&c.f)) {
             ok = call_check(&c.f, "Attention 2x3x100x64 causal") && ok;
             ok = call_check(&c.g, "AttentionGrad 2x3x100x64 causal") && ok;
@@ -481,7 +512,7 @@ static bool checks(void)
             printf("  (no CUDA Attention kernel: not checked)\n");
         }
         attn_free(&c);
-        attn_init(&c, 2, 3, 200, 64, true); /* tiles masked, all 0 and mixed */
+        attn_init(&c, 2, 3, 200, 64, true, GF_FLOAT); /* tiles masked, all 0 and mixed */
         if (has_kernel(&c.f)) {
             ok = call_check(&c.f, "Attention 2x3x200x64 mask") && ok;
             ok = call_check(&c.g, "AttentionGrad 2x3x200x64 mask") && ok;
@@ -557,7 +588,7 @@ int main(int argc, char **argv)
     }
     {
         struct attn_case c;
-        attn_init(&c, 8, 16, 512, 64, false);
+        attn_init(&c, 8, 16, 512, 64, false, GF_FLOAT);
         if (has_kernel(&c.f)) {
             /* causal FLOPs: 2 products of 8 x 16 x 512^2 / 2 x 64 forward, 5
              * backward (less what the kernels recompute) */
@@ -579,11 +610,33 @@ int main(int argc, char **argv)
             printf("| Attention | 8x16x512x64 | no CUDA kernel | | |\n");
         }
         attn_free(&c);
-        attn_init(&c, 8, 16, 512, 64, true);
+        attn_init(&c, 8, 16, 512, 64, true, GF_FLOAT);
         if (has_kernel(&c.f)) {
             double tf = call_time(&c.f, NULL), tg = call_time(&c.g, NULL);
             row("Attention fwd, causal mask in memory", "8x16x512x64", tf, 0);
             row("AttentionGrad, causal mask in memory", "8x16x512x64", tg, 0);
+        }
+        attn_free(&c);
+        /* bf16 storage (the autocast graph's Attention; Stats fp32), the
+         * same shape: PyTorch's bf16 SDPA is tools/bench_sdpa.py --dtype bf16 */
+        attn_init(&c, 8, 16, 512, 64, false, GF_BFLOAT16);
+        if (has_kernel(&c.f)) {
+            double ff = 2.0 * 2 * 8 * 16 * 512.0 * 512 / 2 * 64;
+            for (int w = 4; w <= 8; w += 4) {
+                int cfg[1] = {w};
+                double tf = call_time(&c.f, cfg), tg = call_time(&c.g, cfg);
+                char what[96];
+                snprintf(what, sizeof(what), "Attention fwd bf16, causal, warps=%d (%.1f TFLOP/s)",
+                         w, ff / (tf * 1e-3) / 1e12);
+                row(what, "8x16x512x64", tf, 0);
+                snprintf(what, sizeof(what), "AttentionGrad bf16, causal, warps=%d (%.1f TFLOP/s)",
+                         w, 2.5 * ff / (tg * 1e-3) / 1e12);
+                row(what, "8x16x512x64", tg, 0);
+                snprintf(what, sizeof(what), "**Attention fwd+bwd bf16, causal, warps=%d**", w);
+                row(what, "8x16x512x64", tf + tg, 0);
+            }
+        } else {
+            printf("| Attention bf16 | 8x16x512x64 | no CUDA kernel | | |\n");
         }
         attn_free(&c);
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch's numbers next to tests/bench_cuda_loss_attn (run on the GPU machine).
 
-    python3 tools/bench_sdpa.py [--reps N] [--only attn]
+    python3 tools/bench_sdpa.py [--reps N] [--only attn] [--dtype fp32|bf16|fp16]
 
 fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
   - scaled_dot_product_attention forward + backward, B=8, 16 query heads,
@@ -19,6 +19,9 @@ fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
     8 M N elements).
 Medians of --reps runs after warm-up, timed with CUDA events; --only attn
 stops after the attention rows, --only liger prints Liger Kernel's rows alone.
+--dtype bf16 / fp16 makes the attention rows' Q, K, V and dO that type
+(PyTorch's flash SDPA: bench_cuda_loss_attn's bf16 rows); the other rows
+stay fp32.
 """
 import argparse
 import statistics
@@ -93,21 +96,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", choices=["attn", "liger"], default=None)
+    ap.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                    help="the attention rows' type (default fp32)")
     args = ap.parse_args()
+    adt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = "cuda"
-    print(f"bench_sdpa on {torch.cuda.get_device_name()} (torch {torch.__version__}), fp32")
+    print(f"bench_sdpa on {torch.cuda.get_device_name()} (torch {torch.__version__}), "
+          f"attention {args.dtype}, the rest fp32")
 
     if args.only == "liger":
         liger(args.reps, dev)
         return
     B, H, T, D = 8, 16, 512, 64
     for hk in (16, 8):
-        q = torch.randn(B, H, T, D, device=dev, requires_grad=True)
-        k = torch.randn(B, hk, T, D, device=dev, requires_grad=True)
-        v = torch.randn(B, hk, T, D, device=dev, requires_grad=True)
-        do = torch.randn(B, H, T, D, device=dev)
+        q = torch.randn(B, H, T, D, device=dev, dtype=adt, requires_grad=True)
+        k = torch.randn(B, hk, T, D, device=dev, dtype=adt, requires_grad=True)
+        v = torch.randn(B, hk, T, D, device=dev, dtype=adt, requires_grad=True)
+        do = torch.randn(B, H, T, D, device=dev, dtype=adt)
 
         def attn():
             if hk == H:
@@ -128,8 +135,9 @@ def main():
             torch.autograd.grad(o, (q, k, v), do)
 
         tf, tfb = timed(fwd, args.reps), timed(fwd_bwd, args.reps)
-        print(f"| SDPA fwd, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tf:.3f} ms |")
-        print(f"| SDPA fwd+bwd, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tfb:.3f} ms |")
+        tag = "" if args.dtype == "fp32" else " " + args.dtype  # fp32's rows as before
+        print(f"| SDPA fwd{tag}, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tf:.3f} ms |")
+        print(f"| SDPA fwd+bwd{tag}, causal, {H}/{hk} heads | {B}x{H}x{T}x{D} | {tfb:.3f} ms |")
     if args.only == "attn":
         return
 
