@@ -96,7 +96,7 @@ static const struct tcase cases[] = {
     {"GreaterOrEqual", "", NULL, "i[7,33] i[33]", NULL, 0, 0, 0},
     {"Max", "", NULL, "f[7,33] f[33]", NULL, 0, 0, F32 | HALF},
     {"Min", "", NULL, "f[7,33] f[7,1]", NULL, 0, 0, F32},
-    {"Sum", "", NULL, "f[7,33] f[33] f[7,1]", NULL, T_EW, F32},
+    {"Sum", "", NULL, "f[7,33] f[33] f[7,1]", NULL, T_EW, F32 | HALF},
     {"Sum", "", NULL, "f[1000]", NULL, 0, 0, F32},
     /* ---- elementwise, unary */
     {"Sqrt", "", NULL, "f[1000]~0,50", NULL, T_EW, F32 | HALF},

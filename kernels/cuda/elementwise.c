@@ -2,18 +2,21 @@
  * CUDA kernels: the elementwise family (device code: elementwise.cu).
  *
  *   unary      Neg Sqrt Reciprocal Exp Log Tanh Abs Erf Sin Cos Floor Ceil
- *              Relu Sigmoid Softplus Gelu Clip IsNaN IsInf (fp32), Not (bool)
- *   binary     Add Sub Mul Div Max Min (fp32, int64, int32), Pow (fp32),
- *              Equal Less LessOrEqual Greater GreaterOrEqual (fp32, int64,
- *              int32; Equal also bool), And Or Xor (bool); numpy
- *              broadcasting; Max and Min take any number of inputs
+ *              Relu Sigmoid Softplus Gelu Clip IsNaN IsInf (float), Not (bool)
+ *   binary     Add Sub Mul Div Max Min (float, int64, int32), Pow (float; a
+ *              half base may have an fp32 exponent), Equal Less LessOrEqual
+ *              Greater GreaterOrEqual (float, int64, int32; Equal also
+ *              bool), And Or Xor (bool); numpy broadcasting; Max and Min
+ *              take any number of inputs
  *   plumbing   Where (any 1/2/4/8-byte type), Cast CastLike (between fp32,
  *              fp16, bf16, int64, int32, uint8, bool), Identity
- *   backward   ReluGrad SigmoidGrad TanhGrad GeluGrad (fp32)
+ *   backward   ReluGrad SigmoidGrad TanhGrad GeluGrad (float)
  *
- * The rules (what `supports` takes) and the checks before a launch are the
- * device backends' (kernels/device_common.c), with fp32 only for the float
- * ops (fp16 / bf16 nodes run on the CPU).  Semantics and messages follow
+ * "float" is fp32, fp16 and bf16: 16-bit storage, loaded as fp32, computed
+ * as the fp32 kernels and stored rounded to nearest even once, as the CPU
+ * computes a 16-bit node (kernels/cpu/half.c).  The rules (what `supports`
+ * takes) and the checks before a launch are the device backends'
+ * (kernels/device_common.c, caps.half).  Semantics and messages follow
  * kernels/cpu/elementwise.c; integer division by zero is checked on the
  * host, so integer Div needs its divisor's host copy.
  */
@@ -47,12 +50,14 @@ static enum gf_status un_launch(const struct gf_kernel_args *a, int code)
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
     cudaStream_t s = gf_cu_stream(a);
     int64_t n = (int64_t)x->nelem;
-    cudaError_t e = a->n_in == 2 ? gf_cu_act_grad(s, code, x->data, a->in[1].data, y->data, n)
-                                 : gf_cu_unary(s, code, x->data, y->data, n);
+    int t = gf_dev_type_of(x->dtype);
+    cudaError_t e = a->n_in == 2
+                        ? gf_cu_act_grad(s, code, t, x->data, a->in[1].data, y->data, n)
+                        : gf_cu_unary(s, code, t, x->data, y->data, n);
     return gf_cu_check(a, e, "unary kernel");
 }
 
-/* IsNaN, IsInf: fp32 in, bool out. */
+/* IsNaN, IsInf: a float type in, bool out. */
 static enum gf_status isx_launch(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
@@ -64,11 +69,14 @@ static enum gf_status isx_launch(const struct gf_kernel_args *a)
         cudaError_t e = cudaMemsetAsync(y->data, 0, y->nelem, gf_cu_stream(a));
         return gf_cu_check(a, e, "memset");
     }
-    cudaError_t e = gf_cu_unary(gf_cu_stream(a), code, x->data, y->data, (int64_t)x->nelem);
+    cudaError_t e = gf_cu_unary(gf_cu_stream(a), code, gf_dev_type_of(x->dtype), x->data,
+                                y->data, (int64_t)x->nelem);
     return gf_cu_check(a, e, "IsNaN / IsInf kernel");
 }
 
-/* out = op(x, b) over the merged axes of the output. */
+/* out = op(x, b) over the merged axes of the output; the float ops in x's
+ * storage type (the kernel type is GF_DEV_F32 for each), b's may be fp32
+ * (Pow of a half base). */
 static enum gf_status bin_launch(const struct gf_kernel_args *a, const struct gf_dev_binop *op,
                                  const struct gf_tview *x, const struct gf_tview *b,
                                  const int64_t st[3][GF_MAX_RANK])
@@ -76,8 +84,12 @@ static enum gf_status bin_launch(const struct gf_kernel_args *a, const struct gf
     const struct gf_tview *out = &a->out[0];
     struct gf_cu_nd nd;
     gf_cu_nd_init(&nd, out->rank, out->dims, 2, st);
-    cudaError_t e = gf_cu_binary(gf_cu_stream(a), (int)op->code,
-                                 gf_dev_bin_type(&cu_ew.caps, op, x->dtype), x->data, b->data,
+    int t = gf_dev_bin_type(&cu_ew.caps, op, x->dtype), bt = t;
+    if (t == GF_DEV_F32) {
+        t = gf_dev_type_of(x->dtype);
+        bt = gf_dev_type_of(b->dtype);
+    }
+    cudaError_t e = gf_cu_binary(gf_cu_stream(a), (int)op->code, t, bt, x->data, b->data,
                                  out->data, &nd, (int64_t)out->nelem);
     return gf_cu_check(a, e, "binary kernel");
 }
@@ -85,8 +97,8 @@ static enum gf_status bin_launch(const struct gf_kernel_args *a, const struct gf
 static enum gf_status clip_launch(const struct gf_kernel_args *a, const struct gf_dev_clip *b)
 {
     const struct gf_tview *x = &a->in[0], *y = &a->out[0];
-    cudaError_t e = gf_cu_clip(gf_cu_stream(a), x->data, y->data, (int64_t)x->nelem, b->lo_t,
-                               b->hi_t, b->lo, b->hi);
+    cudaError_t e = gf_cu_clip(gf_cu_stream(a), gf_dev_type_of(x->dtype), x->data, y->data,
+                               (int64_t)x->nelem, b->lo_t, b->hi_t, b->lo, b->hi);
     return gf_cu_check(a, e, "Clip kernel");
 }
 
@@ -111,7 +123,7 @@ static enum gf_status cast_launch(const struct gf_kernel_args *a, bool trunc)
 }
 
 static const struct gf_dev_ew cu_ew = {
-    .caps = {.name = "CUDA", .half = false, .int_index = false},
+    .caps = {.name = "CUDA", .half = true, .int_index = false},
     .unary = un_launch, .isx = isx_launch, .binary = bin_launch, .clip = clip_launch,
     .where = where_launch, .cast = cast_launch};
 

@@ -3,14 +3,20 @@
  * unary, the activation gradients, binary with numpy broadcasting, Clip,
  * Where, Cast.  Ported from kernels/opencl/elementwise.cl, computed as the
  * CPU kernels compute (fp32, no FMA contraction: the Makefile's
- * --fmad=false; IEEE division and square root, nvcc's default).
+ * --fmad=false; IEEE division and square root, nvcc's default).  The float
+ * kernels are templates over the storage type (float, __half,
+ * __nv_bfloat16: half_io.h): fp16 / bf16 load to fp32, compute as fp32 and
+ * store rounded to nearest even, as the CPU's 16-bit nodes.
  *
  * Every kernel is a grid-stride loop over the output with 64-bit indices;
  * broadcasting operands are walked through gf_cu_nd (merged axes, element
- * strides, 0 where broadcast).
+ * strides, 0 where broadcast).  16-bit unary, gradient and same-shape
+ * binary ops move 8 elements per 16-byte load where the operands are
+ * aligned (the scalar kernel takes the tail); fp32 runs as before.
  */
 #include <cuda_fp16.h>
 
+#include "half_io.h"
 #include "launch.h"
 
 #define BLOCK 256
@@ -74,10 +80,10 @@ __device__ __forceinline__ float un(float x)
     }
 }
 
-template <int OP>
-__global__ void k_unary(const float *__restrict__ x, float *__restrict__ y, int64_t n)
+template <int OP, typename T>
+__global__ void k_unary(const T *__restrict__ x, T *__restrict__ y, int64_t n)
 {
-    GRID_LOOP(i, n) y[i] = un<OP>(x[i]);
+    GRID_LOOP(i, n) gf_st(y + i, un<OP>(gf_ld(x + i)));
 }
 
 __global__ void k_not(const uint8_t *x, uint8_t *y, int64_t n)
@@ -85,11 +91,12 @@ __global__ void k_not(const uint8_t *x, uint8_t *y, int64_t n)
     GRID_LOOP(i, n) y[i] = !x[i];
 }
 
-__global__ void k_isx(const float *x, uint8_t *y, int64_t n, int op)
+template <typename T>
+__global__ void k_isx(const T *x, uint8_t *y, int64_t n, int op)
 {
     GRID_LOOP(i, n)
     {
-        float v = x[i];
+        float v = gf_ld(x + i);
         if (op == GF_CU_ISNAN)
             y[i] = isnan(v) ? 1 : 0;
         else
@@ -98,24 +105,79 @@ __global__ void k_isx(const float *x, uint8_t *y, int64_t n, int op)
     }
 }
 
-extern "C" cudaError_t gf_cu_unary(cudaStream_t s, int op, const void *x, void *y, int64_t n)
+/* 16-bit x, y: 8 elements per thread and load (nv groups) */
+template <int OP, typename T>
+__global__ void k_unary8(const uint4 *__restrict__ x, uint4 *__restrict__ y, int64_t nv)
 {
-    if (n <= 0)
-        return cudaSuccess;
+    GRID_LOOP(i, nv)
+    {
+        float f[8];
+        gf_ld8<T>(x[i], f);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            f[k] = un<OP>(f[k]);
+        y[i] = gf_st8<T>(f);
+    }
+}
+
+/* The groups of 8 of a 16-bit launch over n elements at the pointers ps
+ * (0: none, 8 bits or not aligned). */
+template <typename T>
+static int64_t groups8(int64_t n, const void *p0, const void *p1, const void *p2)
+{
+    if (sizeof(T) != 2 || !gf_al16(p0) || !gf_al16(p1) || !gf_al16(p2))
+        return 0;
+    return n / 8;
+}
+
+template <typename T>
+static cudaError_t unary_t(cudaStream_t s, int op, const T *x, T *y, int64_t n)
+{
+    int64_t nv = op <= GF_CU_GELU_TANH ? groups8<T>(n, x, y, y) : 0;
+    if (nv) {
+        unsigned gv = grid_for(nv);
+        const uint4 *xv = (const uint4 *)x;
+        uint4 *yv = (uint4 *)y;
+        switch (op) {
+#define U(OP)                                                                              \
+    case OP: k_unary8<OP, T><<<gv, BLOCK, 0, s>>>(xv, yv, nv); break;
+        U(GF_CU_NEG) U(GF_CU_SQRT) U(GF_CU_RECIP) U(GF_CU_EXP) U(GF_CU_LOG) U(GF_CU_TANH)
+        U(GF_CU_ABS) U(GF_CU_ERF) U(GF_CU_SIN) U(GF_CU_COS) U(GF_CU_FLOOR) U(GF_CU_CEIL)
+        U(GF_CU_RELU) U(GF_CU_SIGMOID) U(GF_CU_SOFTPLUS) U(GF_CU_GELU) U(GF_CU_GELU_TANH)
+#undef U
+        default: break;
+        }
+        x += nv * 8;
+        y += nv * 8;
+        n -= nv * 8;
+        if (n == 0)
+            return cudaGetLastError();
+    }
     unsigned g = grid_for(n);
-    const float *xf = (const float *)x;
-    float *yf = (float *)y;
     switch (op) {
 #define U(OP)                                                                              \
-    case OP: k_unary<OP><<<g, BLOCK, 0, s>>>(xf, yf, n); break;
+    case OP: k_unary<OP, T><<<g, BLOCK, 0, s>>>(x, y, n); break;
     U(GF_CU_NEG) U(GF_CU_SQRT) U(GF_CU_RECIP) U(GF_CU_EXP) U(GF_CU_LOG) U(GF_CU_TANH)
     U(GF_CU_ABS) U(GF_CU_ERF) U(GF_CU_SIN) U(GF_CU_COS) U(GF_CU_FLOOR) U(GF_CU_CEIL)
     U(GF_CU_RELU) U(GF_CU_SIGMOID) U(GF_CU_SOFTPLUS) U(GF_CU_GELU) U(GF_CU_GELU_TANH)
 #undef U
-    case GF_CU_NOT: k_not<<<g, BLOCK, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n); break;
-    default: k_isx<<<g, BLOCK, 0, s>>>(xf, (uint8_t *)y, n, op); break;
+    default: k_isx<T><<<g, BLOCK, 0, s>>>(x, (uint8_t *)y, n, op); break;
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t gf_cu_unary(cudaStream_t s, int op, int type, const void *x, void *y,
+                                   int64_t n)
+{
+    if (n <= 0)
+        return cudaSuccess;
+    if (op == GF_CU_NOT) {
+        k_not<<<grid_for(n), BLOCK, 0, s>>>((const uint8_t *)x, (uint8_t *)y, n);
+        return cudaGetLastError();
+    }
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue,
+                       return unary_t<T>(s, op, (const T *)x, (T *)y, n))
+    return cudaErrorInvalidValue; /* not reached */
 }
 
 /* ---- activation gradients ----------------------------------------------------- */
@@ -138,27 +200,73 @@ __device__ __forceinline__ float grad(float g, float v)
     }
 }
 
-template <int OP>
-__global__ void k_grad(const float *__restrict__ g, const float *__restrict__ v,
-                       float *__restrict__ dx, int64_t n)
+template <int OP, typename T>
+__global__ void k_grad(const T *__restrict__ g, const T *__restrict__ v, T *__restrict__ dx,
+                       int64_t n)
 {
-    GRID_LOOP(i, n) dx[i] = grad<OP>(g[i], v[i]);
+    GRID_LOOP(i, n) gf_st(dx + i, grad<OP>(gf_ld(g + i), gf_ld(v + i)));
 }
 
-extern "C" cudaError_t gf_cu_act_grad(cudaStream_t s, int op, const float *g, const float *v,
-                                      float *dx, int64_t n)
+template <int OP, typename T>
+__global__ void k_grad8(const uint4 *__restrict__ g, const uint4 *__restrict__ v,
+                        uint4 *__restrict__ dx, int64_t nv)
+{
+    GRID_LOOP(i, nv)
+    {
+        float fg[8], fv[8];
+        gf_ld8<T>(g[i], fg);
+        gf_ld8<T>(v[i], fv);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            fg[k] = grad<OP>(fg[k], fv[k]);
+        dx[i] = gf_st8<T>(fg);
+    }
+}
+
+template <typename T>
+static cudaError_t act_grad_t(cudaStream_t s, int op, const T *g, const T *v, T *dx, int64_t n)
+{
+    int64_t nv = groups8<T>(n, g, v, dx);
+    if (nv) {
+        unsigned bv = grid_for(nv);
+        const uint4 *gv = (const uint4 *)g, *vv = (const uint4 *)v;
+        uint4 *dv = (uint4 *)dx;
+        switch (op) {
+#define G(OP)                                                                              \
+    case OP: k_grad8<OP, T><<<bv, BLOCK, 0, s>>>(gv, vv, dv, nv); break;
+        G(GF_CU_RELU_GRAD) G(GF_CU_SIGMOID_GRAD) G(GF_CU_TANH_GRAD) G(GF_CU_GELU_GRAD)
+        G(GF_CU_GELU_TANH_GRAD)
+#undef G
+        default: break;
+        }
+        g += nv * 8;
+        v += nv * 8;
+        dx += nv * 8;
+        n -= nv * 8;
+        if (n == 0)
+            return cudaGetLastError();
+    }
+    unsigned b = grid_for(n);
+    switch (op) {
+    case GF_CU_RELU_GRAD: k_grad<GF_CU_RELU_GRAD, T><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    case GF_CU_SIGMOID_GRAD:
+        k_grad<GF_CU_SIGMOID_GRAD, T><<<b, BLOCK, 0, s>>>(g, v, dx, n);
+        break;
+    case GF_CU_TANH_GRAD: k_grad<GF_CU_TANH_GRAD, T><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    case GF_CU_GELU_GRAD: k_grad<GF_CU_GELU_GRAD, T><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    default: k_grad<GF_CU_GELU_TANH_GRAD, T><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gf_cu_act_grad(cudaStream_t s, int op, int type, const void *g,
+                                      const void *v, void *dx, int64_t n)
 {
     if (n <= 0)
         return cudaSuccess;
-    unsigned b = grid_for(n);
-    switch (op) {
-    case GF_CU_RELU_GRAD: k_grad<GF_CU_RELU_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
-    case GF_CU_SIGMOID_GRAD: k_grad<GF_CU_SIGMOID_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
-    case GF_CU_TANH_GRAD: k_grad<GF_CU_TANH_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
-    case GF_CU_GELU_GRAD: k_grad<GF_CU_GELU_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
-    default: k_grad<GF_CU_GELU_TANH_GRAD><<<b, BLOCK, 0, s>>>(g, v, dx, n); break;
-    }
-    return cudaGetLastError();
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue,
+                       return act_grad_t<T>(s, op, (const T *)g, (const T *)v, (T *)dx, n))
+    return cudaErrorInvalidValue; /* not reached */
 }
 
 /* ---- binary --------------------------------------------------------------------- */
@@ -219,18 +327,19 @@ static __host__ __device__ constexpr bool is_cmp(int op)
     return op >= GF_CU_EQ && op <= GF_CU_GE;
 }
 
-template <int OP>
-__global__ void k_bin_f32(const float *a, const float *b, void *y, gf_cu_nd nd, int64_t n)
+/* a and y of type T, b of TB (T but for Pow's fp32 exponent of a half base) */
+template <int OP, typename T, typename TB>
+__global__ void k_bin_f(const T *a, const TB *b, void *y, gf_cu_nd nd, int64_t n)
 {
     GRID_LOOP(i, n)
     {
         int64_t o[2];
         nd_offsets<2>(nd, i, o);
-        float r = binf<OP>(a[o[0]], b[o[1]]);
+        float r = binf<OP>(gf_ld(a + o[0]), gf_ld(b + o[1]));
         if (is_cmp(OP))
             ((uint8_t *)y)[i] = r != 0.0f;
         else
-            ((float *)y)[i] = r;
+            gf_st((T *)y + i, r);
     }
 }
 
@@ -260,13 +369,60 @@ __global__ void k_bin_b8(int op, const uint8_t *a, const uint8_t *b, uint8_t *y,
     }
 }
 
+/* 16-bit a, b, y of one shape (contiguous), arithmetic: 8 per thread (a
+ * may be y: Max / Min of more than two) */
+template <int OP, typename T>
+__global__ void k_bin8(const uint4 *a, const uint4 *b, uint4 *y, int64_t nv)
+{
+    GRID_LOOP(i, nv)
+    {
+        float fa[8], fb[8];
+        gf_ld8<T>(a[i], fa);
+        gf_ld8<T>(b[i], fb);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            fa[k] = binf<OP>(fa[k], fb[k]);
+        y[i] = gf_st8<T>(fa);
+    }
+}
+
+/* A 16-bit float binary op: the same-shape groups of 8 vectorized, the
+ * rest (or all, broadcast) element by element. */
+template <int OP, typename T>
+static void bin_half(const T *a, const T *b, void *y, const gf_cu_nd &nd, int64_t n,
+                     cudaStream_t s)
+{
+    bool flat = !is_cmp(OP) && nd.rank == 1 && nd.st[0][0] == 1 && nd.st[1][0] == 1;
+    int64_t nv = flat ? groups8<T>(n, a, b, y) : 0;
+    if (nv) {
+        k_bin8<OP, T><<<grid_for(nv), BLOCK, 0, s>>>((const uint4 *)a, (const uint4 *)b,
+                                                     (uint4 *)y, nv);
+        if (n == nv * 8)
+            return;
+        gf_cu_nd tail = nd; /* one axis: the rest */
+        tail.dims[0] = n - nv * 8;
+        k_bin_f<OP, T, T><<<grid_for(n - nv * 8), BLOCK, 0, s>>>(a + nv * 8, b + nv * 8,
+                                                                (T *)y + nv * 8, tail,
+                                                                n - nv * 8);
+        return;
+    }
+    k_bin_f<OP, T, T><<<grid_for(n), BLOCK, 0, s>>>(a, b, y, nd, n);
+}
+
 template <int OP>
-static void bin_launch(int type, const void *a, const void *b, void *y, const gf_cu_nd &nd,
-                       int64_t n, cudaStream_t s)
+static void bin_launch(int type, int btype, const void *a, const void *b, void *y,
+                       const gf_cu_nd &nd, int64_t n, cudaStream_t s)
 {
     unsigned g = grid_for(n);
+    (void)btype; /* Pow's alone */
     if (type == GF_CU_F32)
-        k_bin_f32<OP><<<g, BLOCK, 0, s>>>((const float *)a, (const float *)b, y, nd, n);
+        k_bin_f<OP, float, float><<<g, BLOCK, 0, s>>>((const float *)a, (const float *)b, y, nd,
+                                                      n);
+    else if (type == GF_CU_F16)
+        bin_half<OP, __half>((const __half *)a, (const __half *)b, y, nd, n, s);
+    else if (type == GF_CU_BF16)
+        bin_half<OP, __nv_bfloat16>((const __nv_bfloat16 *)a, (const __nv_bfloat16 *)b, y, nd,
+                                    n, s);
     else if (type == GF_CU_I64)
         k_bin_int<OP, long long><<<g, BLOCK, 0, s>>>((const long long *)a, (const long long *)b,
                                                      y, nd, n);
@@ -274,18 +430,29 @@ static void bin_launch(int type, const void *a, const void *b, void *y, const gf
         k_bin_int<OP, int><<<g, BLOCK, 0, s>>>((const int *)a, (const int *)b, y, nd, n);
 }
 
-template <>
-void bin_launch<GF_CU_POW>(int type, const void *a, const void *b, void *y, const gf_cu_nd &nd,
-                           int64_t n, cudaStream_t s)
+/* Pow: float types only; a half base may have an fp32 exponent */
+template <typename T>
+static void pow_launch(int btype, const void *a, const void *b, void *y, const gf_cu_nd &nd,
+                       int64_t n, cudaStream_t s)
 {
-    (void)type; /* float only */
-    k_bin_f32<GF_CU_POW><<<grid_for(n), BLOCK, 0, s>>>((const float *)a, (const float *)b, y,
-                                                       nd, n);
+    if (btype == GF_CU_F32)
+        k_bin_f<GF_CU_POW, T, float><<<grid_for(n), BLOCK, 0, s>>>((const T *)a,
+                                                                  (const float *)b, y, nd, n);
+    else
+        k_bin_f<GF_CU_POW, T, T><<<grid_for(n), BLOCK, 0, s>>>((const T *)a, (const T *)b, y,
+                                                              nd, n);
 }
 
-extern "C" cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, const void *a,
-                                    const void *b, void *y, const struct gf_cu_nd *nd,
-                                    int64_t n)
+template <>
+void bin_launch<GF_CU_POW>(int type, int btype, const void *a, const void *b, void *y,
+                           const gf_cu_nd &nd, int64_t n, cudaStream_t s)
+{
+    GF_CU_FLOAT_SWITCH(type, break, pow_launch<T>(btype, a, b, y, nd, n, s))
+}
+
+extern "C" cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, int btype,
+                                    const void *a, const void *b, void *y,
+                                    const struct gf_cu_nd *nd, int64_t n)
 {
     if (n <= 0)
         return cudaSuccess;
@@ -296,7 +463,7 @@ extern "C" cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, const void
     }
     switch (op) {
 #define B(OP)                                                                              \
-    case OP: bin_launch<OP>(type, a, b, y, *nd, n, s); break;
+    case OP: bin_launch<OP>(type, btype, a, b, y, *nd, n, s); break;
     B(GF_CU_ADD) B(GF_CU_SUB) B(GF_CU_MUL) B(GF_CU_DIV) B(GF_CU_POW) B(GF_CU_MAX)
     B(GF_CU_MIN) B(GF_CU_EQ) B(GF_CU_LT) B(GF_CU_LE) B(GF_CU_GT) B(GF_CU_GE)
 #undef B
@@ -307,24 +474,28 @@ extern "C" cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, const void
 
 /* ---- Clip: max then min, as the CPU's (lo > hi gives hi; NaN stays) ------------ */
 
-__global__ void k_clip(const float *x, float *y, int64_t n, const float *lo_t,
-                       const float *hi_t, float lo, float hi)
+template <typename T>
+__global__ void k_clip(const T *x, T *y, int64_t n, const T *lo_t, const T *hi_t, float lo,
+                       float hi)
 {
-    float l = lo_t ? lo_t[0] : lo, h = hi_t ? hi_t[0] : hi;
+    float l = lo_t ? gf_ld(lo_t) : lo, h = hi_t ? gf_ld(hi_t) : hi;
     GRID_LOOP(i, n)
     {
-        float v = x[i];
+        float v = gf_ld(x + i);
         v = v < l ? l : v;
-        y[i] = v > h ? h : v;
+        gf_st(y + i, v > h ? h : v);
     }
 }
 
-extern "C" cudaError_t gf_cu_clip(cudaStream_t s, const float *x, float *y, int64_t n,
-                                  const float *lo_t, const float *hi_t, float lo, float hi)
+extern "C" cudaError_t gf_cu_clip(cudaStream_t s, int type, const void *x, void *y, int64_t n,
+                                  const void *lo_t, const void *hi_t, float lo, float hi)
 {
     if (n <= 0)
         return cudaSuccess;
-    k_clip<<<grid_for(n), BLOCK, 0, s>>>(x, y, n, lo_t, hi_t, lo, hi);
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue,
+                       k_clip<T><<<grid_for(n), BLOCK, 0, s>>>((const T *)x, (T *)y, n,
+                                                               (const T *)lo_t,
+                                                               (const T *)hi_t, lo, hi))
     return cudaGetLastError();
 }
 

@@ -32,32 +32,38 @@ struct gf_cu_nd {
 /* Element types of the launchers (storage of fp16 / bf16: raw 16 bits). */
 enum gf_cu_type { GF_CU_F32, GF_CU_F16, GF_CU_BF16, GF_CU_I64, GF_CU_I32, GF_CU_U8, GF_CU_B8 };
 
-/* y = f(x), n fp32 (GF_CU_NOT: bool; IsNaN, IsInf: fp32 in, bool out). */
+/* y = f(x), n elements of the float type `type` (GF_CU_F32, F16, BF16:
+ * fp16 / bf16 computed in fp32, stored rounded to nearest even; GF_CU_NOT:
+ * bool, type unused; IsNaN, IsInf: `type` in, bool out). */
 enum gf_cu_unary_op {
     GF_CU_NEG, GF_CU_SQRT, GF_CU_RECIP, GF_CU_EXP, GF_CU_LOG, GF_CU_TANH, GF_CU_ABS, GF_CU_ERF,
     GF_CU_SIN, GF_CU_COS, GF_CU_FLOOR, GF_CU_CEIL, GF_CU_RELU, GF_CU_SIGMOID, GF_CU_SOFTPLUS,
     GF_CU_GELU, GF_CU_GELU_TANH, GF_CU_NOT, GF_CU_ISNAN,
     GF_CU_ISINF_POS = 32, GF_CU_ISINF_NEG = 64 /* IsInf: either or both bits */
 };
-cudaError_t gf_cu_unary(cudaStream_t s, int op, const void *x, void *y, int64_t n);
+cudaError_t gf_cu_unary(cudaStream_t s, int op, int type, const void *x, void *y, int64_t n);
 
-/* dx = g * f'(v), n fp32 (v: Relu / Sigmoid / Tanh's output, Gelu's input). */
+/* dx = g * f'(v), n of the float type `type` (v: Relu / Sigmoid / Tanh's
+ * output, Gelu's input). */
 enum gf_cu_grad_op { GF_CU_RELU_GRAD, GF_CU_SIGMOID_GRAD, GF_CU_TANH_GRAD, GF_CU_GELU_GRAD,
                      GF_CU_GELU_TANH_GRAD };
-cudaError_t gf_cu_act_grad(cudaStream_t s, int op, const float *g, const float *v, float *dx,
-                           int64_t n);
+cudaError_t gf_cu_act_grad(cudaStream_t s, int op, int type, const void *g, const void *v,
+                           void *dx, int64_t n);
 
 /* y[i] = f(a[.], b[.]) over nd (st[0]: a's strides, st[1]: b's), n elements
- * of type `type` (GF_CU_F32, I64, I32, B8); comparisons write bool. */
+ * of type `type` (GF_CU_F32, F16, BF16, I64, I32, B8), b of btype (`type`
+ * but for Pow of a half base with an fp32 exponent); comparisons write
+ * bool. */
 enum gf_cu_binary_op { GF_CU_ADD, GF_CU_SUB, GF_CU_MUL, GF_CU_DIV, GF_CU_POW, GF_CU_MAX,
                        GF_CU_MIN, GF_CU_EQ, GF_CU_LT, GF_CU_LE, GF_CU_GT, GF_CU_GE, GF_CU_AND,
                        GF_CU_OR, GF_CU_XOR };
-cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, const void *a, const void *b,
-                         void *y, const struct gf_cu_nd *nd, int64_t n);
+cudaError_t gf_cu_binary(cudaStream_t s, int op, int type, int btype, const void *a,
+                         const void *b, void *y, const struct gf_cu_nd *nd, int64_t n);
 
-/* Clip of n fp32: bounds from one-element tensors when given, else lo, hi. */
-cudaError_t gf_cu_clip(cudaStream_t s, const float *x, float *y, int64_t n, const float *lo_t,
-                       const float *hi_t, float lo, float hi);
+/* Clip of n of the float type `type`: bounds from one-element tensors of
+ * that type when given, else lo, hi. */
+cudaError_t gf_cu_clip(cudaStream_t s, int type, const void *x, void *y, int64_t n,
+                       const void *lo_t, const void *hi_t, float lo, float hi);
 
 /* y = c ? x : z over nd (st[0..2]: c, x, z), elements of `size` bytes. */
 cudaError_t gf_cu_where(cudaStream_t s, int size, const uint8_t *c, const void *x,
@@ -136,18 +142,20 @@ struct gf_cu_red {
     int64_t nout, nred;
 };
 enum gf_cu_red_op { GF_CU_RED_SUM, GF_CU_RED_MEAN, GF_CU_RED_MAX };
-/* y[nout] = sum / mean / max of x's reduced elements (fp32; sums in double). */
-cudaError_t gf_cu_reduce(cudaStream_t s, int op, const float *x, float *y,
+/* y[nout] = sum / mean / max of x's reduced elements (x, y of the float type
+ * `type`: fp16 / bf16 computed as fp32, y rounded once; sums in double). */
+cudaError_t gf_cu_reduce(cudaStream_t s, int op, int type, const void *x, void *y,
                          const struct gf_cu_red *g);
 
 /* Softmax (log: LogSoftmax) of rows of n elements `inner` apart in
- * [outer, n, inner], rows = outer * inner (fp32; sums in double). */
-cudaError_t gf_cu_softmax(cudaStream_t s, int log, const float *x, float *y, int64_t n,
+ * [outer, n, inner], rows = outer * inner (of the float type `type`, as
+ * gf_cu_reduce; sums in double). */
+cudaError_t gf_cu_softmax(cudaStream_t s, int log, int type, const void *x, void *y, int64_t n,
                           int64_t inner, int64_t rows);
 /* Their gradients from dY and Y: softmax dx = y (g - sum(g y)); log-softmax
  * dx = g - exp(y) sum(g). */
-cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, const float *g, const float *y,
-                               float *dx, int64_t n, int64_t inner, int64_t rows);
+cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, int type, const void *g, const void *y,
+                               void *dx, int64_t n, int64_t inner, int64_t rows);
 
 /* ---- fused_loss.cu (the cross-entropy launch itself: launch_mla.h) ---- */
 

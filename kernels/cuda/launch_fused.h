@@ -107,11 +107,12 @@ cudaError_t gf_cu_gather_nd(cudaStream_t s, int size, const void *x, const int64
  * from the end), in increasing i; the lists are made on the device in ws
  * (gf_cu_gather_grad_workspace(ni, na) bytes: a stable radix sort).  An
  * index out of range is skipped, its position atomicMin'd into flag (when
- * not NULL).  ni and na below 2^31. */
+ * not NULL).  ni and na below 2^31.  g and y of the float type `type`
+ * (gf_cu_type: fp16 / bf16 summed in fp32, y rounded once). */
 size_t gf_cu_gather_grad_workspace(int64_t ni, int64_t na);
-cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const void *ind, int i64, float *y,
-                              int64_t pre, int64_t ni, int64_t na, int64_t post, void *ws,
-                              int *flag);
+cudaError_t gf_cu_gather_grad(cudaStream_t s, int type, const void *g, const void *ind, int i64,
+                              void *y, int64_t pre, int64_t ni, int64_t na, int64_t post,
+                              void *ws, int *flag);
 /* SliceGrad: y (the data's shape, dims) = 0 but on the slice's grid (per
  * axis first + q step, q < gdims) where it takes g's element. */
 struct gf_cu_sg_geom {
@@ -125,8 +126,9 @@ cudaError_t gf_cu_slice_grad(cudaStream_t s, int size, const void *g, void *y,
 /* ---- reduce.cu (the additions) ------------------------------------------- */
 
 /* Sum: y = a + b (+ c + d) over nd (st[k]: operand k's strides), k < nops
- * operands added left to right in float. */
-cudaError_t gf_cu_sum(cudaStream_t s, const float *const *src, int nops, float *y,
+ * operands added left to right in float (of the float type `type`: each
+ * partial sum rounded to it, as the CPU's folds into its output). */
+cudaError_t gf_cu_sum(cudaStream_t s, int type, const void *const *src, int nops, void *y,
                       const struct gf_cu_nd *nd, int64_t n);
 
 #ifdef __cplusplus

@@ -8,9 +8,10 @@
  *              (cudaMemcpy2DAsync per input / output)
  *   indexing   Gather (int32 / int64 indices), GatherND (indices on the host)
  *   padding    Pad (constant, reflect, edge, wrap)
- *   backward   GatherGrad (the positions of each index value listed on the
- *              device by a stable radix sort, summed in position order, as the
- *              CPU), SliceGrad (fp32, fp64)
+ *   backward   GatherGrad (fp32, fp16, bf16: the positions of each index
+ *              value listed on the device by a stable radix sort, summed in
+ *              position order in fp32, as the CPU, 16-bit rounded once),
+ *              SliceGrad (fp32, fp64, fp16, bf16)
  *
  * Shape-like inputs (Reshape's shape, Squeeze's axes, Slice's starts ...,
  * Split's sizes, Expand's shape) are read through `host`: `supports`
@@ -30,7 +31,7 @@
 #include "device_common.h"
 #include "launch_fused.h"
 
-static const struct gf_dev_caps caps = {.name = "CUDA", .half = false, .int_index = false};
+static const struct gf_dev_caps caps = {.name = "CUDA", .half = true, .int_index = false};
 
 /* y = x walked with strides sx over dims (x at element `base`). */
 static enum gf_status copy_nd(const struct gf_kernel_args *a, enum gf_dtype dt, const void *x,
@@ -55,7 +56,8 @@ static enum gf_status copy_nd(const struct gf_kernel_args *a, enum gf_dtype dt, 
 
 /* The device rules (device_common.c); here GatherND's indices on the
  * host (Gather and GatherGrad check theirs on the device without one), and
- * the backward ops' types: the CPU's (fp32, fp64; GatherGrad fp32). */
+ * the backward ops' types: SliceGrad moves fp32, fp64, fp16, bf16;
+ * GatherGrad adds fp32, fp16, bf16 (in fp32). */
 static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     if (!gf_dev_layout_supports(&caps, n, in, n_in))
@@ -63,9 +65,9 @@ static bool ly_supports(const struct gf_node *n, const struct gf_tview *in, size
     if (n->op == GF_OP_GATHER_ND && (n_in < 2 || !in[1].host || !gf_is_index_type(in[1].dtype)))
         return false;
     if (n->op == GF_OP_GATHER_GRAD) /* indices without a host copy: checked on the device */
-        return in[0].dtype == GF_FLOAT;
+        return gf_dev_float(&caps, in[0].dtype);
     if (n->op == GF_OP_SLICE_GRAD)
-        return in[0].dtype == GF_FLOAT || in[0].dtype == GF_DOUBLE;
+        return gf_dev_float(&caps, in[0].dtype) || in[0].dtype == GF_DOUBLE;
     return true;
 }
 
@@ -288,10 +290,10 @@ static enum gf_status run_gather_grad(const struct gf_kernel_args *a)
     int big = INT_MAX;
     if (flag && !slot && (st = be->ops->copy_in(be, flag, &big, sizeof(big))))
         return st;
-    cudaError_t e = gf_cu_gather_grad(gf_cu_stream(a), g->data, ind->data,
-                                      ind->dtype == GF_INT64, o->data, (int64_t)p.pre,
-                                      (int64_t)p.ni, (int64_t)p.n, (int64_t)p.post,
-                                      a->workspace, flag);
+    cudaError_t e = gf_cu_gather_grad(gf_cu_stream(a), gf_dev_type_of(g->dtype), g->data,
+                                      ind->data, ind->dtype == GF_INT64, o->data,
+                                      (int64_t)p.pre, (int64_t)p.ni, (int64_t)p.n,
+                                      (int64_t)p.post, a->workspace, flag);
     if ((st = gf_cu_check(a, e, "GatherGrad kernels")) || !flag || slot)
         return st; /* a deferred check: read after the run */
     int pos = INT_MAX;

@@ -2,12 +2,15 @@
  * layout.cu — the CUDA layout kernels (host side: layout.c): the strided
  * copy behind Transpose, Slice and Expand, Gather, and (launch_fused.h) Pad,
  * GatherND, GatherGrad and SliceGrad.  Elements are moved
- * by size (1, 2, 4 or 8 bytes); 64-bit indices, grid-stride loops.
+ * by size (1, 2, 4 or 8 bytes: fp16 / bf16 are 2); 64-bit indices,
+ * grid-stride loops.  GatherGrad adds: fp32, or fp16 / bf16 summed in fp32
+ * and rounded once (half_io.h).
  */
 #include <string.h>
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "half_io.h"
 #include "launch_fused.h"
 
 #define BLOCK 256
@@ -268,8 +271,10 @@ __global__ void k_gg_start(const unsigned *keys, int64_t ni, int64_t n, int *sta
 }
 
 /* y [pre, na, post]: each element sums its index value's rows of g in
- * increasing position (float, from 0), as the CPU's scatter-add. */
-__global__ void k_gather_grad(const float *g, const int *start, const int *order, float *y,
+ * increasing position (float, from 0), as the CPU's scatter-add; a 16-bit
+ * g is summed in fp32 and y rounded once, as the CPU's widened node. */
+template <typename T>
+__global__ void k_gather_grad(const T *g, const int *start, const int *order, T *y,
                               int64_t ni, int64_t na, int64_t post, int64_t n)
 {
     GRID_LOOP(o, n)
@@ -277,15 +282,18 @@ __global__ void k_gather_grad(const float *g, const int *start, const int *order
         int64_t q = o % post, t = o / post, k = t % na, p = t / na;
         float s = 0.0f;
         for (int j = start[k]; j < start[k + 1]; j++)
-            s += g[(p * ni + order[j]) * post + q];
-        y[o] = s;
+            s += gf_ld(g + (p * ni + order[j]) * post + q);
+        gf_st(y + o, s);
     }
 }
 
-extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const void *ind,
-                                         int i64, float *y, int64_t pre, int64_t ni,
-                                         int64_t na, int64_t post, void *ws, int *flag)
+extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, int type, const void *g,
+                                         const void *ind, int i64, void *y, int64_t pre,
+                                         int64_t ni, int64_t na, int64_t post, void *ws,
+                                         int *flag)
 {
+    if (type != GF_CU_F32 && type != GF_CU_F16 && type != GF_CU_BF16)
+        return cudaErrorInvalidValue;
     int64_t n = pre * na * post;
     if (n <= 0)
         return cudaSuccess;
@@ -308,7 +316,9 @@ extern "C" cudaError_t gf_cu_gather_grad(cudaStream_t s, const float *g, const v
     }
     if (e == cudaSuccess) {
         k_gg_start<<<grid_for(na + 1), BLOCK, 0, s>>>(keys2, ni, na, start);
-        k_gather_grad<<<grid_for(n), BLOCK, 0, s>>>(g, start, vals2, y, ni, na, post, n);
+        GF_CU_FLOAT_SWITCH(type, break,
+                           k_gather_grad<T><<<grid_for(n), BLOCK, 0, s>>>(
+                               (const T *)g, start, vals2, (T *)y, ni, na, post, n))
     }
     return e != cudaSuccess ? e : cudaGetLastError();
 }
@@ -338,6 +348,7 @@ extern "C" cudaError_t gf_cu_slice_grad(cudaStream_t s, int size, const void *g,
         return cudaSuccess;
     unsigned gr = grid_for(n);
     switch (size) {
+    case 2: k_slice_grad<uint16_t><<<gr, BLOCK, 0, s>>>((const uint16_t *)g, (uint16_t *)y, *p, n); break;
     case 4: k_slice_grad<uint32_t><<<gr, BLOCK, 0, s>>>((const uint32_t *)g, (uint32_t *)y, *p, n); break;
     case 8: k_slice_grad<uint64_t><<<gr, BLOCK, 0, s>>>((const uint64_t *)g, (uint64_t *)y, *p, n); break;
     default: return cudaErrorInvalidValue;

@@ -5,11 +5,13 @@
  *   Sum                                            variadic, numpy broadcasting
  *
  * (LayerNormalization and its Grad: fused_norm.c, with the fused norms.)
- * fp32; sums in double (as the CPU), each in a fixed order.  The rules and
- * checks are the device backends' (kernels/device_common.c), the messages
- * the CPU's reduce.c.  Not here yet (they run on the CPU):
- * SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss and their Grads,
- * fp16 / bf16 storage.
+ * fp32, fp16, bf16 (16-bit storage: loaded as fp32, computed as fp32 is,
+ * stored rounded to nearest even once, as the CPU's 16-bit nodes; Sum
+ * rounds each partial sum, as the CPU's folds); sums in double (as the
+ * CPU), each in a fixed order.  The rules and checks are
+ * the device backends' (kernels/device_common.c), the messages the CPU's
+ * reduce.c.  Not here yet (they run on the CPU): SoftmaxCrossEntropyLoss,
+ * NegativeLogLikelihoodLoss and their Grads.
  */
 #include "cu.h"
 #include "device_common.h"
@@ -35,7 +37,8 @@ static enum gf_status red_launch(const struct gf_kernel_args *a, const bool *red
     memcpy(g.kstr, p.kstr, sizeof(g.kstr));
     memcpy(g.rdim, p.rdim, sizeof(g.rdim));
     memcpy(g.rstr, p.rstr, sizeof(g.rstr));
-    cudaError_t e = gf_cu_reduce(gf_cu_stream(a), op, x->data, a->out[0].data, &g);
+    cudaError_t e = gf_cu_reduce(gf_cu_stream(a), op, gf_dev_type_of(x->dtype), x->data,
+                                 a->out[0].data, &g);
     return gf_cu_check(a, e, "reduction kernel");
 }
 
@@ -45,17 +48,18 @@ static enum gf_status rows_launch(const struct gf_kernel_args *a, const struct g
     enum gf_op op = a->node->op;
     cudaStream_t s = gf_cu_stream(a);
     int64_t n = (int64_t)r->n, inner = (int64_t)r->inner, rows = (int64_t)r->rows;
+    int t = gf_dev_type_of(a->in[0].dtype);
     if (op == GF_OP_SOFTMAX || op == GF_OP_LOG_SOFTMAX)
-        return gf_cu_check(a, gf_cu_softmax(s, op == GF_OP_LOG_SOFTMAX, a->in[0].data,
+        return gf_cu_check(a, gf_cu_softmax(s, op == GF_OP_LOG_SOFTMAX, t, a->in[0].data,
                                             a->out[0].data, n, inner, rows),
                            "softmax kernel");
-    return gf_cu_check(a, gf_cu_softmax_grad(s, op == GF_OP_LOG_SOFTMAX_GRAD, a->in[0].data,
+    return gf_cu_check(a, gf_cu_softmax_grad(s, op == GF_OP_LOG_SOFTMAX_GRAD, t, a->in[0].data,
                                              a->in[1].data, a->out[0].data, n, inner, rows),
                        "softmax gradient kernel");
 }
 
 static const struct gf_dev_reduce cu_red = {
-    .caps = {.name = "CUDA", .half = false, .int_index = false},
+    .caps = {.name = "CUDA", .half = true, .int_index = false},
     .reduce = red_launch, .rows = rows_launch};
 
 static enum gf_status red_run(const struct gf_kernel_args *a)
@@ -77,8 +81,8 @@ static bool rows_supports(const struct gf_node *n, const struct gf_tview *in, si
 /* ==== Sum ============================================================================= */
 
 /* Adds the inputs in order, four per launch: y = in0 + in1 + in2 + in3,
- * then y = y + in4 + ..., each float sum rounded as the CPU's pairwise
- * folds round it. */
+ * then y = y + in4 + ..., each sum rounded to y's type as the CPU's
+ * pairwise folds into its output round it. */
 static enum gf_status sum_run(const struct gf_kernel_args *a)
 {
     bool empty;
@@ -95,7 +99,7 @@ static enum gf_status sum_run(const struct gf_kernel_args *a)
             return gf_kernel_error(a, GF_ERR_INVALID, "input %zu %s does not broadcast to the "
                                    "output %s", k, FU_SHAPE(&a->in[k]), FU_SHAPE(y));
     }
-    if (y->dtype != GF_FLOAT)
+    if (!gf_dev_float(&cu_red.caps, y->dtype))
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "no CUDA kernel for type %s",
                                gf_dtype_name(y->dtype));
     if (a->n_in == 1) {
@@ -105,7 +109,7 @@ static enum gf_status sum_run(const struct gf_kernel_args *a)
         return a->backend->ops->copy(a->backend, y->data, a->in[0].data, gf_tview_bytes(y));
     }
     for (size_t done = 0; done < a->n_in;) {
-        const float *src[4];
+        const void *src[4];
         int64_t sts[4][GF_MAX_RANK] = {{0}};
         int n = 0;
         if (done) { /* the sum so far */
@@ -118,20 +122,24 @@ static enum gf_status sum_run(const struct gf_kernel_args *a)
         }
         struct gf_cu_nd nd;
         gf_cu_nd_init(&nd, y->rank, y->dims, n, sts);
-        cudaError_t e = gf_cu_sum(gf_cu_stream(a), src, n, y->data, &nd, (int64_t)y->nelem);
+        cudaError_t e = gf_cu_sum(gf_cu_stream(a), gf_dev_type_of(y->dtype), src, n, y->data,
+                                  &nd, (int64_t)y->nelem);
         if ((st = gf_cu_check(a, e, "Sum kernel")))
             return st;
     }
     return GF_OK;
 }
 
+/* One float type. */
 static bool sum_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     (void)n;
+    if (n_in < 1 || !gf_dev_float(&cu_red.caps, in[0].dtype))
+        return false;
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != GF_FLOAT || in[i].rank > GF_MAX_RANK)
+        if (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK)
             return false;
-    return n_in >= 1;
+    return true;
 }
 
 /* ==== the table ====================================================================== */

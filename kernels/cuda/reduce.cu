@@ -6,10 +6,13 @@
  * t, t + 256, ..., then a fixed tree), or, where the innermost kept axis is
  * contiguous or at most 16 elements are summed, one thread per output
  * (its elements one after another, as the CPU sums them).
- * fp32 data; sums in double, each in a fixed order, so runs repeat exactly.
+ * fp32 data, or fp16 / bf16 storage (half_io.h: loaded as fp32, computed as
+ * fp32 data is, stored rounded to nearest even once, as the CPU's 16-bit
+ * nodes); sums in double, each in a fixed order, so runs repeat exactly.
  */
 #include <math.h>
 
+#include "half_io.h"
 #include "launch_fused.h"
 
 #define BLOCK 256
@@ -38,7 +41,8 @@ __device__ T block_all(T v, T *sh)
     return r;
 }
 
-__global__ void k_reduce(int op, const float *x, float *y, gf_cu_red g)
+template <typename T>
+__global__ void k_reduce(int op, const T *x, T *y, gf_cu_red g)
 {
     __shared__ double shd[BLOCK];
     __shared__ float shf[BLOCK];
@@ -56,7 +60,7 @@ __global__ void k_reduce(int op, const float *x, float *y, gf_cu_red g)
                 off += q % g.rdim[d] * g.rstr[d];
                 q /= g.rdim[d];
             }
-            float v = x[off];
+            float v = gf_ld(x + off);
             if (op == GF_CU_RED_MAX)
                 mx = (v > mx || isnan(v)) ? v : mx;
             else
@@ -70,14 +74,15 @@ __global__ void k_reduce(int op, const float *x, float *y, gf_cu_red g)
             res = (float)(op == GF_CU_RED_MEAN ? t / (double)g.nred : t);
         }
         if (threadIdx.x == 0)
-            y[o] = res;
+            gf_st(y + o, res);
     }
 }
 
 /* One thread per output, its elements summed one after another: neighbour
  * threads read neighbour addresses when the innermost kept axis is
  * contiguous (SumToShape of a broadcast gradient, column sums). */
-__global__ void k_reduce_rows(int op, const float *x, float *y, gf_cu_red g)
+template <typename T>
+__global__ void k_reduce_rows(int op, const T *x, T *y, gf_cu_red g)
 {
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < g.nout;
          o += (int64_t)gridDim.x * blockDim.x) {
@@ -90,7 +95,7 @@ __global__ void k_reduce_rows(int op, const float *x, float *y, gf_cu_red g)
         float mx = -INFINITY;
         int64_t idx[GF_CU_MAX_RANK] = {0}, off = base;
         for (int64_t j = 0; j < g.nred; j++) {
-            float v = x[off];
+            float v = gf_ld(x + off);
             if (op == GF_CU_RED_MAX)
                 mx = (v > mx || isnan(v)) ? v : mx;
             else
@@ -103,25 +108,32 @@ __global__ void k_reduce_rows(int op, const float *x, float *y, gf_cu_red g)
                 idx[d] = 0;
             }
         }
-        y[o] = op == GF_CU_RED_MAX    ? mx
-               : op == GF_CU_RED_MEAN ? (float)(sum / (double)g.nred)
-                                      : (float)sum;
+        gf_st(y + o, op == GF_CU_RED_MAX    ? mx
+                     : op == GF_CU_RED_MEAN ? (float)(sum / (double)g.nred)
+                                            : (float)sum);
     }
 }
 
-extern "C" cudaError_t gf_cu_reduce(cudaStream_t s, int op, const float *x, float *y,
+template <typename T>
+static void reduce_t(cudaStream_t s, int op, const T *x, T *y, const struct gf_cu_red *g)
+{
+    bool inner_kept = g->nk > 0 && g->kstr[g->nk - 1] == 1;
+    if (g->nred <= 16 || (inner_kept && g->nout >= 256)) {
+        int64_t blocks = (g->nout + BLOCK - 1) / BLOCK;
+        k_reduce_rows<T><<<(unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks), BLOCK, 0,
+                           s>>>(op, x, y, *g);
+    } else {
+        k_reduce<T><<<blocks_for(g->nout), BLOCK, 0, s>>>(op, x, y, *g);
+    }
+}
+
+extern "C" cudaError_t gf_cu_reduce(cudaStream_t s, int op, int type, const void *x, void *y,
                                     const struct gf_cu_red *g)
 {
     if (g->nout <= 0)
         return cudaSuccess;
-    bool inner_kept = g->nk > 0 && g->kstr[g->nk - 1] == 1;
-    if (g->nred <= 16 || (inner_kept && g->nout >= 256)) {
-        int64_t blocks = (g->nout + BLOCK - 1) / BLOCK;
-        k_reduce_rows<<<(unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks), BLOCK, 0, s>>>(
-            op, x, y, *g);
-    } else {
-        k_reduce<<<blocks_for(g->nout), BLOCK, 0, s>>>(op, x, y, *g);
-    }
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue,
+                       reduce_t<T>(s, op, (const T *)x, (T *)y, g))
     return cudaGetLastError();
 }
 
@@ -132,8 +144,8 @@ __device__ __forceinline__ int64_t row_base(int64_t r, int64_t n, int64_t inner)
     return r / inner * n * inner + r % inner;
 }
 
-__global__ void k_softmax(int lg, const float *x, float *y, int64_t n, int64_t inner,
-                          int64_t rows)
+template <typename T>
+__global__ void k_softmax(int lg, const T *x, T *y, int64_t n, int64_t inner, int64_t rows)
 {
     __shared__ double shd[BLOCK];
     __shared__ float shf[BLOCK];
@@ -141,24 +153,25 @@ __global__ void k_softmax(int lg, const float *x, float *y, int64_t n, int64_t i
         int64_t b = row_base(r, n, inner);
         float m = -INFINITY;
         for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
-            float v = x[b + j * inner];
+            float v = gf_ld(x + b + j * inner);
             m = (v > m || isnan(v)) ? v : m;
         }
         m = block_all<float, true>(m, shf);
         double sum = 0;
         for (int64_t j = threadIdx.x; j < n; j += BLOCK)
-            sum += (double)expf(x[b + j * inner] - m);
+            sum += (double)expf(gf_ld(x + b + j * inner) - m);
         sum = block_all<double, false>(sum, shd);
         float f = lg ? (float)log(sum) : (float)(1.0 / sum);
         for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
-            float v = x[b + j * inner] - m;
-            y[b + j * inner] = lg ? v - f : expf(v) * f;
+            float v = gf_ld(x + b + j * inner) - m;
+            gf_st(y + b + j * inner, lg ? v - f : expf(v) * f);
         }
     }
 }
 
-__global__ void k_softmax_grad(int lg, const float *g, const float *y, float *dx, int64_t n,
-                               int64_t inner, int64_t rows)
+template <typename T>
+__global__ void k_softmax_grad(int lg, const T *g, const T *y, T *dx, int64_t n, int64_t inner,
+                               int64_t rows)
 {
     __shared__ double shd[BLOCK];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -166,43 +179,52 @@ __global__ void k_softmax_grad(int lg, const float *g, const float *y, float *dx
         double sum = 0;
         for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
             int64_t i = b + j * inner;
-            sum += lg ? (double)g[i] : (double)g[i] * (double)y[i];
+            float gi = gf_ld(g + i);
+            sum += lg ? (double)gi : (double)gi * (double)gf_ld(y + i);
         }
         float s = (float)block_all<double, false>(sum, shd);
         for (int64_t j = threadIdx.x; j < n; j += BLOCK) {
             int64_t i = b + j * inner;
-            dx[i] = lg ? g[i] - expf(y[i]) * s : y[i] * (g[i] - s);
+            float gi = gf_ld(g + i), yi = gf_ld(y + i);
+            gf_st(dx + i, lg ? gi - expf(yi) * s : yi * (gi - s));
         }
     }
 }
 
-extern "C" cudaError_t gf_cu_softmax(cudaStream_t s, int log, const float *x, float *y,
-                                     int64_t n, int64_t inner, int64_t rows)
+extern "C" cudaError_t gf_cu_softmax(cudaStream_t s, int log, int type, const void *x,
+                                     void *y, int64_t n, int64_t inner, int64_t rows)
 {
     if (rows <= 0 || n <= 0)
         return cudaSuccess;
-    k_softmax<<<blocks_for(rows), BLOCK, 0, s>>>(log, x, y, n, inner, rows);
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue,
+                       k_softmax<T><<<blocks_for(rows), BLOCK, 0, s>>>(log, (const T *)x,
+                                                                       (T *)y, n, inner, rows))
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, const float *g,
-                                          const float *y, float *dx, int64_t n, int64_t inner,
+extern "C" cudaError_t gf_cu_softmax_grad(cudaStream_t s, int log, int type, const void *g,
+                                          const void *y, void *dx, int64_t n, int64_t inner,
                                           int64_t rows)
 {
     if (rows <= 0 || n <= 0)
         return cudaSuccess;
-    k_softmax_grad<<<blocks_for(rows), BLOCK, 0, s>>>(log, g, y, dx, n, inner, rows);
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue,
+                       k_softmax_grad<T><<<blocks_for(rows), BLOCK, 0, s>>>(
+                           log, (const T *)g, (const T *)y, (T *)dx, n, inner, rows))
     return cudaGetLastError();
 }
 
 /* ---- Sum ------------------------------------------------------------------------ */
 
+template <typename T>
 struct sum_src {
-    const float *p[4];
+    const T *p[4];
 };
 
-/* y = ((s0 + s1) + s2) + s3 over nd, in float (the CPU's pairwise folds). */
-__global__ void k_sum(sum_src src, int nops, float *y, gf_cu_nd nd, int64_t n)
+/* y = ((s0 + s1) + s2) + s3 over nd, in float, each partial sum rounded
+ * to T: the CPU's pairwise folds into its output (of T). */
+template <typename T>
+__global__ void k_sum(sum_src<T> src, int nops, T *y, gf_cu_nd nd, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -213,22 +235,30 @@ __global__ void k_sum(sum_src src, int nops, float *y, gf_cu_nd nd, int64_t n)
             for (int k = 0; k < 4; k++)
                 o[k] += c * nd.st[k][d];
         }
-        float v = src.p[0][o[0]];
+        float v = gf_ld(src.p[0] + o[0]);
         for (int k = 1; k < nops; k++)
-            v = v + src.p[k][o[k]];
-        y[i] = v;
+            v = gf_round<T>(v + gf_ld(src.p[k] + o[k]));
+        gf_st(y + i, v);
     }
 }
 
-extern "C" cudaError_t gf_cu_sum(cudaStream_t s, const float *const *src, int nops, float *y,
-                                 const struct gf_cu_nd *nd, int64_t n)
+template <typename T>
+static void sum_t(cudaStream_t s, const void *const *src, int nops, T *y, const gf_cu_nd &nd,
+                  int64_t n)
+{
+    sum_src<T> ss;
+    for (int k = 0; k < 4; k++)
+        ss.p[k] = (const T *)src[k < nops ? k : 0];
+    int64_t b = (n + BLOCK - 1) / BLOCK;
+    unsigned g = (unsigned)(b > 65536 ? 65536 : b);
+    k_sum<T><<<g, BLOCK, 0, s>>>(ss, nops, y, nd, n);
+}
+
+extern "C" cudaError_t gf_cu_sum(cudaStream_t s, int type, const void *const *src, int nops,
+                                 void *y, const struct gf_cu_nd *nd, int64_t n)
 {
     if (n <= 0 || nops < 1 || nops > 4)
         return n <= 0 ? cudaSuccess : cudaErrorInvalidValue;
-    sum_src ss = {{src[0], nops > 1 ? src[1] : src[0], nops > 2 ? src[2] : src[0],
-                   nops > 3 ? src[3] : src[0]}};
-    int64_t b = (n + BLOCK - 1) / BLOCK;
-    unsigned g = (unsigned)(b > 65536 ? 65536 : b);
-    k_sum<<<g, BLOCK, 0, s>>>(ss, nops, y, *nd, n);
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue, sum_t<T>(s, src, nops, (T *)y, *nd, n))
     return cudaGetLastError();
 }

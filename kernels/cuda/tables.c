@@ -5,7 +5,8 @@
  *   - GatherND / GatherGrad whose indices have no host copy
  *   - Attention with a head dim over 128
  *   - fp16 / bf16 storage of every op, and fp16 / bf16 GEMMs on tensor
- *     cores
+ *     cores (the plain ops have it: elementwise, layout, reduce; the GEMMs
+ *     too: matmul.c)
  *   - the ops the OpenCL tables lack too (the CPU's contrib ops, ...)
  */
 #include "cu.h"

@@ -1,0 +1,84 @@
+/*
+ * half_io.h — loads and stores of the float storage types for the device
+ * code of the plain ops (elementwise.cu, layout.cu, reduce.cu; CUDA C++
+ * only, included by no .c file).
+ *
+ * fp16 and bf16 are storage: a kernel loads its element as fp32, computes
+ * in fp32 as the fp32 kernel does, and stores rounded to nearest even once
+ * (__float2half_rn, __float2bfloat16_rn), which is what the CPU does for a
+ * 16-bit node (kernels/cpu/half.c): widen, fp32 kernel, round.  So the
+ * 16-bit results are the CPU's bit for bit wherever the fp32 ones are.
+ *
+ *     template <typename T> __global__ void k(const T *x, T *y, int64_t n)
+ *     {
+ *         GRID_LOOP(i, n) gf_st(y + i, f(gf_ld(x + i)));
+ *     }
+ *
+ * The launchers take the type as a gf_cu_type (GF_CU_F32 / F16 / BF16) and
+ * pick the instance with GF_CU_FLOAT_SWITCH.
+ */
+#ifndef GF_CU_HALF_IO_H
+#define GF_CU_HALF_IO_H
+
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+__device__ __forceinline__ float gf_ld(const float *p) { return *p; }
+__device__ __forceinline__ float gf_ld(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float gf_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+
+__device__ __forceinline__ void gf_st(float *p, float v) { *p = v; }
+__device__ __forceinline__ void gf_st(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void gf_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+/* v rounded to T and back (float: v itself) */
+template <typename T>
+__device__ __forceinline__ float gf_round(float v)
+{
+    T t;
+    gf_st(&t, v);
+    return gf_ld(&t);
+}
+
+/* Vectorized 16-bit storage: 8 elements in one 16-byte load or store
+ * (uint4), where the operands are contiguous and 16-byte aligned; the
+ * launcher runs the scalar kernel on the tail. */
+template <typename T>
+__device__ __forceinline__ void gf_ld8(const uint4 &v, float *f)
+{
+    const T *h = reinterpret_cast<const T *>(&v);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        f[k] = gf_ld(h + k);
+}
+
+template <typename T>
+__device__ __forceinline__ uint4 gf_st8(const float *f)
+{
+    uint4 v;
+    T *h = reinterpret_cast<T *>(&v);
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        gf_st(h + k, f[k]);
+    return v;
+}
+
+/* p is 16-byte aligned (a uint4 may be loaded there) */
+static inline bool gf_al16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+/* The statement(s) after DFLT with T the storage type of gf_cu_type `type`
+ * (a float type); any other type runs DFLT. */
+#define GF_CU_FLOAT_SWITCH(type, DFLT, ...)                                                 \
+    switch (type) {                                                                         \
+    case GF_CU_F32: { typedef float T; __VA_ARGS__; break; }                                \
+    case GF_CU_F16: { typedef __half T; __VA_ARGS__; break; }                               \
+    case GF_CU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; break; }                       \
+    default: DFLT;                                                                          \
+    }
+
+#endif /* GF_CU_HALF_IO_H */
