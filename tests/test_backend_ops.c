@@ -81,6 +81,8 @@ static const struct tcase cases[] = {
     {"Sub", "", NULL, "f[3,1,129] f[7,1]", NULL, T_EW, F32 | HALF},
     {"Sub", "", NULL, "i[1000] i[]", NULL, 0, 0, 0},
     {"Mul", "", NULL, "f[1000] f[1000]", NULL, T_EW, F32 | HALF},
+    {"Mul", "", NULL, "f[5,3,16] f[5,1,1]", NULL, T_EW, F32 | HALF},
+    {"Add", "", NULL, "f[7,64] f[64]", NULL, T_EW, F32 | HALF},
     {"Mul", "", NULL, "l[7,33] l[7,1]", NULL, 0, 0, 0},
     {"Div", "", NULL, "f[7,33] f[33]~0.5,2", NULL, T_EW, F32 | HALF},
     {"Div", "", NULL, "l[7,33]~-50,50 l[33]~1,9", NULL, 0, 0, 0},

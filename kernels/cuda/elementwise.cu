@@ -12,7 +12,8 @@
  * broadcasting operands are walked through gf_cu_nd (merged axes, element
  * strides, 0 where broadcast).  16-bit unary, gradient and same-shape
  * binary ops move 8 elements per 16-byte load where the operands are
- * aligned (the scalar kernel takes the tail); fp32 runs as before.
+ * aligned (the scalar kernel takes the tail), broadcast binary ops 8 per
+ * thread where the innermost axis allows; fp32 runs as before.
  */
 #include <cuda_fp16.h>
 
@@ -386,8 +387,57 @@ __global__ void k_bin8(const uint4 *a, const uint4 *b, uint4 *y, int64_t nv)
     }
 }
 
+/* 16-bit, broadcast: 8 outputs per thread along the innermost axis (a
+ * multiple of 8), each operand read as one 16-byte load there (stride 1)
+ * or one element (stride 0, broadcast); the offsets once per 8 */
+template <int OP, typename T>
+__global__ void k_bin8_nd(const T *a, const T *b, uint4 *y, gf_cu_nd nd, int64_t nv)
+{
+    int in = nd.rank - 1;
+    GRID_LOOP(i, nv)
+    {
+        int64_t o[2];
+        nd_offsets<2>(nd, i * 8, o);
+        float fa[8], fb[8];
+        if (nd.st[0][in])
+            gf_ld8<T>(*(const uint4 *)(a + o[0]), fa);
+        else
+            for (int k = 0; k < 8; k++)
+                fa[k] = gf_ld(a + o[0]);
+        if (nd.st[1][in])
+            gf_ld8<T>(*(const uint4 *)(b + o[1]), fb);
+        else
+            for (int k = 0; k < 8; k++)
+                fb[k] = gf_ld(b + o[1]);
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            fa[k] = binf<OP>(fa[k], fb[k]);
+        y[i] = gf_st8<T>(fa);
+    }
+}
+
+/* nd walks 16-bit operands a, b in groups of 8 (k_bin8_nd): the innermost
+ * axis a multiple of 8 with strides 0 or 1, the outer strides multiples of
+ * 8, the pointers aligned. */
+template <typename T>
+static bool groups8_nd(const gf_cu_nd &nd, const T *a, const T *b, const void *y)
+{
+    int in = nd.rank - 1;
+    if (sizeof(T) != 2 || nd.dims[in] % 8 || !gf_al16(a) || !gf_al16(b) || !gf_al16(y))
+        return false;
+    for (int k = 0; k < 2; k++) {
+        if (nd.st[k][in] != 0 && nd.st[k][in] != 1)
+            return false;
+        for (int d = 0; d < in; d++)
+            if (nd.st[k][d] % 8)
+                return false;
+    }
+    return true;
+}
+
 /* A 16-bit float binary op: the same-shape groups of 8 vectorized, the
- * rest (or all, broadcast) element by element. */
+ * rest element by element; broadcast by 8 along the innermost axis where
+ * it allows, else element by element. */
 template <int OP, typename T>
 static void bin_half(const T *a, const T *b, void *y, const gf_cu_nd &nd, int64_t n,
                      cudaStream_t s)
@@ -404,6 +454,10 @@ static void bin_half(const T *a, const T *b, void *y, const gf_cu_nd &nd, int64_
         k_bin_f<OP, T, T><<<grid_for(n - nv * 8), BLOCK, 0, s>>>(a + nv * 8, b + nv * 8,
                                                                 (T *)y + nv * 8, tail,
                                                                 n - nv * 8);
+        return;
+    }
+    if (!is_cmp(OP) && groups8_nd<T>(nd, a, b, y)) { /* broadcast, by 8 */
+        k_bin8_nd<OP, T><<<grid_for(n / 8), BLOCK, 0, s>>>(a, b, (uint4 *)y, nd, n / 8);
         return;
     }
     k_bin_f<OP, T, T><<<grid_for(n), BLOCK, 0, s>>>(a, b, y, nd, n);

@@ -242,16 +242,52 @@ __global__ void k_sum(sum_src<T> src, int nops, T *y, gf_cu_nd nd, int64_t n)
     }
 }
 
+/* 16-bit operands of y's shape: 8 elements per 16-byte load (y may be
+ * operand 0: the sum so far) */
+template <typename T>
+__global__ void k_sum8(sum_src<T> src, int nops, T *y, int64_t nv)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nv;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v[8], w[8];
+        gf_ld8<T>(((const uint4 *)src.p[0])[i], v);
+        for (int k = 1; k < nops; k++) {
+            gf_ld8<T>(((const uint4 *)src.p[k])[i], w);
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                v[j] = gf_round<T>(v[j] + w[j]);
+        }
+        ((uint4 *)y)[i] = gf_st8<T>(v);
+    }
+}
+
 template <typename T>
 static void sum_t(cudaStream_t s, const void *const *src, int nops, T *y, const gf_cu_nd &nd,
                   int64_t n)
 {
     sum_src<T> ss;
-    for (int k = 0; k < 4; k++)
+    bool flat = sizeof(T) == 2 && nd.rank == 1 && gf_al16(y);
+    for (int k = 0; k < 4; k++) {
         ss.p[k] = (const T *)src[k < nops ? k : 0];
+        flat = flat && (k >= nops || (nd.st[k][0] == 1 && gf_al16(ss.p[k])));
+    }
+    int64_t nv = flat ? n / 8 : 0;
+    if (nv) {
+        int64_t b = (nv + BLOCK - 1) / BLOCK;
+        k_sum8<T><<<(unsigned)(b > 65536 ? 65536 : b), BLOCK, 0, s>>>(ss, nops, y, nv);
+        for (int k = 0; k < 4; k++)
+            ss.p[k] += nv * 8;
+        y += nv * 8;
+        n -= nv * 8;
+        if (n == 0)
+            return;
+    }
+    gf_cu_nd rest = nd; /* flat: one axis, the tail */
+    if (nv)
+        rest.dims[0] = n;
     int64_t b = (n + BLOCK - 1) / BLOCK;
     unsigned g = (unsigned)(b > 65536 ? 65536 : b);
-    k_sum<T><<<g, BLOCK, 0, s>>>(ss, nops, y, nd, n);
+    k_sum<T><<<g, BLOCK, 0, s>>>(ss, nops, y, rest, n);
 }
 
 extern "C" cudaError_t gf_cu_sum(cudaStream_t s, int type, const void *const *src, int nops,
