@@ -2495,7 +2495,9 @@ static enum gf_status infer_fused_lce(struct ctx *c)
         if (set_out_like(c, i, 0, &g))
             return GF_ERR_INVALID;
     }
-    return set_out_like(c, 0, 0, &o);
+    /* fp16 / bf16 H (the precision pass's): the loss is computed and kept in fp32 */
+    enum gf_dtype ht = dtype_of(h);
+    return set_out(c, 0, ht == GF_FLOAT16 || ht == GF_BFLOAT16 ? GF_FLOAT : ht, &o);
 }
 
 /* JSD: X and Y of one shape; the loss is a scalar. */

@@ -381,7 +381,20 @@ enum gf_status gf_grad_fused_lce(struct gf_grad_args *a)
                 return gf_ad_fail(a->ad, GF_ERR_NOMEM, "cannot drop output %zu", k);
             continue;
         }
-        a->dx[input_of[k]] = unit ? d : gf_ad_op2(a->ad, "Mul", d, a->dy[0]);
+        enum gf_dtype dt = gf_ad_dtype(d);
+        if (unit)
+            a->dx[input_of[k]] = d;
+        else if (dt == gf_ad_dtype(a->dy[0]))
+            a->dx[input_of[k]] = gf_ad_op2(a->ad, "Mul", d, a->dy[0]);
+        else /* bf16 H, fp32 loss: the product in fp32, rounded back */
+            a->dx[input_of[k]] = gf_ad_attr_int(
+                a->ad,
+                gf_ad_op1(a->ad, "Cast",
+                          gf_ad_op2(a->ad, "Mul",
+                                    gf_ad_attr_int(a->ad, gf_ad_op1(a->ad, "Cast", d), "to",
+                                                   GF_FLOAT),
+                                    a->dy[0])),
+                "to", dt);
     }
     return gf_ad_status(a->ad);
 }

@@ -742,16 +742,22 @@ static bool pad_shift_check(struct gf_match *m)
 }
 
 /* ---- LinearCrossEntropy: the lm head into the loss --------------------------------------------
- *   H ─MatMul(W | Transpose(Wᵀ)) | MatMul+Add(b) | Gemm | MatMulEpilogue ─ logits ─┐
+ *   H ─MatMul(W | Transpose(Wᵀ)) | MatMul+Add(b) | Gemm | MatMulEpilogue ─ logits ─[Cast]─┐
  *   T ─────────────────────────────────────────────────────────────SoftmaxCrossEntropy ── loss
  *   (the logits read by nothing else and no graph output; no class weights)
- */
+ * The optional Cast is the precision pass's (docs/precision.md): bf16 logits
+ * widened to fp32 for the loss, as autocast computes cross-entropy (fp16's stay
+ * unfused: the fused node's gradients for a unit loss gradient would be rounded to
+ * fp16 before a loss scale lifts them).  The fused node then takes H, W (and the
+ * bias) in bf16, computes the logits in fp32 without
+ * rounding them to it (one rounding fewer than the unfused graph), and its loss is
+ * fp32. */
 enum { KH, KW, KWT, KB, KT };
 static const struct gf_pcap lce_caps[] = {
     [KH] = GF_K_ANY("hidden"), [KW] = GF_K_ANY("weight"), [KWT] = GF_K_ANY("weight [V,K]"),
     [KB] = GF_K_ANY("bias"), [KT] = GF_K_ANY("labels"),
 };
-enum { M_TR, M_MMT, M_MM, M_MMB, M_ADD, M_GEMM, M_EPI, M_L, M_ROOT };
+enum { M_TR, M_MMT, M_MM, M_MMB, M_ADD, M_GEMM, M_EPI, M_L, M_LC, M_LS, M_ROOT };
 static const struct gf_pnode lce_nodes[] = {
     [M_TR] = {GF_P("transpose(W)", GF_OP_TRANSPOSE, GF_C(KWT))},
     [M_MMT] = {GF_P("H@W^T", GF_OP_MATMUL, GF_C(KH), GF_N(M_TR))},
@@ -763,7 +769,9 @@ static const struct gf_pnode lce_nodes[] = {
                     GF_NONE)},
     [M_L] = {GF_P("logits", GF_PAT_ALT, GF_N(M_MMT), GF_N(M_MM), GF_N(M_ADD), GF_N(M_GEMM),
                   GF_N(M_EPI))},
-    [M_ROOT] = {GF_P("cross-entropy", GF_OP_SOFTMAX_CROSS_ENTROPY, GF_N(M_L), GF_C(KT), GF_NONE),
+    [M_LC] = {GF_P("logits to fp32", GF_OP_CAST, GF_N(M_L))},
+    [M_LS] = {GF_P("logits, widened or not", GF_PAT_ALT, GF_N(M_LC), GF_N(M_L))},
+    [M_ROOT] = {GF_P("cross-entropy", GF_OP_SOFTMAX_CROSS_ENTROPY, GF_N(M_LS), GF_C(KT), GF_NONE),
                 .cast = 1},
 };
 
@@ -813,6 +821,18 @@ static bool lce_check(struct gf_match *m)
     if (b && (gf_pat_rank(b) != 1 || b->type.dtype != h->type.dtype ||
               !dims_match(b, 0, lg, r - 1)))
         return gf_match_fail(m, M_L, "the bias '%s' is not [V]", b->name);
+    const struct gf_node *c = gf_match_node(m, M_LC);
+    enum gf_dtype ht = h->type.dtype;
+    bool half = ht == GF_FLOAT16 || ht == GF_BFLOAT16;
+    /* not fp16: the fused node's dH, dW for a unit loss gradient would be rounded
+     * to fp16 before a loss scale lifts them (they underflow) */
+    if (c && !(ht == GF_BFLOAT16 && lg->type.dtype == ht &&
+               c->outputs[0]->type.dtype == GF_FLOAT))
+        return gf_match_fail(m, M_LC, "not bf16 logits widened to fp32 (fp16 dH, dW would "
+                             "be rounded before the loss scale)");
+    if (half && gf_match_node(m, M_ROOT)->outputs[0]->type.dtype != GF_FLOAT)
+        return gf_match_fail(m, M_ROOT, "a %s loss: LinearCrossEntropy's of %s H is fp32",
+                             gf_dtype_name(ht), gf_dtype_name(ht));
     m->i[0] = trans;
     return true;
 }

@@ -281,6 +281,63 @@ static void test_rope_cast_hoisted(void **state)
     gf_model_free(t.m);
 }
 
+/* The lm head under autocast: MatMul (low) -> Cast(fp32) -> loss.  The
+ * linear_cross_entropy pattern absorbs the widening Cast: one
+ * LinearCrossEntropy of bf16 H and W with an fp32 loss, whose logits are
+ * computed in fp32 and not rounded to bf16 as the unfused graph rounds
+ * them.  Its loss is within u relative of the unfused bf16 graph's and of
+ * the fp32 graph's.  A graph whose loss is itself 16-bit (an fp16 model,
+ * no pass) keeps its loss: LinearCrossEntropy's would be fp32. */
+static float lce_loss(struct tg *t, struct gf_tensor *const *in, size_t n_in)
+{
+    struct gf_tensor *out[2];
+    assert_int_equal(tg_run(t, in, n_in, out, 2), 1);
+    assert_int_equal(out[0]->dtype, GF_FLOAT);
+    return *(const float *)out[0]->data;
+}
+
+static struct tg lm_head(enum gf_dtype dt)
+{
+    struct tg t = tg_new(19);
+    tg_input(&t, "h", dt, "6,8");
+    tg_input(&t, "W", dt, "8,10");
+    tg_input(&t, "labels", GF_INT64, "6");
+    tg_node(&t, "MatMul", "h,W", "logits");
+    tg_node(&t, "SoftmaxCrossEntropyLoss", "logits,labels", "loss");
+    tg_output(&t, "loss");
+    assert_int_equal(gf_graph_infer_shapes(t.g), GF_OK);
+    return t;
+}
+
+static void test_lce_bf16(void **state)
+{
+    (void)state;
+    struct tg t = lm_head(GF_FLOAT);
+    struct gf_tensor *in[4];
+    size_t n_in = tg_inputs(&t, in);
+    float fp32 = lce_loss(&t, in, n_in);
+    run_pass(&t, GF_PRECISION_BF16);
+    float unfused = lce_loss(&t, in, n_in);
+    tg_fuse(&t, NULL, NULL);
+    assert_int_equal(tg_count(&t, "LinearCrossEntropy"), 1);
+    const struct gf_node *f = tg_find_op(&t, "LinearCrossEntropy");
+    assert_int_equal(f->inputs[0]->type.dtype, GF_BFLOAT16);
+    assert_int_equal(f->inputs[1]->type.dtype, GF_BFLOAT16);
+    assert_int_equal(f->outputs[0]->type.dtype, GF_FLOAT);
+    assert_int_equal(tg_count(&t, "MatMul"), 0);
+    float fused = lce_loss(&t, in, n_in);
+    assert_true(fused != unfused); /* the logits are not rounded */
+    assert_true(fabs(fused - unfused) <= U_BF16 * fabs(unfused));
+    assert_true(fabs(fused - fp32) <= U_BF16 * fabs(fp32));
+    gf_model_free(t.m);
+
+    struct tg h = lm_head(GF_FLOAT16);
+    tg_fuse(&h, NULL, NULL);
+    assert_int_equal(tg_count(&h, "LinearCrossEntropy"), 0);
+    assert_int_equal(tg_count(&h, "MatMul"), 1);
+    gf_model_free(h.m);
+}
+
 /* An If (a subgraph may read any main-graph value) is refused, and the
  * model left as it was. */
 static void test_subgraph_refused(void **state)
@@ -668,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_positions_stay_fp32),
         cmocka_unit_test(test_dropout_ratio),
         cmocka_unit_test(test_rope_cast_hoisted),
+        cmocka_unit_test(test_lce_bf16),
         cmocka_unit_test(test_subgraph_refused),
         cmocka_unit_test(test_cast_kernels),
         cmocka_unit_test(test_attention_bf16),

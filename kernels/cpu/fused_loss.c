@@ -849,11 +849,18 @@ static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, si
     return n_in >= 2 && fu_is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK;
 }
 
+/* fp16 / bf16 H: the loss is fp32 (graph/shape.c), which kernels/cpu/half.c's
+ * fp32 run on the widened inputs gives. */
+static bool lce_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    return loss_supports(n, in, n_in) && !fu_is_half(in[0].dtype);
+}
+
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_SOFTMAX_CROSS_ENTROPY, .backend = "cpu", .dtype = GF_UNDEFINED,
      .impl = "fused-rows", .supports = loss_supports, .run = sce_run},
     {.op = GF_OP_LINEAR_CROSS_ENTROPY, .backend = "cpu", .dtype = GF_UNDEFINED,
-     .impl = "chunked-openblas", .supports = loss_supports, .workspace = lce_workspace,
+     .impl = "chunked-openblas", .supports = lce_supports, .workspace = lce_workspace,
      .run = lce_run},
     {.op = GF_OP_JSD, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "fused-rows",
      .supports = loss_supports, .run = jsd_run},

@@ -765,6 +765,11 @@ static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, si
     for (size_t i = 0; i < n_in; i++)
         if (!fcl_fits_u32(in[i].nelem))
             return false;
+    /* LinearCrossEntropy of fp16 / bf16 H has an fp32 loss (graph/shape.c): the
+     * CPU runs it (kernels/cpu/half.c) */
+    if (n->op == GF_OP_LINEAR_CROSS_ENTROPY && n_in > 0 &&
+        (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16))
+        return false;
     return n_in >= 2 && fcl_all_same(in, n_in, 0, labels, true);
 }
 
