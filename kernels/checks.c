@@ -243,7 +243,12 @@ enum gf_status gf_loss_check_run(const struct gf_kernel_args *a, enum gf_reducti
         return st;
     int64_t dims[GF_MAX_RANK];
     int rank = red == GF_RED_NONE ? gf_shape_dims(pos, dims) : 0;
-    return fu_check_out(a, 0, a->in[0].dtype, rank, dims);
+    /* LinearCrossEntropy of fp16 / bf16 H: an fp32 loss (graph/shape.c) */
+    enum gf_dtype t = a->in[0].dtype;
+    if (a->node && a->node->op == GF_OP_LINEAR_CROSS_ENTROPY &&
+        (t == GF_FLOAT16 || t == GF_BFLOAT16))
+        t = GF_FLOAT;
+    return fu_check_out(a, 0, t, rank, dims);
 }
 
 size_t gf_shape_numel(const struct gf_shape *s)
@@ -306,10 +311,11 @@ enum gf_status gf_lce_train_check(const struct gf_kernel_args *a, const struct g
     if (r->ce.red == GF_RED_NONE)
         return gf_kernel_error(a, GF_ERR_INVALID, "the gradient outputs need reduction mean or "
                                "sum");
-    if (a->in[0].dtype != GF_FLOAT && a->in[0].dtype != GF_DOUBLE)
+    enum gf_dtype t = a->in[0].dtype;
+    if (t != GF_FLOAT && t != GF_DOUBLE && t != GF_FLOAT16 && t != GF_BFLOAT16)
         return gf_kernel_error(a, GF_ERR_UNSUPPORTED, "the gradient outputs of %s H are not "
-                               "supported (float and double only)",
-                               gf_dtype_name(a->in[0].dtype));
+                               "supported (float, double, float16 and bfloat16 only)",
+                               gf_dtype_name(t));
     if (fu_has_out(a, 3) && !fu_has(a, 3))
         return gf_kernel_error(a, GF_ERR_INVALID, "dBias (output 3) needs Bias");
     for (size_t k = 1; k < 4; k++) { /* dH, dW, dBias like H, W, Bias */

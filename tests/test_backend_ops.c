@@ -212,6 +212,8 @@ static const struct tcase cases[] = {
      "f[2,9,33]~-8,8 i[2,9]~0,33 f[33]~0.5,2", "y-y", T_RED, F32},
     {"LinearCrossEntropy", GF, "reduction=s:mean", "f[7,33]~-1,1 f[33,1000]~-1,1 l[7]~0,1000",
      NULL, 1e-4, 1e-4, F32 | HALF},
+    {"LinearCrossEntropy", GF, "reduction=s:mean chunk_rows=i:3",
+     "f[7,33]~-1,1 f[33,1000]~-1,1 l[7]~0,1000", "yyy", 1e-4, 1e-4, F32 | HALF},
     {"LinearCrossEntropy", GF, "reduction=s:none transB=i:1 chunk_rows=i:3",
      "f[7,33]~-1,1 f[300,33]~-1,1 i[7]~0,300 f[300]", NULL, 1e-4, 1e-4, F32},
     {"JSD", GF, "beta=f:0.5", "f[7,33]~-6,-0.1 f[7,33]~-6,-0.1", NULL, T_RED, F32 | HALF},

@@ -412,14 +412,32 @@ static bool nllg_supports(const struct gf_node *n, const struct gf_tview *in, si
 
 /* ==== LinearCrossEntropy ================================================================ */
 
+/* fp16 / bf16 H and W (the precision pass's lm head, docs/precision.md): the
+ * logits chunk z is computed in fp32 from the 16-bit operands (no rounding to
+ * 16 bits), the loss is fp32; in training the chunk's gradient is rounded once
+ * to zb in H's type for the two gradient GEMMs on the tensor cores (as autocast
+ * rounds the logits' gradient), dH is rounded once per row, and dW is summed
+ * over the chunks in fp32 (dwacc) and rounded once at the end. */
 struct lce {
     enum gf_reduction red;
     struct gf_labels lab;
     bool tb, train;
+    enum gf_dtype dt; /* H's and W's: float, float16 or bfloat16 */
     size_t k, v, n_pos, rows, groups;
     size_t z, part, acc; /* workspace: z [R, V] floats, dBias partials, dBias sums */
+    size_t zb, dwacc;    /* 16-bit H: zb [R, V] of dt, dW's fp32 sums [K, V] */
     struct lossws ws;
 };
+
+static bool lce_half(const struct lce *c)
+{
+    return c->dt == GF_FLOAT16 || c->dt == GF_BFLOAT16;
+}
+
+static int lce_cu_type(enum gf_dtype t)
+{
+    return t == GF_FLOAT16 ? GF_CU_F16 : t == GF_BFLOAT16 ? GF_CU_BF16 : GF_CU_F32;
+}
 
 static enum gf_status lce_check(const struct gf_kernel_args *a, bool outs, struct lce *c)
 {
@@ -435,6 +453,7 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, bool outs, struc
         return st;
     c->red = r.ce.red;
     c->tb = r.tb;
+    c->dt = a->in[0].dtype;
     c->k = (size_t)r.k.value;
     c->v = (size_t)r.v.value;
     c->n_pos = gf_shape_numel(&r.pos);
@@ -453,6 +472,11 @@ static enum gf_status lce_check(const struct gf_kernel_args *a, bool outs, struc
     c->part = A256(c->rows * c->v * sizeof(float));
     c->acc = c->part + (fu_has_out(a, 3) ? A256(c->groups * c->v * sizeof(double)) : 0);
     size_t end = c->acc + (fu_has_out(a, 3) ? A256(c->v * sizeof(double)) : 0);
+    bool half = lce_half(c);
+    c->zb = end;
+    end += half && c->train ? A256(c->rows * c->v * gf_dtype_size(c->dt)) : 0;
+    c->dwacc = end;
+    end += half && fu_has_out(a, 2) ? A256(c->k * c->v * sizeof(float)) : 0;
     lossws_layout(&c->ws, end, c->n_pos);
     return GF_OK;
 }
@@ -468,10 +492,11 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
                                 struct gf_cu_ce *k, size_t p0, size_t r0, size_t n, bool first)
 {
     cudaStream_t s = gf_cu_stream(a);
-    const float *h = (const float *)a->in[0].data + r0 * c->k, *w = a->in[1].data;
+    size_t es = gf_dtype_size(c->dt);
+    const void *h = (const char *)a->in[0].data + r0 * c->k * es, *w = a->in[1].data;
     float *z = ws_at(a, c->z);
     int64_t K = (int64_t)c->k, V = (int64_t)c->v, R = (int64_t)n;
-    bool bias = fu_has(a, 3) && a->in[3].nelem;
+    bool bias = fu_has(a, 3) && a->in[3].nelem, half = lce_half(c);
     enum gf_status st = GF_OK;
     if (bias) { /* z = Bias broadcast over the rows, then z += h W' */
         int64_t dims[2] = {R, V}, bst[1][GF_MAX_RANK] = {{0, 1}};
@@ -480,13 +505,13 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
         st = gf_cu_check(a, gf_cu_copy_nd(s, 4, a->in[3].data, z, &nd, R * V), "Bias");
     }
     if (st == GF_OK)
-        st = gf_cu_gemm(a, false, c->tb, R, V, K, 1.0f, h, K, w, c->tb ? K : V,
-                        bias ? 1.0f : 0.0f, z);
+        st = gf_cu_gemm_t(a, c->dt, GF_FLOAT, false, c->tb, R, V, K, 1.0f, h, K, w,
+                          c->tb ? K : V, bias ? 1.0f : 0.0f, z);
     if (st != GF_OK)
         return st;
     /* the chunk's positions: labels from element label_index(p0) on, consecutive */
-    size_t es = c->lab.t->dtype == GF_INT32 ? 4 : 8;
-    k->t = (const char *)c->lab.t->data + gf_label_index(&c->lab, p0) * es;
+    size_t ls = c->lab.t->dtype == GF_INT32 ? 4 : 8;
+    k->t = (const char *)c->lab.t->data + gf_label_index(&c->lab, p0) * ls;
     k->n_pos = R;
     k->pos0 = (int64_t)p0;
     k->x = z;
@@ -496,15 +521,23 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
     k->cluster = pick_cluster(a, k);
     if ((st = gf_cu_check(a, gf_cu_ce(s, k), "LinearCrossEntropy rows")) != GF_OK || !c->train)
         return st;
-    if (fu_has_out(a, 1)) /* dH rows = z W'^T */
-        st = gf_cu_gemm(a, false, !c->tb, R, K, V, 1.0f, z, V, w, c->tb ? K : V, 0.0f,
-                        (float *)a->out[1].data + r0 * c->k);
+    const void *g = z; /* the chunk's gradient, in H's type */
+    if (half) {
+        g = ws_at(a, c->zb);
+        st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, lce_cu_type(c->dt), z, ws_at(a, c->zb),
+                                       R * V, false), "the gradient's rounding");
+    }
+    if (st == GF_OK && fu_has_out(a, 1)) /* dH rows = z W'^T */
+        st = gf_cu_gemm_t(a, c->dt, c->dt, false, !c->tb, R, K, V, 1.0f, g, V, w,
+                          c->tb ? K : V, 0.0f, (char *)a->out[1].data + r0 * c->k * es);
     if (st == GF_OK && fu_has_out(a, 2)) { /* dW += h^T z, or z^T h */
-        float *dw = a->out[2].data;
+        void *dw = half ? ws_at(a, c->dwacc) : a->out[2].data;
         if (c->tb)
-            st = gf_cu_gemm(a, true, false, V, K, R, 1.0f, z, V, h, K, first ? 0.0f : 1.0f, dw);
+            st = gf_cu_gemm_t(a, c->dt, GF_FLOAT, true, false, V, K, R, 1.0f, g, V, h, K,
+                              first ? 0.0f : 1.0f, dw);
         else
-            st = gf_cu_gemm(a, true, false, K, V, R, 1.0f, h, K, z, V, first ? 0.0f : 1.0f, dw);
+            st = gf_cu_gemm_t(a, c->dt, GF_FLOAT, true, false, K, V, R, 1.0f, h, K, g, V,
+                              first ? 0.0f : 1.0f, dw);
     }
     if (st == GF_OK && fu_has_out(a, 3)) {
         double *part = ws_at(a, c->part), *acc = ws_at(a, c->acc);
@@ -557,6 +590,9 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
             st = lce_chunk(a, &c, &k, p0, r0, n, first);
             first = false;
         }
+    if (st == GF_OK && lce_half(&c) && fu_has_out(a, 2) && c.n_pos) /* dW's sums, rounded */
+        st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, lce_cu_type(c.dt), ws_at(a, c.dwacc),
+                                       a->out[2].data, (int64_t)(c.k * c.v), false), "dW");
     if (st == GF_OK && c.red != GF_RED_NONE)
         st = gf_cu_check(a, gf_cu_loss_reduce(s, ws_at(a, c.ws.lpart), (int64_t)c.n_pos,
                                               c.red == GF_RED_MEAN, a->out[0].data),
@@ -663,6 +699,12 @@ static bool jsd_supports(const struct gf_node *n, const struct gf_tview *in, siz
 static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     size_t li = n->op == GF_OP_LINEAR_CROSS_ENTROPY ? 2 : 1;
+    if (n->op == GF_OP_LINEAR_CROSS_ENTROPY && n_in > 2 &&
+        (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16)) /* 16-bit H, W; no Bias */
+        return in[1].dtype == in[0].dtype &&
+               (in[2].dtype == GF_INT64 || in[2].dtype == GF_INT32) &&
+               (n_in < 4 || in[3].dtype == GF_UNDEFINED || in[3].nelem == 0) &&
+               in[0].rank <= GF_MAX_RANK;
     if (n->op == GF_OP_CROSS_ENTROPY_GRAD)
         return n_in >= 2 && in[0].dtype == GF_FLOAT && in[1].dtype == GF_FLOAT &&
                in[1].rank <= GF_MAX_RANK;

@@ -149,5 +149,11 @@ struct gf_kernel_args;
 enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int64_t m,
                           int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
                           const float *B, int64_t ldb, float beta, float *C);
+/* The same with A and B of float dtype dt and C of ct (fp16 / bf16 A, B: fp32
+ * accumulation, C rounded once; C fp32 or of A's type, as cuBLASLt allows). */
+enum gf_status gf_cu_gemm_t(const struct gf_kernel_args *a, enum gf_dtype dt, enum gf_dtype ct,
+                            bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                            const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                            void *C);
 #endif
 #endif /* GF_CU_LAUNCH_MLA_H */

@@ -460,18 +460,26 @@ static enum gf_status run_plan(const struct gf_kernel_args *a, const struct gf_m
                         a->out[0].dtype);
 }
 
+enum gf_status gf_cu_gemm_t(const struct gf_kernel_args *a, enum gf_dtype dt, enum gf_dtype ct,
+                            bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                            const void *A, int64_t lda, const void *B, int64_t ldb, float beta,
+                            void *C)
+{
+    struct prod p = {.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ta = ta, .tb = tb,
+                     .batch = 1, .alpha = alpha, .beta = beta, .dt = cu_dt(dt),
+                     .ydt = cu_dt(ct), .tf32 = dt == GF_FLOAT && model_tf32(a)};
+    if (m <= 0 || n <= 0)
+        return GF_OK;
+    if (k <= 0) /* a sum of nothing: C = beta C */
+        return scale_y(a, C, ct, m * n, beta);
+    return run_prod(a, &p, A, B, NULL, C);
+}
+
 enum gf_status gf_cu_gemm(const struct gf_kernel_args *a, bool ta, bool tb, int64_t m,
                           int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
                           const float *B, int64_t ldb, float beta, float *C)
 {
-    struct prod p = {.m = m, .n = n, .k = k, .lda = lda, .ldb = ldb, .ta = ta, .tb = tb,
-                     .batch = 1, .alpha = alpha, .beta = beta, .dt = CUDA_R_32F,
-                     .ydt = CUDA_R_32F, .tf32 = model_tf32(a)};
-    if (m <= 0 || n <= 0)
-        return GF_OK;
-    if (k <= 0) /* a sum of nothing: C = beta C */
-        return scale_y(a, C, GF_FLOAT, m * n, beta);
-    return run_prod(a, &p, A, B, NULL, C);
+    return gf_cu_gemm_t(a, GF_FLOAT, GF_FLOAT, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C);
 }
 
 /* ---- the ops ------------------------------------------------------------------------ */
