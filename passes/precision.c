@@ -462,6 +462,25 @@ static enum gf_status hoist_casts(struct prec *p)
     return GF_OK;
 }
 
+/* The model's own Casts between float types (HF's logits.float(): a no-op in
+ * the fp32 graph, which cleanup drops, a widening one now) keep the exporter's
+ * symbols for their output (Castlogits_dim_0, ...), which shape inference
+ * leaves; a Cast keeps its input's shape, so it gets the input's dims and the
+ * patterns that compare them (the shifted loss: logits and labels of the same
+ * batch and sequence) see one shape. */
+static void cast_shapes(struct prec *p)
+{
+    for (struct gf_node *n = p->g->first; n; n = n->next) {
+        if (n->op != GF_OP_CAST || n->n_inputs != 1 || !n->inputs[0] || !n->outputs[0])
+            continue;
+        struct gf_value *x = n->inputs[0], *y = n->outputs[0];
+        if (!float_value(x) || !float_value(y) || x->type.rank < 0 ||
+            (y->type.rank >= 0 && y->type.rank != x->type.rank))
+            continue;
+        gf_value_set_tensor_type(y, y->type.dtype, x->type.rank, x->type.dims);
+    }
+}
+
 /* Cast(Cast(x: low -> fp32) -> low) is x: readers read x, and Casts left
  * without readers go. */
 static void fold_casts(struct prec *p)
@@ -591,6 +610,8 @@ enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision prec,
         s = restore_output(&p, g->outputs[i]);
     if (s == GF_OK)
         s = hoist_casts(&p);
+    if (s == GF_OK)
+        cast_shapes(&p);
     if (s == GF_OK)
         fold_casts(&p);
     for (size_t i = 0; i < g->n_values; i++)

@@ -338,6 +338,36 @@ static void test_lce_bf16(void **state)
     gf_model_free(h.m);
 }
 
+/* A model's own Cast to fp32 (HF's logits.float(), a no-op in the fp32 graph)
+ * widens the low logits now; its output, declared with the exporter's
+ * symbols, gets its input's dims (a Cast keeps the shape), so that the
+ * shifted-loss pattern sees the logits' batch and sequence as the labels'. */
+static void test_model_cast_shape(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(19);
+    tg_input(&t, "h", GF_FLOAT, "batch,seq,8");
+    tg_init(&t, "W", GF_FLOAT, "8,10", NULL);
+    tg_node(&t, "MatMul", "h,W", "z");
+    struct gf_node *c = tg_node(&t, "Cast", "z", "logits");
+    assert_int_equal(gf_node_set_attr_int(c, "to", GF_FLOAT), GF_OK);
+    struct gf_dim d[3] = {{.value = -1, .param = "Castlogits_dim_0"},
+                          {.value = -1, .param = "Castlogits_dim_1"},
+                          {.value = 10}};
+    gf_value_set_tensor_type(gf_graph_find(t.g, "logits"), GF_FLOAT, 3, d);
+    tg_node(&t, "Relu", "logits", "y");
+    tg_output(&t, "y");
+    run_pass(&t, GF_PRECISION_BF16);
+    const struct gf_value *z = gf_graph_find(t.g, "z"), *l = gf_graph_find(t.g, "logits");
+    assert_int_equal(z->type.dtype, GF_BFLOAT16);
+    assert_int_equal(l->type.dtype, GF_FLOAT);
+    assert_int_equal(l->type.rank, 3);
+    assert_string_equal(l->type.dims[0].param, "batch");
+    assert_string_equal(l->type.dims[1].param, "seq");
+    assert_int_equal(l->type.dims[2].value, 10);
+    gf_model_free(t.m);
+}
+
 /* An If (a subgraph may read any main-graph value) is refused, and the
  * model left as it was. */
 static void test_subgraph_refused(void **state)
@@ -726,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_dropout_ratio),
         cmocka_unit_test(test_rope_cast_hoisted),
         cmocka_unit_test(test_lce_bf16),
+        cmocka_unit_test(test_model_cast_shape),
         cmocka_unit_test(test_subgraph_refused),
         cmocka_unit_test(test_cast_kernels),
         cmocka_unit_test(test_attention_bf16),

@@ -1,4 +1,5 @@
-/* CUDA kernels of the fused losses (device code: fused_loss.cu), fp32:
+/* CUDA kernels of the fused losses (device code: fused_loss.cu), fp32 (and
+ * LinearCrossEntropy of bf16 H, W: see struct lce):
  *
  *   SoftmaxCrossEntropy  L, T, Wc? -> Loss, LogP?, G?   one block (or one
  *                        cluster of blocks, the row in shared memory) per
@@ -412,9 +413,10 @@ static bool nllg_supports(const struct gf_node *n, const struct gf_tview *in, si
 
 /* ==== LinearCrossEntropy ================================================================ */
 
-/* fp16 / bf16 H and W (the precision pass's lm head, docs/precision.md): the
- * logits chunk z is computed in fp32 from the 16-bit operands (no rounding to
- * 16 bits), the loss is fp32; in training the chunk's gradient is rounded once
+/* bf16 H and W (the precision pass's lm head, docs/precision.md; `supports`
+ * takes bf16 only, the code reads any 16-bit type): the logits chunk z is
+ * computed in fp32 from the 16-bit operands (no rounding to 16 bits), the
+ * loss is fp32; in training the chunk's gradient is rounded once
  * to zb in H's type for the two gradient GEMMs on the tensor cores (as autocast
  * rounds the logits' gradient), dH is rounded once per row, and dW is summed
  * over the chunks in fp32 (dwacc) and rounded once at the end. */
@@ -699,8 +701,9 @@ static bool jsd_supports(const struct gf_node *n, const struct gf_tview *in, siz
 static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     size_t li = n->op == GF_OP_LINEAR_CROSS_ENTROPY ? 2 : 1;
-    if (n->op == GF_OP_LINEAR_CROSS_ENTROPY && n_in > 2 &&
-        (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16)) /* 16-bit H, W; no Bias */
+    /* bf16 H, W, no Bias (the precision pass's lm head); fp16's chunk gradient
+     * would lose its small values rounded to fp16: the CPU runs those */
+    if (n->op == GF_OP_LINEAR_CROSS_ENTROPY && n_in > 2 && in[0].dtype == GF_BFLOAT16)
         return in[1].dtype == in[0].dtype &&
                (in[2].dtype == GF_INT64 || in[2].dtype == GF_INT32) &&
                (n_in < 4 || in[3].dtype == GF_UNDEFINED || in[3].nelem == 0) &&
