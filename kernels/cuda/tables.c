@@ -1,12 +1,13 @@
 /* The CUDA kernel tables, in lookup order, NULL last (backend.c's
- * descriptor): one line a family.
+ * descriptor): one line a family.  Every family takes fp32, fp16 and bf16
+ * storage (fp32 compute, outputs rounded once; GEMMs on the tensor cores;
+ * docs/precision.md) but for the losses, which are fp32 but for
+ * LinearCrossEntropy of bf16 H and W.
  *
- * Not yet on CUDA (these nodes run on the CPU, node by node; issue 14):
+ * Not yet on CUDA (these nodes run on the CPU, node by node):
  *   - GatherND / GatherGrad whose indices have no host copy
  *   - Attention with a head dim over 128
- *   - fp16 / bf16 storage of every op, and fp16 / bf16 GEMMs on tensor
- *     cores (the plain ops have it: elementwise, layout, reduce; the GEMMs
- *     too: matmul.c)
+ *   - the fp16 / bf16 losses but bf16 LinearCrossEntropy; JSD
  *   - the ops the OpenCL tables lack too (the CPU's contrib ops, ...)
  */
 #include "cu.h"
