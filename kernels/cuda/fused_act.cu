@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "launch_fused.h"
+#include "half_io.h"
 
 #define BLOCK 256
 
@@ -34,13 +35,7 @@ static unsigned grid_for(int64_t n)
          i += (int64_t)gridDim.x * blockDim.x)
 
 /* ---- storage types -------------------------------------------------------------- */
-
-__device__ __forceinline__ float ldf(const float *p) { return *p; }
-__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
-__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
-__device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void stf(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+/* gf_ld / gf_st / gf_round: half_io.h */
 
 /* 8 16-bit elements of the 16-byte vector i, widened / rounded. */
 template <typename T> __device__ __forceinline__ void ld8(const T *p, int64_t i, float *f)
@@ -49,7 +44,7 @@ template <typename T> __device__ __forceinline__ void ld8(const T *p, int64_t i,
     const T *h = (const T *)&raw;
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        f[k] = ldf(h + k);
+        f[k] = gf_ld(h + k);
 }
 
 template <typename T> __device__ __forceinline__ void st8(T *p, int64_t i, const float *f)
@@ -58,7 +53,7 @@ template <typename T> __device__ __forceinline__ void st8(T *p, int64_t i, const
     T *h = (T *)&raw;
 #pragma unroll
     for (int k = 0; k < 8; k++)
-        stf(h + k, f[k]);
+        gf_st(h + k, f[k]);
     ((uint4 *)p)[i] = raw;
 }
 
@@ -96,8 +91,8 @@ __global__ void k_glu_dense(int act, int gated, const T *g, const T *u, T *y, in
 {
     GRID_LOOP(i, n)
     {
-        float a = act_f(act, ldf(g + i));
-        stf(y + i, gated ? a * ldf(u + i) : a);
+        float a = act_f(act, gf_ld(g + i));
+        gf_st(y + i, gated ? a * gf_ld(u + i) : a);
     }
 }
 
@@ -154,8 +149,8 @@ __global__ void k_glu_bcast(int act, int gated, const T *g, const T *u, T *y, gf
             og += c * nd.st[0][d];
             ou += c * nd.st[1][d];
         }
-        float a = act_f(act, ldf(g + og));
-        stf(y + i, gated ? a * ldf(u + ou) : a);
+        float a = act_f(act, gf_ld(g + og));
+        gf_st(y + i, gated ? a * gf_ld(u + ou) : a);
     }
 }
 
@@ -232,11 +227,11 @@ __global__ void k_glu_grad(int act, const T *dy, const T *g, const T *u, T *dg, 
     GRID_LOOP(i, n)
     {
         float a, b;
-        glu_grad1(act, ldf(dy + i), ldf(g + i), ldf(u + i), &a, &b);
+        glu_grad1(act, gf_ld(dy + i), gf_ld(g + i), gf_ld(u + i), &a, &b);
         if (dg)
-            stf(dg + i, a);
+            gf_st(dg + i, a);
         if (du)
-            stf(du + i, b);
+            gf_st(du + i, b);
     }
 }
 
@@ -344,15 +339,15 @@ __global__ void k_rope(int grad, const T *x, const T *cs, const T *sn, T *y, int
             os += c * lead.st[1][d];
         }
         int64_t base = row * 2 * h;
-        float a = ldf(x + base + j), b = ldf(x + base + j + h);
-        float c0 = ldf(cs + oc + j * lc), c1 = ldf(cs + oc + (j + h) * lc);
-        float s0 = ldf(sn + os + j * ls), s1 = ldf(sn + os + (j + h) * ls);
+        float a = gf_ld(x + base + j), b = gf_ld(x + base + j + h);
+        float c0 = gf_ld(cs + oc + j * lc), c1 = gf_ld(cs + oc + (j + h) * lc);
+        float s0 = gf_ld(sn + os + j * ls), s1 = gf_ld(sn + os + (j + h) * ls);
         if (!grad) {
-            stf(y + base + j, a * c0 - b * s0);
-            stf(y + base + j + h, b * c1 + a * s1);
+            gf_st(y + base + j, a * c0 - b * s0);
+            gf_st(y + base + j + h, b * c1 + a * s1);
         } else {
-            stf(y + base + j, a * c0 + b * s1);
-            stf(y + base + j + h, b * c1 - a * s0);
+            gf_st(y + base + j, a * c0 + b * s1);
+            gf_st(y + base + j + h, b * c1 - a * s0);
         }
     }
 }

@@ -59,19 +59,15 @@
 #include <stdint.h>
 
 #include "launch_mla.h"
+#include "half_io.h"
 
 #define BK 64 /* keys (queries in k_attn_dkv) of a streamed tile */
 
 /* ---- storage types ------------------------------------------------------------------------ */
 
 /* fp16 and bf16 are storage only: loaded widened to fp32 (exact), computed
- * as fp32, stored rounded to nearest even once, as the CPU's 16-bit nodes. */
-__device__ __forceinline__ float ld_f(const float *p) { return *p; }
-__device__ __forceinline__ float ld_f(const __half *p) { return __half2float(*p); }
-__device__ __forceinline__ float ld_f(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void st_f(float *p, float v) { *p = v; }
-__device__ __forceinline__ void st_f(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void st_f(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+ * as fp32, stored rounded to nearest even once, as the CPU's 16-bit nodes
+ * (gf_ld / gf_st: half_io.h). */
 
 /* Whether T is a 16-bit type: every value of one is a TF32 value (bf16's 8
  * and fp16's 11 significant bits; fp16's subnormals are normal in fp32), so
@@ -112,7 +108,7 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const M *mk, 
         return j > i + (a.sk - a.sq) ? -INFINITY : a.scale * dot;
     float s = a.scale * dot;
     if (mk)
-        s = s + ld_f(mk + i * a.mst_i + j * a.mst_j);
+        s = s + gf_ld(mk + i * a.mst_i + j * a.mst_j);
     return s;
 }
 
@@ -132,7 +128,7 @@ __device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const M *mk, int64
     int open = 0, plain = 1;
     for (int e = threadIdx.x; e < nq * nk; e += blockDim.x) {
         int64_t i = q0 + e / nk, j = k0 + e % nk;
-        float x = i < a.sq && j < a.sk ? ld_f(mk + i * a.mst_i + j * a.mst_j) : -INFINITY;
+        float x = i < a.sq && j < a.sk ? gf_ld(mk + i * a.mst_i + j * a.mst_j) : -INFINITY;
         open |= x != -INFINITY;
         plain &= x == 0.0f;
     }
@@ -207,7 +203,7 @@ __device__ __forceinline__ void load_tile(float *dst, int nr, const T *src, int6
             int c = e / nr, r = e % nr;
             float v = 0.0f;
             if (c < n && r0 + r < rows)
-                v = ld_f(src + (int64_t)c * ld + r0 + r);
+                v = gf_ld(src + (int64_t)c * ld + r0 + r);
             dst[r * LD + c] = v;
         }
     } else {
@@ -215,7 +211,7 @@ __device__ __forceinline__ void load_tile(float *dst, int nr, const T *src, int6
             int r = e / D, c = e % D;
             float v = 0.0f;
             if (c < n && r0 + r < rows)
-                v = ld_f(src + (r0 + r) * ld + c);
+                v = gf_ld(src + (r0 + r) * ld + c);
             dst[r * LD + c] = v;
         }
     }
@@ -667,7 +663,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
             for (int e = 0; e < 2; e++) {
                 int col = 8 * n + 2 * t + e;
                 if (col < a.dv)
-                    st_f(out + col, none ? 0.0f : o[n][2 * h + e] / l[h]);
+                    gf_st(out + col, none ? 0.0f : o[n][2 * h + e] / l[h]);
             }
     }
 }
@@ -711,7 +707,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         double acc = 0;
         for (int c = lane; c < a.dv && gi < a.sq; c += 32)
             acc += (double)Ds[(16 * w + r) * LD + c] *
-                   (double)ld_f((const T *)a.o + (it * a.sq + gi) * a.dv + c);
+                   (double)gf_ld((const T *)a.o + (it * a.sq + gi) * a.dv + c);
         for (int o = 16; o > 0; o /= 2)
             acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (r == g)
@@ -824,7 +820,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
             for (int e = 0; e < 2; e++) {
                 int col = 8 * n + 2 * t + e;
                 if (col < a.d)
-                    st_f(out + col, a.scale * dq[n][2 * h + e]);
+                    gf_st(out + col, a.scale * dq[n][2 * h + e]);
             }
     }
 }
@@ -939,10 +935,10 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
                 if (a.dk && col < a.d) {
                     int64_t off = a.tb ? (it * a.sk + gk) * a.d + col
                                        : it * a.sk * a.d + col * a.sk + gk;
-                    st_f((T *)a.dk + off, a.scale * dk[n][2 * h + e]);
+                    gf_st((T *)a.dk + off, a.scale * dk[n][2 * h + e]);
                 }
                 if (a.dvv && col < a.dv)
-                    st_f((T *)a.dvv + (it * a.sk + gk) * a.dv + col, dv[n][2 * h + e]);
+                    gf_st((T *)a.dvv + (it * a.sk + gk) * a.dv + col, dv[n][2 * h + e]);
             }
     }
 }

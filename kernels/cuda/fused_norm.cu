@@ -33,6 +33,7 @@
 #include <cuda_fp16.h>
 
 #include "launch_fused.h"
+#include "half_io.h"
 
 #define MAXB 1024
 
@@ -41,26 +42,7 @@
 #define BOUND(VPT) ((VPT) <= 1 ? 1024 : (VPT) == 2 ? 512 : 256)
 
 /* ---- storage types ------------------------------------------------------- */
-
-__device__ __forceinline__ float ldf(const float *p) { return *p; }
-__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
-__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
-__device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void stf(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
-/* v as stored in T and read back (S = X + R is rounded to X's type before
- * it is normalized, as the CPU's half kernels do); fp32: v. */
-template <typename T> __device__ __forceinline__ float rnd(float v)
-{
-    if constexpr (sizeof(T) == 4) {
-        return v;
-    } else {
-        T h;
-        stf(&h, v);
-        return ldf(&h);
-    }
-}
+/* gf_ld / gf_st / gf_round: half_io.h */
 
 /* Vector i (4 elements) of p, widened: a float4, or 8 bytes of 16-bit. */
 template <typename T> __device__ __forceinline__ float4 ld4(const T *p, int64_t i)
@@ -70,7 +52,7 @@ template <typename T> __device__ __forceinline__ float4 ld4(const T *p, int64_t 
     } else {
         uint2 raw = ((const uint2 *)p)[i];
         const T *h = (const T *)&raw;
-        return make_float4(ldf(h), ldf(h + 1), ldf(h + 2), ldf(h + 3));
+        return make_float4(gf_ld(h), gf_ld(h + 1), gf_ld(h + 2), gf_ld(h + 3));
     }
 }
 
@@ -81,17 +63,17 @@ template <typename T> __device__ __forceinline__ void st4(T *p, int64_t i, float
     } else {
         uint2 raw;
         T *h = (T *)&raw;
-        stf(h, v.x);
-        stf(h + 1, v.y);
-        stf(h + 2, v.z);
-        stf(h + 3, v.w);
+        gf_st(h, v.x);
+        gf_st(h + 1, v.y);
+        gf_st(h + 2, v.z);
+        gf_st(h + 3, v.w);
         ((uint2 *)p)[i] = raw;
     }
 }
 
 template <typename T> __device__ __forceinline__ float4 rnd4(float4 v)
 {
-    return make_float4(rnd<T>(v.x), rnd<T>(v.y), rnd<T>(v.z), rnd<T>(v.w));
+    return make_float4(gf_round<T>(v.x), gf_round<T>(v.y), gf_round<T>(v.z), gf_round<T>(v.w));
 }
 
 /* ---- sums ------------------------------------------------------------------ */
@@ -142,7 +124,7 @@ template <typename T> __device__ __forceinline__ float wgt1(const T *w, int64_t 
 {
     if (!w)
         return 1.0f;
-    float v = ldf(w + j);
+    float v = gf_ld(w + j);
     return woff != 0.0f ? (float)((double)v + (double)woff) : v;
 }
 
@@ -251,11 +233,11 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
             T *s = ADD && ps ? ps + base : NULL;
             double acc = 0.0;
             for (int64_t j = t; j < n; j += bs) {
-                float v = ldf(x + j);
+                float v = gf_ld(x + j);
                 if (ADD) {
-                    v = rnd<T>(v + ldf(r + j));
+                    v = gf_round<T>(v + gf_ld(r + j));
                     if (s)
-                        stf(s + j, v);
+                        gf_st(s + j, v);
                 }
                 acc += RMS ? (double)v * (double)v : (double)v;
             }
@@ -267,7 +249,7 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
             } else {
                 acc = 0.0;
                 for (int64_t j = t; j < n; j += bs) {
-                    float v = ADD && !s ? rnd<T>(ldf(x + j) + ldf(r + j)) : ldf(src + j);
+                    float v = ADD && !s ? gf_round<T>(gf_ld(x + j) + gf_ld(r + j)) : gf_ld(src + j);
                     double d = (double)v - st.mu;
                     acc += d * d;
                 }
@@ -275,9 +257,9 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
             }
             st.inv = (float)st.invd;
             for (int64_t j = t; j < n; j += bs) {
-                float v = ADD && !s ? rnd<T>(ldf(x + j) + ldf(r + j)) : ldf(src + j);
-                float b = !RMS && pb ? ldf(pb + j) : 0.0f;
-                stf(py + base + j, y_of(v, RMS, onnx, st.mu, st.invd, st.inv,
+                float v = ADD && !s ? gf_round<T>(gf_ld(x + j) + gf_ld(r + j)) : gf_ld(src + j);
+                float b = !RMS && pb ? gf_ld(pb + j) : 0.0f;
+                gf_st(py + base + j, y_of(v, RMS, onnx, st.mu, st.invd, st.inv,
                                         wgt1(pw, j, p.woff), b));
             }
         }
@@ -466,9 +448,9 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
             double s1 = 0.0, s2 = 0.0;
             if (RMS) {
                 for (int64_t j = t; j < n; j += bs) {
-                    double v = ldf(x + j);
+                    double v = gf_ld(x + j);
                     s1 += v * v;
-                    s2 += (double)(ldf(dy + j) * wgt1(pwt, j, p.woff)) * v;
+                    s2 += (double)(gf_ld(dy + j) * wgt1(pwt, j, p.woff)) * v;
                 }
                 double2 tot = block_sum2(s1, s2, sh);
                 rms_finish(q, tot.x, tot.y, dn, p.eps, eps_out);
@@ -478,20 +460,20 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                     q.rs = (double)p.istd_in[row];
                 } else {
                     for (int64_t j = t; j < n; j += bs)
-                        s1 += (double)ldf(x + j);
+                        s1 += (double)gf_ld(x + j);
                     q.mu = block_sum2(s1, 0.0, sh).x / dn;
                     s1 = 0.0;
                     for (int64_t j = t; j < n; j += bs) {
-                        double d = (double)ldf(x + j) - q.mu;
+                        double d = (double)gf_ld(x + j) - q.mu;
                         s1 += d * d;
                     }
                     q.rs = 1.0 / sqrt(block_sum2(s1, 0.0, sh).x / dn + (double)p.eps);
                 }
                 s1 = 0.0;
                 for (int64_t j = t; j < n; j += bs) {
-                    double g = gw_d(onnx, ldf(dy + j), wgt1(pwt, j, 0.0f));
+                    double g = gw_d(onnx, gf_ld(dy + j), wgt1(pwt, j, 0.0f));
                     s1 += g;
-                    s2 += g * (((double)ldf(x + j) - q.mu) * q.rs);
+                    s2 += g * (((double)gf_ld(x + j) - q.mu) * q.rs);
                 }
                 double2 tot = block_sum2(s1, s2, sh);
                 q.ma = tot.x / dn;
@@ -499,9 +481,9 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
             }
             for (int64_t j = t; j < n; j += bs) {
                 double a = 0.0, b = 0.0;
-                float g = ldf(dy + j), v = ldf(x + j);
+                float g = gf_ld(dy + j), v = gf_ld(x + j);
                 float w = wgt1(pwt, j, RMS ? p.woff : 0.0f);
-                stf(dx + j, dx_of(RMS, onnx, q, g, v, w, &a, &b));
+                gf_st(dx + j, dx_of(RMS, onnx, q, g, v, w, &a, &b));
                 if (pw) {
                     pw[j] += a;
                     if (pb)
@@ -532,7 +514,7 @@ __global__ void k_colsum(const double *part, T *out, int64_t P, int64_t n)
         __syncthreads();
     }
     if (cy == 0 && j < n)
-        stf(out + j, (float)sh[0][cx]);
+        gf_st(out + j, (float)sh[0][cx]);
 }
 
 /* ---- launchers ---------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /*
- * half_io.h — loads and stores of the float storage types for the device
- * code of the plain ops (elementwise.cu, layout.cu, reduce.cu; CUDA C++
- * only, included by no .c file).
+ * half_io.h — loads and stores of the float storage types for the CUDA
+ * device code (every .cu file that takes fp16 / bf16; CUDA C++ only,
+ * included by no .c file).
  *
  * fp16 and bf16 are storage: a kernel loads its element as fp32, computes
  * in fp32 as the fp32 kernel does, and stores rounded to nearest even once

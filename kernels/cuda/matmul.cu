@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include "launch_mla.h"
+#include "half_io.h"
 
 #define BLOCK 256
 
@@ -74,13 +75,8 @@ extern "C" cudaError_t gf_cu_mme_epi(cudaStream_t s, int act, float *y, const fl
     return cudaGetLastError();
 }
 
-/* 16-bit storage: load as fp32, store rounded to nearest even once. */
-__device__ __forceinline__ float mm_ld(const float *p) { return *p; }
-__device__ __forceinline__ float mm_ld(const __half *p) { return __half2float(*p); }
-__device__ __forceinline__ float mm_ld(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void mm_st(float *p, float v) { *p = v; }
-__device__ __forceinline__ void mm_st(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void mm_st(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+/* 16-bit storage: load as fp32, store rounded to nearest even once (gf_ld /
+ * gf_st: half_io.h). */
 
 /* The instance of the statement(s) for the float type `type` (T). */
 #define MM_SWITCH(type, ...)                                                                \
@@ -109,11 +105,11 @@ __global__ void k_mme_epi_t(int act, const float *yf, const T *bias, float beta,
          i += (int64_t)gridDim.x * blockDim.x) {
         float v = yf ? yf[i] : 0.0f;
         if (bias)
-            v = v + beta * mm_ld(bias + nd_off(nd, 0, i));
+            v = v + beta * gf_ld(bias + nd_off(nd, 0, i));
         v = act_f(act, v);
         if (res)
-            v = v + mm_ld(res + nd_off(nd, 1, i));
-        mm_st(y + i, v);
+            v = v + gf_ld(res + nd_off(nd, 1, i));
+        gf_st(y + i, v);
     }
 }
 
@@ -132,7 +128,7 @@ template <typename T> __global__ void k_scale_t(T *y, float beta, int64_t n)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-        mm_st(y + i, beta * mm_ld(y + i));
+        gf_st(y + i, beta * gf_ld(y + i));
 }
 
 extern "C" cudaError_t gf_cu_scale_t(cudaStream_t s, int type, void *y, float beta, int64_t n)
@@ -186,9 +182,9 @@ __global__ void k_mme_grad(int act, int from_y, const T *dy, const T *z, T *dz,
     double acc = 0;
     for (int64_t r = r0; r < r1; r++) {
         int64_t i = r * n + j;
-        float d = mm_ld(dy + i) * act_d(act, from_y, mm_ld(z + i));
+        float d = gf_ld(dy + i) * act_d(act, from_y, gf_ld(z + i));
         acc += (double)d;
-        mm_st(dz + i, d);
+        gf_st(dz + i, d);
     }
     if (part)
         part[blockIdx.y * n + j] = acc;
@@ -269,7 +265,7 @@ __global__ void k_colsum_finish(const double *part, int groups, int64_t n, const
     if (acc_out)
         acc_out[j] = t;
     if (out)
-        mm_st(out + j, (float)((double)scale * t));
+        gf_st(out + j, (float)((double)scale * t));
 }
 
 extern "C" cudaError_t gf_cu_colsum_finish(cudaStream_t s, const double *part, int groups,
