@@ -13,7 +13,7 @@ build=$(cd "${1:?usage: python/run_tests.sh BUILD_DIR}" && pwd)
 [ -e "$build/libgraphfuse.so" ] || { echo "python/run_tests.sh: no $build/libgraphfuse.so (run make)" >&2; exit 1; }
 # Debian's interpreter: its site-packages hold the Debian packages
 py=/usr/bin/python3
-tools/deps.sh python3 python3-venv python3-pip python3-setuptools python3-numpy python3-pytest
+tools/deps.sh python3 python3-venv python3-setuptools python3-wheel python3-numpy python3-pytest
 venv=$(mktemp -d "${TMPDIR:-/tmp}/graphfuse-venv.XXXXXX")
 trap 'rm -rf "$venv"' EXIT INT TERM
 "$py" -m venv --system-site-packages "$venv"
