@@ -45,12 +45,7 @@ static void print_backend(const char *name)
 
 int cmd_backends(int argc, char **argv)
 {
-    if (argc > 0 && (strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0)) {
-        printf("usage: graphfuse backends\n"
-               "lists the backends built in, their devices, and the one --backend auto "
-               "picks\n");
-        return 0;
-    }
+    /* -h / --help: main, from cli/help.c */
     if (argc > 0)
         return cli_usage("backends", "unexpected argument '%s'", argv[0]);
     for (size_t i = 0; gf_backend_name(i); i++)

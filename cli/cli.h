@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "gf_graph.h"
 #include "gf_passes.h"
@@ -16,9 +17,26 @@ enum { EXIT_CHECK = 1, EXIT_INPUT = 2, EXIT_UNSUPPORTED = 3, EXIT_INTERNAL = 4 }
 int cli_exit_code(enum gf_status st);
 /* Prints the library's message (one line) and returns the exit code of st. */
 int cli_fail(enum gf_status st);
-/* Prints "graphfuse: [CMD: ]<fmt with arg> (see graphfuse --help)" and
+/* Prints "graphfuse: [CMD: ]<fmt, args> (see graphfuse [CMD] --help)" and
  * returns EXIT_INPUT; cmd may be NULL. */
-int cli_usage(const char *cmd, const char *fmt, const char *arg);
+int cli_usage(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The one option syntax of every subcommand: an option with a value takes
+ * it as "--opt VALUE" or "--opt=VALUE".  When argv[*i] is option `name`,
+ * returns its value and moves *i onto the argument it used; else NULL, and
+ * *missing is set when argv[*i] is `name` with no value after it. */
+const char *cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing);
+/* For parsers that look options up in tables: the name of option `arg`
+ * ("--opt" of "--opt=VALUE") into name[cap], and the value after '=', else
+ * NULL.  A name too long for cap is cut (and so matches no option). */
+const char *cli_opt_split(const char *arg, char *name, size_t cap);
+/* Whether `arg` asks for help (-h, --help). */
+bool cli_is_help(const char *arg);
+
+/* The help texts (cli/help.c): `graphfuse --help`'s usage, and a command's
+ * synopsis and options (false for an unknown command). */
+void cli_print_usage(FILE *f);
+bool cli_print_command_help(const char *cmd);
 /* "512", "64K", "1.5M", "2G" -> bytes; false when malformed or negative. */
 bool cli_parse_size(const char *s, size_t *out);
 

@@ -1,5 +1,6 @@
 /* Exit codes, messages and option values shared by the subcommands. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +26,46 @@ int cli_fail(enum gf_status st)
     return cli_exit_code(st);
 }
 
-int cli_usage(const char *cmd, const char *fmt, const char *arg)
+int cli_usage(const char *cmd, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "graphfuse: ");
     if (cmd)
         fprintf(stderr, "%s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (see graphfuse --help)\n");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see graphfuse %s%s--help)\n", cmd ? cmd : "", cmd ? " " : "");
+    va_end(ap);
     return EXIT_INPUT;
+}
+
+const char *cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n])
+        return NULL;
+    if (*i + 1 == argc) {
+        *missing = true;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+const char *cli_opt_split(const char *arg, char *name, size_t cap)
+{
+    const char *eq = arg[0] == '-' ? strchr(arg, '=') : NULL;
+    size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+    snprintf(name, cap, "%.*s", (int)n, arg);
+    return eq ? eq + 1 : NULL;
+}
+
+bool cli_is_help(const char *arg)
+{
+    return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0;
 }
 
 bool cli_parse_size(const char *s, size_t *out)

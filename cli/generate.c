@@ -61,36 +61,54 @@ static bool number(const char *s, double lo, double *out)
     return true;
 }
 
+/* -n, --seed, --max-len, --temperature: a number into g. */
+static int number_option(const char *name, const char *v, struct gen *g)
+{
+    bool temp = strcmp(name, "--temperature") == 0;
+    double x;
+    if (!number(v, temp ? 1e-6 : 0, &x))
+        return cli_usage("generate", "%s: bad value '%s' (%s)", name, v,
+                         temp ? "a number > 0" : "a whole number >= 0");
+    if (strcmp(name, "-n") == 0)
+        g->words = (int64_t)x;
+    else if (strcmp(name, "--seed") == 0)
+        g->rng = (uint64_t)x;
+    else if (strcmp(name, "--max-len") == 0)
+        g->max_len = (int64_t)x;
+    else
+        g->temperature = x;
+    return 0;
+}
+
 static int parse_gen(int argc, char **argv, struct gen *g)
 {
-    double v;
+    static const char *const numbers[] = {"-n", "--seed", "--max-len", "--temperature"};
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (a[0] != '-' || !a[1]) {
-            if (g->model)
-                return cli_usage("generate", "more than one model given ('%s')", a);
-            g->model = a;
-        } else if (strcmp(a, "--chars") == 0 && has) {
-            if (!set_chars(g, argv[++i]))
-                return cli_usage("generate", "--chars needs a separator \\n among its characters%s", "");
-        } else if ((strcmp(a, "-n") == 0 || strcmp(a, "--seed") == 0 ||
-                    strcmp(a, "--max-len") == 0 || strcmp(a, "--temperature") == 0) && has) {
-            if (!number(argv[++i], strcmp(a, "--temperature") == 0 ? 1e-6 : 0, &v))
-                return cli_usage("generate", "bad value for %s", a);
-            if (strcmp(a, "-n") == 0)
-                g->words = (int64_t)v;
-            else if (strcmp(a, "--seed") == 0)
-                g->rng = (uint64_t)v;
-            else if (strcmp(a, "--max-len") == 0)
-                g->max_len = (int64_t)v;
-            else
-                g->temperature = v;
-        } else {
-            return cli_usage("generate", has || a[1] != '-' ? "unknown option '%s'" : "%s needs a value", a);
+        const char *a = argv[i], *v;
+        bool missing = false;
+        int rc = -1;
+        if ((v = cli_opt_value(argc, argv, &i, "--chars", &missing))) {
+            if (!set_chars(g, v))
+                return cli_usage("generate", "--chars needs a separator \\n among its "
+                                 "characters");
+            continue;
         }
+        for (size_t k = 0; rc < 0 && !missing && k < 4; k++)
+            if ((v = cli_opt_value(argc, argv, &i, numbers[k], &missing)))
+                rc = number_option(numbers[k], v, g);
+        if (rc > 0)
+            return rc;
+        if (rc == 0)
+            continue;
+        if (missing)
+            return cli_usage("generate", "%s needs a value", a);
+        if (a[0] == '-' && a[1])
+            return cli_usage("generate", "unknown option '%s'", a);
+        if (g->model)
+            return cli_usage("generate", "more than one model given ('%s')", a);
+        g->model = a;
     }
-    return g->model ? 0 : cli_usage("generate", "no model given%s", "");
+    return g->model ? 0 : cli_usage("generate", "no model given");
 }
 
 static uint64_t next_random(uint64_t *s)

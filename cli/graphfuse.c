@@ -147,13 +147,13 @@ static int cmd_info(int argc, char **argv)
     const char *path = NULL;
     for (int i = 0; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1])
-            return cli_usage(NULL, "info: unknown option '%s'", argv[i]);
+            return cli_usage("info", "unknown option '%s'", argv[i]);
         if (path)
-            return cli_usage(NULL, "info: more than one model given ('%s')", argv[i]);
+            return cli_usage("info", "more than one model given ('%s')", argv[i]);
         path = argv[i];
     }
     if (!path)
-        return cli_usage(NULL, "info: no model given%s", "");
+        return cli_usage("info", "no model given");
     struct gf_model *m;
     enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
@@ -197,21 +197,20 @@ static int cmd_dump(int argc, char **argv)
 {
     const char *path = NULL, *out = NULL, *format = "text";
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--format") == 0 || strcmp(a, "-f") == 0) {
-            if (++i == argc)
-                return cli_usage(NULL, "dump: %s needs a value", a);
-            format = argv[i];
-        } else if (strncmp(a, "--format=", 9) == 0) {
-            format = a + 9;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (++i == argc)
-                return cli_usage(NULL, "dump: %s needs a file name", a);
-            out = argv[i];
+        const char *a = argv[i], *v;
+        bool missing = false;
+        if ((v = cli_opt_value(argc, argv, &i, "--format", &missing)) ||
+            (v = cli_opt_value(argc, argv, &i, "-f", &missing))) {
+            format = v;
+        } else if ((v = cli_opt_value(argc, argv, &i, "-o", &missing)) ||
+                   (v = cli_opt_value(argc, argv, &i, "--output", &missing))) {
+            out = v;
+        } else if (missing) {
+            return cli_usage("dump", "%s needs a value", a);
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage(NULL, "dump: unknown option '%s'", a);
+            return cli_usage("dump", "unknown option '%s'", a);
         } else if (path) {
-            return cli_usage(NULL, "dump: more than one model given ('%s')", a);
+            return cli_usage("dump", "more than one model given ('%s')", a);
         } else {
             path = a;
         }
@@ -224,9 +223,9 @@ static int cmd_dump(int argc, char **argv)
     else if (strcmp(format, "json") == 0)
         fmt = GF_DUMP_JSON;
     else
-        return cli_usage(NULL, "dump: unknown format '%s' (text, dot or json)", format);
+        return cli_usage("dump", "--format: unknown format '%s' (text, dot or json)", format);
     if (!path)
-        return cli_usage(NULL, "dump: no model given%s", "");
+        return cli_usage("dump", "no model given");
     struct gf_model *m;
     enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
@@ -275,31 +274,34 @@ static int cmd_convert(int argc, char **argv)
     struct gf_save_opts so = {0};
     bool infer = false;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            if (++i == argc)
-                return cli_usage(NULL, "convert: %s needs a file name", a);
-            out = argv[i];
+        const char *a = argv[i], *v;
+        bool missing = false;
+        if ((v = cli_opt_value(argc, argv, &i, "-o", &missing)) ||
+            (v = cli_opt_value(argc, argv, &i, "--output", &missing))) {
+            out = v;
         } else if (strcmp(a, "--external-data") == 0) {
             so.external_data = true;
-        } else if (strncmp(a, "--external-threshold=", 21) == 0) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--external-threshold", &missing))) {
             char *end;
-            long long v = strtoll(a + 21, &end, 10);
-            if (*end || v <= 0)
-                return cli_usage(NULL, "convert: bad threshold '%s'", a + 21);
-            so.external_threshold = (size_t)v;
+            long long t = strtoll(v, &end, 10);
+            if (*end || end == v || t <= 0)
+                return cli_usage("convert", "--external-threshold: bad size '%s' (bytes, 1 "
+                                 "or more)", v);
+            so.external_threshold = (size_t)t;
+        } else if (missing) {
+            return cli_usage("convert", "%s needs a value", a);
         } else if (strcmp(a, "--infer-shapes") == 0) {
             infer = true;
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage(NULL, "convert: unknown option '%s'", a);
+            return cli_usage("convert", "unknown option '%s'", a);
         } else if (path) {
-            return cli_usage(NULL, "convert: more than one model given ('%s')", a);
+            return cli_usage("convert", "more than one model given ('%s')", a);
         } else {
             path = a;
         }
     }
     if (!path || !out)
-        return cli_usage(NULL, "convert: needs MODEL and -o OUT%s", "");
+        return cli_usage("convert", "needs MODEL and -o OUT");
     struct gf_model *m;
     enum gf_status st = gf_model_load(path, NULL, &m);
     if (st != GF_OK)
@@ -346,12 +348,12 @@ static int add_disabled(struct optimize_args *a, const char *list)
     char *copy = strdup(list), *save = NULL;
     if (!copy || a->n_lists == 64) {
         free(copy);
-        return cli_usage(NULL, "optimize: too many --disable options%s", "");
+        return cli_usage("optimize", "too many --disable options");
     }
     a->lists[a->n_lists++] = copy;
     for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!gf_fuse_pattern_known(t)) {
-            fprintf(stderr, "graphfuse: optimize: unknown pattern '%s' in --disable (patterns: ",
+            fprintf(stderr, "graphfuse: optimize: --disable: unknown pattern '%s' (patterns: ",
                     t);
             list_patterns(stderr);
             fprintf(stderr, ")\n");
@@ -363,71 +365,54 @@ static int add_disabled(struct optimize_args *a, const char *list)
     return 0;
 }
 
-/* Value of option argv[*i] ("--opt V" or "--opt=V"), or NULL if not it. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing)
-{
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n])
-        return NULL;
-    if (*i + 1 == argc) {
-        *missing = true;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
 static int parse_optimize(int argc, char **argv, struct optimize_args *a)
 {
     for (int i = 0; i < argc; i++) {
         bool missing = false;
         const char *v;
         int rc;
-        if ((v = opt_value(argc, argv, &i, "-o", &missing)) ||
-            (v = opt_value(argc, argv, &i, "--output", &missing))) {
+        if ((v = cli_opt_value(argc, argv, &i, "-o", &missing)) ||
+            (v = cli_opt_value(argc, argv, &i, "--output", &missing))) {
             a->out = v;
-        } else if ((v = opt_value(argc, argv, &i, "--target", &missing))) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--target", &missing))) {
             if (!gf_fuse_target_parse(v, &a->target))
-                return cli_usage(NULL, "optimize: unknown target '%s' (graphfuse, ort or onnx)", v);
-        } else if ((v = opt_value(argc, argv, &i, "--disable", &missing))) {
+                return cli_usage("optimize", "--target: unknown target '%s' (graphfuse, ort or onnx)", v);
+        } else if ((v = cli_opt_value(argc, argv, &i, "--disable", &missing))) {
             if ((rc = add_disabled(a, v)) != 0)
                 return rc;
-        } else if ((v = opt_value(argc, argv, &i, "--enable", &missing))) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--enable", &missing))) {
             if (!gf_fuse_pattern_opt_in(v))
-                return cli_usage(NULL, "optimize: '%s' is not an opt-in pattern (attention)", v);
+                return cli_usage("optimize", "--enable: '%s' is not an opt-in pattern (attention)", v);
             if (a->n_enabled < 8)
                 a->enabled[a->n_enabled++] = v;
-        } else if ((v = opt_value(argc, argv, &i, "--precision", &missing))) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--precision", &missing))) {
             if (!gf_precision_parse(v, &a->precision))
-                return cli_usage(NULL, "optimize: unknown precision '%s' (fp32, tf32, bf16 "
+                return cli_usage("optimize", "--precision: unknown precision '%s' (fp32, tf32, bf16 "
                                  "or fp16)", v);
-        } else if ((v = opt_value(argc, argv, &i, "--report", &missing))) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--report", &missing))) {
             if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0)
-                return cli_usage(NULL, "optimize: unknown report format '%s' (text or json)", v);
+                return cli_usage("optimize", "--report: unknown report format '%s' (text or json)", v);
             a->report = v;
-        } else if ((v = opt_value(argc, argv, &i, "--explain", &missing))) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--explain", &missing))) {
             if (!gf_fuse_pattern_known(v))
-                return cli_usage(NULL, "optimize: unknown pattern '%s' to explain", v);
+                return cli_usage("optimize", "--explain: unknown pattern '%s'", v);
             a->explain = v;
-        } else if ((v = opt_value(argc, argv, &i, "--drop-output", &missing))) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--drop-output", &missing))) {
             if (a->n_drops == 64)
-                return cli_usage(NULL, "optimize: too many --drop-output options%s", "");
+                return cli_usage("optimize", "too many --drop-output options");
             a->drops[a->n_drops++] = v;
         } else if (missing) {
-            return cli_usage(NULL, "optimize: %s needs a value", argv[i]);
+            return cli_usage("optimize", "%s needs a value", argv[i]);
         } else if (argv[i][0] == '-' && argv[i][1]) {
-            return cli_usage(NULL, "optimize: unknown option '%s'", argv[i]);
+            return cli_usage("optimize", "unknown option '%s'", argv[i]);
         } else if (a->path) {
-            return cli_usage(NULL, "optimize: more than one model given ('%s')", argv[i]);
+            return cli_usage("optimize", "more than one model given ('%s')", argv[i]);
         } else {
             a->path = argv[i];
         }
     }
     if (!a->path || !a->out)
-        return cli_usage(NULL, "optimize: needs MODEL and -o OUT%s", "");
+        return cli_usage("optimize", "needs MODEL and -o OUT");
     return 0;
 }
 
@@ -484,53 +469,43 @@ static int cmd_optimize(int argc, char **argv)
 /* ---- run ------------------------------------------------------------------- */
 
 
-/* Parses the options shared by run and test; returns -1 when `a` is not one,
- * else the number of arguments consumed (1 or 2), or -2 on a bad value. */
-static int exec_option(int argc, char **argv, int i, struct gf_exec_opts *o,
+/* Parses the options shared by run and test at argv[*i], moving *i onto
+ * the last argument used; returns 1 when it was one, 0 when not, or an exit
+ * code (>= 2) after a usage message. */
+static int exec_option(const char *cmd, int argc, char **argv, int *i, struct gf_exec_opts *o,
                        enum gf_precision *prec)
 {
-    const char *a = argv[i];
-    if (strcmp(a, "--precision") == 0) {
-        if (i + 1 >= argc || !gf_precision_parse(argv[i + 1], prec)) {
-            cli_usage(NULL, "--precision needs fp32, tf32, bf16 or fp16%s", "");
-            return -2;
-        }
-        return 2;
-    }
+    const char *a = argv[*i], *v;
+    bool missing = false;
     if (strcmp(a, "--profile") == 0 || strcmp(a, "--autotune") == 0) {
         *(a[2] == 'p' ? &o->profile : &o->autotune) = true;
-        return 1;
-    }
-    if (strcmp(a, "--no-cuda-graph") == 0) {
+    } else if (strcmp(a, "--no-cuda-graph") == 0) {
         o->no_cuda_graph = true;
-        return 1;
-    }
-    if (strcmp(a, "--backend") != 0 && strcmp(a, "--device") != 0 &&
-        strcmp(a, "--threads") != 0 && strcmp(a, "--max-memory") != 0 &&
-        strcmp(a, "--tune-cache") != 0)
-        return -1;
-    if (i + 1 >= argc) {
-        cli_usage(NULL, "%s needs a value", a);
-        return -2;
-    }
-    const char *v = argv[i + 1];
-    if (strcmp(a, "--backend") == 0) {
+    } else if ((v = cli_opt_value(argc, argv, i, "--precision", &missing))) {
+        if (!gf_precision_parse(v, prec))
+            return cli_usage(cmd, "--precision: unknown precision '%s' (fp32, tf32, bf16 or "
+                             "fp16)", v);
+    } else if ((v = cli_opt_value(argc, argv, i, "--backend", &missing))) {
         o->backend = v;
-    } else if (strcmp(a, "--device") == 0) {
+    } else if ((v = cli_opt_value(argc, argv, i, "--device", &missing))) {
         o->device = v;
-    } else if (strcmp(a, "--tune-cache") == 0) {
+    } else if ((v = cli_opt_value(argc, argv, i, "--tune-cache", &missing))) {
         o->tune_cache = v;
-    } else if (strcmp(a, "--threads") == 0) {
-        o->n_threads = atoi(v);
-        if (o->n_threads <= 0) {
-            cli_usage(NULL, "bad thread count '%s'", v);
-            return -2;
-        }
-    } else if (!cli_parse_size(v, &o->max_memory)) {
-        cli_usage(NULL, "bad memory size '%s' (e.g. 512M)", v);
-        return -2;
+    } else if ((v = cli_opt_value(argc, argv, i, "--threads", &missing))) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (end == v || *end || n < 1 || n > 1024)
+            return cli_usage(cmd, "--threads: bad thread count '%s' (1 or more)", v);
+        o->n_threads = (int)n;
+    } else if ((v = cli_opt_value(argc, argv, i, "--max-memory", &missing))) {
+        if (!cli_parse_size(v, &o->max_memory))
+            return cli_usage(cmd, "--max-memory: bad memory size '%s' (e.g. 512M)", v);
+    } else if (missing) {
+        return cli_usage(cmd, "%s needs a value", a);
+    } else {
+        return 0;
     }
-    return 2;
+    return 1;
 }
 
 static void print_tensor_summary(const struct gf_tensor *t)
@@ -569,48 +544,50 @@ static int cmd_run(int argc, char **argv)
     struct gf_exec_opts o = {0};
     enum gf_precision prec = GF_PRECISION_FP32;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int used = exec_option(argc, argv, i, &o, &prec);
-        if (used == -2)
-            return EXIT_INPUT;
-        if (used > 0) {
-            i += used - 1;
+        const char *a = argv[i], *v;
+        bool missing = false;
+        int used = exec_option("run", argc, argv, &i, &o, &prec);
+        if (used > 1)
+            return used;
+        if (used) {
+            continue;
         } else if (strcmp(a, "--fuse") == 0) {
             fuse = true;
-        } else if (strcmp(a, "--repeat") == 0) {
-            char *end = NULL;
-            long r = ++i < argc ? strtol(argv[i], &end, 10) : 0;
-            if (i == argc || !end || *end || r < 1 || r > 1000000)
-                return cli_usage(NULL, "run: %s needs a count >= 1", a);
+        } else if ((v = cli_opt_value(argc, argv, &i, "--repeat", &missing))) {
+            char *end;
+            long r = strtol(v, &end, 10);
+            if (end == v || *end || r < 1 || r > 1000000)
+                return cli_usage("run", "--repeat: bad count '%s' (1 or more)", v);
             repeat = (int)r;
-        } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
-            if (++i == argc || !strchr(argv[i], '='))
-                return cli_usage(NULL, "run: %s needs NAME=FILE.pb", a);
+        } else if ((v = cli_opt_value(argc, argv, &i, "--input", &missing)) ||
+                   (v = cli_opt_value(argc, argv, &i, "-i", &missing))) {
+            if (!strchr(v, '='))
+                return cli_usage("run", "%s: bad input '%s' (want NAME=FILE.pb)", a, v);
             if (ia.n_specs == 64)
-                return cli_usage(NULL, "run: too many inputs%s", "");
-            ia.specs[ia.n_specs++] = argv[i];
+                return cli_usage("run", "%s: too many inputs", a);
+            ia.specs[ia.n_specs++] = v;
         } else if (strcmp(a, "--random-inputs") == 0) {
             ia.random = true;
-        } else if (strcmp(a, "--dim") == 0) {
-            if (++i == argc || ia.n_dims == 64)
-                return cli_usage(NULL, "run: %s needs NAME=SIZE", a);
-            if (!cli_parse_dim(argv[i], &ia.dims[ia.n_dims++]))
-                return cli_usage(NULL, "run: bad --dim '%s' (want NAME=SIZE, e.g. seq=256)",
-                                 argv[i]);
-        } else if (strcmp(a, "--output-dir") == 0) {
-            if (++i == argc)
-                return cli_usage(NULL, "run: %s needs a folder", a);
-            outdir = argv[i];
+        } else if ((v = cli_opt_value(argc, argv, &i, "--dim", &missing))) {
+            if (ia.n_dims == 64)
+                return cli_usage("run", "--dim: too many dims");
+            if (!cli_parse_dim(v, &ia.dims[ia.n_dims++]))
+                return cli_usage("run", "--dim: bad value '%s' (want NAME=SIZE, e.g. seq=256)",
+                                 v);
+        } else if ((v = cli_opt_value(argc, argv, &i, "--output-dir", &missing))) {
+            outdir = v;
+        } else if (missing) {
+            return cli_usage("run", "%s needs a value", a);
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage(NULL, "run: unknown option '%s'", a);
+            return cli_usage("run", "unknown option '%s'", a);
         } else if (path) {
-            return cli_usage(NULL, "run: more than one model given ('%s')", a);
+            return cli_usage("run", "more than one model given ('%s')", a);
         } else {
             path = a;
         }
     }
     if (!path)
-        return cli_usage(NULL, "run: no model given%s", "");
+        return cli_usage("run", "no model given");
     struct gf_model *m;
     enum gf_status st = gf_model_load(path, NULL, &m);
     if (st != GF_OK)
@@ -801,29 +778,35 @@ static int cmd_test(int argc, char **argv)
     const char *dirs[4096];
     int n_dirs = 0;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        int used = exec_option(argc, argv, i, &o, &prec);
-        if (used == -2)
-            return EXIT_INPUT;
-        if (used > 0) {
-            i += used - 1;
-        } else if (strcmp(a, "--rtol") == 0 || strcmp(a, "--atol") == 0) {
+        const char *a = argv[i], *v;
+        bool missing = false, is_atol = false;
+        int used = exec_option("test", argc, argv, &i, &o, &prec);
+        if (used > 1)
+            return used;
+        if (used) {
+            continue;
+        } else if ((v = cli_opt_value(argc, argv, &i, "--rtol", &missing)) ||
+                   (is_atol = true, v = cli_opt_value(argc, argv, &i, "--atol", &missing))) {
             char *end;
-            if (++i == argc || (strtod(argv[i], &end), *end) || strtod(argv[i], NULL) < 0)
-                return cli_usage(NULL, "test: %s needs a non-negative number", a);
-            *(strcmp(a, "--rtol") == 0 ? &rtol : &atol) = strtod(argv[i], NULL);
+            double t = strtod(v, &end);
+            if (end == v || *end || !(t >= 0))
+                return cli_usage("test", "%s: bad tolerance '%s' (a number >= 0)",
+                                 is_atol ? "--atol" : "--rtol", v);
+            *(is_atol ? &atol : &rtol) = t;
+        } else if (missing) {
+            return cli_usage("test", "%s needs a value", a);
         } else if (strcmp(a, "--by-op") == 0) {
             by_op = true;
         } else if (strcmp(a, "--fuse") == 0) {
             fuse = true;
         } else if (a[0] == '-' && a[1]) {
-            return cli_usage(NULL, "test: unknown option '%s'", a);
+            return cli_usage("test", "unknown option '%s'", a);
         } else if (n_dirs < 4096) {
             dirs[n_dirs++] = a;
         }
     }
     if (!n_dirs)
-        return cli_usage(NULL, "test: no test folder given%s", "");
+        return cli_usage("test", "no test folder given");
     for (int i = 0; i < n_dirs; i++) {
         struct stat sb;
         if (stat(dirs[i], &sb) != 0 || !S_ISDIR(sb.st_mode))
@@ -852,71 +835,6 @@ static int cmd_test(int argc, char **argv)
 
 /* ---- main ----------------------------------------------------------------- */
 
-static const char usage[] =
-    "usage: graphfuse COMMAND [ARGS]\n"
-    "\n"
-    "commands:\n"
-    "  info MODEL                      producer, opsets, inputs/outputs, op histogram,\n"
-    "                                  parameters, external-data files\n"
-    "  dump MODEL [--format text|dot|json] [-o FILE]\n"
-    "                                  the graph, one line per node / Graphviz / JSON\n"
-    "  optimize MODEL -o OUT [--target graphfuse|ort|onnx] [--disable P1,P2]\n"
-    "      [--report text|json] [--explain PATTERN] [--drop-output NAME]\n"
-    "      [--enable attention] [--precision fp32|tf32|bf16|fp16]\n"
-    "                                  cleanup and fusion (patterns below); writes\n"
-    "                                  OUT atomically and prints op counts before /\n"
-    "                                  after and hits per pattern; --explain tells\n"
-    "                                  where PATTERN stopped at each candidate node\n"
-    "  run MODEL [--input NAME=FILE.pb]... [--random-inputs] [--output-dir DIR]\n"
-    "      [--backend cpu|cuda|opencl|auto] [--device NAME] [--threads N] [--profile]\n"
-    "      [--max-memory SIZE] [--fuse] [--dim NAME=SIZE (run --random-inputs)]\n"
-    "      [--tune-cache FILE] [--autotune] [--repeat N] [--no-cuda-graph]\n"
-    "      [--precision fp32|tf32|bf16|fp16]\n"
-    "                                  run the graph; outputs summarized and written\n"
-    "                                  as output_K.pb into DIR; --fuse optimizes\n"
-    "                                  the model in memory first; kernels tuned by\n"
-    "                                  `tune` are used, --autotune tunes missing ones;\n"
-    "                                  --repeat: N runs (outputs, profile: the last;\n"
-    "                                  on CUDA the 2nd captures a CUDA Graph, later\n"
-    "                                  ones replay it; --no-cuda-graph: never);\n"
-    "                                  --precision: autocast's policy as a pass before\n"
-    "                                  fusion (docs/precision.md)\n"
-    "  test DIR... [--rtol R] [--atol A] [--by-op] [--fuse] [run options]\n"
-    "                                  ONNX backend-test folders (model.onnx +\n"
-    "                                  test_data_set_*): PASS / FAIL / UNSUPPORTED\n"
-    "  convert MODEL -o OUT [--external-data] [--external-threshold=BYTES]\n"
-    "          [--infer-shapes]        rewrite a model (atomically); with\n"
-    "                                  --external-data, initializers of BYTES (1024)\n"
-    "                                  or more go to the side file OUT.data\n"
-    "  train MODEL (--data DIR | --tokens FILE --batch B --seq T) [options]\n"
-    "      [--list-params] [--untie NAME[,NAME...]|all] [--disable P1,P2] [--precision bf16]\n"
-    "      [-o OUT.onnx] [--save-safetensors FILE] [--checkpoint FILE] [--resume CKPT]\n"
-    "                                  train (SGD / AdamW; every option: README.md,\n"
-    "                                  \"graphfuse train\"); --list-params: which\n"
-    "                                  initializers are trained (no data needed);\n"
-    "                                  --untie: parameters the exporter merged, trained\n"
-    "                                  apart; --disable: fusion patterns left out;\n"
-    "                                  Ctrl-C saves and exits 130\n"
-    "  export-weights MODEL|CHECKPOINT -o FILE.safetensors [--list]\n"
-    "                                  the parameters by PyTorch name and layout\n"
-    "                                  (load_state_dict takes the file)\n"
-    "  generate MODEL [--chars S] [-n N] [--seed S]   sample words from a character model\n"
-    "  backends                        the backends built in, their devices, and the\n"
-    "                                  one --backend auto picks\n"
-    "  tune MODEL [--backend B] [--device NAME] [--dim NAME=SIZE]... [--tune-cache FILE]\n"
-    "      [--input NAME=FILE.pb]... [--tune-budget N] [--repeats N] [--force] [--fuse]\n"
-    "      [--with-cpu]                time kernels and knob values per node of the plan\n"
-    "                                  run makes for these inputs (random, else the\n"
-    "                                  files); cache the fastest correct ones (run\n"
-    "                                  uses the cache)\n"
-    "\n"
-    "options:\n"
-    "  -h, --help                      this help\n"
-    "  -V, --version                   print the version\n"
-    "\n"
-    "exit codes: 0 success, 1 a failed check, 2 bad usage or bad input,\n"
-    "            3 unsupported feature, 4 internal error, 130 train interrupted\n";
-
 int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
 int cmd_backends(int argc, char **argv), cmd_tune(int argc, char **argv);
 int cmd_export_weights(int argc, char **argv);
@@ -936,18 +854,37 @@ static const struct {
     {"export-weights", cmd_export_weights},            /* cli/weights.c */
 };
 
+static void print_patterns(void)
+{
+    printf("\nfusion patterns (optimize --disable / --explain): ");
+    list_patterns(stdout);
+    printf("\n");
+}
+
+/* COMMAND -h / --help anywhere among its arguments: its help, exit 0. */
+static bool command_help(const char *cmd, int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (cli_is_help(argv[i]) && cli_print_command_help(cmd)) {
+            if (strcmp(cmd, "optimize") == 0)
+                print_patterns();
+            return true;
+        }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fputs(usage, stderr);
+        cli_print_usage(stderr);
         return EXIT_INPUT;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
-        fputs(usage, stdout);
-        printf("\nfusion patterns (optimize --disable / --explain): ");
-        list_patterns(stdout);
-        printf("\n");
+    if (cli_is_help(cmd) || strcmp(cmd, "help") == 0) {
+        if (argc > 2 && cli_print_command_help(argv[2])) /* graphfuse help COMMAND */
+            return 0;
+        cli_print_usage(stdout);
+        print_patterns();
         return 0;
     }
     if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
@@ -955,7 +892,10 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (strcmp(cmd, commands[i].name) == 0)
+        if (strcmp(cmd, commands[i].name) == 0) {
+            if (command_help(cmd, argc - 2, argv + 2))
+                return 0;
             return commands[i].run(argc - 2, argv + 2);
+        }
     return cli_usage(NULL, "unknown command '%s'", cmd);
 }

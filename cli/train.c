@@ -172,29 +172,29 @@ static int other_option(const char *a, const char *v, struct train_args *t, bool
     *known = true;
     if (strcmp(a, "--accumulate") == 0) {
         if (!to_int64(v, 1, &n) || n > INT_MAX)
-            return cli_usage("train", "--accumulate needs a whole number >= 1, not '%s'", v);
+            return cli_usage("train", "--accumulate: bad count '%s' (1 or more)", v);
         t->to.accumulate = (int)n;
     } else if (strcmp(a, "--seed") == 0) {
         if (!to_int64(v, 0, &n))
-            return cli_usage("train", "bad seed '%s'", v);
+            return cli_usage("train", "--seed: bad seed '%s' (a whole number >= 0)", v);
         t->tk.seed = (uint64_t)n;
     } else if (strcmp(a, "--threads") == 0) {
         if (!to_int64(v, 1, &n) || n > 1024)
-            return cli_usage("train", "bad thread count '%s'", v);
+            return cli_usage("train", "--threads: bad thread count '%s' (1 or more)", v);
         t->to.exec.n_threads = (int)n;
     } else if (strcmp(a, "--max-memory") == 0) {
         if (!cli_parse_size(v, &t->to.exec.max_memory))
-            return cli_usage("train", "bad memory size '%s' (e.g. 512M)", v);
+            return cli_usage("train", "--max-memory: bad memory size '%s' (e.g. 512M)", v);
     } else if (strcmp(a, "--schedule") == 0) {
         if (strcmp(v, "constant") == 0)
             t->to.schedule = GF_LR_CONSTANT;
         else if (strcmp(v, "cosine") == 0)
             t->to.schedule = GF_LR_COSINE;
         else
-            return cli_usage("train", "unknown schedule '%s' (constant or cosine)", v);
+            return cli_usage("train", "--schedule: unknown schedule '%s' (constant or cosine)", v);
     } else if (strcmp(a, "--token-bytes") == 0) {
         if (!to_int64(v, 2, &n) || (n != 2 && n != 4))
-            return cli_usage("train", "--token-bytes is 2 or 4, not '%s'", v);
+            return cli_usage("train", "--token-bytes: bad value '%s' (2 or 4)", v);
         t->tk.token_bytes = (int)n;
     } else {
         *known = strcmp(a, "--optimizer") == 0; /* read first, by parse_args */
@@ -212,10 +212,11 @@ static int value_option(const char *a, const char *v, struct train_args *t, bool
     if (string_option(a, v, t))
         return 0;
     if ((r = real_option(a, t)))
-        return to_double(v, r) ? 0 : cli_usage("train", "%s needs a number", a);
+        return to_double(v, r) ? 0 : cli_usage("train", "%s: bad number '%s'", a, v);
     if ((ip = int_option(a, t, &lo))) {
         if (!to_int64(v, lo, &n))
-            return cli_usage("train", "%s needs a whole number", a);
+            return cli_usage("train", "%s: bad value '%s' (a whole number >= %lld)", a, v,
+                             (long long)lo);
         *ip = n;
         return 0;
     }
@@ -227,12 +228,12 @@ static int pick_optimizer(int argc, char **argv, struct train_args *t)
 {
     enum gf_optim_kind kind = GF_OPTIM_SGD;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--optimizer") != 0)
-            continue;
-        if (i + 1 == argc)
-            return cli_usage("train", "%s needs a value", argv[i]);
-        if (!gf_optim_parse(argv[i + 1], &kind))
-            return cli_usage("train", "unknown optimizer '%s' (sgd or adamw)", argv[i + 1]);
+        bool missing = false;
+        const char *v = cli_opt_value(argc, argv, &i, "--optimizer", &missing);
+        if (missing)
+            return cli_usage("train", "--optimizer needs a value");
+        if (v && !gf_optim_parse(v, &kind))
+            return cli_usage("train", "--optimizer: unknown optimizer '%s' (sgd or adamw)", v);
     }
     gf_trainer_opts_init(&t->to, kind);
     t->to.steps = 100;
@@ -245,16 +246,20 @@ static int parse_args(int argc, char **argv, struct train_args *t)
     int rc = pick_optimizer(argc, argv, t);
     for (int i = 0; rc == 0 && i < argc; i++) {
         const char *a = argv[i];
+        char name[64];
+        const char *v = cli_opt_split(a, name, sizeof(name)); /* --name=VALUE */
         bool known;
         if (a[0] != '-' || !a[1]) {
             if (t->model)
                 return cli_usage("train", "more than one model given ('%s')", a);
             t->model = a;
-        } else if (is_flag(a)) {
-            flag_option(a, t);
-        } else if (i + 1 == argc) {
+        } else if (is_flag(name)) {
+            if (v)
+                return cli_usage("train", "%s takes no value", name);
+            flag_option(name, t);
+        } else if (!v && i + 1 == argc) {
             return cli_usage("train", "%s needs a value", a);
-        } else if ((rc = value_option(a, argv[++i], t, &known)) == 0 && !known) {
+        } else if ((rc = value_option(name, v ? v : argv[++i], t, &known)) == 0 && !known) {
             return cli_usage("train", "unknown option '%s'", a);
         }
     }
@@ -265,15 +270,15 @@ static int parse_args(int argc, char **argv, struct train_args *t)
 static int check_args(struct train_args *t)
 {
     if (!t->model)
-        return cli_usage("train", "no model given%s", "");
+        return cli_usage("train", "no model given");
     if (!t->data == !t->tokens && !(t->list_params && !t->data && !t->tokens))
-        return cli_usage("train", "give the training data: --data DIR or --tokens FILE%s", "");
+        return cli_usage("train", "give the training data: --data DIR or --tokens FILE");
     if (t->tokens && (!t->tk.batch || !t->tk.seq))
-        return cli_usage("train", "--tokens needs --batch B and --seq T%s", "");
+        return cli_usage("train", "--tokens needs --batch B and --seq T");
     if (!t->tokens && (t->tk.batch || t->tk.seq || t->tk.token_bytes))
-        return cli_usage("train", "--batch, --seq and --token-bytes go with --tokens%s", "");
+        return cli_usage("train", "--batch, --seq and --token-bytes go with --tokens");
     if (t->ckpt_every && !t->ckpt && !t->out)
-        return cli_usage("train", "--checkpoint-every needs --checkpoint FILE (or -o OUT)%s", "");
+        return cli_usage("train", "--checkpoint-every needs --checkpoint FILE (or -o OUT)");
     if (t->ckpt_every && !t->ckpt) {
         size_t n = strlen(t->out);
         if (n > 5 && strcmp(t->out + n - 5, ".onnx") == 0)
@@ -282,7 +287,7 @@ static int check_args(struct train_args *t)
         t->ckpt = t->ckpt_buf;
     }
     if (t->to.optim.nesterov && t->to.optim.kind != GF_OPTIM_SGD)
-        return cli_usage("train", "--nesterov goes with --optimizer sgd%s", "");
+        return cli_usage("train", "--nesterov goes with --optimizer sgd");
     return 0;
 }
 
@@ -437,7 +442,7 @@ static int setup(struct train_args *a, struct run *r)
 {
     enum gf_precision prec = GF_PRECISION_FP32;
     if (a->precision && !gf_precision_parse(a->precision, &prec))
-        return cli_usage("train", "unknown precision '%s' (fp32, tf32, bf16 or fp16)",
+        return cli_usage("train", "--precision: unknown precision '%s' (fp32, tf32, bf16 or fp16)",
                          a->precision);
     a->to.precision = prec; /* the trainer's copy only: -o keeps the fp32 graph */
     enum gf_status st = gf_model_load(a->model, NULL, &r->m);

@@ -37,37 +37,45 @@ struct row {
     bool failed;
 };
 
+/* --tune-budget, --repeats: a count from 1 to 100000 into *out. */
+static int count_option(const char *name, const char *v, int *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (*end || end == v || n < 1 || n > 100000)
+        return cli_usage("tune", "%s: bad count '%s' (1 to 100000)", name, v);
+    *out = (int)n;
+    return 0;
+}
+
 static int parse(int argc, char **argv, struct tune_args *a)
 {
     for (int i = 0; i < argc; i++) {
-        const char *s = argv[i];
-        bool input = strcmp(s, "--input") == 0 || strcmp(s, "-i") == 0;
-        bool value = strcmp(s, "--backend") == 0 || strcmp(s, "--device") == 0 ||
-                     strcmp(s, "--tune-cache") == 0 || strcmp(s, "--dim") == 0 ||
-                     strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0 || input;
-        if (value && i + 1 == argc)
-            return cli_usage("tune", "%s needs a value", s);
-        const char *v = value ? argv[++i] : NULL;
-        if (strcmp(s, "--backend") == 0) {
+        const char *s = argv[i], *v;
+        bool missing = false;
+        struct cli_inputs *in = &a->inputs;
+        int rc = 0;
+        if ((v = cli_opt_value(argc, argv, &i, "--backend", &missing))) {
             a->backend = v;
-        } else if (strcmp(s, "--device") == 0) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--device", &missing))) {
             a->device = v;
-        } else if (strcmp(s, "--tune-cache") == 0) {
+        } else if ((v = cli_opt_value(argc, argv, &i, "--tune-cache", &missing))) {
             a->cache = v;
-        } else if (strcmp(s, "--dim") == 0) {
-            struct cli_inputs *in = &a->inputs;
+        } else if ((v = cli_opt_value(argc, argv, &i, "--dim", &missing))) {
             if (in->n_dims == 64 || !cli_parse_dim(v, &in->dims[in->n_dims++]))
-                return cli_usage("tune", "bad --dim '%s' (want NAME=SIZE, e.g. seq=256)", v);
-        } else if (input) {
-            if (!strchr(v, '=') || a->inputs.n_specs == 64)
-                return cli_usage("tune", "bad --input '%s' (want NAME=FILE.pb)", v);
-            a->inputs.specs[a->inputs.n_specs++] = v;
-        } else if (strcmp(s, "--tune-budget") == 0 || strcmp(s, "--repeats") == 0) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 1 || n > 100000)
-                return cli_usage("tune", "bad count '%s'", v);
-            *(s[2] == 't' ? &a->opts.budget : &a->opts.repeats) = (int)n;
+                return cli_usage("tune", "--dim: bad value '%s' (want NAME=SIZE, e.g. seq=256)",
+                                 v);
+        } else if ((v = cli_opt_value(argc, argv, &i, "--input", &missing)) ||
+                   (v = cli_opt_value(argc, argv, &i, "-i", &missing))) {
+            if (!strchr(v, '=') || in->n_specs == 64)
+                return cli_usage("tune", "%s: bad input '%s' (want NAME=FILE.pb)", s, v);
+            in->specs[in->n_specs++] = v;
+        } else if ((v = cli_opt_value(argc, argv, &i, "--tune-budget", &missing))) {
+            rc = count_option("--tune-budget", v, &a->opts.budget);
+        } else if ((v = cli_opt_value(argc, argv, &i, "--repeats", &missing))) {
+            rc = count_option("--repeats", v, &a->opts.repeats);
+        } else if (missing) {
+            return cli_usage("tune", "%s needs a value", s);
         } else if (strcmp(s, "--force") == 0) {
             a->force = true;
         } else if (strcmp(s, "--fuse") == 0) {
@@ -81,8 +89,10 @@ static int parse(int argc, char **argv, struct tune_args *a)
         } else {
             a->path = s;
         }
+        if (rc)
+            return rc;
     }
-    return a->path ? 0 : cli_usage("tune", "no model given%s", "");
+    return a->path ? 0 : cli_usage("tune", "no model given");
 }
 
 /* ---- reporting ------------------------------------------------------------------------------- */

@@ -58,10 +58,13 @@ int cmd_export_weights(int argc, char **argv)
     const char *model = NULL, *out = NULL;
     bool list = false;
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
-            if (i + 1 == argc)
-                return cli_usage("export-weights", "%s needs a file name", argv[i]);
-            out = argv[++i];
+        const char *v;
+        bool missing = false;
+        if ((v = cli_opt_value(argc, argv, &i, "-o", &missing)) ||
+            (v = cli_opt_value(argc, argv, &i, "--output", &missing))) {
+            out = v;
+        } else if (missing) {
+            return cli_usage("export-weights", "%s needs a file name", argv[i]);
         } else if (strcmp(argv[i], "--list") == 0) {
             list = true;
         } else if (argv[i][0] == '-' && argv[i][1]) {

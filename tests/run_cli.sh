@@ -1,6 +1,8 @@
 #!/bin/sh
 # CLI checks: help/version, info and dump on the bundled models, dump -o
-# atomicity, DOT rendering, usage errors.  Usage: tests/run_cli.sh GRAPHFUSE
+# atomicity, DOT rendering, usage errors, every command's --help, both
+# option forms (--opt VALUE, --opt=VALUE), unknown --dim names.
+# Usage: tests/run_cli.sh GRAPHFUSE
 set -u
 gf=${1:?usage: run_cli.sh path/to/graphfuse}
 tmp=$(mktemp -d)
@@ -68,6 +70,65 @@ expect 0 "info of converted" -- "$gf" info "$tmp/c.onnx" && contains "$tmp/out" 
 n=$((n + 1))
 cmp -s "$tmp/a.json" "$tmp/b.json" || { echo "FAIL converted model dumps differently"; fails=$((fails + 1)); }
 expect 2 "convert without -o" -- "$gf" convert models/mlp/legacy/model.onnx
+
+# every command: -h and --help print its synopsis and options on stdout, exit 0
+for c in info dump convert optimize run test train tune generate backends export-weights; do
+    for h in --help -h; do
+        expect 0 "$c $h" -- "$gf" "$c" "$h" && contains "$tmp/out" "usage: graphfuse $c" "$c $h synopsis" &&
+            contains "$tmp/out" "-h, --help" "$c $h options"
+    done
+done
+"$gf" --help >"$tmp/help"
+for c in info dump convert optimize run test train tune generate backends export-weights; do
+    contains "$tmp/help" "  $c " "graphfuse --help lists $c"
+done
+# help wins over everything else on the line, even a missing model
+expect 0 "run --threads 2 --help" -- "$gf" run --threads 2 --help && contains "$tmp/out" "--repeat N" "run --help lists --repeat"
+expect 0 "train --help lists --lr" -- "$gf" train --help && contains "$tmp/out" "--lr LR" "train --help lists --lr"
+
+# --opt VALUE and --opt=VALUE in every parser
+mlp=models/mlp/legacy/model.onnx
+llama=models/llama_tiny/dynamo/model.onnx
+in0=models/mlp/legacy/test_data_set_0/input_0.pb
+for form in space equals; do
+    # opt NAME VALUE: "--name value" or "--name=value" by $form
+    opt() { if [ $form = space ]; then echo "$1 $2"; else echo "$1=$2"; fi; }
+    # shellcheck disable=SC2046 (word splitting wanted; no value has spaces)
+    expect 0 "run ($form)" -- "$gf" run $mlp --random-inputs $(opt --threads 1) $(opt --repeat 2) \
+        $(opt --dim batch=8) $(opt --max-memory 1G) $(opt --precision fp32) $(opt --backend cpu) \
+        $(opt --output-dir "$tmp/o_$form") $(opt --input x=$in0) \
+        $(opt --input labels=${in0%0.pb}1.pb) $(opt --tune-cache "$tmp/tc") &&
+        [ -s "$tmp/o_$form/output_0.pb" ] || { echo "FAIL run ($form): no output file"; fails=$((fails + 1)); }
+    expect 0 "run -i ($form)" -- "$gf" run $mlp $(opt -i x=$in0) $(opt -i labels=${in0%0.pb}1.pb)
+    expect 0 "test ($form)" -- "$gf" test models/mlp/legacy $(opt --rtol 1e-2) $(opt --atol 1e-5) $(opt --threads 1)
+    expect 0 "train ($form)" -- "$gf" train $mlp $(opt --data models/mlp/train_data) $(opt --steps 2) \
+        $(opt --optimizer adamw) $(opt --lr 0.01) $(opt --warmup 1) $(opt --schedule cosine) \
+        $(opt --accumulate 1) $(opt --threads 1) $(opt --log "$tmp/l_$form.csv") $(opt -o "$tmp/t_$form.onnx") &&
+        contains "$tmp/out" "optimizer: adamw lr 0.01" "train ($form) took --optimizer and --lr"
+    [ -s "$tmp/t_$form.onnx" ] || { echo "FAIL train ($form): no -o file"; fails=$((fails + 1)); }
+    expect 0 "convert ($form)" -- "$gf" convert $mlp $(opt -o "$tmp/c_$form.onnx") --external-data \
+        $(opt --external-threshold 10)
+    [ -s "$tmp/c_$form.onnx.data" ] || { echo "FAIL convert ($form): no side file"; fails=$((fails + 1)); }
+    expect 0 "optimize ($form)" -- "$gf" optimize $llama $(opt -o "$tmp/p_$form.onnx") $(opt --target ort) \
+        $(opt --report json) $(opt --disable gelu) $(opt --precision fp32) && contains "$tmp/out" '"format"' "optimize ($form) json"
+    expect 0 "dump ($form)" -- "$gf" dump $mlp $(opt --format json) $(opt -o "$tmp/d_$form.json")
+    expect 0 "export-weights ($form)" -- "$gf" export-weights $mlp $(opt -o "$tmp/w_$form.safetensors")
+    expect 0 "tune ($form)" -- "$gf" tune $mlp $(opt --dim batch=2) $(opt --tune-budget 2) $(opt --repeats 1) \
+        $(opt --tune-cache "$tmp/tc_$form") $(opt --backend cpu)
+done
+expect 2 "a flag with a value" -- "$gf" train $mlp --data models/mlp/train_data --nesterov=1 && contains "$tmp/err" "--nesterov takes no value" "flag value message"
+expect 2 "value missing" -- "$gf" run $mlp --threads && contains "$tmp/err" "--threads needs a value" "missing value message"
+expect 2 "unknown run option" -- "$gf" run $mlp --frobnicate && contains "$tmp/err" "unknown option '--frobnicate'" "unknown option message"
+
+# usage errors name their option
+expect 2 "--threads 0" -- "$gf" run $mlp --threads 0 && contains "$tmp/err" "--threads: bad thread count '0' (1 or more)" "--threads message"
+expect 2 "train --threads=0" -- "$gf" train $mlp --data models/mlp/train_data --threads=0 && contains "$tmp/err" "--threads: bad thread count '0'" "train --threads message"
+expect 2 "--max-memory x" -- "$gf" run $mlp --max-memory x && contains "$tmp/err" "--max-memory: bad memory size 'x'" "--max-memory message"
+expect 2 "--external-threshold 0" -- "$gf" convert $mlp -o "$tmp/z.onnx" --external-threshold 0 && contains "$tmp/err" "--external-threshold: bad size '0'" "--external-threshold message"
+expect 2 "--steps x" -- "$gf" train $mlp --data models/mlp/train_data --steps x && contains "$tmp/err" "--steps: bad value 'x'" "--steps message"
+expect 2 "--target bad" -- "$gf" optimize $mlp -o "$tmp/z.onnx" --target=tvm && contains "$tmp/err" "--target: unknown target 'tvm'" "--target message"
+
+expect 0 "run --dim known" -- "$gf" run $llama --random-inputs --dim batch=2 --dim seq=3 && contains "$tmp/out" "float[2,3," "--dim sizes used"
 
 echo "cli: $n checks, $fails failed"
 [ "$fails" = 0 ]
