@@ -54,14 +54,64 @@ static int load_specs(struct gf_model *m, struct gf_session *s, const char *path
     return 0;
 }
 
+/* Whether symbolic dimension `name` appears before axis d of input i. */
+static bool seen_before(struct gf_session *s, size_t i, int d, const char *name)
+{
+    for (size_t j = 0; j <= i; j++) {
+        const struct gf_type *t = &gf_session_input(s, j)->type;
+        for (int e = 0; e < (j == i ? d : t->rank); e++)
+            if (t->dims[e].param && strcmp(t->dims[e].param, name) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* Whether some input of the session has symbolic dimension `name`. */
+static bool has_dim(struct gf_session *s, const char *name)
+{
+    for (size_t i = 0; i < gf_session_input_count(s); i++) {
+        const struct gf_type *t = &gf_session_input(s, i)->type;
+        for (int d = 0; d < t->rank; d++)
+            if (t->dims[d].param && strcmp(t->dims[d].param, name) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* Every --dim must name a symbolic dimension of the inputs: a typo would
+ * otherwise leave the dimension at its default and the run meaningless. */
+static int check_dims(struct gf_session *s, const char *path, const struct cli_inputs *a)
+{
+    for (int k = 0; k < a->n_dims; k++) {
+        if (has_dim(s, a->dims[k].name))
+            continue;
+        fprintf(stderr, "graphfuse: %s: --dim: no input has a symbolic dimension named '%s' "
+                "(the model's symbolic dims:", path, a->dims[k].name);
+        int n = 0;
+        for (size_t i = 0; i < gf_session_input_count(s); i++) {
+            const struct gf_type *t = &gf_session_input(s, i)->type;
+            for (int d = 0; d < t->rank; d++) {
+                const char *p = t->dims[d].param;
+                if (p && *p && !seen_before(s, i, d, p))
+                    fprintf(stderr, "%s %s", n++ ? "," : "", p);
+            }
+        }
+        fprintf(stderr, "%s)\n", n ? "" : " none");
+        return EXIT_INPUT;
+    }
+    return 0;
+}
+
 int cli_make_inputs(struct gf_model *m, struct gf_session *s, const char *path,
                     const struct cli_inputs *a, struct gf_tensor **in)
 {
     size_t n_in = gf_session_input_count(s);
     if (n_in > CLI_MAX_INPUTS)
-        return cli_usage(NULL, "the model has too many inputs%s", "");
+        return cli_usage(NULL, "the model has too many inputs");
     memset(in, 0, n_in * sizeof(*in));
-    int rc = load_specs(m, s, path, a, in);
+    int rc = check_dims(s, path, a);
+    if (!rc)
+        rc = load_specs(m, s, path, a, in);
     unsigned seed = 1234;
     for (size_t i = 0; i < n_in && !rc; i++) {
         if (in[i])

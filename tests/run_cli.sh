@@ -128,6 +128,11 @@ expect 2 "--external-threshold 0" -- "$gf" convert $mlp -o "$tmp/z.onnx" --exter
 expect 2 "--steps x" -- "$gf" train $mlp --data models/mlp/train_data --steps x && contains "$tmp/err" "--steps: bad value 'x'" "--steps message"
 expect 2 "--target bad" -- "$gf" optimize $mlp -o "$tmp/z.onnx" --target=tvm && contains "$tmp/err" "--target: unknown target 'tvm'" "--target message"
 
+# --dim with a name no input has: exit 2, the name and the model's dims named
+expect 2 "run --dim typo" -- "$gf" run $llama --random-inputs --dim btach=4 &&
+    contains "$tmp/err" "symbolic dimension named 'btach'" "--dim typo names it" &&
+    contains "$tmp/err" "(the model's symbolic dims: batch, seq)" "--dim typo lists the dims"
+expect 2 "tune --dim typo" -- "$gf" tune $mlp --dim=btach=4 && contains "$tmp/err" "'btach'" "tune --dim typo names it"
 expect 0 "run --dim known" -- "$gf" run $llama --random-inputs --dim batch=2 --dim seq=3 && contains "$tmp/out" "float[2,3," "--dim sizes used"
 
 echo "cli: $n checks, $fails failed"
