@@ -8,6 +8,15 @@ override CFLAGS += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC $(SAN)
 override CFLAGS += -Igraph -Ipasses -Ikernels -Iexecutor -I$(BUILD)/gen
 override LDFLAGS += $(SAN)
 
+# Header dependencies: every compile writes TARGET.d (-MMD: the headers it
+# read, not the system's; -MP: an empty rule per header, so a header that goes
+# away is no error), included at the end of this file.  So touching a header
+# rebuilds only what includes it (tools/check_build_deps.sh checks that).
+DEPFLAGS = -MMD -MP -MT $@ -MF $@.d
+# The generated ONNX header, which sources include, must exist before the
+# first compile (when there is no .d yet): an order-only prerequisite of each.
+GEN_H   := $(BUILD)/gen/onnx.pb-c.h
+
 # ---- backends: the CPU's is always built; one block per other backend ------
 # A switch is 1 (built, the default) or 0: GF_OPENCL=0 builds without OpenCL
 # (no OpenCL headers, library or ICD needed; --backend opencl then says so).
@@ -48,13 +57,12 @@ CU_SRC     := $(wildcard kernels/cuda/*.cu)
 BACKEND_SRC  += $(wildcard kernels/cuda/*.c)
 BACKEND_OBJ  += $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(CU_SRC))
 BACKEND_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
-CU_DEPS    := $(wildcard graph/*.h graph/*.def kernels/*.h kernels/cuda/*.h) $(BUILD)/gen/onnx.pb-c.h
-$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.c $(CU_DEPS)
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.c | $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -isystem $(CUDA_HOME)/include -c $< -o $@
-$(BUILD)/obj/%.cu.o: %.cu $(wildcard kernels/cuda/*.h)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -isystem $(CUDA_HOME)/include -c $< -o $@
+$(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(GF_NVCC) $(NVCCFLAGS) -std=c++17 --fmad=false $(CUDA_ARCH) -Ikernels/cuda \
+	$(GF_NVCC) $(NVCCFLAGS) -std=c++17 --fmad=false $(CUDA_ARCH) -Ikernels/cuda $(DEPFLAGS) \
 	    -Xcompiler -fPIC,-Wall,-Wextra -Werror all-warnings -c $< -o $@
 else
 BACKEND_OFF  += tests/test_cuda_%.c
@@ -99,31 +107,43 @@ $(BUILD)/.deps-ok: tools/deps.sh
 # C bindings for ONNX, generated from the schema Debian installs.
 # (GF_SKIP_DEPS=1: a machine without protoc-c uses the files generated
 # elsewhere and carried over in $(BUILD)/gen; see tools/gpu_env.sh.)
-$(BUILD)/gen/onnx.pb-c.c $(BUILD)/gen/onnx.pb-c.h: $(if $(filter 1,$(GF_SKIP_DEPS)),,$(ONNX_PROTO)) | $(BUILD)/.deps-ok
+# A pattern rule, as one run makes both files: under -j an explicit rule with
+# two targets may run twice at once.
+$(BUILD)/gen/%.pb-c.c $(BUILD)/gen/%.pb-c.h: $(if $(filter 1,$(GF_SKIP_DEPS)),,$(ONNX_PROTO)) | $(BUILD)/.deps-ok
 	@mkdir -p $(BUILD)/gen
 	cp $(ONNX_PROTO) $(BUILD)/gen/onnx.proto
 	cd $(BUILD)/gen && protoc-c --c_out=. onnx.proto
 
 $(BUILD)/obj/gen/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
-	$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) -c $< -o $@
+	$(CC) $(filter-out -Werror -Wextra,$(CFLAGS)) $(DEPFLAGS) -c $< -o $@
 
 # OpenCL kernel sources embedded as strings (kernels/opencl/ocl.h: gf_cl_source);
-# rewritten only when a .cl file changes, appears or goes away.
+# rewritten when a .cl file changes, appears or goes away: the list of files
+# embedded last time is kept next to it, and a different list forces a run.
+CL_LIST := $(BUILD)/gen/cl_sources.list
+ifneq ($(strip $(CL_SRC)),$(strip $(file <$(CL_LIST))))
 $(BUILD)/gen/cl_sources.c: FORCE
+endif
+$(BUILD)/gen/cl_sources.c: $(CL_SRC) tools/embed_cl.sh
 	@mkdir -p $(BUILD)/gen
 	@tools/embed_cl.sh $@ $(CL_SRC)
+	@touch $@
+	@echo '$(CL_SRC)' >$(CL_LIST)
 
 $(BUILD)/obj/gen/cl_sources.o: $(BUILD)/gen/cl_sources.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) $(wildcard graph/*.h passes/*.h kernels/*.h kernels/cpu/*.h kernels/opencl/*.h executor/*.h cli/*.h) $(BUILD)/gen/onnx.pb-c.h
+$(BUILD)/obj/%.o: %.c | $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
+# (The archive is made afresh, so a member whose source went away does not
+# linger in it.)
 lib: $(BUILD)/libgraphfuse.a $(BUILD)/libgraphfuse.so
 $(BUILD)/libgraphfuse.a: $(LIB_OBJ)
+	@rm -f $@
 	ar rcs $@ $^
 $(BUILD)/libgraphfuse.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
@@ -155,9 +175,9 @@ $(BUILD)/graphfuse.pc: FORCE
 FORCE:
 
 # ---- tests ------------------------------------------------------------------
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a | $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS) -lcmocka
+	$(CC) $(CFLAGS) $(DEPFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS) -lcmocka
 
 # Each test prints "== NAME" before it runs and "-- NAME: C s CPU, W s wall"
 # after (CPU = user + sys of it and its children, from the shell's `times`);
@@ -228,15 +248,15 @@ demo: all $(BUILD)/words2tokens
 
 $(BUILD)/words2tokens: tools/words2tokens.c
 	@mkdir -p $(BUILD)
-	$(CC) $(CFLAGS) -o $@ $< $(LDFLAGS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDFLAGS)
 
 # Y = A @ B with symbolic M, K, N (graphfuse tune --dim M=...; tests/run_tune.sh)
 $(BUILD)/models/matmul.onnx: $(BUILD)/gen_matmul
 	@mkdir -p $(dir $@)
 	$(BUILD)/gen_matmul $@
 
-$(BUILD)/gen_matmul: tools/gen_matmul.c $(BUILD)/libgraphfuse.a
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+$(BUILD)/gen_matmul: tools/gen_matmul.c $(BUILD)/libgraphfuse.a | $(GEN_H)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
 
 BENCHES := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/bench_opencl%,$(wildcard tests/bench_*.c)))
 # Then the OpenCL benchmarks: in full on an OpenCL GPU (bench-opencl), else
@@ -282,17 +302,17 @@ bench-cuda: all $(CUDA_BENCHES)
 	    echo "bench-cuda: python3 has no torch / transformers: PyTorch's side skipped"; \
 	fi
 
-$(BUILD)/tests/bench_%: tests/bench_%.c $(BUILD)/libgraphfuse.a
+$(BUILD)/tests/bench_%: tests/bench_%.c $(BUILD)/libgraphfuse.a | $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -Itests -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
 
 # Regenerates the malformed-model corpus in tests/bad/ (committed).
 bad-corpus: all $(BUILD)/tests/gen_bad
 	$(BUILD)/tests/gen_bad tests/bad
 
-$(BUILD)/tests/gen_bad: tests/bad/gen_bad.c $(BUILD)/libgraphfuse.a
+$(BUILD)/tests/gen_bad: tests/bad/gen_bad.c $(BUILD)/libgraphfuse.a | $(GEN_H)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/graphfuse $(DESTDIR)$(PREFIX)/bin
@@ -304,3 +324,17 @@ install: all
 
 clean:
 	rm -rf build build-asan
+
+# ---- header dependencies ----------------------------------------------------
+# Every target compiled with $(DEPFLAGS) and the .d file each one wrote.  A
+# target built before there were .d files (or whose .d went missing) is
+# rebuilt once, as nothing else would tell which headers it depends on.
+DEP_TARGETS := $(LIB_OBJ) $(CLI_OBJ) $(TESTS) \
+               $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c)) \
+               $(BUILD)/words2tokens $(BUILD)/gen_matmul $(BUILD)/tests/gen_bad
+DEP_FILES   := $(wildcard $(DEP_TARGETS:=.d))
+DEP_NONE    := $(filter-out $(DEP_FILES:.d=),$(wildcard $(DEP_TARGETS)))
+ifneq ($(DEP_NONE),)
+$(DEP_NONE): FORCE
+endif
+-include $(DEP_FILES)
