@@ -57,16 +57,6 @@ template <typename T> __device__ __forceinline__ void st8(T *p, int64_t i, const
     ((uint4 *)p)[i] = raw;
 }
 
-/* The statement with T the storage type of gf_cu_type `type` (fp32, fp16,
- * bf16); another type returns cudaErrorInvalidValue. */
-#define TYPE_SWITCH(type, ...)                                                              \
-    switch (type) {                                                                         \
-    case GF_CU_F32: { typedef float T; __VA_ARGS__; break; }                                \
-    case GF_CU_F16: { typedef __half T; __VA_ARGS__; break; }                               \
-    case GF_CU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; break; }                       \
-    default: return cudaErrorInvalidValue;                                                  \
-    }
-
 /* ---- activations ---------------------------------------------------------------- */
 
 __device__ __forceinline__ float sigmoidf(float x)
@@ -180,7 +170,7 @@ extern "C" cudaError_t gf_cu_glu(cudaStream_t s, int act, int gated, int type, c
 {
     if (n <= 0)
         return cudaSuccess;
-    TYPE_SWITCH(type, {
+    GF_CU_TYPE_SWITCH(type, {
         const T *gt = (const T *)g, *ut = (const T *)u;
         T *yt = (T *)y;
         if (!dense)
@@ -314,7 +304,7 @@ extern "C" cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, int type, const v
 {
     if (n <= 0)
         return cudaSuccess;
-    TYPE_SWITCH(type, glu_grad<T>(s, act, (const T *)dy, (const T *)g, (const T *)u, (T *)dg,
+    GF_CU_TYPE_SWITCH(type, glu_grad<T>(s, act, (const T *)dy, (const T *)g, (const T *)u, (T *)dg,
                                   (T *)du, n, vec))
     return cudaGetLastError();
 }
@@ -359,7 +349,7 @@ extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, const void
 {
     if (rows <= 0 || h <= 0)
         return cudaSuccess;
-    TYPE_SWITCH(type, k_rope<T><<<grid_for(rows * h), BLOCK, 0, s>>>(
+    GF_CU_TYPE_SWITCH(type, k_rope<T><<<grid_for(rows * h), BLOCK, 0, s>>>(
                           grad, (const T *)x, (const T *)cs, (const T *)sn, (T *)y, rows, h,
                           *lead, lc, ls))
     return cudaGetLastError();

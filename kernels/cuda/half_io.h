@@ -81,4 +81,8 @@ static inline bool gf_al16(const void *p)
     default: DFLT;                                                                          \
     }
 
+/* A launcher's: any other type returns cudaErrorInvalidValue. */
+#define GF_CU_TYPE_SWITCH(type, ...)                                                        \
+    GF_CU_FLOAT_SWITCH(type, return cudaErrorInvalidValue, __VA_ARGS__)
+
 #endif /* GF_CU_HALF_IO_H */

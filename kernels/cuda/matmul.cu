@@ -78,15 +78,6 @@ extern "C" cudaError_t gf_cu_mme_epi(cudaStream_t s, int act, float *y, const fl
 /* 16-bit storage: load as fp32, store rounded to nearest even once (gf_ld /
  * gf_st: half_io.h). */
 
-/* The instance of the statement(s) for the float type `type` (T). */
-#define MM_SWITCH(type, ...)                                                                \
-    switch (type) {                                                                         \
-    case GF_CU_F32: { typedef float T; __VA_ARGS__; break; }                                \
-    case GF_CU_F16: { typedef __half T; __VA_ARGS__; break; }                               \
-    case GF_CU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; break; }                       \
-    default: return cudaErrorInvalidValue;                                                  \
-    }
-
 __device__ __forceinline__ int64_t nd_off(const gf_cu_nd &nd, int k, int64_t i)
 {
     int64_t off = 0;
@@ -119,7 +110,7 @@ extern "C" cudaError_t gf_cu_mme_epi_t(cudaStream_t s, int type, int act, const 
 {
     if (n <= 0)
         return cudaSuccess;
-    MM_SWITCH(type, k_mme_epi_t<T><<<grid_for(n), BLOCK, 0, s>>>(
+    GF_CU_TYPE_SWITCH(type, k_mme_epi_t<T><<<grid_for(n), BLOCK, 0, s>>>(
                         act, yf, (const T *)bias, beta, (const T *)res, *nd, (T *)y, n));
     return cudaGetLastError();
 }
@@ -135,7 +126,7 @@ extern "C" cudaError_t gf_cu_scale_t(cudaStream_t s, int type, void *y, float be
 {
     if (n <= 0)
         return cudaSuccess;
-    MM_SWITCH(type, k_scale_t<T><<<grid_for(n), BLOCK, 0, s>>>((T *)y, beta, n));
+    GF_CU_TYPE_SWITCH(type, k_scale_t<T><<<grid_for(n), BLOCK, 0, s>>>((T *)y, beta, n));
     return cudaGetLastError();
 }
 
@@ -232,7 +223,7 @@ extern "C" cudaError_t gf_cu_mme_grad_t(cudaStream_t s, int type, int act, int f
     }
     if (part) /* groups past the used ones stay zero */
         cudaMemsetAsync(part, 0, (size_t)gf_cu_colsum_groups(rows) * n * 8, s);
-    MM_SWITCH(type, k_mme_grad<T><<<g, COL_BLOCK, 0, s>>>(act, from_y, (const T *)dy,
+    GF_CU_TYPE_SWITCH(type, k_mme_grad<T><<<g, COL_BLOCK, 0, s>>>(act, from_y, (const T *)dy,
                                                           (const T *)z, (T *)dz, part, rows, n,
                                                           rpg));
     return cudaGetLastError();
@@ -283,7 +274,7 @@ extern "C" cudaError_t gf_cu_colsum_finish_t(cudaStream_t s, int type, const dou
 {
     if (n <= 0)
         return cudaSuccess;
-    MM_SWITCH(type, k_colsum_finish<T><<<grid_for(n), BLOCK, 0, s>>>(
+    GF_CU_TYPE_SWITCH(type, k_colsum_finish<T><<<grid_for(n), BLOCK, 0, s>>>(
                         part, groups, n, (const double *)NULL, (double *)NULL, (T *)out, scale));
     return cudaGetLastError();
 }
