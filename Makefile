@@ -92,6 +92,9 @@ help:
 	@echo "make            build library, CLI and graphfuse.pc (installs deps)"
 	@echo "make test       build and run every test"
 	@echo "make test-asan  the same under AddressSanitizer + UBSan (build-asan/)"
+	@echo "make test-unit  only the C unit tests (tests/test_*.c)"
+	@echo "make test-bad   only the malformed-input tests (tests/bad/, test_runtime_bad)"
+	@echo "make test-roundtrip  only the load/save round trip over libonnx-testdata"
 	@echo "make demo       run the bundled model, train it on a word list, sample words"
 	@echo "make bench      load/save speed against bare protobuf-c"
 	@echo "make bench-opencl ARGS=\"--device NAME\"  OpenCL kernel bandwidth (--small: quick)"
@@ -206,6 +209,17 @@ test: all $(TESTS)
 	rm -f $$tf; \
 	echo "== the ten costliest (CPU s, wall s; all in $$log)"; sort -rn $$log | head -n 10; \
 	awk '{ c += $$1 } END { printf "== all tests passed (%.1f CPU-minutes)\n", c / 60 }' $$log
+
+# Parts of `make test`, for a quicker loop: the C unit tests; the malformed
+# models of tests/bad/ through the CLI and the runtime's bad inputs; the
+# load/save round trip over Debian's libonnx-testdata.
+test-unit: all $(TESTS)
+	@set -e; for t in $(TESTS); do echo "== $$t"; $$t || { echo "** $$t failed"; exit 1; }; done
+test-bad: all $(BUILD)/tests/test_runtime_bad
+	tests/run_bad.sh $(BUILD)/graphfuse
+	$(BUILD)/tests/test_runtime_bad
+test-roundtrip: all $(BUILD)/tests/test_roundtrip
+	$(BUILD)/tests/test_roundtrip
 
 # ONNX node tests through `graphfuse test`, compared with the recorded list.
 conformance: all
@@ -323,7 +337,7 @@ install: all
 	install -m 644 $(BUILD)/graphfuse.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 
 clean:
-	rm -rf build build-asan
+	rm -rf $(BUILD) $(BUILD)-asan
 
 # ---- header dependencies ----------------------------------------------------
 # Every target compiled with $(DEPFLAGS) and the .d file each one wrote.  A
