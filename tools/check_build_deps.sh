@@ -47,15 +47,17 @@ for d in "$build"/tests/*.d; do
     [ -f "$d" ] && goals="$goals ${d%.d}"
 done
 
+# The commands `make -n` prints, one a line (the nvcc one spans two).
+commands() {
+    make -n "$@" $goals 2>&1 | sed -e :a -e '/\\$/N; s/\\\n//; ta'
+}
 # The objects `make -n` would compile (-c), then the programs it would
 # compile and link in one step: each such command passes -MT TARGET.
 would_build() {
-    make -n "$@" $goals 2>&1 | grep -e ' -c ' |
-        sed -n 's/.* -MT \([^ ]*\) .*/\1/p' | sort -u
+    commands "$@" | grep -e ' -c ' | sed -n 's/.* -MT \([^ ]*\) .*/\1/p' | sort -u
 }
 would_link() {
-    make -n "$@" $goals 2>&1 | grep -v -e ' -c ' |
-        sed -n 's/.* -MT \([^ ]*\) .*/\1/p' | sort -u
+    commands "$@" | grep -v -e ' -c ' | sed -n 's/.* -MT \([^ ]*\) .*/\1/p' | sort -u
 }
 # The objects whose .d file lists $1 as a prerequisite.
 includers() {
@@ -87,7 +89,7 @@ n_got=$(echo "$got" | grep -c . || true)
 n_want=$(echo "$want" | grep -c . || true)
 echo "== touched $header: make -n would compile $n_got of $all_targets objects:"
 echo "$got" | sed 's/^/    /'
-echo "   and relink $(would_link "$@" | grep -c . || true) programs"
+echo "   and would relink these programs: $(would_link "$@" | grep -c . || true)"
 if [ "$got" = "$want" ]; then
     ok "exactly the $n_want objects whose .d lists $header"
 else
@@ -117,7 +119,7 @@ touch "$source"
 got=$(would_build "$@")
 echo "== touched $source: make -n would compile:"
 echo "$got" | sed 's/^/    /'
-echo "   and relink $(would_link "$@" | grep -c . || true) programs"
+echo "   and would relink these programs: $(would_link "$@" | grep -c . || true)"
 if [ "$got" = "$obj" ]; then
     ok "only $obj"
 else
