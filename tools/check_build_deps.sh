@@ -89,7 +89,7 @@ n_got=$(echo "$got" | grep -c . || true)
 n_want=$(echo "$want" | grep -c . || true)
 echo "== touched $header: make -n would compile $n_got of $all_targets objects:"
 echo "$got" | sed 's/^/    /'
-echo "   and would relink these programs: $(would_link "$@" | grep -c . || true)"
+echo "   and relink $(would_link "$@" | grep -c . || true) program(s) built with the library"
 if [ "$got" = "$want" ]; then
     ok "exactly the $n_want objects whose .d lists $header"
 else
@@ -119,7 +119,7 @@ touch "$source"
 got=$(would_build "$@")
 echo "== touched $source: make -n would compile:"
 echo "$got" | sed 's/^/    /'
-echo "   and would relink these programs: $(would_link "$@" | grep -c . || true)"
+echo "   and relink $(would_link "$@" | grep -c . || true) program(s) built with the library"
 if [ "$got" = "$obj" ]; then
     ok "only $obj"
 else
