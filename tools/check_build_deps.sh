@@ -29,13 +29,21 @@ if [ ! -f "$build/libgraphfuse.a" ]; then
     exit 2
 fi
 
-# The sources (tracked or new, as git sees them) plus the build directory,
-# timestamps kept; the build files are hard links where possible, as make -n
-# and make -q only read them.
+# The sources (tracked or new, as git sees them; without git, every file
+# outside build directories) plus the build directory, timestamps kept; the
+# build files are hard links where possible, as make -n and make -q only
+# read them.
+sources() {
+    if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+        git ls-files -z --cached --others --exclude-standard
+    else
+        find . \( -path "./$build" -o -path './build*' -o -path ./.git \) -prune \
+            -o -type f -print0
+    fi
+}
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/gf-deps.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-git ls-files -z --cached --others --exclude-standard |
-    xargs -0 sh -c 'for f; do [ -f "$f" ] && printf "%s\0" "$f"; done' sh |
+sources | xargs -0 sh -c 'for f; do [ -f "$f" ] && printf "%s\0" "$f"; done' sh |
     tar --null -T - -cf - | tar -C "$scratch" -xf -
 mkdir -p "$scratch/$(dirname "$build")"
 cp -al "$build" "$scratch/$build" 2>/dev/null || cp -a "$build" "$scratch/$build"
