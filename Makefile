@@ -142,14 +142,22 @@ $(BUILD)/obj/%.o: %.c | $(GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-# (The archive is made afresh, so a member whose source went away does not
-# linger in it.)
+# The shared library's file is libgraphfuse.so.$(GF_SOVERSION), which is also
+# its SONAME (what a program linked with -lgraphfuse asks the loader for);
+# libgraphfuse.so is a symlink to it, for the linker, ctypes and pkg-config.
+# GF_SOVERSION is the ABI's version: raise it when a change breaks programs
+# built against the previous one.  (The archive is made afresh, so a member
+# whose source went away does not linger in it.)
+GF_SOVERSION := 0
+GF_SONAME    := libgraphfuse.so.$(GF_SOVERSION)
 lib: $(BUILD)/libgraphfuse.a $(BUILD)/libgraphfuse.so
 $(BUILD)/libgraphfuse.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
-$(BUILD)/libgraphfuse.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LIBS)
+$(BUILD)/$(GF_SONAME): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,$(GF_SONAME) -o $@ $^ $(LDFLAGS) $(LIBS)
+$(BUILD)/libgraphfuse.so: $(BUILD)/$(GF_SONAME)
+	ln -sf $(GF_SONAME) $@
 
 CLI_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard cli/*.c))
 $(BUILD)/graphfuse: $(CLI_OBJ) $(BUILD)/libgraphfuse.a
@@ -331,7 +339,8 @@ $(BUILD)/tests/gen_bad: tests/bad/gen_bad.c $(BUILD)/libgraphfuse.a | $(GEN_H)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/graphfuse $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libgraphfuse.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libgraphfuse.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/$(GF_SONAME) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(GF_SONAME) $(DESTDIR)$(PREFIX)/lib/libgraphfuse.so
 	install -m 755 $(BUILD)/graphfuse $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/graphfuse/
 	install -m 644 $(BUILD)/graphfuse.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
