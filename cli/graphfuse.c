@@ -216,13 +216,7 @@ static int cmd_dump(int argc, char **argv)
         }
     }
     enum gf_dump_format fmt;
-    if (strcmp(format, "text") == 0)
-        fmt = GF_DUMP_TEXT;
-    else if (strcmp(format, "dot") == 0)
-        fmt = GF_DUMP_DOT;
-    else if (strcmp(format, "json") == 0)
-        fmt = GF_DUMP_JSON;
-    else
+    if (!gf_dump_format_parse(format, &fmt))
         return cli_usage("dump", "--format: unknown format '%s' (text, dot or json)", format);
     if (!path)
         return cli_usage("dump", "no model given");
@@ -230,36 +224,9 @@ static int cmd_dump(int argc, char **argv)
     enum gf_status st = load_with_shapes(path, &m);
     if (st != GF_OK)
         return cli_fail(st);
-    FILE *f = stdout;
-    char *tmp = NULL;
-    if (out) {
-        /* write beside the target, rename at the end: no partial file */
-        size_t n = strlen(out) + 16;
-        tmp = malloc(n);
-        snprintf(tmp, n, "%s.tmp.XXXXXX", out);
-        int fd = mkstemp(tmp);
-        if (fd < 0 || !(f = fdopen(fd, "w"))) {
-            fprintf(stderr, "graphfuse: %s: cannot create file: %s\n", out, strerror(errno));
-            if (fd >= 0)
-                close(fd), unlink(tmp);
-            free(tmp);
-            gf_model_free(m);
-            return EXIT_INPUT;
-        }
-    }
-    st = gf_model_dump(m, fmt, f);
-    if (out) {
-        bool ok = st == GF_OK && fflush(f) == 0;
-        ok = fclose(f) == 0 && ok;
-        if (ok && rename(tmp, out) != 0)
-            ok = false;
-        if (!ok) {
-            unlink(tmp);
-            if (st == GF_OK)
-                st = gf_error(GF_ERR_IO, "%s: write failed: %s", out, strerror(errno));
-        }
-        free(tmp);
-    } else if (fflush(stdout) != 0 && st == GF_OK) {
+    if (out)
+        st = gf_model_dump_file(m, fmt, out);
+    else if ((st = gf_model_dump(m, fmt, stdout)) == GF_OK && fflush(stdout) != 0) {
         st = gf_error(GF_ERR_IO, "writing to standard output failed");
     }
     gf_model_free(m);

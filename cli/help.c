@@ -143,6 +143,8 @@ static const struct help helps[] = {
      "  --fuse, --no-fuse               fused forward and backward (default), or as exported\n"
      "  --disable P1,P2                 fusion patterns left out of the trained graph\n"
      "  --list-params                   print which initializers are trained, and exit\n"
+     "  --dump-graph FILE               write the training graph (fused forward, backward) as\n"
+     "                                  text, or .dot / .json by FILE's extension\n"
      "  -o, --output OUT.onnx           the model with the trained weights, at the end\n"
      "  --save-safetensors FILE         the trained parameters by PyTorch name, at the end\n"
      "  --checkpoint-every K            write a checkpoint every K steps\n"

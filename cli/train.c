@@ -28,6 +28,7 @@ struct train_args {
     const char *model, *data, *tokens, *out, *log, *ckpt, *resume;
     const char *safetensors; /* --save-safetensors: the parameters by PyTorch name */
     const char *precision;   /* --precision: the trainer's option */
+    const char *dump_graph;  /* --dump-graph: the training graph, written once */
     struct gf_trainer_opts to;
     struct gf_token_opts tk;
     int64_t ckpt_every;
@@ -106,6 +107,7 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         {"--resume", offsetof(struct train_args, resume)},
         {"--save-safetensors", offsetof(struct train_args, safetensors)},
         {"--precision", offsetof(struct train_args, precision)},
+        {"--dump-graph", offsetof(struct train_args, dump_graph)},
     };
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
         if (strcmp(a, opts[i].name) == 0) {
@@ -451,6 +453,12 @@ static int setup(struct train_args *a, struct run *r)
     if ((st = gf_trainer_new(r->m, &a->to, &r->t)) != GF_OK) {
         gf_error_prefix(a->model);
         return cli_fail(st);
+    }
+    if (a->dump_graph) {
+        const char *path = a->dump_graph;
+        st = gf_model_dump_file(gf_trainer_model(r->t), gf_dump_format_of_path(path), path);
+        if (st != GF_OK)
+            return cli_fail(st);
     }
     if (a->list_params) { /* the list, and no training */
         cli_list_params(r->t, a->to.freeze, a->to.trainable);

@@ -466,14 +466,8 @@ int gf_flat_optimize(const char *src, const char *dst, const char *target,
 int gf_flat_dump(const char *path, const char *format, char **text)
 {
     *text = NULL;
-    enum gf_dump_format fmt;
-    if (!format || strcmp(format, "text") == 0)
-        fmt = GF_DUMP_TEXT;
-    else if (strcmp(format, "dot") == 0)
-        fmt = GF_DUMP_DOT;
-    else if (strcmp(format, "json") == 0)
-        fmt = GF_DUMP_JSON;
-    else
+    enum gf_dump_format fmt = GF_DUMP_TEXT;
+    if (format && !gf_dump_format_parse(format, &fmt))
         return gf_error(GF_ERR_ARG, "unknown dump format '%s' (text, dot or json)", format);
     struct gf_model *m;
     enum gf_status st = gf_model_load(path, NULL, &m);

@@ -319,6 +319,10 @@ void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f);
  * notes (gf_session_print_tuning), as lines of f; nothing before the first
  * step. */
 void gf_trainer_print_backend(const struct gf_trainer *t, FILE *f);
+/* The training graph as the trainer's session runs it: the forward (fused
+ * when asked, in the trainer's precision) and the backward, the gradients
+ * among its outputs.  Owned by the trainer. */
+const struct gf_model *gf_trainer_model(const struct gf_trainer *t);
 
 /* Writes the original model (forward graph) with the trained weights,
  * atomically. */

@@ -1052,6 +1052,11 @@ void gf_trainer_print_profile(const struct gf_trainer *t, FILE *f)
             (unsigned long long)p->traffic.d2h);
 }
 
+const struct gf_model *gf_trainer_model(const struct gf_trainer *t)
+{
+    return t->m;
+}
+
 void gf_trainer_print_backend(const struct gf_trainer *t, FILE *f)
 {
     if (!t->s)

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -1540,4 +1541,58 @@ enum gf_status gf_model_dump(const struct gf_model *m, enum gf_dump_format fmt,
         return gf_error(GF_ERR_IO, "dump: writing the output failed%s%s",
                         errno ? ": " : "", errno ? strerror(errno) : "");
     return GF_OK;
+}
+
+bool gf_dump_format_parse(const char *name, enum gf_dump_format *fmt)
+{
+    static const struct { const char *name; enum gf_dump_format fmt; } names[] = {
+        {"text", GF_DUMP_TEXT}, {"dot", GF_DUMP_DOT}, {"json", GF_DUMP_JSON}};
+    for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i].name) == 0) {
+            *fmt = names[i].fmt;
+            return true;
+        }
+    return false;
+}
+
+enum gf_dump_format gf_dump_format_of_path(const char *path)
+{
+    const char *dot = path ? strrchr(path, '.') : NULL;
+    enum gf_dump_format fmt = GF_DUMP_TEXT;
+    if (dot && !strchr(dot, '/') && !gf_dump_format_parse(dot + 1, &fmt))
+        fmt = GF_DUMP_TEXT;
+    return fmt;
+}
+
+enum gf_status gf_model_dump_file(const struct gf_model *m, enum gf_dump_format fmt,
+                                  const char *path)
+{
+    /* written beside the target and renamed at the end: no partial file */
+    size_t n = strlen(path) + 16;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return gf_error(GF_ERR_NOMEM, "dump: out of memory");
+    snprintf(tmp, n, "%s.tmp.XXXXXX", path);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        enum gf_status st = gf_error(GF_ERR_IO, "%s: cannot create file: %s", path,
+                                     strerror(errno));
+        if (fd >= 0)
+            close(fd), unlink(tmp);
+        free(tmp);
+        return st;
+    }
+    enum gf_status st = gf_model_dump(m, fmt, f);
+    bool ok = fclose(f) == 0 && st == GF_OK;
+    if (ok && rename(tmp, path) != 0)
+        ok = false;
+    if (!ok) {
+        int e = errno;
+        unlink(tmp);
+        if (st == GF_OK)
+            st = gf_error(GF_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    }
+    free(tmp);
+    return st;
 }

@@ -525,6 +525,14 @@ enum gf_dump_format { GF_DUMP_TEXT, GF_DUMP_DOT, GF_DUMP_JSON };
 /* Writes the model's main graph (with subgraphs) in the given format. */
 enum gf_status gf_model_dump(const struct gf_model *m, enum gf_dump_format fmt,
                              FILE *out);
+/* gf_model_dump into the file at path, written whole or not at all (a
+ * temporary file beside it, renamed at the end). */
+enum gf_status gf_model_dump_file(const struct gf_model *m, enum gf_dump_format fmt,
+                                  const char *path);
+/* "text", "dot" or "json": false for any other name. */
+bool gf_dump_format_parse(const char *name, enum gf_dump_format *fmt);
+/* The format a file name's extension names (.dot, .json), else text. */
+enum gf_dump_format gf_dump_format_of_path(const char *path);
 
 #ifdef __cplusplus
 }

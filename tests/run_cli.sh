@@ -126,6 +126,15 @@ expect 2 "train --threads=0" -- "$gf" train $mlp --data models/mlp/train_data --
 expect 2 "--max-memory x" -- "$gf" run $mlp --max-memory x && contains "$tmp/err" "--max-memory: bad memory size 'x'" "--max-memory message"
 expect 2 "--external-threshold 0" -- "$gf" convert $mlp -o "$tmp/z.onnx" --external-threshold 0 && contains "$tmp/err" "--external-threshold: bad size '0'" "--external-threshold message"
 expect 2 "--steps x" -- "$gf" train $mlp --data models/mlp/train_data --steps x && contains "$tmp/err" "--steps: bad value 'x'" "--steps message"
+# train --dump-graph: the training graph (forward and backward) as text or
+# JSON by the extension; an unwritable path: exit 2, no file, no training
+expect 0 "train --dump-graph" -- "$gf" train models/llama_tiny/legacy/model.onnx --data models/llama_tiny/train_data --steps 1 --dump-graph "$tmp/tg.txt" --dump-graph="$tmp/tg.json"
+contains "$tmp/tg.json" '"op_type"' "train --dump-graph json"
+expect 0 "train --dump-graph text" -- "$gf" train models/llama_tiny/legacy/model.onnx --data models/llama_tiny/train_data --steps 1 --dump-graph "$tmp/tg.txt"
+contains "$tmp/tg.txt" "RMSNormGrad" "train --dump-graph has the fused backward"
+expect 2 "train --dump-graph unwritable" -- "$gf" train $mlp --data models/mlp/train_data --steps 1 --dump-graph "$tmp/no/such/g.txt"
+contains "$tmp/err" "$tmp/no/such/g.txt" "--dump-graph error names the file"
+[ -e "$tmp/no/such/g.txt" ] && { echo "FAIL --dump-graph left a file"; fails=$((fails + 1)); }
 expect 2 "--target bad" -- "$gf" optimize $mlp -o "$tmp/z.onnx" --target=tvm && contains "$tmp/err" "--target: unknown target 'tvm'" "--target message"
 
 # --dim with a name no input has: exit 2, the name and the model's dims named
