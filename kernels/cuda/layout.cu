@@ -25,19 +25,62 @@ static unsigned grid_for(int64_t n)
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);               \
          i += (int64_t)gridDim.x * blockDim.x)
 
-template <typename T>
+/* I: the index type, 32-bit where every offset fits (its divisions are a
+ * few times cheaper than 64-bit ones) */
+template <typename T, typename I>
 __global__ void k_copy_nd(const T *x, T *y, gf_cu_nd nd, int64_t n)
 {
     GRID_LOOP(i, n)
     {
-        int64_t r = i, o = 0;
+        I r = (I)i, o = 0;
         for (int d = nd.rank - 1; d >= 0; d--) {
-            int64_t c = r % nd.dims[d];
-            r /= nd.dims[d];
-            o += c * nd.st[0][d];
+            I c = r % (I)nd.dims[d];
+            r /= (I)nd.dims[d];
+            o += c * (I)nd.st[0][d];
         }
         y[i] = x[o];
     }
+}
+
+/* Whether every offset of nd's copy (n elements) fits a signed 32-bit
+ * index. */
+static bool fits32(const struct gf_cu_nd *nd, int64_t n)
+{
+    int64_t far = 0;
+    for (int d = 0; d < nd->rank; d++)
+        far += (nd->dims[d] - 1) * (nd->st[0][d] < 0 ? -nd->st[0][d] : nd->st[0][d]);
+    return n < INT32_MAX && far < INT32_MAX;
+}
+
+template <typename T>
+static void copy_nd(cudaStream_t s, const void *x, void *y, const struct gf_cu_nd *nd, int64_t n)
+{
+    if (fits32(nd, n))
+        k_copy_nd<T, int32_t><<<grid_for(n), BLOCK, 0, s>>>((const T *)x, (T *)y, *nd, n);
+    else
+        k_copy_nd<T, int64_t><<<grid_for(n), BLOCK, 0, s>>>((const T *)x, (T *)y, *nd, n);
+}
+
+/* The copy in 16-byte elements where the innermost axis is contiguous in
+ * x and every row starts 16-byte aligned (Transpose [B, S, H, D] -> [B, H,
+ * S, D], Expand of a repeated row): nd and n in elements of `size` bytes;
+ * false when that does not hold. */
+static bool copy_nd16(cudaStream_t s, int size, const void *x, void *y,
+                      const struct gf_cu_nd *nd, int64_t n)
+{
+    int v = 16 / size, r = nd->rank;
+    if (r < 1 || nd->st[0][r - 1] != 1 || nd->dims[r - 1] % v || ((uintptr_t)x & 15u) ||
+        ((uintptr_t)y & 15u))
+        return false;
+    struct gf_cu_nd w = *nd;
+    for (int d = 0; d < r - 1; d++) {
+        if (w.st[0][d] % v)
+            return false;
+        w.st[0][d] /= v;
+    }
+    w.dims[r - 1] /= v;
+    copy_nd<uint4>(s, x, y, &w, n / v);
+    return true;
 }
 
 extern "C" cudaError_t gf_cu_copy_nd(cudaStream_t s, int size, const void *x, void *y,
@@ -45,12 +88,13 @@ extern "C" cudaError_t gf_cu_copy_nd(cudaStream_t s, int size, const void *x, vo
 {
     if (n <= 0)
         return cudaSuccess;
-    unsigned g = grid_for(n);
+    if (size <= 16 && copy_nd16(s, size, x, y, nd, n))
+        return cudaGetLastError();
     switch (size) {
-    case 1: k_copy_nd<uint8_t><<<g, BLOCK, 0, s>>>((const uint8_t *)x, (uint8_t *)y, *nd, n); break;
-    case 2: k_copy_nd<uint16_t><<<g, BLOCK, 0, s>>>((const uint16_t *)x, (uint16_t *)y, *nd, n); break;
-    case 4: k_copy_nd<uint32_t><<<g, BLOCK, 0, s>>>((const uint32_t *)x, (uint32_t *)y, *nd, n); break;
-    case 8: k_copy_nd<uint64_t><<<g, BLOCK, 0, s>>>((const uint64_t *)x, (uint64_t *)y, *nd, n); break;
+    case 1: copy_nd<uint8_t>(s, x, y, nd, n); break;
+    case 2: copy_nd<uint16_t>(s, x, y, nd, n); break;
+    case 4: copy_nd<uint32_t>(s, x, y, nd, n); break;
+    case 8: copy_nd<uint64_t>(s, x, y, nd, n); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();

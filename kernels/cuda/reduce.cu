@@ -81,15 +81,15 @@ __global__ void k_reduce(int op, const T *x, T *y, gf_cu_red g)
 /* One thread per output, its elements summed one after another: neighbour
  * threads read neighbour addresses when the innermost kept axis is
  * contiguous (SumToShape of a broadcast gradient, column sums). */
-template <typename T>
+template <typename T, typename I>
 __global__ void k_reduce_rows(int op, const T *x, T *y, gf_cu_red g)
 {
     for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < g.nout;
          o += (int64_t)gridDim.x * blockDim.x) {
-        int64_t base = 0, r = o;
+        I base = 0, r = (I)o; /* I: 32-bit where every offset fits, cheaper divisions */
         for (int d = g.nk - 1; d >= 0; d--) {
-            base += r % g.kdim[d] * g.kstr[d];
-            r /= g.kdim[d];
+            base += r % (I)g.kdim[d] * (I)g.kstr[d];
+            r /= (I)g.kdim[d];
         }
         double sum = 0;
         float mx = -INFINITY;
@@ -119,9 +119,14 @@ static void reduce_t(cudaStream_t s, int op, const T *x, T *y, const struct gf_c
 {
     bool inner_kept = g->nk > 0 && g->kstr[g->nk - 1] == 1;
     if (g->nred <= 16 || (inner_kept && g->nout >= 256)) {
-        int64_t blocks = (g->nout + BLOCK - 1) / BLOCK;
-        k_reduce_rows<T><<<(unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks), BLOCK, 0,
-                           s>>>(op, x, y, *g);
+        int64_t blocks = (g->nout + BLOCK - 1) / BLOCK, far = 0;
+        unsigned nb = (unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks);
+        for (int d = 0; d < g->nk; d++)
+            far += (g->kdim[d] - 1) * g->kstr[d];
+        if (g->nout < INT32_MAX && far < INT32_MAX)
+            k_reduce_rows<T, int32_t><<<nb, BLOCK, 0, s>>>(op, x, y, *g);
+        else
+            k_reduce_rows<T, int64_t><<<nb, BLOCK, 0, s>>>(op, x, y, *g);
     } else {
         k_reduce<T><<<blocks_for(g->nout), BLOCK, 0, s>>>(op, x, y, *g);
     }
