@@ -85,7 +85,7 @@ HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h ker
 
 
 .PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench bench-opencl bench-cuda \
-        install clean help bad-corpus
+        install clean help bad-corpus check-links
 all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc $(BUILD)/models/matmul.onnx
 
 help:
@@ -95,6 +95,7 @@ help:
 	@echo "make test-unit  only the C unit tests (tests/test_*.c)"
 	@echo "make test-bad   only the malformed-input tests (tests/bad/, test_runtime_bad)"
 	@echo "make test-roundtrip  only the load/save round trip over libonnx-testdata"
+	@echo "make check-links  every relative link and #anchor of README.md and docs/*.md resolves"
 	@echo "make demo       run the bundled model, train it on a word list, sample words"
 	@echo "make bench      load/save speed against bare protobuf-c"
 	@echo "make bench-opencl ARGS=\"--device NAME\"  OpenCL kernel bandwidth (--small: quick)"
@@ -196,7 +197,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libgraphfuse.a | $(GEN_H)
 # $(BUILD)/test-times.txt (CPU s, wall s, name).  The OpenCL tests on a CPU
 # device (PoCL) try a covering subset of their kernel configs;
 # GRAPHFUSE_TEST_ALL_CONFIGS=1 tries every one (the GPU machine's run).
-test: all $(TESTS)
+test: check-links all $(TESTS)
 	@set -e; log=$(BUILD)/test-times.txt; tf=$(BUILD)/.test-times.tmp; : >$$log; \
 	timed() { \
 	    name=$$1; shift; echo "== $$name"; \
@@ -217,6 +218,11 @@ test: all $(TESTS)
 	rm -f $$tf; \
 	echo "== the ten costliest (CPU s, wall s; all in $$log)"; sort -rn $$log | head -n 10; \
 	awk '{ c += $$1 } END { printf "== all tests passed (%.1f CPU-minutes)\n", c / 60 }' $$log
+
+# The documentation's relative links and #anchors (README.md, docs/*.md) resolve;
+# part of `make test` (a few milliseconds).
+check-links:
+	@tools/check_links.sh
 
 # Parts of `make test`, for a quicker loop: the C unit tests; the malformed
 # models of tests/bad/ through the CLI and the runtime's bad inputs; the
@@ -344,6 +350,9 @@ install: all
 	install -m 755 $(BUILD)/graphfuse $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/graphfuse/
 	install -m 644 $(BUILD)/graphfuse.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -d $(DESTDIR)$(PREFIX)/share/doc/graphfuse/docs
+	install -m 644 README.md $(DESTDIR)$(PREFIX)/share/doc/graphfuse/
+	install -m 644 $(wildcard docs/*.md) $(DESTDIR)$(PREFIX)/share/doc/graphfuse/docs/
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan
