@@ -67,6 +67,44 @@ struct gf_session;
 int cli_make_inputs(struct gf_model *m, struct gf_session *s, const char *path,
                     const struct cli_inputs *a, struct gf_tensor **in);
 
+/* run, bench and compare's input options at argv[*i] (--input / -i
+ * NAME=FILE.pb, --random-inputs, --dim NAME=SIZE) into a, moving *i onto
+ * the last argument used: 1 when it was one, 0 when not, or an exit code
+ * (>= 2) after a usage message naming the option. */
+int cli_input_option(const char *cmd, int argc, char **argv, int *i, struct cli_inputs *a);
+
+/* The tolerances of test and compare: |got - want| <= atol + rtol * |want|. */
+#define CLI_DEFAULT_RTOL 1e-3
+#define CLI_DEFAULT_ATOL 1e-7
+/* --rtol R / --atol A at argv[*i] (a number >= 0), as cli_input_option. */
+int cli_tolerance_option(const char *cmd, int argc, char **argv, int *i, double *rtol,
+                         double *atol);
+
+/* The session's options shared by run, test, bench and compare at argv[*i]
+ * (--backend, --device, --threads, --precision, --profile, ...), as
+ * cli_input_option (cli/graphfuse.c). */
+struct gf_exec_opts;
+int cli_exec_option(const char *cmd, int argc, char **argv, int *i, struct gf_exec_opts *o,
+                    enum gf_precision *prec);
+/* --precision: the autocast pass, before fusion; errors name path. */
+enum gf_status cli_apply_precision(struct gf_model *m, const char *path, enum gf_precision p);
+/* Cleanup then fusion, in memory (optimize, run --fuse, test --fuse). */
+enum gf_status cli_optimize_model(struct gf_model *m, const char *path,
+                                  const struct gf_fuse_opts *fo, struct gf_fuse_report *rep,
+                                  struct gf_cleanup_stats *cs);
+/* The test-layout files "DIR/PREFIX_K.pb" (K = 0, 1, ...) into t[cap]:
+ * how many; *st says whether one failed to load. */
+size_t cli_load_set(struct gf_model *m, const char *dir, const char *prefix,
+                    struct gf_tensor **t, size_t cap, enum gf_status *st);
+
+/* Loads path, applies --precision and (fuse) cleanup and fusion, opens a
+ * session with o: 0, else the exit code after one message (cli/bench.c). */
+struct gf_session;
+int cli_open_model(const char *path, enum gf_precision prec, bool fuse,
+                   const struct gf_exec_opts *o, struct gf_model **m, struct gf_session **s);
+/* s as a JSON string, quoted and escaped. */
+void cli_json_string(FILE *f, const char *s);
+
 /* Fusion for graphfuse's own executor (run/test/tune --fuse): the default
  * patterns plus the opt-in ones its kernels run (attention). */
 extern const struct gf_fuse_opts cli_run_fuse_opts;

@@ -35,9 +35,9 @@ static enum gf_status load_with_shapes(const char *path, struct gf_model **m)
 }
 
 /* Cleanup then fusion, in memory (optimize, run --fuse, test --fuse). */
-static enum gf_status optimize_model(struct gf_model *m, const char *path,
-                                     const struct gf_fuse_opts *fo, struct gf_fuse_report *rep,
-                                     struct gf_cleanup_stats *cs)
+enum gf_status cli_optimize_model(struct gf_model *m, const char *path,
+                                  const struct gf_fuse_opts *fo, struct gf_fuse_report *rep,
+                                  struct gf_cleanup_stats *cs)
 {
     struct gf_cleanup_stats scratch;
     enum gf_status st = gf_graph_infer_shapes(m->graph);
@@ -52,7 +52,7 @@ static enum gf_status optimize_model(struct gf_model *m, const char *path,
 }
 
 /* --precision: the autocast pass (passes/precision.c), before fusion. */
-static enum gf_status apply_precision(struct gf_model *m, const char *path, enum gf_precision p)
+enum gf_status cli_apply_precision(struct gf_model *m, const char *path, enum gf_precision p)
 {
     enum gf_status st = gf_pass_precision(m, p, NULL);
     if (st != GF_OK && path)
@@ -403,12 +403,12 @@ static int cmd_optimize(int argc, char **argv)
     if (rc == 0 && (st = gf_op_census_take(&input, m->graph)) != GF_OK)
         rc = cli_fail(st);
     /* the weights' Casts fold into bf16 / fp16 initializers in the cleanup */
-    if (rc == 0 && (st = apply_precision(m, a.path, a.precision)) != GF_OK)
+    if (rc == 0 && (st = cli_apply_precision(m, a.path, a.precision)) != GF_OK)
         rc = cli_fail(st);
     struct gf_fuse_opts fo = {.disabled = a.disabled, .n_disabled = a.n_disabled,
                               .enabled = a.enabled, .n_enabled = a.n_enabled,
                               .explain = a.explain, .target = a.target};
-    if (rc == 0 && (st = optimize_model(m, a.path, &fo, &rep, &cs)) != GF_OK)
+    if (rc == 0 && (st = cli_optimize_model(m, a.path, &fo, &rep, &cs)) != GF_OK)
         rc = cli_fail(st);
     if (rc == 0 && (st = gf_model_save(m, a.out, NULL)) != GF_OK)
         rc = cli_fail(st);
@@ -439,8 +439,8 @@ static int cmd_optimize(int argc, char **argv)
 /* Parses the options shared by run and test at argv[*i], moving *i onto
  * the last argument used; returns 1 when it was one, 0 when not, or an exit
  * code (>= 2) after a usage message. */
-static int exec_option(const char *cmd, int argc, char **argv, int *i, struct gf_exec_opts *o,
-                       enum gf_precision *prec)
+int cli_exec_option(const char *cmd, int argc, char **argv, int *i, struct gf_exec_opts *o,
+                    enum gf_precision *prec)
 {
     const char *a = argv[*i], *v;
     bool missing = false;
@@ -513,7 +513,7 @@ static int cmd_run(int argc, char **argv)
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v;
         bool missing = false;
-        int used = exec_option("run", argc, argv, &i, &o, &prec);
+        int used = cli_exec_option("run", argc, argv, &i, &o, &prec);
         if (used > 1)
             return used;
         if (used) {
@@ -526,21 +526,9 @@ static int cmd_run(int argc, char **argv)
             if (end == v || *end || r < 1 || r > 1000000)
                 return cli_usage("run", "--repeat: bad count '%s' (1 or more)", v);
             repeat = (int)r;
-        } else if ((v = cli_opt_value(argc, argv, &i, "--input", &missing)) ||
-                   (v = cli_opt_value(argc, argv, &i, "-i", &missing))) {
-            if (!strchr(v, '='))
-                return cli_usage("run", "%s: bad input '%s' (want NAME=FILE.pb)", a, v);
-            if (ia.n_specs == 64)
-                return cli_usage("run", "%s: too many inputs", a);
-            ia.specs[ia.n_specs++] = v;
-        } else if (strcmp(a, "--random-inputs") == 0) {
-            ia.random = true;
-        } else if ((v = cli_opt_value(argc, argv, &i, "--dim", &missing))) {
-            if (ia.n_dims == 64)
-                return cli_usage("run", "--dim: too many dims");
-            if (!cli_parse_dim(v, &ia.dims[ia.n_dims++]))
-                return cli_usage("run", "--dim: bad value '%s' (want NAME=SIZE, e.g. seq=256)",
-                                 v);
+        } else if ((used = cli_input_option("run", argc, argv, &i, &ia)) != 0) {
+            if (used > 1)
+                return used;
         } else if ((v = cli_opt_value(argc, argv, &i, "--output-dir", &missing))) {
             outdir = v;
         } else if (missing) {
@@ -561,11 +549,11 @@ static int cmd_run(int argc, char **argv)
         return cli_fail(st);
     struct gf_session *s = NULL;
     int rc = 0;
-    if ((st = apply_precision(m, path, prec)) != GF_OK) {
+    if ((st = cli_apply_precision(m, path, prec)) != GF_OK) {
         rc = cli_fail(st);
         goto out;
     }
-    if (fuse && (st = optimize_model(m, path, &cli_run_fuse_opts, NULL, NULL)) != GF_OK) {
+    if (fuse && (st = cli_optimize_model(m, path, &cli_run_fuse_opts, NULL, NULL)) != GF_OK) {
         rc = cli_fail(st);
         goto out;
     }
@@ -640,8 +628,8 @@ static void tally(struct test_totals *t, const struct gf_model *m, int result)
 }
 
 /* Loads test_data_set files "PREFIX_K.pb" (K = 0, 1, ...) from dir. */
-static size_t load_set(struct gf_model *m, const char *dir, const char *prefix,
-                       struct gf_tensor **t, size_t cap, enum gf_status *st)
+size_t cli_load_set(struct gf_model *m, const char *dir, const char *prefix,
+                    struct gf_tensor **t, size_t cap, enum gf_status *st)
 {
     size_t n = 0;
     *st = GF_OK;
@@ -677,9 +665,9 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse
     int result = 1;
     double worst = 0;
     int sets = 0;
-    if ((st = apply_precision(m, NULL, prec)) != GF_OK)
+    if ((st = cli_apply_precision(m, NULL, prec)) != GF_OK)
         goto error;
-    if (fuse && (st = optimize_model(m, NULL, &cli_run_fuse_opts, NULL, NULL)) != GF_OK)
+    if (fuse && (st = cli_optimize_model(m, NULL, &cli_run_fuse_opts, NULL, NULL)) != GF_OK)
         goto error;
     if ((st = gf_session_new(m, o, &s)) != GF_OK)
         goto error;
@@ -691,10 +679,10 @@ static int run_test_dir(const char *dir, const struct gf_exec_opts *o, bool fuse
             break;
         closedir(d);
         struct gf_tensor *in[256] = {0}, *want[256] = {0}, **got;
-        size_t n_in = load_set(m, sd, "input", in, 256, &st), n_got;
+        size_t n_in = cli_load_set(m, sd, "input", in, 256, &st), n_got;
         if (st != GF_OK)
             goto error;
-        size_t n_want = load_set(m, sd, "output", want, 256, &st);
+        size_t n_want = cli_load_set(m, sd, "output", want, 256, &st);
         if (st != GF_OK)
             goto error;
         if ((st = gf_session_run(s, n_in, in, &got, &n_got)) != GF_OK)
@@ -738,30 +726,22 @@ out:
 
 static int cmd_test(int argc, char **argv)
 {
-    double rtol = 1e-3, atol = 1e-7;
+    double rtol = CLI_DEFAULT_RTOL, atol = CLI_DEFAULT_ATOL;
     bool by_op = false, fuse = false;
     struct gf_exec_opts o = {0};
     enum gf_precision prec = GF_PRECISION_FP32;
     const char *dirs[4096];
     int n_dirs = 0;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v;
-        bool missing = false, is_atol = false;
-        int used = exec_option("test", argc, argv, &i, &o, &prec);
+        const char *a = argv[i];
+        int used = cli_exec_option("test", argc, argv, &i, &o, &prec);
         if (used > 1)
             return used;
         if (used) {
             continue;
-        } else if ((v = cli_opt_value(argc, argv, &i, "--rtol", &missing)) ||
-                   (is_atol = true, v = cli_opt_value(argc, argv, &i, "--atol", &missing))) {
-            char *end;
-            double t = strtod(v, &end);
-            if (end == v || *end || !(t >= 0))
-                return cli_usage("test", "%s: bad tolerance '%s' (a number >= 0)",
-                                 is_atol ? "--atol" : "--rtol", v);
-            *(is_atol ? &atol : &rtol) = t;
-        } else if (missing) {
-            return cli_usage("test", "%s needs a value", a);
+        } else if ((used = cli_tolerance_option("test", argc, argv, &i, &rtol, &atol)) != 0) {
+            if (used > 1)
+                return used;
         } else if (strcmp(a, "--by-op") == 0) {
             by_op = true;
         } else if (strcmp(a, "--fuse") == 0) {
@@ -805,6 +785,7 @@ static int cmd_test(int argc, char **argv)
 int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
 int cmd_backends(int argc, char **argv), cmd_tune(int argc, char **argv);
 int cmd_export_weights(int argc, char **argv);
+int cmd_bench(int argc, char **argv), cmd_compare(int argc, char **argv);
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -819,6 +800,7 @@ static const struct {
     {"backends", cmd_backends},                        /* cli/backends.c */
     {"tune", cmd_tune},                                /* cli/tune.c */
     {"export-weights", cmd_export_weights},            /* cli/weights.c */
+    {"bench", cmd_bench}, {"compare", cmd_compare},    /* cli/bench.c, cli/compare.c */
 };
 
 static void print_patterns(void)

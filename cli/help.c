@@ -93,6 +93,63 @@ static const struct help helps[] = {
      EXEC_OPTIONS
      "  --precision fp32|tf32|bf16|fp16\n"
      "                                  autocast's policy before fusion (default fp32)\n"},
+    {"bench",
+     "  bench MODEL [--warmup N] [--iterations N | --duration S] [--json] [--fuse]\n"
+     "      [--input NAME=FILE.pb]... [--dim NAME=SIZE]... [--backend B] [--device NAME]\n"
+     "      [--threads N] [--precision fp32|tf32|bf16|fp16] [--no-cuda-graph]\n"
+     "                                  latency (min, mean, p50, p90, p99, max ms) and\n"
+     "                                  throughput of runs timed one by one, and the\n"
+     "                                  costliest op types of one profiled run\n",
+     HELP_LINE
+     "  --warmup N                      untimed runs first (default 10)\n"
+     "  --iterations N                  timed runs (default 100)\n"
+     "  --duration S                    timed runs for S seconds instead of --iterations\n"
+     "  --json                          one JSON object instead of the table\n"
+     "  -i, --input NAME=FILE.pb        input NAME from a TensorProto file (repeatable)\n"
+     "  --random-inputs                 (the default) the other inputs get random values\n"
+     "  --dim NAME=SIZE                 size of symbolic dim NAME for random inputs (else 1)\n"
+     "  --fuse                          cleanup and fusion in memory first\n"
+     "  --backend cpu|cuda|opencl|auto  default $GRAPHFUSE_BACKEND, else auto\n"
+     "  --device NAME                   the device (`graphfuse backends` lists them)\n"
+     "  --threads N                     CPU threads (default: every core)\n"
+     "  --max-memory SIZE               activations + workspace allowed (512K, 64M, 2G)\n"
+     "  --tune-cache FILE               the autotuning cache to read (and --autotune to write)\n"
+     "  --autotune                      tune the kernels the cache lacks before running\n"
+     "  --no-cuda-graph                 on CUDA, never capture or replay a CUDA Graph\n"
+     "  --precision fp32|tf32|bf16|fp16\n"
+     "                                  autocast's policy before fusion (default fp32)\n"},
+    {"compare",
+     "  compare A [B] [--backend2 B2] [--device2 D2] [--precision2 P2] [--fuse-vs-unfused]\n"
+     "      [--expected DIR] [--rtol R] [--atol A] [run options]\n"
+     "                                  run two configurations on the same inputs: per\n"
+     "                                  output the worst absolute and relative\n"
+     "                                  difference and where; exit 1 when one exceeds\n"
+     "                                  the tolerance\n",
+     HELP_LINE
+     "  B                               a second model, run with the same options as A\n"
+     "  --backend2 NAME                 B's backend (default: A's, --backend)\n"
+     "  --device2 NAME                  B's device (default: A's, --device)\n"
+     "  --precision2 fp32|tf32|bf16|fp16\n"
+     "                                  B's precision (default: A's, --precision)\n"
+     "  --fuse-vs-unfused               A runs the model as exported, B fused in memory\n"
+     "  --fuse                          both fused in memory (e.g. with --backend2)\n"
+     "  --expected DIR                  A is the recorded outputs of DIR (ONNX test layout:\n"
+     "                                  test_data_set_*/ or input_K.pb + output_K.pb), the\n"
+     "                                  inputs too; MODEL defaults to DIR/model.onnx\n"
+     "  --rtol R                        relative tolerance (default 1e-3)\n"
+     "  --atol A                        absolute tolerance (default 1e-7)\n"
+     "  -i, --input NAME=FILE.pb        input NAME from a TensorProto file (repeatable)\n"
+     "  --random-inputs                 (the default) the other inputs get random values\n"
+     "  --dim NAME=SIZE                 size of symbolic dim NAME for random inputs (else 1)\n"
+     "  --backend cpu|cuda|opencl|auto  A's backend: default $GRAPHFUSE_BACKEND, else auto\n"
+     "  --device NAME                   A's device (`graphfuse backends` lists them)\n"
+     "  --threads N                     CPU threads (default: every core)\n"
+     "  --max-memory SIZE               activations + workspace allowed (512K, 64M, 2G)\n"
+     "  --tune-cache FILE               the autotuning cache to read (and --autotune to write)\n"
+     "  --autotune                      tune the kernels the cache lacks before running\n"
+     "  --no-cuda-graph                 on CUDA, never capture or replay a CUDA Graph\n"
+     "  --precision fp32|tf32|bf16|fp16\n"
+     "                                  A's autocast policy before fusion (default fp32)\n"},
     {"convert",
      "  convert MODEL -o OUT [--external-data] [--external-threshold=BYTES]\n"
      "          [--infer-shapes]        rewrite a model (atomically); with\n"

@@ -5,6 +5,7 @@
  * symbolic dimensions from --dim.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -142,4 +143,51 @@ int cli_make_inputs(struct gf_model *m, struct gf_session *s, const char *path,
         fill_random(in[i], &seed);
     }
     return rc;
+}
+
+int cli_input_option(const char *cmd, int argc, char **argv, int *i, struct cli_inputs *a)
+{
+    const char *o = argv[*i], *v;
+    bool missing = false;
+    if ((v = cli_opt_value(argc, argv, i, "--input", &missing)) ||
+        (v = cli_opt_value(argc, argv, i, "-i", &missing))) {
+        if (!strchr(v, '='))
+            return cli_usage(cmd, "%s: bad input '%s' (want NAME=FILE.pb)", o, v);
+        if (a->n_specs == 64)
+            return cli_usage(cmd, "%s: too many inputs", o);
+        a->specs[a->n_specs++] = v;
+    } else if (strcmp(o, "--random-inputs") == 0) {
+        a->random = true;
+    } else if ((v = cli_opt_value(argc, argv, i, "--dim", &missing))) {
+        if (a->n_dims == 64)
+            return cli_usage(cmd, "--dim: too many dims");
+        if (!cli_parse_dim(v, &a->dims[a->n_dims++]))
+            return cli_usage(cmd, "--dim: bad value '%s' (want NAME=SIZE, e.g. seq=256)", v);
+    } else if (missing) {
+        return cli_usage(cmd, "%s needs a value", o);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_tolerance_option(const char *cmd, int argc, char **argv, int *i, double *rtol,
+                         double *atol)
+{
+    const char *v;
+    bool missing = false, is_atol = false;
+    if ((v = cli_opt_value(argc, argv, i, "--rtol", &missing)) ||
+        (!missing && (is_atol = true, v = cli_opt_value(argc, argv, i, "--atol", &missing)))) {
+        char *end;
+        double t = strtod(v, &end);
+        if (end == v || *end || !(t >= 0))
+            return cli_usage(cmd, "%s: bad tolerance '%s' (a number >= 0)",
+                             is_atol ? "--atol" : "--rtol", v);
+        *(is_atol ? atol : rtol) = t;
+    } else if (missing) {
+        return cli_usage(cmd, "%s needs a value", argv[*i]);
+    } else {
+        return 0;
+    }
+    return 1;
 }
