@@ -522,6 +522,10 @@ static enum gf_status fuse(struct gf_trainer *t)
                               .n_disabled = n_off};
     if (st == GF_OK)
         st = gf_pass_fuse(t->m, &fo, NULL);
+    /* bf16 / fp16: Transposes, Reshapes, GQA's Expand (and their gradients)
+     * in the low type, once the patterns no longer need the fp32 forms */
+    if (st == GF_OK)
+        st = gf_pass_precision_move_casts(t->m, NULL);
     return st;
 }
 

@@ -256,6 +256,16 @@ struct gf_precision_stats {
  * metadata.  Run it before fusion and autodiff.  st may be NULL. */
 enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision p,
                                  struct gf_precision_stats *st);
+/* After fusion, on a model gf_pass_precision made bf16 / fp16: the pass's
+ * float Casts move past the data-movement ops beside them (Transpose,
+ * Reshape, Flatten, Squeeze, Unsqueeze, Expand, Identity), which then run
+ * in the low type: a widening Cast read only by such an op goes after it,
+ * a narrowing Cast of such an op's output (read by the Cast alone) before
+ * it.  The values are the same (a Cast commutes with moving elements); the
+ * ops move half the bytes, and their gradients too (autodiff runs after).
+ * Repeated until none moves; *moved (may be NULL) counts the moves.
+ * Nothing on an fp32 / tf32 model. */
+enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved);
 /* The precision a model was rewritten for (GF_PRECISION_FP32 if none). */
 enum gf_precision gf_model_precision(const struct gf_model *m);
 /* "fp32", "tf32", "bf16", "fp16" <-> enum; parse returns false if unknown. */

@@ -622,3 +622,126 @@ enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision prec,
         gf_error_prefix("precision");
     return s;
 }
+
+/* ---- after fusion: Casts past the data-movement ops ------------------------------ */
+
+/* n moves or repeats the elements of its input 0 and computes nothing
+ * (its other inputs: shapes, axes); one output. */
+static bool moves_data(const struct gf_node *n)
+{
+    switch (n->op) {
+    case GF_OP_TRANSPOSE: case GF_OP_RESHAPE: case GF_OP_FLATTEN: case GF_OP_SQUEEZE:
+    case GF_OP_UNSQUEEZE: case GF_OP_EXPAND: case GF_OP_IDENTITY:
+        return n->n_inputs >= 1 && n->inputs[0] && n->n_outputs == 1 && n->outputs[0];
+    default:
+        return false;
+    }
+}
+
+/* c is a Cast between fp32 and `low` (either way), one output. */
+static bool float_cast(const struct gf_node *c, enum gf_dtype low)
+{
+    if (c->op != GF_OP_CAST || c->n_inputs != 1 || !c->inputs[0] || c->n_outputs != 1 ||
+        !c->outputs[0])
+        return false;
+    enum gf_dtype a = c->inputs[0]->type.dtype, b = c->outputs[0]->type.dtype;
+    return (a == GF_FLOAT && b == low) || (a == low && b == GF_FLOAT);
+}
+
+/* v's only reader is node r at input 0 (v no graph output). */
+static bool read_once_by(const struct gf_value *v, const struct gf_node *r)
+{
+    return !v->is_output && v->n_uses == 1 && v->uses[0].node == r && v->uses[0].slot == 0;
+}
+
+/* A new Cast of v to `to` (v's shape) before node `before`. */
+static struct gf_value *cast_before(struct gf_graph *g, struct gf_value *v, enum gf_dtype to,
+                                    struct gf_node *before)
+{
+    char hint[256];
+    snprintf(hint, sizeof(hint), "%s_%s", v->name, to == GF_FLOAT ? "fp32" : gf_dtype_name(to));
+    struct gf_value *y = gf_graph_new_value(g, NULL, hint);
+    if (!y)
+        return NULL;
+    gf_value_set_tensor_type(y, to, v->type.rank, v->type.dims);
+    struct gf_node *c = gf_graph_add_node(g, "Cast", "", y->name, 1, &v, 1, &y);
+    if (!c || gf_node_set_attr_int(c, "to", to) != GF_OK)
+        return NULL;
+    gf_node_move_before(c, before);
+    return y;
+}
+
+/* Widening Cast(x) read only by data-movement op m: m reads x (m and its
+ * output in the low type), one Cast after it makes the fp32 output. */
+static enum gf_status widen_after(struct gf_graph *g, struct gf_node *c, struct gf_node *m)
+{
+    struct gf_value *x = c->inputs[0], *z = m->outputs[0];
+    struct gf_value *zl = gf_graph_new_value(g, NULL, z->name);
+    if (!zl)
+        return gf_error(GF_ERR_NOMEM, "precision: out of memory");
+    gf_value_set_tensor_type(zl, x->type.dtype, z->type.rank, z->type.dims);
+    /* m -> zl, Cast(zl) -> z: z keeps its readers and name */
+    struct gf_value *none = NULL;
+    struct gf_node *w = gf_graph_add_node(g, "Cast", "", zl->name, 1, &zl, 1, &none);
+    if (!w || gf_node_set_attr_int(w, "to", GF_FLOAT) != GF_OK)
+        return gf_error(GF_ERR_NOMEM, "precision: out of memory");
+    enum gf_status st = gf_node_set_output(m, 0, zl);
+    if (st == GF_OK)
+        st = gf_node_set_output(w, 0, z);
+    if (st != GF_OK)
+        return st;
+    gf_node_move_before(w, m->next);
+    gf_node_set_input(m, 0, x);
+    gf_graph_remove_node(g, c);
+    return GF_OK;
+}
+
+/* Narrowing Cast(z), z made by data-movement op m and read by the Cast
+ * only: m reads a Cast of its input (m and its output in the low type) and
+ * the Cast's readers read z. */
+static enum gf_status narrow_before(struct gf_graph *g, struct gf_node *c, struct gf_node *m)
+{
+    struct gf_value *z = m->outputs[0], *w = c->outputs[0];
+    struct gf_value *xl = cast_before(g, m->inputs[0], w->type.dtype, m);
+    if (!xl)
+        return gf_error(GF_ERR_NOMEM, "precision: out of memory");
+    gf_node_set_input(m, 0, xl);
+    gf_graph_remove_node(g, c);
+    z->type.dtype = w->type.dtype;
+    gf_value_replace_uses(w, z);
+    return GF_OK;
+}
+
+enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved)
+{
+    enum gf_precision p = gf_model_precision(m);
+    enum gf_dtype low = p == GF_PRECISION_BF16 ? GF_BFLOAT16 : GF_FLOAT16;
+    struct gf_graph *g = m->graph;
+    size_t count = 0;
+    enum gf_status st = GF_OK;
+    for (bool again = p == GF_PRECISION_BF16 || p == GF_PRECISION_FP16; again && st == GF_OK;) {
+        again = false;
+        for (struct gf_node *n = g->first, *next; n && st == GF_OK; n = next) {
+            next = n->next;
+            if (!float_cast(n, low))
+                continue;
+            struct gf_value *x = n->inputs[0], *y = n->outputs[0];
+            struct gf_node *r = y->n_uses == 1 ? y->uses[0].node : NULL;
+            if (x->type.dtype == low && r && moves_data(r) && read_once_by(y, r) &&
+                !r->outputs[0]->is_output) {
+                next = r->next;
+                st = widen_after(g, n, r);
+            } else if (x->type.dtype == GF_FLOAT && x->producer && moves_data(x->producer) &&
+                       x->producer->graph == g && read_once_by(x, n)) {
+                st = narrow_before(g, n, x->producer);
+            } else {
+                continue;
+            }
+            count++;
+            again = true;
+        }
+    }
+    if (moved)
+        *moved = count;
+    return st != GF_OK ? st : gf_graph_infer_shapes(g);
+}

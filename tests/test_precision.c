@@ -281,6 +281,63 @@ static void test_rope_cast_hoisted(void **state)
     gf_model_free(t.m);
 }
 
+/* After fusion the pass's Casts move past the data-movement ops beside
+ * them (gf_pass_precision_move_casts): q's widening Cast below its Reshape
+ * and Transpose, the narrowing Cast of a GQA-style Unsqueeze / Expand /
+ * Reshape above the three, which then run in bf16.  The outputs are the
+ * same bits (a Cast commutes with moving elements). */
+static void test_casts_moved(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(19);
+    static const double shp[4] = {2, 5, 2, 4}, perm_in[5] = {2, 2, 3, 5, 4},
+                        shp2[4] = {2, 6, 5, 4};
+    tg_input(&t, "x", GF_FLOAT, "2,5,8");
+    tg_input(&t, "c", GF_FLOAT, "2,2,5,4");
+    tg_init(&t, "W", GF_FLOAT, "8,8", NULL);
+    tg_init(&t, "Wk", GF_FLOAT, "4,3", NULL);
+    tg_init(&t, "shp", GF_INT64, "4", shp);
+    tg_init(&t, "ex", GF_INT64, "5", perm_in);
+    tg_init(&t, "shp2", GF_INT64, "4", shp2);
+    tg_node(&t, "MatMul", "x,W", "q");
+    tg_node(&t, "Reshape", "q,shp", "r");
+    static const int64_t perm[4] = {0, 2, 1, 3};
+    assert_int_equal(gf_node_set_attr_ints(tg_node(&t, "Transpose", "r", "tr"), "perm", 4, perm),
+                     GF_OK);
+    tg_node(&t, "Mul", "tr,c", "u"); /* fp32: c is */
+    tg_node(&t, "Unsqueeze", "u,$2", "e1");
+    tg_node(&t, "Expand", "e1,ex", "e2");
+    tg_node(&t, "Reshape", "e2,shp2", "kx");
+    tg_node(&t, "MatMul", "kx,Wk", "o");
+    tg_output(&t, "o");
+    assert_int_equal(gf_graph_infer_shapes(t.g), GF_OK);
+    run_pass(&t, GF_PRECISION_BF16);
+    struct gf_tensor *in[4], *want[2], *got[2];
+    size_t n_in = tg_inputs(&t, in);
+    assert_int_equal(tg_run(&t, in, n_in, want, 2), 1);
+    int casts = tg_count(&t, "Cast");
+    assert_int_equal(producer_of(&t, "tr")->op, GF_OP_TRANSPOSE);
+    assert_int_equal(gf_graph_find(t.g, "tr")->type.dtype, GF_FLOAT);
+    size_t moved = 0;
+    assert_int_equal(gf_pass_precision_move_casts(t.m, &moved), GF_OK);
+    assert_int_equal(gf_graph_validate(t.g), GF_OK);
+    assert_int_equal(moved, 5); /* past Reshape, Transpose; Reshape, Expand, Unsqueeze */
+    assert_int_equal(tg_count(&t, "Cast"), casts);
+    const struct gf_node *tp = tg_find_op(&t, "Transpose"), *ex = tg_find_op(&t, "Expand");
+    assert_int_equal(tp->outputs[0]->type.dtype, GF_BFLOAT16);
+    assert_int_equal(tp->inputs[0]->type.dtype, GF_BFLOAT16);
+    assert_int_equal(ex->outputs[0]->type.dtype, GF_BFLOAT16);
+    assert_true(is_cast_to(tg_find_op(&t, "Unsqueeze")->inputs[0], GF_BFLOAT16));
+    assert_true(is_cast_to(input_of(&t, "Mul", 0), GF_FLOAT));
+    assert_int_equal(tg_run(&t, in, n_in, got, 2), 1);
+    assert_int_equal(got[0]->nelem, want[0]->nelem);
+    assert_memory_equal(got[0]->data, want[0]->data, want[0]->nelem * sizeof(float));
+    size_t again = 1; /* nothing left to move; an fp32 model: nothing at all */
+    assert_int_equal(gf_pass_precision_move_casts(t.m, &again), GF_OK);
+    assert_int_equal(again, 0);
+    gf_model_free(t.m);
+}
+
 /* The lm head under autocast: MatMul (low) -> Cast(fp32) -> loss.  The
  * linear_cross_entropy pattern absorbs the widening Cast: one
  * LinearCrossEntropy of bf16 H and W with an fp32 loss, whose logits are
@@ -755,6 +812,7 @@ int main(void)
         cmocka_unit_test(test_positions_stay_fp32),
         cmocka_unit_test(test_dropout_ratio),
         cmocka_unit_test(test_rope_cast_hoisted),
+        cmocka_unit_test(test_casts_moved),
         cmocka_unit_test(test_lce_bf16),
         cmocka_unit_test(test_model_cast_shape),
         cmocka_unit_test(test_subgraph_refused),
