@@ -97,6 +97,57 @@ __device__ __forceinline__ int64_t mask_item(const gf_cu_attn &a, int64_t it)
     return off;
 }
 
+/* Which of the mask's distinct [Sq, Sk] slices item it reads: its index
+ * over the batch dims the mask does not broadcast (the exporters' [B, 1,
+ * Sq, Sk] mask is B slices for B x H items), in the order of a.tiles. */
+__device__ __forceinline__ int64_t mask_slot(const gf_cu_attn &a, int64_t it)
+{
+    int64_t slot = 0, mul = 1;
+    for (int d = a.mrank - 1; d >= 0; d--) {
+        if (a.mbs[d]) {
+            slot += it % a.mbd[d] * mul;
+            mul *= a.mbd[d];
+        }
+        it /= a.mbd[d];
+    }
+    return slot;
+}
+
+/* The number of those slices (a.tiles holds the classes of each). */
+__host__ __device__ __forceinline__ int64_t mask_slots(const gf_cu_attn *a)
+{
+    int64_t n = 1;
+    for (int d = 0; d < a->mrank; d++)
+        if (a->mbs[d])
+            n *= a->mbd[d];
+    return n;
+}
+
+/* The mask's element offset of slice `slot` (mask_slot's inverse). */
+__device__ __forceinline__ int64_t slot_offset(const gf_cu_attn &a, int64_t slot)
+{
+    int64_t off = 0;
+    for (int d = a.mrank - 1; d >= 0; d--)
+        if (a.mbs[d]) {
+            off += slot % a.mbd[d] * a.mbs[d];
+            slot /= a.mbd[d];
+        }
+    return off;
+}
+
+/* Whether the block runs the call as causal: the causal attribute, or a
+ * mask in memory that k_mask_tiles found to be exactly the causal mask (as
+ * the exporters' causal-and-padding mask is without padding; set by
+ * set_causal_seen at the top of each kernel).  Then no mask element is
+ * read and no work is done past the diagonal; the scores there are -inf
+ * either way, so the results are the same bits. */
+__shared__ int causal_seen;
+
+__device__ __forceinline__ bool causal_of(const gf_cu_attn &a)
+{
+    return a.causal || causal_seen;
+}
+
 /* Score (i, j) finished: scale q.k + mask, -inf where masked or outside. */
 template <typename M>
 __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const M *mk, float dot,
@@ -104,7 +155,7 @@ __device__ __forceinline__ float finish_score(const gf_cu_attn &a, const M *mk, 
 {
     if (j >= a.sk || i >= a.sq)
         return -INFINITY;
-    if (a.causal)
+    if (causal_of(a))
         return j > i + (a.sk - a.sq) ? -INFINITY : a.scale * dot;
     float s = a.scale * dot;
     if (mk)
@@ -140,27 +191,64 @@ __device__ __forceinline__ int scan_tile(const gf_cu_attn &a, const M *mk, int64
 /* The class of one 64 x 64 tile of a.tiles per block: the mask read once
  * per call instead of by every block of every kernel (the exporters' mask
  * is one [Sq, Sk] per batch item, read by every head). */
+/* The flag after a.tiles' classes: nonzero while every mask element seen
+ * is the causal mask's (0 where key j <= i + Sk - Sq, -inf above). */
+__device__ __forceinline__ int *causal_flag(const gf_cu_attn &a)
+{
+    int64_t n = mask_slots(&a) * ((a.sq + 63) / 64) * ((a.sk + 63) / 64);
+    return (int *)(a.tiles + (n + 15) / 16 * 16);
+}
+
+/* causal_seen for this block (every thread calls it first). */
+__device__ __forceinline__ void set_causal_seen(const gf_cu_attn &a)
+{
+    if (threadIdx.x == 0)
+        causal_seen = !a.causal && a.mask && a.tiles && *causal_flag(a);
+    __syncthreads();
+}
+
+/* The class of one 64 x 64 tile of a.tiles per block (scan_tile's), per
+ * distinct mask slice (mask_slot): the mask read once per call instead of
+ * by every block of every kernel, and once per slice, not per head; and
+ * whether the tile is the causal mask's (else the flag is cleared). */
 template <typename T>
 __global__ void k_mask_tiles(gf_cu_attn a)
 {
     int64_t nqt = (a.sq + 63) / 64, nkt = (a.sk + 63) / 64, b = blockIdx.x;
-    int64_t kt = b % nkt, qt = b / nkt % nqt, it = b / nkt / nqt;
-    int c = scan_tile(a, (const T *)a.mask + mask_item(a, it), qt * 64, 64, kt * 64, 64);
-    if (threadIdx.x == 0)
-        a.tiles[b] = (unsigned char)c;
+    int64_t kt = b % nkt, qt = b / nkt % nqt, slot = b / nkt / nqt;
+    const T *mk = (const T *)a.mask + slot_offset(a, slot);
+    int open = 0, plain = 1, causal = 1;
+    for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) {
+        int64_t i = qt * 64 + e / 64, j = kt * 64 + e % 64;
+        float x = -INFINITY;
+        if (i < a.sq && j < a.sk) {
+            x = gf_ld(mk + i * a.mst_i + j * a.mst_j);
+            causal &= j <= i + (a.sk - a.sq) ? x == 0.0f : x == -INFINITY;
+        }
+        open |= x != -INFINITY;
+        plain &= x == 0.0f;
+    }
+    open = __syncthreads_or(open);
+    plain = __syncthreads_and(plain);
+    causal = __syncthreads_and(causal);
+    if (threadIdx.x == 0) {
+        a.tiles[b] = (unsigned char)(!open ? 0 : plain ? 2 : 1);
+        if (!causal)
+            *causal_flag(a) = 0; /* every writer writes 0: no race on the value */
+    }
 }
 
-/* mask_tile's answer from a.tiles (q0, k0, nq, nk multiples of 64): the
- * entries it covers combined as one scan would (an entry outside the
- * matrix counts as hidden). */
+/* mask_tile's answer from a.tiles (q0, k0, nq, nk multiples of 64; slot:
+ * the item's mask_slot): the entries it covers combined as one scan would
+ * (an entry outside the matrix counts as hidden). */
 template <typename M>
-__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const M *mk, int64_t it,
+__device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const M *mk, int64_t slot,
                                          int64_t q0, int nq, int64_t k0, int nk)
 {
     if (!mk || !a.tiles)
         return scan_tile(a, mk, q0, nq, k0, nk);
     int64_t nqt = (a.sq + 63) / 64, nkt = (a.sk + 63) / 64;
-    const unsigned char *t = a.tiles + it * nqt * nkt;
+    const unsigned char *t = a.tiles + slot * nqt * nkt;
     int open = 0, plain = 1;
     for (int64_t qt = q0 / 64; qt * 64 < q0 + nq; qt++)
         for (int64_t kt = k0 / 64; kt * 64 < k0 + nk; kt++) {
@@ -174,7 +262,7 @@ __device__ __forceinline__ int mask_tile(const gf_cu_attn &a, const M *mk, int64
 /* Keys [0, end) that query rows up to qlast may see. */
 __device__ __forceinline__ int64_t key_end(const gf_cu_attn &a, int64_t qlast)
 {
-    if (!a.causal)
+    if (!causal_of(a))
         return a.sk;
     int64_t e = qlast + (a.sk - a.sq) + 1;
     return e < 0 ? 0 : e < a.sk ? e : a.sk;
@@ -327,22 +415,22 @@ __device__ __forceinline__ void fetch_stats(float *St, const gf_cu_attn &a, int6
  * [k0, k0 + nk). */
 template <typename M>
 __device__ __forceinline__ int64_t open_key_tile(const gf_cu_attn &a, const M *mk,
-                                                 int64_t it, int64_t q0, int nq, int64_t t0,
+                                                 int64_t slot, int64_t q0, int nq, int64_t t0,
                                                  int64_t end, int *st)
 {
     for (; t0 < end; t0 += BK)
-        if ((*st = mask_tile(a, mk, it, q0, nq, t0, BK)) != 0)
+        if ((*st = mask_tile(a, mk, slot, q0, nq, t0, BK)) != 0)
             break;
     return t0;
 }
 
 template <typename M>
 __device__ __forceinline__ int64_t open_query_tile(const gf_cu_attn &a, const M *mk,
-                                                   int64_t it, int64_t k0, int nk, int64_t t0,
+                                                   int64_t slot, int64_t k0, int nk, int64_t t0,
                                                    int64_t end, int *st)
 {
     for (; t0 < end; t0 += BK)
-        if ((*st = mask_tile(a, mk, it, t0, BK, k0, nk)) != 0)
+        if ((*st = mask_tile(a, mk, slot, t0, BK, k0, nk)) != 0)
             break;
     return t0;
 }
@@ -528,8 +616,8 @@ __device__ __forceinline__ float score(const gf_cu_attn &a, const M *mk, bool fu
 __device__ __forceinline__ bool tile_full(const gf_cu_attn &a, int st, int64_t r0, int nr,
                                           int64_t c0, int nc)
 {
-    return (!a.mask || st == 2) && r0 + nr <= a.sq && c0 + nc <= a.sk &&
-           (!a.causal || c0 + nc - 1 <= r0 + (a.sk - a.sq));
+    return (!a.mask || st == 2 || causal_seen) && r0 + nr <= a.sq && c0 + nc <= a.sk &&
+           (!causal_of(a) || c0 + nc - 1 <= r0 + (a.sk - a.sq));
 }
 
 /* Online softmax over one tile's scores s (finished in place into P, up to
@@ -589,6 +677,7 @@ __device__ __forceinline__ void block_tile(const gf_cu_attn &a, int64_t ntile, b
 template <int D, int W, typename T>
 __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
 {
+    set_causal_seen(a);
     constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
     float *Qs = sm, *Ks = Qs + R * LD, *Vs = Ks + BK * LD;
@@ -599,7 +688,8 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
     constexpr bool E = narrow<T>::value;
     const T *q = (const T *)a.q + it * a.sq * a.d, *k = (const T *)a.k + it * a.sk * a.d;
     const T *v = (const T *)a.v + it * a.sk * a.dv;
-    const T *mk = a.mask ? (const T *)a.mask + mask_item(a, it) : NULL;
+    const T *mk = a.mask && !causal_seen ? (const T *)a.mask + mask_item(a, it) : NULL;
+    const int64_t ms = mk && a.tiles ? mask_slot(a, it) : 0; /* a.tiles' slice */
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
     int64_t kld = a.tb ? a.d : a.sk, kend = key_end(a, q0 + R - 1);
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -608,7 +698,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     fetch_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
     int st = 1, stn = 1;
-    int64_t k0 = open_key_tile(a, mk, it, q0, R, 0, kend, &st);
+    int64_t k0 = open_key_tile(a, mk, ms, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
@@ -616,7 +706,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
         fetch_tile<D>(Vs, BK, v, k0, a.sk, (int)a.dv, a.dv, false);
     cp_commit();
     while (k0 < kend) {
-        int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
+        int64_t kn = open_key_tile(a, mk, ms, q0, R, k0 + BK, kend, &stn);
         cp_wait<1>(); /* Q and K */
         __syncthreads();
         int jn = key_groups(a, k0, rw + 15);
@@ -677,6 +767,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_fwd(gf_cu_attn a)
 template <int D, int W, typename T>
 __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 {
+    set_causal_seen(a);
     constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
     float *Qs = sm, *Ds = Qs + R * LD, *Ks = Ds + R * LD, *Vs = Ks + BK * LD;
@@ -687,14 +778,15 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     constexpr bool E = narrow<T>::value;
     const T *q = (const T *)a.q + it * a.sq * a.d, *k = (const T *)a.k + it * a.sk * a.d;
     const T *v = (const T *)a.v + it * a.sk * a.dv;
-    const T *mk = a.mask ? (const T *)a.mask + mask_item(a, it) : NULL;
+    const T *mk = a.mask && !causal_seen ? (const T *)a.mask + mask_item(a, it) : NULL;
+    const int64_t ms = mk && a.tiles ? mask_slot(a, it) : 0; /* a.tiles' slice */
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
     int64_t kld = a.tb ? a.d : a.sk, kend = key_end(a, q0 + R - 1);
     fetch_tile<D>(Qs, R, q, q0, a.sq, (int)a.d, a.d, false);
     fetch_tile<D>(Ds, R, (const T *)a.dout + it * a.sq * a.dv, q0, a.sq, (int)a.dv, a.dv, false);
     cp_commit();
     int st = 1, stn = 1;
-    int64_t k0 = a.have_stats ? kend : open_key_tile(a, mk, it, q0, R, 0, kend, &st);
+    int64_t k0 = a.have_stats ? kend : open_key_tile(a, mk, ms, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
@@ -719,7 +811,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
      * kend) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int cur = 0; k0 < kend; cur ^= 1) {
-        int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
+        int64_t kn = open_key_tile(a, mk, ms, q0, R, k0 + BK, kend, &stn);
         if (kn < kend)
             fetch_tile<D>(cur ? Ks : Vs, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
         cp_commit();
@@ -765,7 +857,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    k0 = open_key_tile(a, mk, it, q0, R, 0, kend, &st);
+    k0 = open_key_tile(a, mk, ms, q0, R, 0, kend, &st);
     if (k0 < kend)
         fetch_tile<D>(Vs, BK, v, k0, a.sk, (int)a.dv, a.dv, false);
     cp_commit();
@@ -773,7 +865,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         fetch_tile<D>(Ks, BK, k, k0, a.sk, (int)a.d, kld, !a.tb);
     cp_commit();
     while (k0 < kend) {
-        int64_t kn = open_key_tile(a, mk, it, q0, R, k0 + BK, kend, &stn);
+        int64_t kn = open_key_tile(a, mk, ms, q0, R, k0 + BK, kend, &stn);
         int jn = key_groups(a, k0, rw + 15);
         bool full = tile_full(a, st, rw, 16, k0, BK);
         cp_wait<1>(); /* V */
@@ -835,6 +927,7 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
 template <int D, int W, typename T>
 __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(gf_cu_attn a)
 {
+    set_causal_seen(a);
     constexpr int LD = D + 4, R = 16 * W;
     extern __shared__ float sm[];
     float *Ks = sm, *Vs = Ks + R * LD, *Qs = Vs + R * LD, *Ds = Qs + BK * LD;
@@ -846,7 +939,8 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     constexpr bool E = narrow<T>::value;
     const T *q = (const T *)a.q + it * a.sq * a.d, *k = (const T *)a.k + it * a.sk * a.d;
     const T *v = (const T *)a.v + it * a.sk * a.dv, *dout = (const T *)a.dout + it * a.sq * a.dv;
-    const T *mk = a.mask ? (const T *)a.mask + mask_item(a, it) : NULL;
+    const T *mk = a.mask && !causal_seen ? (const T *)a.mask + mask_item(a, it) : NULL;
+    const int64_t ms = mk && a.tiles ? mask_slot(a, it) : 0; /* a.tiles' slice */
     int nk = (int)(a.d + 7) / 8, nn = (int)(a.dv + 7) / 8;
     float dk[D / 8][4], dv[D / 8][4];
 #pragma unroll
@@ -858,10 +952,10 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     fetch_tile<D>(Vs, R, v, k0, a.sk, (int)a.dv, a.dv, false);
     cp_commit();
     /* causal: query i sees key j when j <= i + (sk - sq) */
-    int64_t qstart = a.causal ? k0 - (a.sk - a.sq) : 0;
+    int64_t qstart = causal_of(a) ? k0 - (a.sk - a.sq) : 0;
     qstart = qstart < 0 ? 0 : qstart / BK * BK;
     int st = 1, stn = 1;
-    int64_t q0 = open_query_tile(a, mk, it, k0, R, qstart, a.sq, &st);
+    int64_t q0 = open_query_tile(a, mk, ms, k0, R, qstart, a.sq, &st);
     if (q0 < a.sq)
         fetch_tile<D>(Ds, BK, dout, q0, a.sq, (int)a.dv, a.dv, false);
     cp_commit();
@@ -871,11 +965,11 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
     }
     cp_commit();
     while (q0 < a.sq) {
-        int64_t qn = open_query_tile(a, mk, it, k0, R, q0 + BK, a.sq, &stn);
+        int64_t qn = open_query_tile(a, mk, ms, k0, R, q0 + BK, a.sq, &stn);
         /* the groups of 8 queries [js, je) that may see this warp's keys */
         int64_t rem = a.sq - q0;
         int je = rem >= BK ? BK / 8 : (int)((rem + 7) / 8), js = 0;
-        if (a.causal) {
+        if (causal_of(a)) {
             int64_t first = kw - (a.sk - a.sq) - q0; /* the first query that sees key kw */
             js = first <= 0 ? 0 : first >= BK ? BK / 8 : (int)(first / 8);
         }
@@ -993,7 +1087,8 @@ static cudaError_t dkv_as(cudaStream_t s, const gf_cu_attn *a)
 
 extern "C" size_t gf_cu_attn_tiles_bytes(const struct gf_cu_attn *a)
 {
-    return (size_t)(a->items * ((a->sq + 63) / 64) * ((a->sk + 63) / 64));
+    size_t n = (size_t)(mask_slots(a) * ((a->sq + 63) / 64) * ((a->sk + 63) / 64));
+    return n ? (n + 15) / 16 * 16 + sizeof(int) : 0; /* + causal_flag */
 }
 
 /* a->tiles from the mask (of a->type), when both are there. */
@@ -1002,6 +1097,10 @@ static cudaError_t mask_tiles(cudaStream_t s, const gf_cu_attn *a)
     size_t n = gf_cu_attn_tiles_bytes(a);
     if (!a->mask || !a->tiles || n == 0)
         return cudaSuccess;
+    cudaError_t e = cudaMemsetAsync(a->tiles + (n - sizeof(int)), 1, sizeof(int), s);
+    if (e != cudaSuccess)
+        return e;
+    n = (size_t)(mask_slots(a) * ((a->sq + 63) / 64) * ((a->sk + 63) / 64)); /* tiles */
     if (a->type == GF_CU_F16)
         k_mask_tiles<__half><<<(unsigned)n, 256, 0, s>>>(*a);
     else if (a->type == GF_CU_BF16)

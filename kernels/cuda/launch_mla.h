@@ -112,9 +112,11 @@ struct gf_cu_attn {
     int causal;           /* the mask is causal (bottom-right aligned): not read */
     int zero_rows;        /* zero_masked_rows: a row that sees no key gives 0s */
     unsigned char *tiles; /* with a mask in memory: each 64 x 64 tile's class (0 hidden,
-                           * 1 mixed, 2 all 0) per item, [items][Sq/64][Sk/64] rounded
-                           * up, made once per call (gf_cu_attn_tiles_bytes); NULL: each
-                           * block reads the mask tiles itself */
+                           * 1 mixed, 2 all 0) per distinct [Sq, Sk] slice of the mask
+                           * ([B, 1, Sq, Sk]: B of them), then an int flag: the mask is
+                           * exactly the causal one (then run as causal); made once per
+                           * call (gf_cu_attn_tiles_bytes); NULL: each block reads the
+                           * mask tiles itself */
     int warps;            /* per block (knob): 16 query rows (keys in dK, dV's) each; 4 or 8 */
     const float *mask;    /* additive, or NULL */
     int64_t mst_it, mst_i, mst_j; /* its strides: per item (flat; see below), row, column */
