@@ -20,9 +20,13 @@ size_t gf_arena_used(const struct gf_arena *a);
 void gf_arena_pb_allocator(struct gf_arena *a, ProtobufCAllocator *out);
 
 /* Walks protobuf wire bytes against a descriptor without recursion:
- * truncation, bad lengths and wire types, nesting over max_depth. */
+ * truncation, bad lengths and wire types, nesting over max_depth.
+ * *known (may be NULL): whether a field of root's own, of the right wire
+ * type, was met at the top level (false on a failure: the bytes are likely
+ * not that message at all, as a text file read as a model). */
 enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
-                             const ProtobufCMessageDescriptor *root, int max_depth);
+                             const ProtobufCMessageDescriptor *root, int max_depth,
+                             bool *known);
 
 /* ---- preserved protobuf fields graphfuse does not model ---------------- */
 

@@ -1085,7 +1085,14 @@ static enum gf_status load_bytes(const uint8_t *buf, size_t len, const char *pat
     /* Three protobuf message levels per subgraph (graph, node, attribute)
      * plus type nesting inside. */
     int wire_depth = 3 * L.max_depth + 12;
-    enum gf_status st = gf_wire_check(buf, len, &onnx__model_proto__descriptor, wire_depth);
+    bool known;
+    enum gf_status st = gf_wire_check(buf, len, &onnx__model_proto__descriptor, wire_depth,
+                                      &known);
+    if (st != GF_OK && !known) { /* not one ModelProto field before the damage */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", gf_last_error());
+        return gf_error(GF_ERR_PARSE, "not an ONNX model (%s)", why);
+    }
     if (st != GF_OK)
         return st;
     L.m = gf_model_alloc_empty();
@@ -1183,7 +1190,7 @@ enum gf_status gf_tensor_load(struct gf_model *m, const char *path, struct gf_te
     if (st == GF_OK) {
         struct loader L = {.m = m, .arena = m->priv->arena, .max_depth = 1,
                            .no_external = true};
-        st = gf_wire_check(buf, len, &onnx__tensor_proto__descriptor, 8);
+        st = gf_wire_check(buf, len, &onnx__tensor_proto__descriptor, 8, NULL);
         if (st == GF_OK) {
             ProtobufCAllocator alloc;
             gf_arena_pb_allocator(L.arena, &alloc);

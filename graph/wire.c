@@ -87,8 +87,12 @@ static const char *wire_name(int w)
 }
 
 enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
-                             const ProtobufCMessageDescriptor *root, int max_depth)
+                             const ProtobufCMessageDescriptor *root, int max_depth,
+                             bool *known)
 {
+    bool dummy;
+    known = known ? known : &dummy;
+    *known = false;
     struct frame st[128];
     char path[512];
     if (max_depth > 126)
@@ -132,6 +136,8 @@ enum gf_status gf_wire_check(const uint8_t *buf, size_t len,
                                 path, *path ? "." : "", f->name, start, wire_name(wire),
                                 wire_name(want));
             }
+            if (depth == 0)
+                *known = true;
         }
         uint64_t v;
         switch (wire) {
