@@ -7,33 +7,7 @@
 # Usage: tests/run_bench.sh GRAPHFUSE
 set -u
 gf=${1:?usage: run_bench.sh path/to/graphfuse}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
-
-# expect CODE DESCRIPTION -- COMMAND...: runs, checks the exit code
-expect() {
-    code=$1 desc=$2
-    shift 3
-    n=$((n + 1))
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    if [ "$got" != "$code" ]; then
-        echo "FAIL $desc: exit $got, expected $code"; sed 's/^/  | /' "$tmp/err" | head -5
-        fails=$((fails + 1))
-        return 1
-    fi
-    return 0
-}
-# contains FILE TEXT DESCRIPTION
-contains() {
-    n=$((n + 1))
-    if ! grep -qF -- "$2" "$1"; then
-        echo "FAIL $3: '$2' not found"; head -5 "$1" | sed 's/^/  | /'
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_checks.sh"
 
 mlp=models/mlp/legacy/model.onnx
 llama=models/llama_tiny/legacy/model.onnx

@@ -5,39 +5,17 @@
 # Usage: tests/run_cli.sh GRAPHFUSE
 set -u
 gf=${1:?usage: run_cli.sh path/to/graphfuse}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
-
-# expect CODE DESCRIPTION -- COMMAND...: runs, checks the exit code
-expect() {
-    code=$1 desc=$2
-    shift 3
-    n=$((n + 1))
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    if [ "$got" != "$code" ]; then
-        echo "FAIL $desc: exit $got, expected $code"; sed 's/^/  | /' "$tmp/err" | head -5
-        fails=$((fails + 1))
-        return 1
-    fi
-    return 0
-}
-# contains FILE TEXT DESCRIPTION
-contains() {
-    n=$((n + 1))
-    if ! grep -qF -- "$2" "$1"; then
-        echo "FAIL $3: '$2' not found"; head -5 "$1" | sed 's/^/  | /'
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_checks.sh"
 
 expect 0 "--help" -- "$gf" --help && contains "$tmp/out" "usage: graphfuse" "--help text"
 expect 0 "--version" -- "$gf" --version && contains "$tmp/out" "graphfuse " "--version text"
 expect 2 "no command" -- "$gf"
 expect 2 "unknown command" -- "$gf" frobnicate && contains "$tmp/err" "unknown command 'frobnicate'" "unknown command message"
 expect 2 "info without model" -- "$gf" info
+# a file that is not ONNX at all is called that, by name
+expect 2 "info on a text file" -- "$gf" info README.md && contains "$tmp/err" "README.md: not an ONNX model" "not-ONNX message"
+printf 'hello world' >"$tmp/hello.onnx"
+expect 2 "run on a text file" -- "$gf" run "$tmp/hello.onnx" && contains "$tmp/err" "hello.onnx: not an ONNX model" "not-ONNX message (run)"
 expect 2 "unknown dump format" -- "$gf" dump models/mlp/legacy/model.onnx --format xml && contains "$tmp/err" "unknown format 'xml'" "format message"
 expect 2 "missing file" -- "$gf" info "$tmp/nope.onnx" && contains "$tmp/err" "nope.onnx: cannot open" "missing file message"
 [ "$(wc -l <"$tmp/err")" = 1 ] || { echo "FAIL missing file: message is not one line"; fails=$((fails + 1)); }

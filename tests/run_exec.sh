@@ -6,31 +6,7 @@
 set -u
 gf=${1:?usage: run_exec.sh path/to/graphfuse}
 node=/usr/share/libonnx-testdata/data/node
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
-
-expect() { # expect CODE DESCRIPTION -- COMMAND...
-    code=$1 desc=$2
-    shift 3
-    n=$((n + 1))
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    if [ "$got" != "$code" ]; then
-        echo "FAIL $desc: exit $got, expected $code"; sed 's/^/  | /' "$tmp/err" | head -5
-        fails=$((fails + 1))
-        return 1
-    fi
-    return 0
-}
-contains() { # contains FILE TEXT DESCRIPTION
-    n=$((n + 1))
-    if ! grep -qF -- "$2" "$1"; then
-        echo "FAIL $3: '$2' not found"; head -5 "$1" | sed 's/^/  | /'
-        fails=$((fails + 1))
-    fi
-}
+. "$(dirname "$0")/cli_checks.sh"
 one_line() { # one_line DESCRIPTION: stderr is exactly one line
     n=$((n + 1))
     [ "$(wc -l <"$tmp/err")" = 1 ] || { echo "FAIL $1: message is not one line"; fails=$((fails + 1)); }
