@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -319,6 +320,8 @@ struct run {
     struct gf_data *d;
     FILE *log;
     bool bar;         /* progress bar on stderr: stdout is a terminal */
+    double t0;        /* when this run's first step started (monotonic seconds) */
+    int64_t first;    /* the step it started at (> 0 after --resume) */
     bool interrupted; /* SIGINT / SIGTERM stopped the loop after a whole step */
     int signal;       /* which one */
 };
@@ -488,15 +491,39 @@ static int setup(struct train_args *a, struct run *r)
     return rc;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Seconds as h:mm:ss, or m:ss under an hour. */
+static const char *clock_text(double sec, char *buf, size_t n)
+{
+    long long t = sec > 0 && sec < 1e9 ? (long long)(sec + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, n, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%lld:%02lld", t / 60, t % 60);
+    return buf;
+}
+
+/* The bar, the loss, the time since this run's first step and the time
+ * left at this run's pace so far. */
 static void progress(const struct run *r, int64_t done, int64_t total, double loss)
 {
     if (!r->bar)
         return;
     const int width = 30;
     int fill = total > 0 ? (int)(width * done / total) : width;
-    fprintf(stderr, "\r[%.*s%*s] %lld/%lld loss %.4f ", fill,
+    double el = now_s() - r->t0;
+    int64_t ran = done - r->first;
+    char a[32], b[32];
+    fprintf(stderr, "\r[%.*s%*s] %lld/%lld loss %.4f  %s elapsed, ETA %s ", fill,
             "##############################", width - fill, "", (long long)done,
-            (long long)total, loss);
+            (long long)total, loss, clock_text(el, a, sizeof(a)),
+            ran > 0 ? clock_text(el / (double)ran * (double)(total - done), b, sizeof(b)) : "?");
     fflush(stderr);
 }
 
@@ -591,6 +618,8 @@ static int train_loop(struct train_args *a, struct run *r)
     struct gf_train_stats s;
     double first = NAN, last = NAN, total_ms = 0;
     int64_t start = gf_trainer_get_step(r->t), done = 0;
+    r->t0 = now_s();
+    r->first = start;
     for (int64_t i = start; i < a->to.steps; i++, done++) {
         if (stop_signal) { /* checked before a step: a signal during the last one is late */
             r->interrupted = true;

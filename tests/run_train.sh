@@ -214,5 +214,14 @@ awk -v g="$acc" -v a=2.31985497 -v b="$b1" \
     'BEGIN { w = (a + b) / 2; d = g - w; if (d < 0) d = -d; exit !(d <= 1e-6 * w) }' ||
     fail "accumulated loss $acc is not the mean of 2.31985497 and $b1"
 
+# On a terminal the progress bar shows the time so far and the time left
+# (script(1) gives train a terminal; util-linux, on every Debian)
+if command -v script >/dev/null 2>&1; then
+    n=$((n + 1))
+    script -qec "$gf train $M --data $D --steps 3 $SGD" /dev/null >"$tmp/tty" 2>&1 </dev/null
+    tr '\r' '\n' <"$tmp/tty" | grep -q '3/3 loss .* elapsed, ETA 0:00' ||
+        fail "the progress bar has no elapsed time and ETA: $(tr '\r' '\n' <"$tmp/tty" | tail -2)"
+fi
+
 echo "run_train: $((n - fails)) of $n checks passed"
 [ "$fails" = 0 ]
