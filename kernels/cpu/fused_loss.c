@@ -252,7 +252,6 @@ struct lce_work {
     const struct lce *c;
     double *m, *s, *zt;   /* [R] running max, sum, label logit */
     void *z;              /* [R, Vc] compute type: one block of logits */
-    float *wbuf, *hbuf;   /* halves: fp32 W block [K, Vc] and H rows [R, K] */
     size_t p0, p1, c0, nc; /* positions [p0, p1), columns [c0, c0 + nc) */
 };
 
@@ -316,35 +315,8 @@ static void lce_gemm(const struct lce_work *w, size_t r0, size_t r1, size_t row0
         return;
     }
     const float *h = (const float *)c->h + row0 * c->k, *wt = (const float *)c->w + woff;
-    if (w->hbuf) { /* fp32 copies: W's block is [K, nc] (ld nc), H's rows [R, K] */
-        h = w->hbuf + r0 * c->k;
-        wt = w->wbuf;
-        tb = CblasNoTrans;
-        ldw = n;
-    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, m, n, k, 1.0f, h, k, wt, ldw,
                 c->bias ? 1.0f : 0.0f, (float *)w->z + r0 * c->cols, ldz);
-}
-
-/* fp16 / bf16: the block's W columns as fp32 [K, nc]. */
-static void lce_widen_w(const struct lce_work *w)
-{
-    const struct lce *c = w->c;
-    struct gf_tview src = {.dtype = c->dt, .data = (void *)c->w};
-    for (size_t p = 0; p < c->k; p++)
-        for (size_t j = 0; j < w->nc; j++)
-            w->wbuf[p * w->nc + j] = (float)fu_get(&src, c->tb ? (w->c0 + j) * c->k + p
-                                                              : p * c->v + w->c0 + j);
-}
-
-/* fp16 / bf16: the chunk's H rows as fp32 [R, K]. */
-static void lce_widen_h(const struct lce_work *w)
-{
-    const struct lce *c = w->c;
-    struct gf_tview src = {.dtype = c->dt, .data = (void *)c->h};
-    for (size_t p = w->p0; p < w->p1; p++)
-        for (size_t q = 0; q < c->k; q++)
-            w->hbuf[(p - w->p0) * c->k + q] = (float)fu_get(&src, lce_row(c, p) * c->k + q);
 }
 
 /* The block's logits: Bias (or 0 when K = 0), then one GEMM per run of
@@ -362,13 +334,11 @@ static void lce_block(struct lce_work *w)
     }
     if (c->k == 0)
         return;
-    if (w->wbuf)
-        lce_widen_w(w);
     for (size_t p = w->p0; p < w->p1;) {
         size_t q = p + 1;
         while (q < w->p1 && lce_row(c, q) == lce_row(c, p) + (q - p))
             q++;
-        lce_gemm(w, p - w->p0, q - w->p0, w->hbuf ? p - w->p0 : lce_row(c, p));
+        lce_gemm(w, p - w->p0, q - w->p0, lce_row(c, p));
         p = q;
     }
 }
@@ -383,8 +353,6 @@ static void lce_chunk(struct lce_work *w, double *sums)
         w->m[i] = -INFINITY, w->s[i] = 0, w->zt[i] = NAN;
         needed = needed || lce_label(c, w->p0 + i) != c->lab.ii;
     }
-    if (needed && w->hbuf)
-        lce_widen_h(w);
     for (w->c0 = 0; needed && w->c0 < c->v; w->c0 += c->cols) {
         w->nc = c->v - w->c0 < c->cols ? c->v - w->c0 : c->cols;
         lce_block(w);
@@ -404,7 +372,7 @@ static void lce_chunk(struct lce_work *w, double *sums)
 }
 
 /* Thread `part` does chunks [b, e) in its workspace slice:
- * [m, s, zt: 3 x R doubles][z: R x Vc compute type][halves: wbuf K x Vc, hbuf R x K] */
+ * [m, s, zt: 3 x R doubles][z: R x Vc compute type] */
 static void lce_worker(void *vc, size_t part, size_t b, size_t e)
 {
     struct lce *c = vc;
@@ -413,10 +381,6 @@ static void lce_worker(void *vc, size_t part, size_t b, size_t e)
     w.s = w.m + c->chunk;
     w.zt = w.s + c->chunk;
     w.z = w.zt + c->chunk;
-    if (fu_is_half(c->dt)) {
-        w.wbuf = (float *)w.z + c->chunk * c->cols;
-        w.hbuf = w.wbuf + c->k * c->cols;
-    }
     double sums[2] = {0, 0};
     for (size_t ch = b; ch < e; ch++) {
         w.p0 = ch * c->chunk;
@@ -444,8 +408,6 @@ static enum gf_status lce_tiles(const struct gf_kernel_args *a, struct lce *c)
     c->cols = c->cols < MIN_COLS ? MIN_COLS : c->cols;
     c->cols = c->cols < c->v ? c->cols : c->v ? c->v : 1;
     size_t b = 3 * c->chunk * sizeof(double) + c->chunk * c->cols * cs;
-    if (fu_is_half(a->in[0].dtype))
-        b += (c->k * c->cols + c->chunk * c->k) * sizeof(float);
     c->slice = (b + 63) & ~(size_t)63;
     return GF_OK;
 }
