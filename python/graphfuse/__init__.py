@@ -109,13 +109,35 @@ def load_tensor(path):
                      .values()))
 
 
-class Session:
+class _Handle:
+    """A native handle (self._h) closed by close(), by `with`, or when collected;
+    the subclass names its closing function in _close."""
+
+    _close = None
+
+    def close(self):
+        if getattr(self, "_h", None) is not None and self._h.value:
+            type(self)._close(self._h)
+        self._h = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Session(_Handle):
     """A model ready to run: Session(path, backend="cpu", precision="fp32").run(feeds).
 
     backend: "cpu", "opencl", "cuda" or "auto" (None: $GRAPHFUSE_BACKEND, else auto);
     precision: "fp32", "tf32", "bf16", "fp16" (docs/precision.md); fuse=True runs the
     fused graph, as `graphfuse run --fuse`; threads=0: every core.
     """
+
+    _close = staticmethod(lambda h: _lib.gf_flat_session_close(h))
 
     def __init__(self, path, backend=None, precision=None, fuse=False, threads=0):
         self.path = os.fspath(path)
@@ -160,18 +182,6 @@ class Session:
             (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])))
         return _to_dict(_lib.gf_flat_session_outputs(self._h))
 
-    def close(self):
-        if getattr(self, "_h", None) is not None and self._h.value:
-            _lib.gf_flat_session_close(self._h)
-        self._h = None
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def optimize(src, dst, target="graphfuse", report=True, precision=None, disable=()):
@@ -201,9 +211,11 @@ def dump(path, format="text"):
     return _json.loads(text) if format == "json" else text
 
 
-class Trainer:
+class Trainer(_Handle):
     """Training in progress: iterate it for per-step metrics (dicts with step, loss,
     grad_norm, lr, ms, tokens, ...); then weights(), save(), save_safetensors()."""
+
+    _close = staticmethod(lambda h: _lib.gf_flat_trainer_close(h))
 
     def __init__(self, path, **options):
         self.path = os.fspath(path)
@@ -261,18 +273,6 @@ class Trainer:
         """The parameters by PyTorch name (`graphfuse train --save-safetensors`)."""
         _check(_lib.gf_flat_trainer_save_safetensors(self._h, _enc(path)))
 
-    def close(self):
-        if getattr(self, "_h", None) is not None and self._h.value:
-            _lib.gf_flat_trainer_close(self._h)
-        self._h = None
-
-    __del__ = close
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def train(path, data=None, optimizer="sgd", steps=100, tokens=None, **options):
