@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -1574,6 +1575,11 @@ enum gf_status gf_model_dump_file(const struct gf_model *m, enum gf_dump_format 
         return gf_error(GF_ERR_NOMEM, "dump: out of memory");
     snprintf(tmp, n, "%s.tmp.XXXXXX", path);
     int fd = mkstemp(tmp);
+    if (fd >= 0) { /* mkstemp's 0600: the mode a plain create would give */
+        mode_t mask = umask(0);
+        umask(mask);
+        fchmod(fd, 0666 & ~mask);
+    }
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         enum gf_status st = gf_error(GF_ERR_IO, "%s: cannot create file: %s", path,
