@@ -71,7 +71,7 @@ endif
 LIBS    := -lprotobuf-c -lyaml -lopenblas $(BACKEND_LIBS) -lm -lpthread
 
 DEB_PKGS := libprotobuf-c-dev protobuf-c-compiler libonnx-dev libyaml-dev \
-            libcmocka-dev libonnx-testdata graphviz libopenblas-dev wamerican \
+            libcmocka-dev libonnx-testdata graphviz libopenblas-dev wamerican gnuplot-nox \
             $(BACKEND_PKGS)
 ONNX_PROTO := /usr/include/onnx/onnx.proto
 

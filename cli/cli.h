@@ -30,6 +30,10 @@ const char *cli_opt_value(int argc, char **argv, int *i, const char *name, bool 
  * ("--opt" of "--opt=VALUE") into name[cap], and the value after '=', else
  * NULL.  A name too long for cap is cut (and so matches no option). */
 const char *cli_opt_split(const char *arg, char *name, size_t cap);
+/* The loss curve of a `train --log` CSV drawn into out (.svg: SVG, else
+ * PNG) by gnuplot, written whole or not at all (cli/plot.c); title NULL:
+ * the log's name.  Returns 0 or an exit code, the message printed. */
+int cli_plot_log(const char *csv, const char *out, const char *title);
 /* Whether `arg` asks for help (-h, --help). */
 bool cli_is_help(const char *arg);
 

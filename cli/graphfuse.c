@@ -786,6 +786,7 @@ int cmd_train(int argc, char **argv), cmd_generate(int argc, char **argv);
 int cmd_backends(int argc, char **argv), cmd_tune(int argc, char **argv);
 int cmd_export_weights(int argc, char **argv);
 int cmd_bench(int argc, char **argv), cmd_compare(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -801,6 +802,7 @@ static const struct {
     {"tune", cmd_tune},                                /* cli/tune.c */
     {"export-weights", cmd_export_weights},            /* cli/weights.c */
     {"bench", cmd_bench}, {"compare", cmd_compare},    /* cli/bench.c, cli/compare.c */
+    {"plot", cmd_plot},                                /* cli/plot.c */
 };
 
 static void print_patterns(void)

@@ -93,6 +93,14 @@ static const struct help helps[] = {
      EXEC_OPTIONS
      "  --precision fp32|tf32|bf16|fp16\n"
      "                                  autocast's policy before fusion (default fp32)\n"},
+    {"plot",
+     "  plot LOG.csv -o FILE.png [--title TEXT]\n"
+     "                                  the loss curve of a `train --log` file (and the\n"
+     "                                  learning rate) as PNG, or SVG for FILE.svg, drawn\n"
+     "                                  by gnuplot\n",
+     HELP_LINE
+     "  -o, --output FILE               the picture: .svg for SVG, else PNG (required)\n"
+     "  --title TEXT                    the title (default: the log's name)\n"},
     {"bench",
      "  bench MODEL [--warmup N] [--iterations N | --duration S] [--json] [--fuse]\n"
      "      [--input NAME=FILE.pb]... [--dim NAME=SIZE]... [--backend B] [--device NAME]\n"
@@ -200,6 +208,8 @@ static const struct help helps[] = {
      "  --fuse, --no-fuse               fused forward and backward (default), or as exported\n"
      "  --disable P1,P2                 fusion patterns left out of the trained graph\n"
      "  --list-params                   print which initializers are trained, and exit\n"
+     "  --plot FILE.png                 the loss curve (and the learning rate) at the end,\n"
+     "                                  drawn by gnuplot (.svg: SVG); see `graphfuse plot`\n"
      "  --dump-graph FILE               write the training graph (fused forward, backward) as\n"
      "                                  text, or .dot / .json by FILE's extension\n"
      "  -o, --output OUT.onnx           the model with the trained weights, at the end\n"

@@ -30,6 +30,8 @@ struct train_args {
     const char *safetensors; /* --save-safetensors: the parameters by PyTorch name */
     const char *precision;   /* --precision: the trainer's option */
     const char *dump_graph;  /* --dump-graph: the training graph, written once */
+    const char *plot;        /* --plot: the loss curve at the end (cli/plot.c) */
+    char plot_log[64];       /* --plot without --log: the rows' temporary file */
     struct gf_trainer_opts to;
     struct gf_token_opts tk;
     int64_t ckpt_every;
@@ -109,6 +111,7 @@ static bool string_option(const char *a, const char *v, struct train_args *t)
         {"--save-safetensors", offsetof(struct train_args, safetensors)},
         {"--precision", offsetof(struct train_args, precision)},
         {"--dump-graph", offsetof(struct train_args, dump_graph)},
+        {"--plot", offsetof(struct train_args, plot)},
     };
     for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
         if (strcmp(a, opts[i].name) == 0) {
@@ -718,6 +721,18 @@ int cmd_train(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc == 0)
         rc = check_args(&a);
+    if (rc == 0 && a.plot && !a.log) { /* the rows go to a temporary log */
+        snprintf(a.plot_log, sizeof(a.plot_log), "/tmp/graphfuse-plot-XXXXXX");
+        int fd = mkstemp(a.plot_log);
+        if (fd < 0) {
+            fprintf(stderr, "graphfuse: train: --plot: cannot create a temporary log: %s\n",
+                    strerror(errno));
+            rc = EXIT_INPUT;
+        } else {
+            close(fd);
+            a.log = a.plot_log;
+        }
+    }
     if (rc == 0)
         rc = setup(&a, &r);
     if (rc == -1) { /* --list-params */
@@ -736,6 +751,11 @@ int cmd_train(int argc, char **argv)
         restore_stop_signals(&old);
     if (r.log)
         fclose(r.log);
+    r.log = NULL;
+    if (rc == 0 && a.plot) /* the picture of the rows written */
+        rc = cli_plot_log(a.log, a.plot, a.model);
+    if (a.plot_log[0])
+        unlink(a.plot_log);
     gf_data_free(r.d);
     gf_trainer_free(r.t);
     gf_model_free(r.m);

@@ -50,14 +50,14 @@ cmp -s "$tmp/a.json" "$tmp/b.json" || { echo "FAIL converted model dumps differe
 expect 2 "convert without -o" -- "$gf" convert models/mlp/legacy/model.onnx
 
 # every command: -h and --help print its synopsis and options on stdout, exit 0
-for c in info dump convert optimize run test train tune generate backends export-weights; do
+for c in info dump convert optimize run test train tune generate backends export-weights bench compare plot; do
     for h in --help -h; do
         expect 0 "$c $h" -- "$gf" "$c" "$h" && contains "$tmp/out" "usage: graphfuse $c" "$c $h synopsis" &&
             contains "$tmp/out" "-h, --help" "$c $h options"
     done
 done
 "$gf" --help >"$tmp/help"
-for c in info dump convert optimize run test train tune generate backends export-weights; do
+for c in info dump convert optimize run test train tune generate backends export-weights bench compare plot; do
     contains "$tmp/help" "  $c " "graphfuse --help lists $c"
 done
 # help wins over everything else on the line, even a missing model

@@ -223,5 +223,32 @@ if command -v script >/dev/null 2>&1; then
         fail "the progress bar has no elapsed time and ETA: $(tr '\r' '\n' <"$tmp/tty" | tail -2)"
 fi
 
+# --plot / `graphfuse plot`: the loss curve drawn by gnuplot (make test's
+# dependencies install it): a PNG (or SVG) written whole, the temporary
+# log of --plot without --log removed; a file that is not a train log and
+# a missing -o are refused by name
+png_magic() { [ "$(od -An -tx1 -N4 "$1" 2>/dev/null | tr -d ' \n')" = 89504e47 ]; }
+if command -v gnuplot >/dev/null 2>&1; then
+    ls /tmp/graphfuse-plot-* >"$tmp/plots_before" 2>/dev/null
+    expect 0 "train --plot" -- "$gf" train $M --data $D --steps 4 $SGD --plot "$tmp/loss.png" &&
+        { n=$((n + 1)); png_magic "$tmp/loss.png" || fail "train --plot: not a PNG"; }
+    ls /tmp/graphfuse-plot-* >"$tmp/plots_after" 2>/dev/null
+    n=$((n + 1))
+    cmp -s "$tmp/plots_before" "$tmp/plots_after" || fail "train --plot left its temporary log"
+    expect 0 "train --log --plot" -- "$gf" train $M --data $D --steps 4 $SGD --log "$tmp/p.csv" --plot="$tmp/loss2.png"
+    expect 0 "plot a log" -- "$gf" plot "$tmp/p.csv" -o "$tmp/p.png" --title "mlp" &&
+        { n=$((n + 1)); png_magic "$tmp/p.png" || fail "plot: not a PNG"; }
+    expect 0 "plot to SVG" -- "$gf" plot "$tmp/p.csv" --output="$tmp/p.svg" &&
+        { n=$((n + 1)); grep -q "<svg" "$tmp/p.svg" || fail "plot: not an SVG"; }
+else
+    expect 0 "train --log" -- "$gf" train $M --data $D --steps 4 $SGD --log "$tmp/p.csv"
+    expect 3 "plot without gnuplot" -- "$gf" plot "$tmp/p.csv" -o "$tmp/p.png" &&
+        { n=$((n + 1)); grep -q "gnuplot is not installed" "$tmp/err" || fail "no-gnuplot message"; }
+fi
+expect 2 "plot of a non-log" -- "$gf" plot "$M" -o "$tmp/x.png" &&
+    { n=$((n + 1)); grep -q "not a train log" "$tmp/err" || fail "plot of a non-log: message"; }
+n=$((n + 1)); [ ! -e "$tmp/x.png" ] || fail "plot of a non-log wrote a file"
+expect 2 "plot without -o" -- "$gf" plot "$tmp/p.csv"
+
 echo "run_train: $((n - fails)) of $n checks passed"
 [ "$fails" = 0 ]
