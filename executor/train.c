@@ -78,6 +78,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "exec_priv.h"
 #include "gf_passes.h"
@@ -1984,11 +1985,13 @@ static enum gf_status open_tokens(struct gf_data *d, const struct gf_trainer *t,
     d->width = o->token_bytes ? o->token_bytes : vocab > 0 ? (vocab <= 65536 ? 2 : 4) : 0;
     if (o->token_bytes && d->width != 2 && d->width != 4)
         return gf_error(GF_ERR_ARG, "token width %d: 2 or 4 bytes", o->token_bytes);
-    if (!d->width)
-        return gf_error(GF_ERR_ARG, "cannot tell the vocabulary size of the model: give the "
-                        "token width (2 or 4 bytes)");
     size_t len = 0;
-    enum gf_status st = read_file(path, &d->tok, &len);
+    enum gf_status st = d->width ? read_file(path, &d->tok, &len) : GF_OK;
+    if (!d->width && access(path, R_OK) != 0) /* the missing file first */
+        return gf_error(GF_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!d->width)
+        return gf_error(GF_ERR_ARG, "%s: cannot tell the vocabulary size of the model: give "
+                        "the token width (--token-bytes 2 or 4)", path);
     if (st == GF_OK)
         st = check_tokens(d, path, vocab, len);
     if (st == GF_OK)

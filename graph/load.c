@@ -1190,7 +1190,13 @@ enum gf_status gf_tensor_load(struct gf_model *m, const char *path, struct gf_te
     if (st == GF_OK) {
         struct loader L = {.m = m, .arena = m->priv->arena, .max_depth = 1,
                            .no_external = true};
-        st = gf_wire_check(buf, len, &onnx__tensor_proto__descriptor, 8, NULL);
+        bool known;
+        st = gf_wire_check(buf, len, &onnx__tensor_proto__descriptor, 8, &known);
+        if (st != GF_OK && !known) { /* not one TensorProto field before the damage */
+            char why[512];
+            snprintf(why, sizeof(why), "%s", gf_last_error());
+            st = gf_error(GF_ERR_PARSE, "not an ONNX tensor file (TensorProto) (%s)", why);
+        }
         if (st == GF_OK) {
             ProtobufCAllocator alloc;
             gf_arena_pb_allocator(L.arena, &alloc);

@@ -37,6 +37,8 @@ expect 2 "unknown input name" -- "$gf" run "$add/model.onnx" --input x="$x" --in
 contains "$tmp/err" "zz" "unknown input message"; one_line "unknown input"
 expect 2 "missing input file" -- "$gf" run "$add/model.onnx" --input x="$x" --input y="$tmp/nope.pb"
 contains "$tmp/err" "nope.pb" "missing file message"; one_line "missing input file"
+expect 2 "input file not a tensor" -- "$gf" run "$add/model.onnx" --input x="$x" --input y=README.md
+contains "$tmp/err" "README.md: not an ONNX tensor file" "not-a-tensor message"; one_line "not a tensor"
 expect 3 "unsupported op" -- "$gf" run "$node/test_conv_with_strides_padding/model.onnx" --random-inputs
 contains "$tmp/err" "op 'Conv' (domain 'ai.onnx', opset" "unsupported op message"; one_line "unsupported op"
 expect 2 "memory limit" -- "$gf" run models/llama_tiny/dynamo/model.onnx --random-inputs --max-memory 1K

@@ -202,6 +202,8 @@ contains "$tmp/err" "token 64 at index 1" "out-of-range token named"
 expect 2 "odd token file" -- "$gf" train $L --tokens "$tmp/t8.u16" --token-bytes 4 --batch 1 \
     --seq 3
 expect 2 "tokens need --batch" -- "$gf" train $L --tokens "$tmp/t.u16"
+expect 2 "missing token file" -- "$gf" train $M --tokens "$tmp/none.u16" --batch 1 --seq 2
+contains "$tmp/err" "none.u16: cannot open" "missing token file named"
 
 # --accumulate 2 on batches 0,1: the mean of their losses at step 0
 expect 0 "accumulate" -- "$gf" train $M --data $D --steps 1 --accumulate 2 $SGD --log "$tmp/acc.csv"
