@@ -299,6 +299,35 @@ static bool type_is(const struct gf_value *v, enum gf_dtype dt, const struct gf_
     return true;
 }
 
+/* A fully known shape whose elements, or bytes of dtype dt, do not fit in
+ * int64 is refused: no buffer can hold it, and the sizes computed from it
+ * later (planning, constant folding, kernels) would wrap. */
+static enum gf_status check_size(struct ctx *c, const struct gf_value *v, enum gf_dtype dt,
+                                 const struct gf_shape *s)
+{
+    int64_t n = 1, bytes;
+    bool zero = false, over = false;
+    char b[256];
+    for (int k = 0; k < s->rank; k++) {
+        if (!gf_dim_known(&s->d[k]))
+            return GF_OK;
+        zero = zero || s->d[k].value == 0;
+        over = over || __builtin_mul_overflow(n, s->d[k].value, &n);
+    }
+    if (zero || s->rank < 0)
+        return GF_OK;
+    if (over)
+        return fail(c, v, "shape %s: element count overflows", gf_shape_str(s, b, sizeof(b)));
+    if (!gf_dtype_valid(dt) || dt == GF_STRING)
+        return GF_OK;
+    if (dt == GF_UINT4 || dt == GF_INT4)
+        return GF_OK; /* half a byte each: fits whenever the count does */
+    if (__builtin_mul_overflow(n, (int64_t)gf_dtype_size(dt), &bytes))
+        return fail(c, v, "shape %s of %s: byte count overflows",
+                    gf_shape_str(s, b, sizeof(b)), gf_dtype_name(dt));
+    return GF_OK;
+}
+
 /* Gives output i dtype dt and shape s, refining and checking the type the
  * value already has.  dt UNDEFINED / s->rank -1 mean "not known". */
 static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const struct gf_shape *s)
@@ -327,6 +356,8 @@ static enum gf_status set_out(struct ctx *c, size_t i, enum gf_dtype dt, const s
                         gf_shape_str(&old, b1, sizeof(b1)), gf_shape_str(s, b2, sizeof(b2)));
     if (!odt)
         odt = dt;
+    if (check_size(c, v, odt ? odt : dt, &res))
+        return GF_ERR_INVALID;
     if (!odt)
         return GF_OK; /* nothing to record without an element type */
     if ((v->type.kind == GF_TYPE_TENSOR && v->type.rank > MAX_RANK) || type_is(v, odt, &res))
@@ -2158,6 +2189,9 @@ static enum gf_status sv_binary(struct ctx *c)
     for (size_t i = 0; i < n; i++) {
         const struct elem *x = &a->e[a->n == 1 ? 0 : i], *y = &b->e[b->n == 1 ? 0 : i];
         int64_t r;
+        /* an integer divisor known to be zero fails at run time anyway */
+        if ((op == GF_OP_DIV || op == GF_OP_MOD) && !exact && y->known && y->v == 0)
+            return fail(c, in(c, 1), "division by zero in a shape computation");
         if (x->known && y->known)
             s->e[i] = known_binop(op, x->v, y->v, exact, fmod_ != 0, &r) ? elem_of(r) :
                       (struct elem){0};
@@ -2879,11 +2913,33 @@ static void report_known(struct ctx *c, struct gf_node *n)
     }
 }
 
+/* Scan (run by no backend, but checked so that nothing downstream reads
+ * past its inputs): num_scan_inputs M of its inputs are scanned, so
+ * 1 <= M <= inputs. */
+static enum gf_status check_scan(struct ctx *c)
+{
+    const struct gf_node *n = c->n;
+    int64_t m;
+    if (strcmp(n->op_type, "Scan") != 0 ||
+        (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") != 0))
+        return GF_OK;
+    if (!gf_node_attr(n, "num_scan_inputs"))
+        return fail(c, NULL, "missing attribute 'num_scan_inputs'");
+    if (attr_int(c, "num_scan_inputs", 0, &m))
+        return GF_ERR_INVALID;
+    if (m < 1 || (uint64_t)m > n->n_inputs)
+        return fail(c, NULL, "num_scan_inputs is %lld but the node has %zu input%s",
+                    (long long)m, n->n_inputs, n->n_inputs == 1 ? "" : "s");
+    return GF_OK;
+}
+
 static enum gf_status infer_node(struct ctx *c, struct gf_node *n)
 {
     if (infer_subgraphs(c, n))
         return GF_ERR_INVALID;
     c->n = n;
+    if (n->op == GF_OP_UNKNOWN && n->op_type && check_scan(c))
+        return GF_ERR_INVALID;
     if (n->op <= GF_OP_UNKNOWN || n->op >= GF_OP_COUNT || !infer_table[n->op])
         return GF_OK;
     enum gf_status st = infer_table[n->op](c);

@@ -970,6 +970,133 @@ static Onnx__ModelProto *dims_bytes_overflow(void)
     return with_init(tensor("w", 15, I64S(INT64_C(1) << 62)));
 }
 
+/* ---- sizes: outputs whose element or byte count overflows ------------- */
+
+enum { T_INT64 = 7, T_DOUBLE = 11 };
+
+/* An int64 initializer of the given dims and values. */
+static Onnx__TensorProto *i64_init(const char *name, size_t rank, const int64_t *dims,
+                                   size_t n, const int64_t *v)
+{
+    Onnx__TensorProto *t = tensor(name, T_INT64, rank, dims);
+    set_raw(t, v, n * sizeof(int64_t));
+    return t;
+}
+
+/* A graph of one node `n` whose output y is the graph output, and the
+ * initializers it reads. */
+static Onnx__ModelProto *one_node(Onnx__NodeProto *n, Onnx__TensorProto *a,
+                                  Onnx__TensorProto *b, Onnx__TensorProto *c)
+{
+    Onnx__GraphProto *g = graph("g");
+    Onnx__TensorProto *inits[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (inits[i])
+            PUSH(g->n_initializer, g->initializer, inits[i]);
+    PUSH(g->n_node, g->node, n);
+    PUSH(g->n_output, g->output, value("y", NULL));
+    return model(g);
+}
+
+/* ConstantOfShape 'cos0' of shape s (int64[n]) and value `value` (or none). */
+static Onnx__ModelProto *cos_model(size_t n, const int64_t *s, Onnx__TensorProto *value)
+{
+    Onnx__NodeProto *nd = node("ConstantOfShape", "cos0", "s", "y");
+    if (value) {
+        Onnx__AttributeProto *a = attr("value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
+        a->t = value;
+        PUSH(nd->n_attribute, nd->attribute, a);
+    }
+    return one_node(nd, i64_init("s", 1, (int64_t[]){(int64_t)n}, n, s), NULL, NULL);
+}
+
+/* ConstantOfShape [2^62] of float: 2^64 bytes wrap to 0 in size_t. */
+static Onnx__ModelProto *cos_float_2_62(void)
+{
+    return cos_model(I64S(INT64_C(1) << 62), NULL);
+}
+
+/* ConstantOfShape [2^61] of int64 (value attribute). */
+static Onnx__ModelProto *cos_int64_2_61(void)
+{
+    return cos_model(I64S(INT64_C(1) << 61), i64_init("v", I64S(1), I64S(7)));
+}
+
+/* ConstantOfShape [2^61 + 1] of double (value attribute). */
+static Onnx__ModelProto *cos_double_2_61(void)
+{
+    Onnx__TensorProto *v = tensor("v", T_DOUBLE, I64S(1));
+    set_raw(v, (double[]){1.0}, sizeof(double));
+    return cos_model(I64S((INT64_C(1) << 61) + 1), v);
+}
+
+/* ConstantOfShape [2^32, 2^32, 2^32]: the element count overflows int64. */
+static Onnx__ModelProto *cos_elements(void)
+{
+    int64_t d = INT64_C(1) << 32;
+    return cos_model(I64S(d, d, d), NULL);
+}
+
+/* Range(0, 2^62, 1) of int64. */
+static Onnx__ModelProto *range_2_62(void)
+{
+    return one_node(node("Range", "range0", "a,b,d", "y"), i64_init("a", 0, NULL, I64S(0)),
+                    i64_init("b", 0, NULL, I64S(INT64_C(1) << 62)),
+                    i64_init("d", 0, NULL, I64S(1)));
+}
+
+/* Expand of a float scalar to [2^62]. */
+static Onnx__ModelProto *expand_2_62(void)
+{
+    Onnx__TensorProto *x = tensor("x", T_FLOAT, 0, NULL);
+    set_raw(x, (float[]){1.0f}, 4);
+    return one_node(node("Expand", "expand0", "x,s", "y"), x,
+                    i64_init("s", I64S(1), I64S(INT64_C(1) << 62)), NULL);
+}
+
+/* Tile of float[2] by 2^61. */
+static Onnx__ModelProto *tile_2_62(void)
+{
+    return one_node(node("Tile", "tile0", "x,r", "y"), ftensor("x"),
+                    i64_init("r", I64S(1), I64S(INT64_C(1) << 61)), NULL);
+}
+
+/* Pad of float[2] by 2^62 at the end. */
+static Onnx__ModelProto *pad_2_62(void)
+{
+    return one_node(node("Pad", "pad0", "x,p", "y"), ftensor("x"),
+                    i64_init("p", I64S(2), I64S(0, INT64_C(1) << 62)), NULL);
+}
+
+/* Scan 'scan0' with num_scan_inputs 3 but one input. */
+static Onnx__ModelProto *scan_too_many(void)
+{
+    Onnx__GraphProto *g = graph("g");
+    PUSH(g->n_input, g->input, fvalue("x"));
+    Onnx__NodeProto *n = node("Scan", "scan0", "x", "y");
+    Onnx__AttributeProto *m = attr("num_scan_inputs", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    m->has_i = 1;
+    m->i = 3;
+    PUSH(n->n_attribute, n->attribute, m);
+    PUSH(n->n_attribute, n->attribute, attr_graph("body", graph("body")));
+    PUSH(g->n_node, g->node, n);
+    PUSH(g->n_output, g->output, value("y", NULL));
+    return model(g);
+}
+
+/* Reshape of x to [4] / [0]: an integer division by zero in a shape. */
+static Onnx__ModelProto *shape_div_zero(void)
+{
+    Onnx__GraphProto *g = graph("g");
+    PUSH(g->n_input, g->input, fvalue("x"));
+    PUSH(g->n_initializer, g->initializer, i64_init("a", I64S(1), I64S(4)));
+    PUSH(g->n_initializer, g->initializer, i64_init("z", I64S(1), I64S(0)));
+    PUSH(g->n_node, g->node, node("Div", "div0", "a,z", "q"));
+    PUSH(g->n_node, g->node, node("Reshape", "reshape0", "x,q", "y"));
+    PUSH(g->n_output, g->output, value("y", NULL));
+    return model(g);
+}
+
 /* A tensor of rank 65. */
 static Onnx__ModelProto *tensor_rank_65(void)
 {
@@ -1136,6 +1263,16 @@ static const struct bad_case cases[] = {
     {"dims_bytes_overflow.onnx", dims_bytes_overflow, NULL},
     {"tensor_rank_65.onnx", tensor_rank_65, NULL},
     {"string_raw_data.onnx", string_raw_data, NULL},
+    {"cos_float_2_62.onnx", cos_float_2_62, NULL},
+    {"cos_int64_2_61.onnx", cos_int64_2_61, NULL},
+    {"cos_double_2_61.onnx", cos_double_2_61, NULL},
+    {"cos_elements.onnx", cos_elements, NULL},
+    {"range_2_62.onnx", range_2_62, NULL},
+    {"expand_2_62.onnx", expand_2_62, NULL},
+    {"tile_2_62.onnx", tile_2_62, NULL},
+    {"pad_2_62.onnx", pad_2_62, NULL},
+    {"scan_too_many.onnx", scan_too_many, NULL},
+    {"shape_div_zero.onnx", shape_div_zero, NULL},
     {"ext_dotdot.onnx", ext_dotdot, NULL},
     {"ext_absolute.onnx", ext_absolute, NULL},
     {"ext_symlink.onnx", ext_symlink, NULL},
