@@ -2427,7 +2427,8 @@ bool gf_tensor_allclose(const struct gf_tensor *got, const struct gf_tensor *wan
     if (want->dtype == GF_STRING) {
         for (size_t i = 0; i < want->nelem; i++)
             if (got->strings[i].len != want->strings[i].len ||
-                memcmp(got->strings[i].data, want->strings[i].data, want->strings[i].len) != 0)
+                (want->strings[i].len && /* empty strings may have no data */
+                 memcmp(got->strings[i].data, want->strings[i].data, want->strings[i].len)))
                 ok = false;
         return ok;
     }

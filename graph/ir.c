@@ -1,5 +1,6 @@
 /* The IR: models, graphs, values and nodes, and the editing API that keeps
  * producers and uses consistent. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1096,8 +1097,15 @@ int64_t gf_tensor_get_i64(const struct gf_tensor *t, size_t i)
     case GF_UINT16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
     case GF_UINT32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
     case GF_UINT64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (int64_t)v; }
-    case GF_FLOAT: case GF_DOUBLE: case GF_FLOAT16: case GF_BFLOAT16:
-        return (int64_t)gf_tensor_get_f64(t, i);
+    case GF_FLOAT: case GF_DOUBLE: case GF_FLOAT16: case GF_BFLOAT16: {
+        /* truncated; NaN gives 0 and the rest saturate (a plain cast is UB) */
+        double d = gf_tensor_get_f64(t, i);
+        if (isnan(d))
+            return 0;
+        if (d >= 9223372036854775808.0)
+            return INT64_MAX;
+        return d <= -9223372036854775808.0 ? INT64_MIN : (int64_t)d;
+    }
     default: return 0;
     }
 }

@@ -6,6 +6,7 @@
  * must be a status (never a crash) with one message naming the tensor,
  * node or op.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -317,6 +318,34 @@ static void over_memory_limit(void **state)
     assert_int_equal(run(f->m, &o, 1, in), GF_OK);
 }
 
+/* Floats read as int64: NaN gives 0, inf and out-of-range values saturate
+ * (a plain cast is undefined); empty strings compare equal without a
+ * memcmp on their NULL data. */
+static void hostile_values(void **state)
+{
+    (void)state;
+    float f[5] = {NAN, INFINITY, -INFINITY, 1e30f, -2.5f};
+    int64_t dims[1] = {5};
+    struct gf_tensor t = {.dtype = GF_FLOAT, .rank = 1, .dims = dims, .nelem = 5,
+                          .nbytes = sizeof(f), .data = f};
+    assert_int_equal(gf_tensor_get_i64(&t, 0), 0);
+    assert_true(gf_tensor_get_i64(&t, 1) == INT64_MAX);
+    assert_true(gf_tensor_get_i64(&t, 2) == INT64_MIN);
+    assert_true(gf_tensor_get_i64(&t, 3) == INT64_MAX);
+    assert_int_equal(gf_tensor_get_i64(&t, 4), -2);
+
+    struct gf_bytes empty[2] = {{NULL, 0}, {NULL, 0}}, other[2] = {{NULL, 0}, {NULL, 0}};
+    int64_t sd[1] = {2};
+    struct gf_tensor a = {.dtype = GF_STRING, .rank = 1, .dims = sd, .nelem = 2,
+                          .strings = empty};
+    struct gf_tensor b = a;
+    b.strings = other;
+    double worst;
+    assert_true(gf_tensor_allclose(&a, &b, 0, 0, &worst));
+    other[1] = (struct gf_bytes){(const uint8_t *)"x", 1};
+    assert_false(gf_tensor_allclose(&a, &b, 0, 0, &worst));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -333,6 +362,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(scatter_out_of_range, setup, teardown),
         cmocka_unit_test_setup_teardown(reshape_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(over_memory_limit, setup, teardown),
+        cmocka_unit_test(hostile_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
