@@ -28,9 +28,12 @@
  * reason in why when not. */
 static bool train_log(const char *path, char *why, size_t n)
 {
-    FILE *f = fopen(path, "r");
+    int fd = gf_file_open_read(path, 0, NULL); /* a FIFO must not hang the open */
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (!f) {
-        snprintf(why, n, "cannot open: %s", strerror(errno));
+        snprintf(why, n, "cannot open: %s", gf_file_open_error(fd));
+        if (fd >= 0)
+            close(fd);
         return false;
     }
     char line[512];
@@ -72,21 +75,12 @@ int cli_plot_log(const char *csv, const char *out, const char *title)
         return EXIT_UNSUPPORTED;
     }
     size_t len = strlen(out) + 16;
-    char *tmp = malloc(len);
-    if (!tmp) {
-        fprintf(stderr, "graphfuse: plot: out of memory\n");
-        return EXIT_INTERNAL;
-    }
-    snprintf(tmp, len, "%s.tmp.XXXXXX", out);
-    int fd = mkstemp(tmp);
+    char *tmp = NULL;
+    int fd = gf_file_create_temp(out, &tmp); /* exclusive, the replaced file's mode */
     if (fd < 0) {
         fprintf(stderr, "graphfuse: plot: %s: cannot create file: %s\n", out, strerror(errno));
-        free(tmp);
         return EXIT_INPUT;
     }
-    mode_t mask = umask(0); /* mkstemp's 0600: the mode a plain create would give */
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
     close(fd);
     size_t ol = strlen(out);
     bool svg = ol > 4 && strcmp(out + ol - 4, ".svg") == 0;
@@ -121,6 +115,7 @@ int cli_plot_log(const char *csv, const char *out, const char *title)
         fclose(chk);
     }
     if (rc == 0 && size > 0 && rename(tmp, out) == 0) {
+        gf_file_temp_done(tmp);
         unlink(glog);
         free(glog);
         free(cmd);
@@ -138,7 +133,7 @@ int cli_plot_log(const char *csv, const char *out, const char *title)
         fclose(lg);
     if (glog)
         unlink(glog);
-    unlink(tmp);
+    gf_file_temp_discard(tmp);
     free(glog);
     free(cmd);
     free(tmp);

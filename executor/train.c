@@ -1918,13 +1918,14 @@ static int64_t model_vocab(const struct gf_trainer *t)
 
 static enum gf_status read_file(const char *path, uint8_t **buf, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
     struct stat sb;
-    if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int fd = gf_file_open_read(path, 0, &sb);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
         enum gf_status st = gf_error(GF_ERR_IO, "%s: cannot read: %s", path,
-                                     f ? "not a regular file" : strerror(errno));
-        if (f)
-            fclose(f);
+                                     gf_file_open_error(fd));
+        if (fd >= 0)
+            close(fd);
         return st;
     }
     *len = (size_t)sb.st_size;

@@ -519,6 +519,30 @@ typedef void (*gf_shape_value_fn)(void *ctx, const struct gf_value *v, size_t n,
 enum gf_status gf_graph_infer_shapes_values(struct gf_graph *g, gf_shape_value_fn fn,
                                             void *ctx);
 
+/* ---- files ------------------------------------------------------------------ */
+
+struct stat;
+#define GF_FILE_NOT_REGULAR (-2)
+/* Opens path for reading without blocking (a FIFO or a device never hangs
+ * the open) and only if it is a regular file; flags may add O_NOFOLLOW.
+ * Returns the descriptor (blocking again) and fills *sb when not NULL; -1
+ * (errno set) or GF_FILE_NOT_REGULAR on failure. */
+int gf_file_open_read(const char *path, int flags, struct stat *sb);
+/* The reason a gf_file_open_read result rc < 0 gives, for messages. */
+const char *gf_file_open_error(int rc);
+/* Creates PATH.tmp.XXXXXX exclusively (never through a planted file or
+ * symlink) with the mode of the file at path when there is one, else the
+ * mode a plain create gives; *tmp (malloc'd) is registered for
+ * gf_file_temp_cleanup.  Returns the descriptor, or -1 with errno set. */
+int gf_file_create_temp(const char *path, char **tmp);
+/* The temporary file was renamed into place or removed: unregisters it. */
+void gf_file_temp_done(const char *tmp);
+/* unlink(tmp) and gf_file_temp_done(tmp); NULL does nothing. */
+void gf_file_temp_discard(char *tmp);
+/* Removes every registered temporary file; async-signal-safe, for a
+ * SIGTERM / SIGHUP / SIGINT handler that then re-raises the signal. */
+void gf_file_temp_cleanup(void);
+
 /* ---- dumps ------------------------------------------------------------------ */
 
 enum gf_dump_format { GF_DUMP_TEXT, GF_DUMP_DOT, GF_DUMP_JSON };

@@ -136,6 +136,29 @@ static enum gf_status check_location(const char *tname, const char *loc)
     return GF_OK;
 }
 
+/* A sparse tensor stays packed and its data is never read here, but its
+ * values and indices name their external files like any tensor: the same
+ * location rules apply (a saved copy must not point outside the folder). */
+static enum gf_status check_sparse(const Onnx__SparseTensorProto *sp)
+{
+    const Onnx__TensorProto *parts[2] = {sp ? sp->values : NULL, sp ? sp->indices : NULL};
+    for (int i = 0; i < 2; i++) {
+        const Onnx__TensorProto *tp = parts[i];
+        if (!tp || !tp->has_data_location ||
+            tp->data_location != ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+            continue;
+        const char *loc = NULL;
+        for (size_t k = 0; k < tp->n_external_data; k++)
+            if (tp->external_data[k]->key && strcmp(tp->external_data[k]->key, "location") == 0)
+                loc = tp->external_data[k]->value;
+        enum gf_status st = check_location(str_or(tp->name, i ? "(sparse indices)"
+                                                               : "(sparse values)"), loc);
+        if (st != GF_OK)
+            return st;
+    }
+    return GF_OK;
+}
+
 static enum gf_status parse_int_entry(const char *tname, const char *key, const char *s,
                                       int64_t *out)
 {
@@ -201,15 +224,21 @@ static enum gf_status load_external(struct loader *L, Onnx__TensorProto *tp,
     if (strncmp(real, dirreal, dl) != 0 || (real[dl] != '/' && real[dl] != 0 && dl > 1))
         return gf_error(GF_ERR_INVALID, "tensor '%s': external data '%s' resolves outside "
                         "the model folder (to '%s')", tname, ext->location, real);
-    int fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    int fd = gf_file_open_read(real, O_NOFOLLOW, &sb);
+    if (fd == GF_FILE_NOT_REGULAR)
+        return gf_error(GF_ERR_INVALID, "tensor '%s': external data '%s' is not a regular "
+                        "file", tname, ext->location);
     if (fd < 0)
         return gf_error(GF_ERR_IO, "tensor '%s': cannot open external data '%s': %s", tname,
                         ext->location, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    /* a hard link inside the folder can name any file of the same file
+     * system: the path check above cannot see it */
+    if (sb.st_nlink > 1) {
         close(fd);
-        return gf_error(GF_ERR_INVALID, "tensor '%s': external data '%s' is not a regular "
-                        "file", tname, ext->location);
+        return gf_error(GF_ERR_INVALID, "tensor '%s': external data '%s' has %lu hard links "
+                        "(a file with more than one is refused: it may lie outside the model "
+                        "folder)", tname, ext->location, (unsigned long)sb.st_nlink);
     }
     int64_t size = sb.st_size;
     int64_t len = ext->length >= 0 ? ext->length : size - ext->offset;
@@ -508,7 +537,7 @@ static enum gf_status convert_attr(struct loader *L, Onnx__AttributeProto *ap,
             st = load_subgraph(L, ap->g, owner, depth, &a->g);
         break;
     case GF_ATTR_SPARSE_TENSOR:
-        if (ap->sparse_tensor)
+        if (ap->sparse_tensor && (st = check_sparse(ap->sparse_tensor)) == GF_OK)
             a->packed = pack_msg(L, &ap->sparse_tensor->base);
         break;
     case GF_ATTR_TYPE_PROTO:
@@ -551,7 +580,9 @@ static enum gf_status convert_attr(struct loader *L, Onnx__AttributeProto *ap,
         a->packed_list = gf_arena_alloc(L->arena, (n + 1) * sizeof(*a->packed_list));
         if (!a->packed_list)
             return oom();
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n && a->type == GF_ATTR_SPARSE_TENSORS && st == GF_OK; i++)
+            st = check_sparse(ap->sparse_tensors[i]);
+        for (size_t i = 0; i < n && st == GF_OK; i++)
             a->packed_list[i] = pack_msg(L, a->type == GF_ATTR_SPARSE_TENSORS
                                                 ? &ap->sparse_tensors[i]->base
                                                 : &ap->type_protos[i]->base);
@@ -560,7 +591,8 @@ static enum gf_status convert_attr(struct loader *L, Onnx__AttributeProto *ap,
     default:
         break;
     }
-    if (st != GF_OK && a->type == GF_ATTR_TENSOR)
+    if (st != GF_OK && (a->type == GF_ATTR_TENSOR || a->type == GF_ATTR_SPARSE_TENSOR ||
+                        a->type == GF_ATTR_SPARSE_TENSORS))
         gf_error_prefix(nl);
     return st;
 }
@@ -628,6 +660,8 @@ static enum gf_status load_inputs_inits(struct loader *L, Onnx__GraphProto *gp,
         return oom();
     for (size_t i = 0; i < gp->n_sparse_initializer; i++) {
         Onnx__SparseTensorProto *sp = gp->sparse_initializer[i];
+        if ((st = check_sparse(sp)) != GF_OK)
+            return st;
         g->sparse_inits[i] = pack_msg(L, &sp->base);
         const char *name = sp->values ? sp->values->name : NULL;
         struct gf_value *v;
@@ -1127,14 +1161,12 @@ enum gf_status gf_model_load_buffer(const void *buf, size_t len, const char *dir
 /* Reads a whole file (mapped when large).  *unmap says how to release. */
 static enum gf_status read_file(const char *path, uint8_t **buf, size_t *len, bool *mapped)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    int fd = gf_file_open_read(path, 0, &sb);
+    if (fd == GF_FILE_NOT_REGULAR)
+        return gf_error(GF_ERR_IO, "not a regular file");
     if (fd < 0)
         return gf_error(GF_ERR_IO, "cannot open: %s", strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return gf_error(GF_ERR_IO, "not a regular file");
-    }
     *len = (size_t)sb.st_size;
     *mapped = false;
     if (*len == 0) {
