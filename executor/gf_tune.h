@@ -44,8 +44,9 @@
  * then kept as FILE.bak.  A directory or an unreadable path is reported
  * and not used.  Saving takes an flock() on FILE.lock (left in place),
  * re-reads the file, merges (this tuner's entries replace those with the
- * same key), writes FILE.tmp.<pid>, fsyncs and renames: two processes
- * tuning at once both keep their entries.
+ * same key), writes FILE.tmp.XXXXXX (created exclusively, with FILE's
+ * mode), fsyncs and renames: two processes tuning at once both keep their
+ * entries.
  */
 #ifndef GF_TUNE_H
 #define GF_TUNE_H

@@ -29,7 +29,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,58 @@
 
 /* ---- lists and warnings ---------------------------------------------------------------------- */
 
+static bool same_key(const struct tune_key *a, const struct tune_key *b)
+{
+    return strcmp(a->device, b->device) == 0 && strcmp(a->driver, b->driver) == 0 &&
+           strcmp(a->version, b->version) == 0 && strcmp(a->backend, b->backend) == 0 &&
+           strcmp(a->op, b->op) == 0 && strcmp(a->dtype, b->dtype) == 0 &&
+           strcmp(a->shapes, b->shapes) == 0 && strcmp(a->attrs, b->attrs) == 0;
+}
+
+/* FNV-1a over every key field (with its terminator, so fields cannot run
+ * into each other). */
+static size_t key_hash(const struct tune_key *k)
+{
+    const char *f[] = {k->device, k->driver, k->version, k->backend,
+                       k->op,     k->dtype,  k->shapes,  k->attrs};
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        for (const unsigned char *p = (const unsigned char *)f[i];; p++) {
+            h = (h ^ *p) * 1099511628211ull;
+            if (!*p)
+                break;
+        }
+    return (size_t)h;
+}
+
+/* The slot holding k, or the empty slot where it would go. */
+static size_t *list_slot(struct tc_list *l, const struct tune_key *k)
+{
+    size_t mask = l->n_slots - 1;
+    for (size_t i = key_hash(k) & mask;; i = (i + 1) & mask)
+        if (!l->slot[i] || same_key(&l->v[l->slot[i] - 1].key, k))
+            return &l->slot[i];
+}
+
+/* Keeps the table at most half full: rebuilt at twice the size. */
+static bool list_rehash(struct tc_list *l, size_t want)
+{
+    if (l->n_slots && want * 2 <= l->n_slots)
+        return true;
+    size_t n = l->n_slots ? l->n_slots : 32;
+    while (want * 2 > n)
+        n *= 2;
+    size_t *s = calloc(n, sizeof(*s));
+    if (!s)
+        return false;
+    free(l->slot);
+    l->slot = s;
+    l->n_slots = n;
+    for (size_t i = 0; i < l->n; i++)
+        *list_slot(l, &l->v[i].key) = i + 1;
+    return true;
+}
+
 static enum gf_status list_add(struct tc_list *l, const struct tune_entry *e)
 {
     if (l->n == l->cap) {
@@ -55,24 +109,34 @@ static enum gf_status list_add(struct tc_list *l, const struct tune_entry *e)
         l->v = v;
         l->cap = cap;
     }
+    if (!list_rehash(l, l->n + 1))
+        return gf_error(GF_ERR_NOMEM, "out of memory (autotune cache)");
     l->v[l->n++] = *e;
+    *list_slot(l, &e->key) = l->n;
     return GF_OK;
-}
-
-static bool same_key(const struct tune_key *a, const struct tune_key *b)
-{
-    return strcmp(a->device, b->device) == 0 && strcmp(a->driver, b->driver) == 0 &&
-           strcmp(a->version, b->version) == 0 && strcmp(a->backend, b->backend) == 0 &&
-           strcmp(a->op, b->op) == 0 && strcmp(a->dtype, b->dtype) == 0 &&
-           strcmp(a->shapes, b->shapes) == 0 && strcmp(a->attrs, b->attrs) == 0;
 }
 
 static struct tune_entry *list_find(struct tc_list *l, const struct tune_key *k)
 {
-    for (size_t i = 0; i < l->n; i++)
-        if (same_key(&l->v[i].key, k))
-            return &l->v[i];
-    return NULL;
+    if (!l->n_slots)
+        return NULL;
+    size_t *s = list_slot(l, k);
+    return *s ? &l->v[*s - 1] : NULL;
+}
+
+/* Empties l, keeping its memory. */
+static void list_clear(struct tc_list *l)
+{
+    l->n = 0;
+    if (l->slot)
+        memset(l->slot, 0, l->n_slots * sizeof(*l->slot));
+}
+
+static void list_free(struct tc_list *l)
+{
+    free(l->v);
+    free(l->slot);
+    *l = (struct tc_list){0};
 }
 
 /* Puts e into l, replacing the entry with its key. */
@@ -161,7 +225,9 @@ static bool get_num(struct reader *r, const yaml_node_t *v, const char *key, dou
     return true;
 }
 
-static bool get_int(struct reader *r, const yaml_node_t *v, const char *key, long *out)
+/* An integer in [lo, hi]: "4294967424" is refused, never wrapped to 128. */
+static bool get_int(struct reader *r, const yaml_node_t *v, const char *key, long lo, long hi,
+                    long *out)
 {
     const char *s = scalar(v);
     char *end;
@@ -169,8 +235,13 @@ static bool get_int(struct reader *r, const yaml_node_t *v, const char *key, lon
         errno = 0;
         *out = strtol(s, &end, 10);
     }
-    if (!s || !*s || *end || errno)
+    if (!s || !*s || *end || (errno && errno != ERANGE))
         return bad(r, v, "'%s' must be an integer", key);
+    if (errno == ERANGE || *out < lo || *out > hi) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "'%s' is out of range (%ld to %ld)", key, lo, hi);
+        return bad(r, v, "%s", msg);
+    }
     return true;
 }
 
@@ -185,7 +256,7 @@ static bool get_config(struct reader *r, const yaml_node_t *v, struct tune_entry
         if (e->n_knobs == GF_TUNE_MAX_KNOBS)
             return bad(r, k, "'config' has too many knobs%s", "");
         if (!get_str(r, k, "config", e->knob[e->n_knobs], sizeof(e->knob[0])) ||
-            !get_int(r, x, e->knob[e->n_knobs], &val))
+            !get_int(r, x, e->knob[e->n_knobs], INT_MIN, INT_MAX, &val))
             return false;
         e->value[e->n_knobs++] = (int)val;
     }
@@ -236,7 +307,7 @@ static bool read_entry(struct reader *r, const yaml_node_t *m, struct tune_entry
         } else if (strcmp(name, "best_ms") == 0) {
             ok = get_num(r, v, name, &e->best_ms);
         } else if (strcmp(name, "tried") == 0 || strcmp(name, "rejected") == 0) {
-            ok = get_int(r, v, name, &n);
+            ok = get_int(r, v, name, 0, LONG_MAX, &n);
             *(name[0] == 't' ? &e->n_tried : &e->n_rejected) = n;
         } /* other keys: from a later version, ignored */
         if (!ok)
@@ -273,7 +344,7 @@ static bool read_doc(struct reader *r, struct tc_list *out)
     long fmt;
     if (!format)
         return bad(r, root, "not a graphfuse autotune cache (no 'format' key)%s", "");
-    if (!get_int(r, format, "format", &fmt))
+    if (!get_int(r, format, "format", LONG_MIN, LONG_MAX, &fmt))
         return false;
     if (fmt != FORMAT)
         return bad(r, format, "cache format %s is not the one this graphfuse reads (1)",
@@ -284,6 +355,16 @@ static bool read_doc(struct reader *r, struct tc_list *out)
         return true; /* "entries:" with nothing */
     if (entries->type != YAML_SEQUENCE_NODE)
         return bad(r, entries, "'entries' must be a list%s", "");
+    size_t count = (size_t)(entries->data.sequence.items.top - entries->data.sequence.items.start);
+    if (count > out->cap) { /* one allocation, not a copy per doubling */
+        struct tune_entry *v = realloc(out->v, count * sizeof(*v));
+        if (!v)
+            return bad(r, NULL, "out of memory%s", "");
+        out->v = v;
+        out->cap = count;
+    }
+    if (!list_rehash(out, count))
+        return bad(r, NULL, "out of memory%s", "");
     for (yaml_node_item_t *i = entries->data.sequence.items.start;
          i < entries->data.sequence.items.top; i++) {
         struct tune_entry e;
@@ -300,26 +381,26 @@ static bool read_doc(struct reader *r, struct tc_list *out)
  * directory, no permission), with why set ("FILE:LINE: ..."). */
 static int read_file(const char *path, struct tc_list *out, char *why, size_t why_len)
 {
-    out->n = 0;
+    list_clear(out);
     struct stat st;
-    if (stat(path, &st) != 0) {
-        if (errno == ENOENT)
+    int fd = gf_file_open_read(path, 0, &st);
+    if (fd < 0) {
+        if (fd == -1 && errno == ENOENT)
             return 0;
-        snprintf(why, why_len, "%s: %s", path, strerror(errno));
-        return -2;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        snprintf(why, why_len, "%s: is a directory", path);
+        bool dir = fd == GF_FILE_NOT_REGULAR && stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+        snprintf(why, why_len, "%s: %s", path, dir ? "is a directory" : gf_file_open_error(fd));
         return -2;
     }
     if ((size_t)st.st_size > MAX_FILE) {
+        close(fd);
         snprintf(why, why_len, "%s: larger than %u MiB", path, MAX_FILE >> 20);
         return -1;
     }
-    FILE *f = fopen(path, "rb");
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         snprintf(why, why_len, "%s: %s", path, strerror(errno));
-        return errno == ENOENT ? 0 : -2;
+        close(fd);
+        return -2;
     }
     yaml_parser_t p;
     yaml_document_t doc;
@@ -341,7 +422,7 @@ static int read_file(const char *path, struct tc_list *out, char *why, size_t wh
     yaml_parser_delete(&p);
     fclose(f);
     if (rc < 0)
-        out->n = 0;
+        list_clear(out);
     return rc;
 }
 
@@ -399,8 +480,8 @@ void gf_tuner_free(struct gf_tuner *t)
     for (size_t i = 0; i < t->n_warn; i++)
         free(t->warn[i]);
     free(t->warn);
-    free(t->file.v);
-    free(t->mine.v);
+    list_free(&t->file);
+    list_free(&t->mine);
     free(t);
 }
 
@@ -527,27 +608,38 @@ static void make_parent(const char *path)
     mkdir(dir, 0755);
 }
 
-/* Writes l to path atomically: PATH.tmp.<pid>, fsync, rename, fsync of
+/* Writes l to path atomically: PATH.tmp.XXXXXX, fsync, rename, fsync of
  * the folder; a damaged file being replaced is kept as PATH.bak. */
 static enum gf_status write_atomic(const char *path, const struct tc_list *l, bool keep_bak)
 {
-    char tmp[4200], bak[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    char *tmp = NULL, bak[4200];
     snprintf(bak, sizeof(bak), "%s.bak", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return gf_error(GF_ERR_IO, "%s: cannot write the autotune cache: %s", tmp,
-                        strerror(errno));
+    /* created exclusively: a planted file or symlink at the name is never
+     * written through */
+    int fd = gf_file_create_temp(path, &tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        enum gf_status st = gf_error(GF_ERR_IO, "%s: cannot write the autotune cache: %s",
+                                     path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        gf_file_temp_discard(tmp);
+        free(tmp);
+        return st;
+    }
     bool ok = emit_file(f, l) && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = fclose(f) == 0 && ok;
     if (ok && keep_bak && rename(path, bak) != 0 && errno != ENOENT)
         ok = false;
     if (!ok || rename(tmp, path) != 0) {
         int err = errno;
-        unlink(tmp);
+        gf_file_temp_discard(tmp);
+        free(tmp);
         return gf_error(GF_ERR_IO, "%s: cannot write the autotune cache: %s", path,
                         strerror(err));
     }
+    gf_file_temp_done(tmp);
+    free(tmp);
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", path);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
@@ -569,7 +661,7 @@ enum gf_status gf_tuner_save(struct gf_tuner *t)
     make_parent(t->path);
     char lock[4200], why[1024];
     snprintf(lock, sizeof(lock), "%s.lock", t->path);
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return gf_error(GF_ERR_IO, "%s: cannot lock the autotune cache: %s", lock,
                         strerror(errno));
@@ -593,10 +685,10 @@ enum gf_status gf_tuner_save(struct gf_tuner *t)
     flock(fd, LOCK_UN);
     close(fd);
     if (st != GF_OK) {
-        free(cur.v);
+        list_free(&cur);
         return st;
     }
-    free(t->file.v);
+    list_free(&t->file);
     t->file = cur;
     t->bad_file = false;
     t->dirty = false;

@@ -38,6 +38,7 @@ struct tune_entry {
 struct tc_list {
     struct tune_entry *v;
     size_t n, cap;
+    size_t *slot, n_slots; /* hash of the keys: index + 1 per slot, 0 empty */
 };
 
 struct gf_tuner {

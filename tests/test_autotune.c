@@ -9,6 +9,7 @@
  * tests write, reread, damage and share files in a temporary folder.
  */
 #include <errno.h>
+#include <glob.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -545,9 +546,76 @@ static void test_concurrent_writers(void **state)
             gf_model_free(f.m);
         }
     gf_tuner_free(t);
-    char tmp[320];
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)pid[0]);
-    assert_int_equal(access(tmp, F_OK), -1); /* no temporary left behind */
+    char pat[320];
+    snprintf(pat, sizeof(pat), "%s.tmp.*", path);
+    glob_t g;
+    assert_int_equal(glob(pat, 0, NULL, &g), GLOB_NOMATCH); /* no temporary left behind */
+}
+
+/* ---- hostile files (issue 17) ---------------------------------------------------------------- */
+
+/* A symlink planted at the old temporary name (FILE.tmp.<pid>) is never
+ * written through, and a cache of mode 0600 keeps it when replaced. */
+static void test_planted_temp(void **state)
+{
+    (void)state;
+    char path[300], victim[300], link[340];
+    path_of(path, sizeof(path), "planted.yaml");
+    path_of(victim, sizeof(victim), "victim.txt");
+    spit(victim, "precious\n", 9);
+    snprintf(link, sizeof(link), "%s.tmp.%ld", path, (long)getpid());
+    assert_int_equal(symlink(victim, link), 0);
+    struct fixture f;
+    make_node(&f, 3, 5);
+    tune_into(path, &f);
+    assert_string_equal(slurp(victim), "precious\n");
+    struct stat st;
+    assert_int_equal(lstat(link, &st), 0);
+    assert_true(S_ISLNK(st.st_mode)); /* left alone */
+    assert_int_equal(chmod(path, 0600), 0);
+    make_node(&f, 4, 6);
+    tune_into(path, &f);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0600);
+    gf_model_free(f.m);
+}
+
+/* A knob value past int is refused, not wrapped (4294967424 is 2^32 + 128). */
+static void test_knob_range(void **state)
+{
+    (void)state;
+    DAMAGED("range.yaml", "format: 1\nentries:\n- {device: a, driver: b, graphfuse: c, "
+            "backend: d, op: e, dtype: f, shapes: g, attrs: h, impl: i, "
+            "config: {tile: 4294967424}}\n", ":3: 'tile' is out of range");
+    DAMAGED("range2.yaml", "format: 1\nentries:\n- {device: a, driver: b, graphfuse: c, "
+            "backend: d, op: e, dtype: f, shapes: g, attrs: h, impl: i, "
+            "config: {tile: 99999999999999999999999}}\n", ":3: 'tile' is out of range");
+}
+
+/* 20,000 entries load in linear time (the quadratic merge took 133 s). */
+static void test_many_entries(void **state)
+{
+    (void)state;
+    char path[300];
+    path_of(path, sizeof(path), "many.yaml");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f, "format: 1\nentries:\n");
+    for (int i = 0; i < 20000; i++)
+        fprintf(f, "- {device: dev, driver: '1', graphfuse: %s, backend: cpu, op: MatMul, "
+                "dtype: float, shapes: '%dx8,8x8->%dx8', attrs: '', impl: plain, "
+                "config: {tile: 8}}\n", GF_VERSION, i + 1, i + 1);
+    fclose(f);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct gf_tuner *t;
+    assert_int_equal(gf_tuner_open(path, &t), GF_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    assert_int_equal(gf_tuner_warning_count(t), 0);
+    gf_tuner_free(t);
+    if (s > 2.0)
+        fail_msg("20,000 entries took %.2f s to load", s);
 }
 
 static int setup(void **state)
@@ -577,6 +645,9 @@ int main(void)
         cmocka_unit_test(test_damaged),
         cmocka_unit_test(test_bad_paths),
         cmocka_unit_test(test_concurrent_writers),
+        cmocka_unit_test(test_planted_temp),
+        cmocka_unit_test(test_knob_range),
+        cmocka_unit_test(test_many_entries),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
