@@ -5,6 +5,7 @@
  * 3 unsupported feature, 4 internal error.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -466,7 +467,8 @@ int cli_exec_option(const char *cmd, int argc, char **argv, int *i, struct gf_ex
         o->n_threads = (int)n;
     } else if ((v = cli_opt_value(argc, argv, i, "--max-memory", &missing))) {
         if (!cli_parse_size(v, &o->max_memory))
-            return cli_usage(cmd, "--max-memory: bad memory size '%s' (e.g. 512M)", v);
+            return cli_usage(cmd, "--max-memory: bad memory size '%s' "
+                             "(a finite size of 1 byte or more, e.g. 512M)", v);
     } else if (missing) {
         return cli_usage(cmd, "%s needs a value", a);
     } else {
@@ -824,8 +826,33 @@ static bool command_help(const char *cmd, int argc, char **argv)
     return false;
 }
 
+/* SIGTERM, SIGHUP or SIGINT during a save: the temporary files in
+ * progress are removed, then the signal does what it would have done. */
+static void on_fatal_signal(int sig)
+{
+    gf_file_temp_cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig); /* delivered when the handler returns (blocked until then) */
+}
+
+static void catch_fatal_signals(void)
+{
+    const int sigs[] = {SIGTERM, SIGHUP, SIGINT};
+    for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+        struct sigaction sa, old;
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue; /* nohup's ignored SIGHUP stays ignored */
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_fatal_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int main(int argc, char **argv)
 {
+    catch_fatal_signals();
     if (argc < 2) {
         cli_print_usage(stderr);
         return EXIT_INPUT;

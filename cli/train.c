@@ -190,7 +190,8 @@ static int other_option(const char *a, const char *v, struct train_args *t, bool
         t->to.exec.n_threads = (int)n;
     } else if (strcmp(a, "--max-memory") == 0) {
         if (!cli_parse_size(v, &t->to.exec.max_memory))
-            return cli_usage("train", "--max-memory: bad memory size '%s' (e.g. 512M)", v);
+            return cli_usage("train", "--max-memory: bad memory size '%s' "
+                             "(a finite size of 1 byte or more, e.g. 512M)", v);
     } else if (strcmp(a, "--schedule") == 0) {
         if (strcmp(v, "constant") == 0)
             t->to.schedule = GF_LR_CONSTANT;
@@ -338,8 +339,10 @@ static volatile sig_atomic_t stop_signal;
 /* The first signal asks the loop to stop; a second one means "now". */
 static void on_stop_signal(int sig)
 {
-    if (stop_signal)
+    if (stop_signal) {
+        gf_file_temp_cleanup(); /* a save in progress leaves no temporary file */
         _exit(EXIT_INTERRUPTED);
+    }
     stop_signal = sig;
 }
 

@@ -721,7 +721,7 @@ static bool write_data(FILE *f, const struct gf_safetensor *x)
     return ok;
 }
 
-static enum gf_status write_file(const char *path, const char *tmp, FILE *f, size_t n,
+static enum gf_status write_file(const char *path, char *tmp, FILE *f, size_t n,
                                  const struct gf_safetensor *t, const size_t *order,
                                  const struct sbuf *h)
 {
@@ -735,31 +735,31 @@ static enum gf_status write_file(const char *path, const char *tmp, FILE *f, siz
     int err = errno;
     ok = fclose(f) == 0 && ok;
     if (!ok) {
-        unlink(tmp);
+        gf_file_temp_discard(tmp);
         return gf_error(GF_ERR_IO, "%s: write failed: %s", path, strerror(err ? err : errno));
     }
     if (rename(tmp, path) != 0) {
         err = errno;
-        unlink(tmp);
+        gf_file_temp_discard(tmp);
         return gf_error(GF_ERR_IO, "%s: cannot rename into place: %s", path, strerror(err));
     }
+    gf_file_temp_done(tmp);
     return GF_OK;
 }
 
-/* A temporary file next to path (path.tmp.XXXXXX), with the umask's mode. */
-static FILE *open_temp(const char *path, char *tmp, size_t len)
+/* A temporary file next to path (path.tmp.XXXXXX), created exclusively
+ * with the mode of the file it replaces (gf_file_create_temp). */
+static FILE *open_temp(const char *path, char **tmp)
 {
-    snprintf(tmp, len, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    int fd = gf_file_create_temp(path, tmp);
     if (fd < 0)
         return NULL;
-    mode_t mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
     FILE *f = fdopen(fd, "wb");
     if (!f) {
+        int e = errno;
         close(fd);
-        unlink(tmp);
+        gf_file_temp_discard(*tmp);
+        errno = e;
     }
     return f;
 }
@@ -769,13 +769,13 @@ enum gf_status gf_safetensors_write(const char *path, size_t n, const struct gf_
 {
     size_t *order = malloc((n + 1) * sizeof(*order));
     struct sbuf h = {0};
-    char *tmp = malloc(strlen(path) + 16);
-    enum gf_status st = order && tmp ? check_tensors(path, n, t, order)
+    char *tmp = NULL;
+    enum gf_status st = order ? check_tensors(path, n, t, order)
                                      : gf_error(GF_ERR_NOMEM, "%s: out of memory", path);
     if (st == GF_OK)
         st = build_header(path, n, t, order, n_meta, meta, &h);
     FILE *f = NULL;
-    if (st == GF_OK && !(f = open_temp(path, tmp, strlen(path) + 16)))
+    if (st == GF_OK && !(f = open_temp(path, &tmp)))
         st = gf_error(GF_ERR_IO, "%s: cannot create file: %s", path, strerror(errno));
     if (st == GF_OK)
         st = write_file(path, tmp, f, n, t, order, &h);

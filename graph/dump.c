@@ -1569,23 +1569,14 @@ enum gf_status gf_model_dump_file(const struct gf_model *m, enum gf_dump_format 
                                   const char *path)
 {
     /* written beside the target and renamed at the end: no partial file */
-    size_t n = strlen(path) + 16;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return gf_error(GF_ERR_NOMEM, "dump: out of memory");
-    snprintf(tmp, n, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
-    if (fd >= 0) { /* mkstemp's 0600: the mode a plain create would give */
-        mode_t mask = umask(0);
-        umask(mask);
-        fchmod(fd, 0666 & ~mask);
-    }
+    char *tmp = NULL;
+    int fd = gf_file_create_temp(path, &tmp); /* exclusive, the replaced file's mode */
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         enum gf_status st = gf_error(GF_ERR_IO, "%s: cannot create file: %s", path,
                                      strerror(errno));
         if (fd >= 0)
-            close(fd), unlink(tmp);
+            close(fd), gf_file_temp_discard(tmp);
         free(tmp);
         return st;
     }
@@ -1595,9 +1586,11 @@ enum gf_status gf_model_dump_file(const struct gf_model *m, enum gf_dump_format 
         ok = false;
     if (!ok) {
         int e = errno;
-        unlink(tmp);
+        gf_file_temp_discard(tmp);
         if (st == GF_OK)
             st = gf_error(GF_ERR_IO, "%s: write failed: %s", path, strerror(e));
+    } else {
+        gf_file_temp_done(tmp);
     }
     free(tmp);
     return st;

@@ -463,27 +463,22 @@ static void file_append(ProtobufCBuffer *b, size_t len, const uint8_t *data)
         fb->failed = true;
 }
 
-/* A temporary file next to `path`, opened for writing. */
+/* A temporary file next to `path`, opened for writing: created
+ * exclusively, with the mode of the file it replaces, and registered so
+ * that a signal handler can remove it (gf_file_temp_cleanup). */
 static FILE *open_temp(const char *path, char **tmp_path)
 {
-    size_t n = strlen(path) + 16;
-    char *t = malloc(n);
-    if (!t)
+    char *t;
+    int fd = gf_file_create_temp(path, &t);
+    if (fd < 0)
         return NULL;
-    snprintf(t, n, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(t);
-    if (fd < 0) {
-        free(t);
-        return NULL;
-    }
-    mode_t mask = umask(0);
-    umask(mask);
-    fchmod(fd, 0666 & ~mask);
     FILE *f = fdopen(fd, "wb");
     if (!f) {
+        int e = errno;
         close(fd);
-        unlink(t);
+        gf_file_temp_discard(t);
         free(t);
+        errno = e;
         return NULL;
     }
     *tmp_path = t;
@@ -495,9 +490,25 @@ static bool close_temp(FILE *f, char *tmp, bool ok)
 {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
-    if (!ok)
-        unlink(tmp);
+    if (!ok) {
+        int e = errno;
+        gf_file_temp_discard(tmp);
+        errno = e;
+    }
     return ok;
+}
+
+/* Renames the temporary file into place; on failure it is removed. */
+static bool commit_temp(char *tmp, const char *path)
+{
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        gf_file_temp_discard(tmp);
+        errno = e;
+        return false;
+    }
+    gf_file_temp_done(tmp);
+    return true;
 }
 
 static const char *base_name(const char *p)
@@ -570,24 +581,22 @@ enum gf_status gf_model_save(const struct gf_model *m, const char *path,
         st = gf_error(GF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         goto out_ext;
     }
-    if (had_ext && rename(ext_tmp, ext_path) != 0) {
-        unlink(tmp);
+    if (had_ext && !commit_temp(ext_tmp, ext_path)) {
         st = gf_error(GF_ERR_IO, "%s: cannot rename external data: %s", ext_path,
                       strerror(errno));
-        goto out_ext;
+        gf_file_temp_discard(tmp);
+        goto out;
     }
-    if (rename(tmp, path) != 0) {
-        unlink(tmp);
+    if (!commit_temp(tmp, path))
         st = gf_error(GF_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
-    }
     goto out;
 out_ext:
     if (ext_tmp && had_ext)
-        unlink(ext_tmp);
+        gf_file_temp_discard(ext_tmp);
 out:
     if (S.ext) {
         fclose(S.ext);
-        unlink(ext_tmp);
+        gf_file_temp_discard(ext_tmp);
     }
     free(tmp);
     free(ext_tmp);
@@ -635,8 +644,7 @@ enum gf_status gf_tensor_save(const struct gf_tensor *t, const char *path)
     } else {
         struct file_buffer fb = {{file_append}, f, false};
         protobuf_c_message_pack_to_buffer(&tp->base, &fb.base);
-        if (!close_temp(f, tmp, !fb.failed) || rename(tmp, path) != 0) {
-            unlink(tmp);
+        if (!close_temp(f, tmp, !fb.failed) || !commit_temp(tmp, path)) {
             st = gf_error(GF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         }
     }
