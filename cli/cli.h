@@ -41,7 +41,8 @@ bool cli_is_help(const char *arg);
  * synopsis and options (false for an unknown command). */
 void cli_print_usage(FILE *f);
 bool cli_print_command_help(const char *cmd);
-/* "512", "64K", "1.5M", "2G" -> bytes; false when malformed or negative. */
+/* "512", "64K", "1.5M", "2G" -> bytes; false when malformed, not finite,
+ * under one byte or over SIZE_MAX. */
 bool cli_parse_size(const char *s, size_t *out);
 
 /* A symbolic dimension's size given on the command line (--dim seq=256). */

@@ -1,6 +1,7 @@
 /* Exit codes, messages and option values shared by the subcommands. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,9 +79,13 @@ bool cli_parse_size(const char *s, size_t *out)
         mul = 1024.0 * 1024, end++;
     else if (*end == 'g' || *end == 'G')
         mul = 1024.0 * 1024 * 1024, end++;
-    if (*end || !(v >= 0) || end == s)
+    /* a finite size of at least one byte that fits size_t: NaN, inf, 1e30
+     * or 0.5 must not turn into 0 ("no limit") or overflow the cast */
+    double bytes = v * mul;
+    if (*end || end == s || !(bytes >= 1) || !(bytes < 18446744073709551616.0) ||
+        (double)SIZE_MAX < bytes)
         return false;
-    *out = (size_t)(v * mul);
+    *out = (size_t)bytes;
     return true;
 }
 

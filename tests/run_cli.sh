@@ -102,6 +102,11 @@ expect 2 "unknown run option" -- "$gf" run $mlp --frobnicate && contains "$tmp/e
 expect 2 "--threads 0" -- "$gf" run $mlp --threads 0 && contains "$tmp/err" "--threads: bad thread count '0' (1 or more)" "--threads message"
 expect 2 "train --threads=0" -- "$gf" train $mlp --data models/mlp/train_data --threads=0 && contains "$tmp/err" "--threads: bad thread count '0'" "train --threads message"
 expect 2 "--max-memory x" -- "$gf" run $mlp --max-memory x && contains "$tmp/err" "--max-memory: bad memory size 'x'" "--max-memory message"
+# sizes that are not a finite count of 1 byte or more (once 0 = no limit, or UB)
+for v in 1e30 inf nan 0.5 0; do
+    expect 2 "--max-memory $v" -- "$gf" run $mlp --max-memory $v && contains "$tmp/err" "--max-memory: bad memory size '$v' (a finite size of 1 byte or more" "--max-memory $v message"
+done
+expect 2 "train --max-memory inf" -- "$gf" train $mlp --data models/mlp/train_data --max-memory inf && contains "$tmp/err" "--max-memory: bad memory size 'inf'" "train --max-memory message"
 expect 2 "--external-threshold 0" -- "$gf" convert $mlp -o "$tmp/z.onnx" --external-threshold 0 && contains "$tmp/err" "--external-threshold: bad size '0'" "--external-threshold message"
 expect 2 "--steps x" -- "$gf" train $mlp --data models/mlp/train_data --steps x && contains "$tmp/err" "--steps: bad value 'x'" "--steps message"
 # train --dump-graph: the training graph (forward and backward) as text or
