@@ -328,6 +328,7 @@ struct run {
     int64_t first;    /* the step it started at (> 0 after --resume) */
     bool interrupted; /* SIGINT / SIGTERM stopped the loop after a whole step */
     int signal;       /* which one */
+    int log_err;      /* errno of the first failed --log write (a full disk), else 0 */
 };
 
 /* ---- interruption: SIGINT / SIGTERM end training after the current step ---------- */
@@ -556,7 +557,8 @@ static void report_step(struct run *r, const struct gf_train_stats *s, int64_t t
         if (s->loss_scale > 0)
             fprintf(r->log, ",%.9g,%lld", s->loss_scale, (long long)s->n_skipped);
         fputc('\n', r->log);
-        fflush(r->log);
+        if ((fflush(r->log) != 0 || ferror(r->log)) && !r->log_err)
+            r->log_err = errno ? errno : EIO;
     }
     progress(r, s->step + 1, total, s->loss);
 }
@@ -613,7 +615,13 @@ static enum gf_status open_log(const char *path, bool append, int64_t start, boo
     if (ftell(r->log) == 0)
         fputs(scaled ? "step,loss,grad_norm,lr,ms,tokens_per_s,loss_scale,skipped\n"
                      : "step,loss,grad_norm,lr,ms,tokens_per_s\n", r->log);
-    fflush(r->log);
+    errno = 0;
+    if (fflush(r->log) != 0 || ferror(r->log)) {
+        clear_progress(r);
+        fprintf(stderr, "graphfuse: train: --log %s: write failed: %s\n", path,
+                strerror(errno ? errno : EIO));
+        return GF_ERR_IO;
+    }
     return GF_OK;
 }
 
@@ -642,7 +650,14 @@ static int train_loop(struct train_args *a, struct run *r)
             (st = open_log(a->log, a->resume != NULL, start,
                                    a->to.precision == GF_PRECISION_FP16, r)) != GF_OK)
             return EXIT_INPUT;
+        errno = 0;
         report_step(r, &s, a->to.steps);
+        if (r->log_err) { /* a full disk: stop now, not after every step lost its row */
+            clear_progress(r);
+            fprintf(stderr, "graphfuse: train: --log %s: write failed: %s\n", a->log,
+                    strerror(r->log_err));
+            return EXIT_INPUT;
+        }
         first = i == start ? s.loss : first;
         last = s.loss;
         total_ms += s.ms;
@@ -693,7 +708,8 @@ static int finish(struct train_args *a, struct run *r, int rc)
     if (rc == 0 && r->interrupted)
         rc = save_interrupted(a, r);
     if (r->log && fclose(r->log) != 0 && rc == 0) {
-        fprintf(stderr, "graphfuse: train: --log %s: write failed\n", a->log);
+        fprintf(stderr, "graphfuse: train: --log %s: write failed: %s\n", a->log,
+                strerror(errno));
         rc = EXIT_INPUT;
     }
     r->log = NULL;

@@ -4,7 +4,8 @@
 # outside the model's folder (a hard link, a sparse tensor's '../'); saves
 # create their temporary file exclusively with the mode of the file they
 # replace and leave none behind on SIGTERM / SIGHUP; the autotune cache
-# loads 20,000 entries in linear time and refuses out-of-range integers.
+# loads 20,000 entries in linear time and refuses out-of-range integers;
+# train --log on a full disk (/dev/full) stops with exit 2.
 # Models are crafted here byte by byte (no onnx package needed).
 # Usage: tests/run_files.sh build/graphfuse
 set -u
@@ -169,7 +170,7 @@ kill_mid_save() {
     seen=no
     ls "$tmp"/out.onnx.tmp.* >/dev/null 2>&1 && seen=yes
     kill -"$1" $pid 2>/dev/null
-    wait $pid
+    { wait $pid; } 2>/dev/null
     rc=$?
     if [ $seen = no ]; then
         echo "SKIP SIG$1 mid-save: the save ended before its temporary file was seen"
@@ -182,6 +183,14 @@ kill_mid_save() {
 kill_mid_save TERM
 kill_mid_save HUP
 rm -f "$tmp/big.onnx" "$tmp"/out.onnx*
+
+# ---- train --log on a full disk: stops with the reason, exit 2 --------------
+if [ -w /dev/full ]; then
+    expect 2 "train --log /dev/full" -- timeout 60 "$gf" train models/llama_tiny/legacy/model.onnx \
+        --data models/llama_tiny/train_data --steps 3 --log /dev/full
+    contains "$tmp/err" "graphfuse: train: --log /dev/full: write failed: No space left on device" \
+        "train --log on a full disk says so"
+fi
 
 # ---- the autotune cache ----------------------------------------------------
 ver=$("$gf" --version | cut -d' ' -f2)
