@@ -1056,12 +1056,20 @@ static enum gf_status assign_memory(struct gf_session *s)
     int *gend = malloc((g->n_values + 1) * sizeof(*gend)); /* per root: last use, -1 freed */
     if (!gend)
         return gf_error(GF_ERR_NOMEM, "out of memory planning");
+    /* every offset the placements give is at most the sum of the rounded
+     * sizes: bounding the sum keeps them all from wrapping */
+    size_t sum = 0;
     for (size_t i = 0; i < g->n_values; i++) {
         struct gf_value *v = g->values[i];
         struct vinfo *vi = &s->v[v->id];
         gend[v->id] = -1;
         if (vi->kind != V_ACT)
             continue;
+        if (__builtin_add_overflow(sum, round_up(s, vi->bytes), &sum) || sum > SIZE_MAX / 4) {
+            free(gend);
+            return gf_error(GF_ERR_NOMEM, "the activations up to '%s' need more than %zu "
+                            "bytes", v->name, SIZE_MAX / 4);
+        }
         vi->last = vi->def;
         for (size_t u = 0; u < v->n_uses; u++) {
             int k = (int)(intptr_t)v->uses[u].node->aux;
@@ -1578,14 +1586,17 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
     for (size_t k = 0; k < s->n_steps; k++)
         if (!s->steps[k].folded && !s->steps[k].view && !s->steps[k].on_cpu)
             grow_workspace(s, k);
-    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
-        return GF_ERR_NOMEM;
     if ((st = assign_memory(s)) != GF_OK)
         return st;
-    size_t total = s->block_size + s->ws_size;
+    /* the limit is checked before anything this large is allocated */
+    size_t total;
+    if (__builtin_add_overflow(s->block_size, s->ws_size, &total))
+        total = SIZE_MAX;
     if (s->o.max_memory && total > s->o.max_memory)
         return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace, "
                         "over the memory limit of %zu bytes", total, s->o.max_memory);
+    if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
+        return GF_ERR_NOMEM;
     if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))
         return GF_ERR_NOMEM;
     if ((st = bind_memory(s)) != GF_OK)

@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -318,6 +319,37 @@ static void over_memory_limit(void **state)
     assert_int_equal(run(f->m, &o, 1, in), GF_OK);
 }
 
+/* Eight Expands of float[1] to [2^60] (2^62 bytes each) all live at a
+ * Sum: the activations add up to 2^65 bytes, which once wrapped in the
+ * planner's offsets; now refused before anything is allocated. */
+static void activations_overflow(void **state)
+{
+    struct fixture *f = *state;
+    struct gf_graph *g = f->m->graph;
+    const struct d one[1] = {{1, NULL}};
+    int64_t n1 = 1, big = INT64_C(1) << 60;
+    struct gf_value *sv = gf_graph_new_value(g, "s", NULL);
+    assert_int_equal(gf_value_set_initializer(sv, tensor(f->m, "s", GF_INT64, 1, &n1, &big)),
+                     GF_OK);
+    struct gf_value *ys[8];
+    struct gf_tensor *in[8];
+    float x1 = 1;
+    for (int i = 0; i < 8; i++) {
+        char xn[16], yn[16];
+        snprintf(xn, sizeof(xn), "x%d", i);
+        snprintf(yn, sizeof(yn), "e%d", i);
+        struct gf_value *ins[2] = {add_input(f->m, xn, GF_FLOAT, 1, one), sv};
+        ys[i] = gf_graph_new_value(g, yn, NULL);
+        assert_non_null(gf_graph_add_node(g, "Expand", "", yn, 2, ins, 1, &ys[i]));
+        in[i] = tensor(f->data, xn, GF_FLOAT, 1, &n1, &x1);
+    }
+    struct gf_value *y = gf_graph_new_value(g, "y", NULL);
+    assert_non_null(gf_graph_add_node(g, "Sum", "", "sum", 8, ys, 1, &y));
+    assert_int_equal(gf_graph_add_output(g, y), GF_OK);
+    assert_int_equal(run(f->m, &(struct gf_exec_opts){0}, 8, in), GF_ERR_NOMEM);
+    expect_msg("activations", "need more than", NULL);
+}
+
 /* Floats read as int64: NaN gives 0, inf and out-of-range values saturate
  * (a plain cast is undefined); empty strings compare equal without a
  * memcmp on their NULL data. */
@@ -362,6 +394,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(scatter_out_of_range, setup, teardown),
         cmocka_unit_test_setup_teardown(reshape_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(over_memory_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(activations_overflow, setup, teardown),
         cmocka_unit_test(hostile_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
