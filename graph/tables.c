@@ -1,4 +1,5 @@
 /* Element types and the op table generated from ops.def. */
+#include <stdint.h>
 #include <string.h>
 
 #include "gf_graph.h"
@@ -31,11 +32,17 @@ size_t gf_dtype_size(enum gf_dtype t)
     return gf_dtype_valid(t) ? dtypes[t].size : 0;
 }
 
+/* Saturates at SIZE_MAX instead of wrapping: a wrapped count once sized
+ * a 128-byte buffer for 2^62 floats; SIZE_MAX fails every size check and
+ * every allocation instead. */
 size_t gf_dtype_bytes(enum gf_dtype t, size_t n)
 {
+    size_t bytes;
     if (t == GF_UINT4 || t == GF_INT4)
-        return (n + 1) / 2;
-    return n * gf_dtype_size(t);
+        return n / 2 + n % 2;
+    if (__builtin_mul_overflow(n, gf_dtype_size(t), &bytes))
+        return SIZE_MAX;
+    return bytes;
 }
 
 const char *gf_dtype_name(enum gf_dtype t)

@@ -351,7 +351,7 @@ static void activations_overflow(void **state)
 }
 
 /* Floats read as int64: NaN gives 0, inf and out-of-range values saturate
- * (a plain cast is undefined); empty strings compare equal without a
+ * (a plain cast is undefined), as do byte counts; empty strings compare equal without a
  * memcmp on their NULL data. */
 static void hostile_values(void **state)
 {
@@ -365,6 +365,11 @@ static void hostile_values(void **state)
     assert_true(gf_tensor_get_i64(&t, 2) == INT64_MIN);
     assert_true(gf_tensor_get_i64(&t, 3) == INT64_MAX);
     assert_int_equal(gf_tensor_get_i64(&t, 4), -2);
+
+    /* byte counts saturate instead of wrapping */
+    assert_true(gf_dtype_bytes(GF_FLOAT, (size_t)1 << 62) == SIZE_MAX);
+    assert_true(gf_dtype_bytes(GF_INT4, SIZE_MAX) == SIZE_MAX / 2 + 1);
+    assert_int_equal(gf_dtype_bytes(GF_DOUBLE, 3), 24);
 
     struct gf_bytes empty[2] = {{NULL, 0}, {NULL, 0}}, other[2] = {{NULL, 0}, {NULL, 0}};
     int64_t sd[1] = {2};
