@@ -37,19 +37,6 @@ int cli_open_model(const char *path, enum gf_precision prec, bool fuse,
     return rc;
 }
 
-void cli_json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
 
 /* ---- the profile ------------------------------------------------------------ */
 
@@ -256,16 +243,16 @@ static void print_json(const struct bench_args *a, struct gf_session *s, struct 
                        size_t n_in, const struct stats *st, const struct profile *p)
 {
     printf("{\n  \"model\": ");
-    cli_json_string(stdout, a->path);
+    gf_json_write_string(stdout, a->path);
     printf(",\n  \"backend\": ");
-    cli_json_string(stdout, gf_session_backend(s));
+    gf_json_write_string(stdout, gf_session_backend(s));
     printf(",\n  \"device\": ");
-    cli_json_string(stdout, gf_session_device(s));
+    gf_json_write_string(stdout, gf_session_device(s));
     printf(",\n  \"threads\": %d,\n  \"fuse\": %s,\n  \"precision\": \"%s\",\n  \"inputs\": [",
            a->o.n_threads, a->fuse ? "true" : "false", gf_precision_name(a->prec));
     for (size_t i = 0; i < n_in; i++) {
         printf("%s\n    {\"name\": ", i ? "," : "");
-        cli_json_string(stdout, in[i]->name);
+        gf_json_write_string(stdout, in[i]->name);
         printf(", \"dtype\": \"%s\", \"shape\": ", gf_dtype_name(in[i]->dtype));
         print_shape(stdout, in[i], true);
         printf("}");
@@ -284,7 +271,7 @@ static void print_json(const struct bench_args *a, struct gf_session *s, struct 
     printf("  \"profile_ms\": %.6f,\n  \"top_ops\": [", p->total_ms);
     for (int i = 0; i < p->n_ops && i < TOP_OPS; i++) {
         printf("%s\n    {\"op\": ", i ? "," : "");
-        cli_json_string(stdout, p->ops[i].op);
+        gf_json_write_string(stdout, p->ops[i].op);
         printf(", \"calls\": %d, \"ms\": %.6f, \"percent\": %.2f}", p->ops[i].calls,
                p->ops[i].ms, p->ops[i].pct);
     }

@@ -107,8 +107,6 @@ size_t cli_load_set(struct gf_model *m, const char *dir, const char *prefix,
 struct gf_session;
 int cli_open_model(const char *path, enum gf_precision prec, bool fuse,
                    const struct gf_exec_opts *o, struct gf_model **m, struct gf_session **s);
-/* s as a JSON string, quoted and escaped. */
-void cli_json_string(FILE *f, const char *s);
 
 /* Fusion for graphfuse's own executor (run/test/tune --fuse): the default
  * patterns plus the opt-in ones its kernels run (attention). */

@@ -1070,9 +1070,9 @@ static void dot_model(struct dump *d)
 /* JSON string of n bytes: control bytes escaped, well-formed UTF-8 kept,
  * every other byte written as \u00XX (so an escape in 0080..00FF always
  * stands for a raw byte: real characters there are written unescaped). */
-static void json_str_n(struct dump *d, const uint8_t *p, size_t n)
+static void json_str_f(FILE *out, const uint8_t *p, size_t n)
 {
-    fputc('"', d->out);
+    fputc('"', out);
     for (size_t i = 0; i < n;) {
         uint8_t c = p[i];
         size_t k = utf8_len(p + i, n - i);
@@ -1080,17 +1080,28 @@ static void json_str_n(struct dump *d, const uint8_t *p, size_t n)
                         : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b"
                         : c == '\f' ? "\\f" : NULL;
         if (esc)
-            fputs(esc, d->out);
+            fputs(esc, out);
         else if (k == 0 || c < 0x20 || c == 0x7f)
-            fprintf(d->out, "\\u%04x", c);
+            fprintf(out, "\\u%04x", c);
         else {
-            fwrite(p + i, 1, k, d->out);
+            fwrite(p + i, 1, k, out);
             i += k;
             continue;
         }
         i++;
     }
-    fputc('"', d->out);
+    fputc('"', out);
+}
+
+static void json_str_n(struct dump *d, const uint8_t *p, size_t n)
+{
+    json_str_f(d->out, p, n);
+}
+
+void gf_json_write_string(FILE *out, const char *s)
+{
+    s = s ? s : "";
+    json_str_f(out, (const uint8_t *)s, strlen(s));
 }
 
 /* Before any value or key: the comma and line break it needs. */

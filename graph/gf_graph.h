@@ -553,6 +553,9 @@ enum gf_status gf_model_dump(const struct gf_model *m, enum gf_dump_format fmt,
  * temporary file beside it, renamed at the end). */
 enum gf_status gf_model_dump_file(const struct gf_model *m, enum gf_dump_format fmt,
                                   const char *path);
+/* s (NULL: "") as a JSON string literal, as the JSON dump writes strings:
+ * control bytes escaped, well-formed UTF-8 kept, other bytes as \u00XX. */
+void gf_json_write_string(FILE *out, const char *s);
 /* "text", "dot" or "json": false for any other name. */
 bool gf_dump_format_parse(const char *name, enum gf_dump_format *fmt);
 /* The format a file name's extension names (.dot, .json), else text. */

@@ -785,19 +785,6 @@ static size_t op_rows(const struct gf_fuse_report *r, struct gf_op_tally *rows)
     return n;
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p < 0x20)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fputc(*p, f);
-    }
-    fputc('"', f);
-}
 
 static void print_text(const struct gf_fuse_report *r, FILE *f, struct gf_op_tally *rows,
                        size_t n_rows)
@@ -846,9 +833,9 @@ static void print_json(const struct gf_fuse_report *r, FILE *f, struct gf_op_tal
     fprintf(f, "  \"ops\": [");
     for (size_t i = 0; i < n_rows; i++) {
         fprintf(f, "%s\n    {\"op\": ", i ? "," : "");
-        json_str(f, rows[i].op);
+        gf_json_write_string(f, rows[i].op);
         fprintf(f, ", \"domain\": ");
-        json_str(f, rows[i].domain);
+        gf_json_write_string(f, rows[i].domain);
         fprintf(f, ", \"before\": %zu, \"after\": %zu}",
                 census_count(&r->before, rows[i].domain, rows[i].op),
                 census_count(&r->after, rows[i].domain, rows[i].op));
@@ -870,11 +857,11 @@ static void print_json(const struct gf_fuse_report *r, FILE *f, struct gf_op_tal
         return;
     }
     fprintf(f, "  \"explain\": {\"pattern\": ");
-    json_str(f, r->explain);
+    gf_json_write_string(f, r->explain);
     fprintf(f, ", \"lines\": [");
     for (size_t i = 0; i < r->n_explain; i++) {
         fprintf(f, "%s\n    ", i ? "," : "");
-        json_str(f, r->explain_lines[i]);
+        gf_json_write_string(f, r->explain_lines[i]);
     }
     fprintf(f, "\n  ]}\n}\n");
 }
