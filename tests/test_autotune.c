@@ -573,6 +573,7 @@ static void test_planted_temp(void **state)
     assert_int_equal(lstat(link, &st), 0);
     assert_true(S_ISLNK(st.st_mode)); /* left alone */
     assert_int_equal(chmod(path, 0600), 0);
+    gf_model_free(f.m);
     make_node(&f, 4, 6);
     tune_into(path, &f);
     assert_int_equal(stat(path, &st), 0);
