@@ -7,7 +7,7 @@
 #   contains FILE TEXT DESCRIPTION          FILE has the line TEXT (fixed string)
 # The script ends with: echo "NAME: $n checks, $fails failed"; [ "$fails" = 0 ]
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp"' EXIT INT TERM
 fails=0
 n=0
 

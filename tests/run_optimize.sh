@@ -6,29 +6,11 @@
 # bad input exits 2 leaving no output file.  Usage: tests/run_optimize.sh GRAPHFUSE
 set -u
 gf=${1:?usage: run_optimize.sh path/to/graphfuse}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_optimize.XXXXXX") || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-fails=0
-n=0
+. "$(dirname "$0")/cli_checks.sh"
 
 bad() {
     echo "FAIL $*"
     fails=$((fails + 1))
-}
-
-# expect CODE DESCRIPTION -- COMMAND...: runs, checks the exit code
-expect() {
-    code=$1 desc=$2
-    shift 3
-    n=$((n + 1))
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    if [ "$got" != "$code" ]; then
-        bad "$desc: exit $got, expected $code"
-        sed 's/^/  | /' "$tmp/err" | head -5
-        return 1
-    fi
-    return 0
 }
 
 # the "after" count of op DOMAIN.OP in a JSON report (0 when absent)

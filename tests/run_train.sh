@@ -11,10 +11,7 @@
 # Usage: tests/run_train.sh path/to/graphfuse
 set -u
 gf=${1:?usage: run_train.sh path/to/graphfuse}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
+. "$(dirname "$0")/cli_checks.sh"
 TOL=1e-4
 
 fail() {
@@ -86,22 +83,6 @@ done
 M=models/mlp/legacy/model.onnx
 D=models/mlp/train_data
 
-expect() { # expect CODE DESCRIPTION -- COMMAND...
-    code=$1 desc=$2
-    shift 3
-    n=$((n + 1))
-    "$@" >"$tmp/out" 2>"$tmp/err"
-    got=$?
-    if [ "$got" != "$code" ]; then
-        fail "$desc: exit $got, expected $code"; sed 's/^/  | /' "$tmp/err" | head -5
-        return 1
-    fi
-    return 0
-}
-contains() { # contains FILE TEXT DESCRIPTION
-    n=$((n + 1))
-    grep -qF -- "$2" "$1" || { fail "$3: '$2' not found"; head -5 "$1" | sed 's/^/  | /'; }
-}
 one_line() {
     n=$((n + 1))
     [ "$(wc -l <"$tmp/err")" = 1 ] || fail "$1: message is not one line"
