@@ -162,10 +162,11 @@ static const struct help helps[] = {
      "  convert MODEL -o OUT [--external-data] [--external-threshold=BYTES]\n"
      "          [--infer-shapes]        rewrite a model (atomically); with\n"
      "                                  --external-data, initializers of BYTES (1024)\n"
-     "                                  or more go to the side file OUT.data\n",
+     "                                  or more go to the side file OUT.H.data (H: a\n"
+     "                                  hash of its bytes)\n",
      HELP_LINE
      "  -o, --output OUT                the rewritten model (written atomically; required)\n"
-     "  --external-data                 large initializers go to the side file OUT.data\n"
+     "  --external-data                 large initializers go to the side file OUT.H.data\n"
      "  --external-threshold BYTES      the size from which they do (default 1024)\n"
      "  --infer-shapes                  record the inferred shapes in the file\n"},
     {"train",

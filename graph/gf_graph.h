@@ -350,11 +350,15 @@ enum gf_status gf_model_load_buffer(const void *buf, size_t len, const char *dir
 struct gf_save_opts {
     bool external_data;        /* write large initializers to a side file */
     size_t external_threshold; /* bytes; 0: 1024 */
-    const char *external_name; /* side file name; NULL: "<out>.data" */
+    const char *external_name; /* side file name, replaced in place; NULL:
+                                  "<out>.<16 hex digits>.data", named after its bytes */
 };
 
 /* Writes the model to `path` atomically (temp file in the same folder,
- * flushed, renamed).  On failure no file is left behind. */
+ * flushed, renamed).  On failure no file is left behind.  With external
+ * data (default name) the side file is renamed into place before the
+ * model, so a reader sees the old pair or the new one, never a mix; side
+ * files of earlier saves of `path` are removed after (docs/library.md). */
 enum gf_status gf_model_save(const struct gf_model *m, const char *path,
                              const struct gf_save_opts *opts);
 /* Serializes to a malloc'ed buffer (no external data). */

@@ -64,6 +64,11 @@ struct gf_model *gf_model_alloc_empty(void);
 void gf_unmap(void *addr, size_t len);
 /* Registers a mapping to be unmapped with the model. */
 enum gf_status gf_model_add_mapping(struct gf_model *m, void *addr, size_t len);
+/* Tests only (save.c): when set and it returns true for a stage, gf_model_save
+ * stops there as a crash would (its temp files removed as on a signal); the
+ * stage is "side file renamed": the new external data is in place, the model
+ * not yet. */
+extern bool (*gf_save_test_stop)(const char *stage);
 
 /* New empty graph registered with the model (parent may be NULL). */
 struct gf_graph *gf_graph_create(struct gf_model *m, struct gf_graph *parent,

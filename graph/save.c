@@ -5,6 +5,7 @@
  * (training info, sparse tensors, non-tensor types, unknown fields) are
  * restored as they were read.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -20,9 +21,11 @@ struct saver {
     bool failed;
     /* external data side file (NULL when everything is inline) */
     FILE *ext;
-    const char *ext_name;
+    char *ext_name;      /* shared by every location entry; its hash part is
+                            filled in once the data is written */
     size_t ext_threshold;
     uint64_t ext_offset;
+    uint64_t ext_hash;   /* of the bytes written to the side file */
 };
 
 static void *salloc(struct saver *S, size_t n)
@@ -58,6 +61,24 @@ static void *unpack_kept(struct saver *S, const ProtobufCMessageDescriptor *d,
 
 /* ---- tensors ------------------------------------------------------------- */
 
+/* A 64-bit hash of bytes (FNV-1a's constants, eight bytes a step with a
+ * rotation so that every bit reaches every other): it names the side file
+ * after its content, not a checksum against tampering. */
+static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t n)
+{
+    const uint64_t prime = 0x100000001b3ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h ^= w;
+        h = ((h << 29) | (h >> 35)) * prime;
+    }
+    for (; i < n; i++)
+        h = (h ^ p[i]) * prime;
+    return h;
+}
+
 static bool write_external(struct saver *S, const struct gf_tensor *t,
                            Onnx__TensorProto *tp)
 {
@@ -69,6 +90,7 @@ static bool write_external(struct saver *S, const struct gf_tensor *t,
     S->ext_offset += pad;
     if (fwrite(t->data, 1, t->nbytes, S->ext) != t->nbytes)
         return false;
+    S->ext_hash = hash_bytes(S->ext_hash ^ t->nbytes, t->data, t->nbytes);
     char off[32], len[32];
     snprintf(off, sizeof(off), "%llu", (unsigned long long)S->ext_offset);
     snprintf(len, sizeof(len), "%zu", t->nbytes);
@@ -525,6 +547,81 @@ static bool any_external(const struct gf_graph *g)
     return false;
 }
 
+/* ---- the model and its side file as one pair ----------------------------------
+ *
+ * The side file is named after its content: OUT.HHHHHHHHHHHHHHHH.data (16
+ * hex digits of hash_bytes), written to a temp file and renamed into place
+ * first, the model last.  Until the model's rename a reader opens the old
+ * model, whose side file (another name) is untouched; after it, the new
+ * model and the new file.  A crash in between leaves a side file nothing
+ * refers to, which the next save of OUT removes with the old model's:
+ * every OUT.<16 hex digits>.data other than the one the new model names. */
+#define EXT_HASH_DIGITS 16
+
+bool (*gf_save_test_stop)(const char *stage);
+
+static bool test_stop(const char *stage)
+{
+    return gf_save_test_stop && gf_save_test_stop(stage);
+}
+
+/* Whether `name` is OUT.<16 hex digits>.data for OUT = `base`. */
+static bool is_side_file_of(const char *name, const char *base)
+{
+    size_t bl = strlen(base);
+    if (strncmp(name, base, bl) != 0 || name[bl] != '.')
+        return false;
+    const char *h = name + bl + 1;
+    for (int i = 0; i < EXT_HASH_DIGITS; i++)
+        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f')))
+            return false;
+    return strcmp(h + EXT_HASH_DIGITS, ".data") == 0;
+}
+
+/* After OUT was replaced: removes the side files of earlier saves of OUT
+ * (and of saves that died before their model's rename), keeping `keep`
+ * (NULL: the new model has none).  Best effort: a file left is harmless. */
+static void remove_old_side_files(const char *path, const char *keep)
+{
+    const char *base = base_name(path);
+    size_t dl = (size_t)(base - path);
+    char dir[4096];
+    if (dl >= sizeof(dir))
+        return;
+    memcpy(dir, path, dl);
+    dir[dl] = '\0';
+    DIR *d = opendir(dl ? dir : ".");
+    if (!d)
+        return;
+    int dfd = dirfd(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat sb;
+        if (is_side_file_of(e->d_name, base) && (!keep || strcmp(e->d_name, keep) != 0) &&
+            fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* fsync of the folder holding `path`, so that a rename in it is on disk
+ * before the next one (best effort: not every file system allows it). */
+static void sync_dir_of(const char *path)
+{
+    const char *base = base_name(path);
+    size_t dl = (size_t)(base - path);
+    char dir[4096];
+    if (dl >= sizeof(dir))
+        return;
+    memcpy(dir, path, dl);
+    dir[dl] = '\0';
+    int fd = open(dl ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+}
+
 enum gf_status gf_model_save(const struct gf_model *m, const char *path,
                              const struct gf_save_opts *opts)
 {
@@ -536,21 +633,24 @@ enum gf_status gf_model_save(const struct gf_model *m, const char *path,
     char *ext_tmp = NULL, *ext_path = NULL, *tmp = NULL;
     enum gf_status st = GF_OK;
     bool external = (opts && opts->external_data) || any_external(m->graph);
+    /* by default the side file is named after its content (above) */
+    bool hashed = external && !(opts && opts->external_name);
     if (external) {
         S.ext_threshold = opts && opts->external_threshold ? opts->external_threshold : 1024;
         char def[4096];
-        snprintf(def, sizeof(def), "%s.data", base_name(path));
-        S.ext_name = opts && opts->external_name ? opts->external_name : def;
-        S.ext_name = gf_arena_strndup(S.arena, S.ext_name, strlen(S.ext_name));
+        snprintf(def, sizeof(def), "%s.%0*d.data", base_name(path), EXT_HASH_DIGITS, 0);
+        const char *name = hashed ? def : opts->external_name;
+        S.ext_name = gf_arena_strndup(S.arena, name, strlen(name));
         size_t dl = (size_t)(base_name(path) - path);
-        ext_path = malloc(dl + strlen(S.ext_name) + 1);
+        ext_path = S.ext_name ? malloc(dl + strlen(S.ext_name) + 1) : NULL;
         if (!ext_path || !S.ext_name) {
             st = gf_error(GF_ERR_NOMEM, "%s: out of memory", path);
             goto out;
         }
         memcpy(ext_path, path, dl);
         strcpy(ext_path + dl, S.ext_name);
-        S.ext = open_temp(ext_path, &ext_tmp);
+        /* the hashed file's temp lies next to the model, with its mode */
+        S.ext = open_temp(hashed ? path : ext_path, &ext_tmp);
         if (!S.ext) {
             st = gf_error(GF_ERR_IO, "%s: cannot create external data file: %s", ext_path,
                           strerror(errno));
@@ -570,6 +670,13 @@ enum gf_status gf_model_save(const struct gf_model *m, const char *path,
         st = gf_error(GF_ERR_NOMEM, "%s: out of memory building the model", path);
         goto out_ext;
     }
+    if (hashed) { /* the name every location entry shares, and the file's */
+        char hex[EXT_HASH_DIGITS + 1];
+        snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)S.ext_hash);
+        size_t at = strlen(base_name(path)) + 1;
+        memcpy(S.ext_name + at, hex, EXT_HASH_DIGITS);
+        memcpy(ext_path + strlen(ext_path) - strlen(S.ext_name) + at, hex, EXT_HASH_DIGITS);
+    }
     FILE *f = open_temp(path, &tmp);
     if (!f) {
         st = gf_error(GF_ERR_IO, "%s: cannot create file: %s", path, strerror(errno));
@@ -581,14 +688,27 @@ enum gf_status gf_model_save(const struct gf_model *m, const char *path,
         st = gf_error(GF_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         goto out_ext;
     }
+    /* the side file first, then the model: a reader never pairs them wrongly */
     if (had_ext && !commit_temp(ext_tmp, ext_path)) {
         st = gf_error(GF_ERR_IO, "%s: cannot rename external data: %s", ext_path,
                       strerror(errno));
         gf_file_temp_discard(tmp);
         goto out;
     }
-    if (!commit_temp(tmp, path))
+    if (had_ext)
+        sync_dir_of(ext_path);
+    if (test_stop("side file renamed")) {
+        gf_file_temp_discard(tmp); /* as the signal handler would */
+        st = gf_error(GF_ERR_IO, "%s: save stopped after the external data (test)", path);
+        goto out;
+    }
+    if (!commit_temp(tmp, path)) {
         st = gf_error(GF_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
+        goto out;
+    }
+    sync_dir_of(path);
+    if (!(opts && opts->external_name))
+        remove_old_side_files(path, hashed ? S.ext_name : NULL);
     goto out;
 out_ext:
     if (ext_tmp && had_ext)

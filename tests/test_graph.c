@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gf_graph.h"
+#include "internal.h" /* gf_save_test_stop */
 
 static char dir[] = "/tmp/gf_test_graph_XXXXXX";
 
@@ -195,19 +196,40 @@ static void test_out_of_order_file_is_sorted(void **state)
     gf_model_free(m);
 }
 
+/* The side files of model `base` in the test folder (BASE.<16 hex>.data):
+ * how many, and the name of the last one seen in `name`. */
+static int side_files(const char *base, char *name, size_t len)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    size_t bl = strlen(base);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t el = strlen(e->d_name);
+        if (el == bl + 1 + 16 + 5 && strncmp(e->d_name, base, bl) == 0 &&
+            e->d_name[bl] == '.' && strcmp(e->d_name + el - 5, ".data") == 0) {
+            snprintf(name, len, "%s", e->d_name);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
 static void test_external_data(void **state)
 {
     (void)state;
     struct gf_model *m = small_model(), *r;
     struct gf_save_opts o = {.external_data = true, .external_threshold = 16};
     assert_int_equal(gf_model_save(m, tmp("ext.onnx"), &o), GF_OK);
+    char side[256];
+    assert_int_equal(side_files("ext.onnx", side, sizeof(side)), 1); /* ext.onnx.HASH.data */
     struct stat sb;
-    assert_int_equal(stat(tmp("ext.onnx.data"), &sb), 0);
+    assert_int_equal(stat(tmp(side), &sb), 0);
     assert_int_equal(sb.st_size, 48); /* W only: b (12 bytes) stays inline */
     assert_int_equal(gf_model_load(tmp("ext.onnx"), NULL, &r), GF_OK);
     struct gf_value *W = gf_graph_find(r->graph, "W"), *b = gf_graph_find(r->graph, "b");
     assert_non_null(W->init->ext);
-    assert_string_equal(W->init->ext->location, "ext.onnx.data");
+    assert_string_equal(W->init->ext->location, side);
     assert_null(b->init->ext); /* 12 bytes: under the threshold, inline */
     char why[256];
     assert_true(gf_model_equal(m, r, why, sizeof(why)));
@@ -222,6 +244,61 @@ static void test_external_data(void **state)
     assert_int_equal(gf_model_load_buffer(buf, n, dir, NULL, &x), GF_OK);
     gf_model_free(x);
     gf_model_free(r);
+    gf_model_free(m);
+}
+
+static bool stop_after_side_file(const char *stage)
+{
+    return strcmp(stage, "side file renamed") == 0;
+}
+
+/* W[0] of the model saved at `name`, loaded again. */
+static float saved_w0(const char *name)
+{
+    struct gf_model *r;
+    assert_int_equal(gf_model_load(tmp(name), NULL, &r), GF_OK);
+    float w0 = ((const float *)gf_graph_find(r->graph, "W")->init->data)[0];
+    gf_model_free(r);
+    return w0;
+}
+
+/* The model and its external data are replaced as a pair: a save that dies
+ * between the side file's rename and the model's leaves the old model
+ * reading its old values; the next save removes the orphan and the old
+ * side file, and an unchanged model keeps its side file's name. */
+static void test_external_data_pair(void **state)
+{
+    (void)state;
+    struct gf_model *m = small_model();
+    struct gf_save_opts o = {.external_data = true, .external_threshold = 16};
+    float *w = (float *)gf_graph_find(m->graph, "W")->init->data;
+    assert_int_equal(gf_model_save(m, tmp("pair.onnx"), &o), GF_OK);
+    char first[256], name[256];
+    assert_int_equal(side_files("pair.onnx", first, sizeof(first)), 1);
+    assert_true(saved_w0("pair.onnx") == w[0]);
+    float old = w[0];
+    w[0] = 64;
+    gf_save_test_stop = stop_after_side_file;
+    assert_int_equal(gf_model_save(m, tmp("pair.onnx"), &o), GF_ERR_IO);
+    gf_save_test_stop = NULL;
+    /* the new side file is in place beside the old one; the model is the old */
+    assert_int_equal(side_files("pair.onnx", name, sizeof(name)), 2);
+    assert_true(saved_w0("pair.onnx") == old);
+    int before = count_files();
+    assert_int_equal(gf_model_save(m, tmp("pair.onnx"), &o), GF_OK);
+    assert_true(saved_w0("pair.onnx") == 64);
+    assert_int_equal(side_files("pair.onnx", name, sizeof(name)), 1);
+    assert_string_not_equal(name, first);
+    assert_int_equal(count_files(), before - 1);
+    /* the same bytes again: the same name, nothing else changes */
+    char again[256];
+    assert_int_equal(gf_model_save(m, tmp("pair.onnx"), &o), GF_OK);
+    assert_int_equal(side_files("pair.onnx", again, sizeof(again)), 1);
+    assert_string_equal(again, name);
+    /* saved inline: its side file goes too */
+    assert_int_equal(gf_model_save(m, tmp("pair.onnx"), NULL), GF_OK);
+    assert_int_equal(side_files("pair.onnx", name, sizeof(name)), 0);
+    assert_true(saved_w0("pair.onnx") == 64);
     gf_model_free(m);
 }
 
@@ -411,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_save_load_equal),
         cmocka_unit_test(test_out_of_order_file_is_sorted),
         cmocka_unit_test(test_external_data),
+        cmocka_unit_test(test_external_data_pair),
         cmocka_unit_test(test_atomic_save_failure),
         cmocka_unit_test(test_unknown_fields_preserved),
         cmocka_unit_test(test_tensor_files),
