@@ -85,7 +85,7 @@ HEADERS := graph/gf_graph.h graph/ops.def graph/gf_half.h passes/gf_passes.h ker
 
 
 .PHONY: FORCE conformance conformance-update all deps lib test test-unit test-bad test-roundtrip test-asan demo bench bench-opencl bench-cuda \
-        install clean help bad-corpus check-links
+        install clean help bad-corpus check-links fuzz fuzz-deps fuzz-build fuzz-harnesses
 all: deps lib $(BUILD)/graphfuse $(BUILD)/graphfuse.pc $(BUILD)/models/matmul.onnx
 
 help:
@@ -95,6 +95,7 @@ help:
 	@echo "make test-unit  only the C unit tests (tests/test_*.c)"
 	@echo "make test-bad   only the malformed-input tests (tests/bad/, test_runtime_bad)"
 	@echo "make test-roundtrip  only the load/save round trip over libonnx-testdata"
+	@echo "make fuzz SECONDS=60  every libFuzzer harness of tests/fuzz/ for SECONDS each"
 	@echo "make check-links  every relative link and #anchor of README.md and docs/*.md resolves"
 	@echo "make demo       run the bundled model, train it on a word list, sample words"
 	@echo "make bench      load/save speed against bare protobuf-c"
@@ -342,6 +343,36 @@ $(BUILD)/tests/gen_bad: tests/bad/gen_bad.c $(BUILD)/libgraphfuse.a | $(GEN_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
 
+# ---- fuzzing ------------------------------------------------------------------
+# libFuzzer harnesses (tests/fuzz/fuzz_*.c: the loader, the optimizer, the
+# tensor .pb reader, the autotune cache, load + plan + run on the CPU), each
+# run for $(SECONDS) seconds by tests/fuzz/run.sh, which gathers the seeds,
+# prints executions and coverage per harness and fails on a crash, leak or
+# timeout (inputs in $(BUILD)/fuzz/crashes/).  The library is built again
+# in $(BUILD)/fuzz/ by clang with coverage for libFuzzer, ASan and UBSan
+# (no OpenCL, no CUDA); clang-14 and libclang-rt-14-dev (libFuzzer) come from
+# Debian, installed here rather than by `make deps` as only fuzzing needs them.
+SECONDS   ?= 60
+FUZZ_CC   ?= clang-14
+FUZZ_PKGS := clang-14 libclang-rt-14-dev
+FUZZ_SAN  := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+             -fno-omit-frame-pointer
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+fuzz: all fuzz-build
+	@tests/fuzz/run.sh $(BUILD)/fuzz $(SECONDS) $(BUILD)/graphfuse
+fuzz-deps: deps
+	@tools/deps.sh $(FUZZ_PKGS)
+fuzz-build: fuzz-deps
+	@mkdir -p $(BUILD)/fuzz
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz CC=$(FUZZ_CC) GF_OPENCL=0 GF_CUDA=0 \
+	    CFLAGS="-O1 -gline-tables-only" SAN="$(FUZZ_SAN)" fuzz-harnesses
+# (inside that make: BUILD is the fuzz folder)
+fuzz-harnesses: $(FUZZ_BINS)
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(BUILD)/libgraphfuse.a | $(GEN_H)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -fsanitize=fuzzer -Itests/fuzz -o $@ $< \
+	    $(BUILD)/libgraphfuse.a $(LDFLAGS) $(LIBS)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/graphfuse $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libgraphfuse.a $(DESTDIR)$(PREFIX)/lib/
@@ -363,7 +394,7 @@ clean:
 # rebuilt once, as nothing else would tell which headers it depends on.
 DEP_TARGETS := $(LIB_OBJ) $(CLI_OBJ) $(TESTS) \
                $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/bench_*.c)) \
-               $(BUILD)/words2tokens $(BUILD)/gen_matmul $(BUILD)/tests/gen_bad
+               $(BUILD)/words2tokens $(BUILD)/gen_matmul $(BUILD)/tests/gen_bad $(FUZZ_BINS)
 DEP_FILES   := $(wildcard $(DEP_TARGETS:=.d))
 DEP_NONE    := $(filter-out $(DEP_FILES:.d=),$(wildcard $(DEP_TARGETS)))
 ifneq ($(DEP_NONE),)
