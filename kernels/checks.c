@@ -683,15 +683,24 @@ enum gf_status gf_glu_grad_check(const struct gf_kernel_args *a, enum gf_act *ac
     return st;
 }
 
+bool gf_rope_wide_tables(const struct gf_tview *in, size_t n_in)
+{
+    return n_in >= 3 && (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16) &&
+           in[1].dtype == GF_FLOAT && in[2].dtype == GF_FLOAT;
+}
+
 enum gf_status gf_rope_check(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     static const char *const names[3] = {"X", "Cos", "Sin"};
     struct gf_shape s[3];
     enum gf_status st = GF_OK;
+    /* Cos and Sin of X's type, or fp32 with a 16-bit X (the precision
+     * pass's RoPE on bf16 / fp16 q and k with autocast's fp32 tables) */
+    bool wide = gf_rope_wide_tables(a->in, a->n_in);
     for (size_t i = 0; i < 3 && st == GF_OK; i++)
         st = fu_check_in(a, i, i || a->node->op != GF_OP_ROPE_GRAD ? names[i] : "dY",
-                         i ? x->dtype : GF_UNDEFINED);
+                         !i ? GF_UNDEFINED : wide ? GF_FLOAT : x->dtype);
     if (st != GF_OK)
         return st;
     for (size_t i = 0; i < 3; i++)

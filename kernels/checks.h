@@ -286,6 +286,9 @@ enum gf_status gf_glu_check(const struct gf_kernel_args *a, enum gf_act *act, in
                             int64_t *dims);
 enum gf_status gf_glu_grad_check(const struct gf_kernel_args *a, enum gf_act *act);
 enum gf_status gf_rope_check(const struct gf_kernel_args *a);
+/* RoPE / RoPEGrad inputs with a 16-bit X (dY) and fp32 Cos and Sin (allowed
+ * besides all of one type; computed in fp32, Y rounded once). */
+bool gf_rope_wide_tables(const struct gf_tview *in, size_t n_in);
 
 /* A' x B' of inputs 0 and 1 (MatMulEpilogue; OpenCL's MatMul and Gemm):
  * a 1-D A is [1, K], a 1-D B [K, 1]. */

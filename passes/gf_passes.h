@@ -263,8 +263,10 @@ enum gf_status gf_pass_precision(struct gf_model *m, enum gf_precision p,
  * a narrowing Cast of such an op's output (read by the Cast alone) before
  * it.  The values are the same (a Cast commutes with moving elements); the
  * ops move half the bytes, and their gradients too (autodiff runs after).
- * Repeated until none moves; *moved (may be NULL) counts the moves.
- * Nothing on an fp32 / tf32 model. */
+ * Repeated until none moves; then a RoPE between a widening Cast of X and
+ * a narrowing Cast of Y (fp32 Cos, Sin) reads and writes the low type
+ * itself (computing in fp32: the same values).  *moved (may be NULL)
+ * counts the moves and folds.  Nothing on an fp32 / tf32 model. */
 enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved);
 /* The precision a model was rewritten for (GF_PRECISION_FP32 if none). */
 enum gf_precision gf_model_precision(const struct gf_model *m);

@@ -712,6 +712,34 @@ static enum gf_status narrow_before(struct gf_graph *g, struct gf_node *c, struc
     return GF_OK;
 }
 
+/* RoPE between a widening Cast of its X and a narrowing Cast of its Y
+ * (autocast's fp32 RoPE of bf16 / fp16 q and k: fp32 Cos and Sin promote
+ * them), the Cos and Sin fp32: RoPE reads the low X and writes the low Y
+ * itself, computing in fp32 as before (widening is exact and Y is rounded
+ * once either way: the same bits, two Casts fewer and half the traffic;
+ * autodiff's RoPEGrad then runs on the low gradient the same way). */
+static bool fold_rope_casts(struct gf_graph *g, struct gf_node *r, enum gf_dtype low)
+{
+    if (r->op != GF_OP_ROPE || r->n_inputs != 3 || r->n_outputs != 1 || !r->inputs[0] ||
+        !r->inputs[1] || !r->inputs[2] || !r->outputs[0])
+        return false;
+    struct gf_value *x = r->inputs[0], *y = r->outputs[0];
+    struct gf_node *w = x->producer, *c = y->n_uses == 1 ? y->uses[0].node : NULL;
+    if (!w || w->graph != g || !float_cast(w, low) || w->inputs[0]->type.dtype != low ||
+        !c || !float_cast(c, low) || c->outputs[0]->type.dtype != low ||
+        !read_once_by(y, c) || r->inputs[1]->type.dtype != GF_FLOAT ||
+        r->inputs[2]->type.dtype != GF_FLOAT)
+        return false;
+    struct gf_value *z = c->outputs[0];
+    gf_graph_remove_node(g, c);
+    if (gf_node_set_output(r, 0, z) != GF_OK) /* z has no producer now: cannot fail */
+        return false;
+    gf_node_set_input(r, 0, w->inputs[0]);
+    if (x->n_uses == 0 && !x->is_output)
+        gf_graph_remove_node(g, w);
+    return true;
+}
+
 enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved)
 {
     enum gf_precision p = gf_model_precision(m);
@@ -741,6 +769,9 @@ enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved)
             again = true;
         }
     }
+    for (struct gf_node *n = g->first; n && (p == GF_PRECISION_BF16 || p == GF_PRECISION_FP16);
+         n = n->next)
+        count += fold_rope_casts(g, n, low);
     if (moved)
         *moved = count;
     return st != GF_OK ? st : gf_graph_infer_shapes(g);

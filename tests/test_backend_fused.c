@@ -1131,6 +1131,24 @@ static void test_half_acts(void **state)
     }
 }
 
+/* RoPE and RoPEGrad of a half X with fp32 Cos and Sin (the precision
+ * pass's RoPE of a low q, k: docs/precision.md) against fp32 on the widened
+ * X, Y rounded once.  (OpenCL has no such kernel: the node runs on the CPU.) */
+static void test_half_rope_wide(void **state)
+{
+    (void)state;
+    need_backend();
+    for (int h = 0; h < 2; h++)
+        for (int o = 0; o < 2; o++) {
+            struct gf_node *nd = node(o ? "RoPEGrad" : "RoPE", 3, 1);
+            struct gf_tview in[3] = {hrand(halves[h], -2, 2, DIMS(2, 3, 5, 16)),
+                                     frand(-1, 1, DIMS(5, 16)), frand(-1, 1, DIMS(1, 5, 16))};
+            struct gf_tview out[1] = {hout(halves[h], DIMS(2, 3, 5, 16))};
+            compare_widened(nd, in, 3, out, 1, half_rtol(halves[h]), 1e-5);
+            release_bufs();
+        }
+}
+
 /* SoftmaxCrossEntropy (LogP, G), JSD and LinearCrossEntropy on half
  * tensors against the CPU's half kernels; CrossEntropyGrad and JSDGrad
  * against fp32 on the widening; LinearCrossEntropy's gradients refused. */
@@ -1292,6 +1310,7 @@ int main(void)
         cmocka_unit_test_teardown(test_half_norms, teardown),
         cmocka_unit_test_teardown(test_half_norm_grads, teardown),
         cmocka_unit_test_teardown(test_half_acts, teardown),
+        cmocka_unit_test_teardown(test_half_rope_wide, teardown),
         cmocka_unit_test_teardown(test_half_losses, teardown),
         cmocka_unit_test_teardown(test_errors, teardown),
         cmocka_unit_test_teardown(test_declines_double, teardown),

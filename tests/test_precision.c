@@ -281,6 +281,55 @@ static void test_rope_cast_hoisted(void **state)
     gf_model_free(t.m);
 }
 
+/* The fused RoPE of that form, feeding a low op: its widening Cast of q and
+ * the narrowing Cast of its output fold into it (gf_pass_precision_move_casts):
+ * it reads and writes bf16 with the fp32 Cos and Sin, and the outputs are
+ * the same bits (the CPU runs it as the fp32 kernel on the widened q). */
+static void test_rope_casts_folded(void **state)
+{
+    (void)state;
+    struct tg t = tg_new(19);
+    tg_input(&t, "x", GF_FLOAT, "2,5,8");
+    tg_init(&t, "W", GF_FLOAT, "8,8", NULL);
+    tg_init(&t, "Wo", GF_FLOAT, "8,3", NULL);
+    tg_input(&t, "cos", GF_FLOAT, "5,8");
+    tg_input(&t, "sin", GF_FLOAT, "5,8");
+    tg_node(&t, "MatMul", "x,W", "q");
+    tg_node(&t, "Slice", "q,$0,$4,$-1", "lo");
+    tg_node(&t, "Slice", "q,$4,$8,$-1", "hi");
+    tg_node(&t, "Neg", "hi", "neg");
+    assert_int_equal(gf_node_set_attr_int(tg_node(&t, "Concat", "neg,lo", "rot"), "axis", -1),
+                     GF_OK);
+    tg_node(&t, "Mul", "q,cos", "xc");
+    tg_node(&t, "Mul", "rot,sin", "rs");
+    tg_node(&t, "Add", "xc,rs", "y");
+    tg_node(&t, "MatMul", "y,Wo", "o");
+    tg_output(&t, "o");
+    assert_int_equal(gf_graph_infer_shapes(t.g), GF_OK);
+    run_pass(&t, GF_PRECISION_BF16);
+    assert_int_equal(gf_pass_fuse(t.m, NULL, NULL), GF_OK);
+    assert_int_equal(tg_count(&t, "RoPE"), 1);
+    struct gf_tensor *in[4], *want[2], *got[2];
+    size_t n_in = tg_inputs(&t, in);
+    assert_int_equal(tg_run(&t, in, n_in, want, 2), 1);
+    int casts = tg_count(&t, "Cast");
+    assert_int_equal(tg_find_op(&t, "RoPE")->inputs[0]->type.dtype, GF_FLOAT);
+    size_t moved = 0;
+    assert_int_equal(gf_pass_precision_move_casts(t.m, &moved), GF_OK);
+    assert_int_equal(gf_graph_validate(t.g), GF_OK);
+    assert_int_equal(moved, 1);
+    assert_int_equal(tg_count(&t, "Cast"), casts - 2);
+    const struct gf_node *r = tg_find_op(&t, "RoPE");
+    assert_int_equal(r->inputs[0]->type.dtype, GF_BFLOAT16);
+    assert_string_equal(r->inputs[0]->name, "q");
+    assert_int_equal(r->inputs[1]->type.dtype, GF_FLOAT);
+    assert_int_equal(r->outputs[0]->type.dtype, GF_BFLOAT16);
+    assert_int_equal(tg_run(&t, in, n_in, got, 2), 1);
+    assert_int_equal(got[0]->nelem, want[0]->nelem);
+    assert_memory_equal(got[0]->data, want[0]->data, want[0]->nelem * sizeof(float));
+    gf_model_free(t.m);
+}
+
 /* After fusion the pass's Casts move past the data-movement ops beside
  * them (gf_pass_precision_move_casts): q's widening Cast below its Reshape
  * and Transpose, the narrowing Cast of a GQA-style Unsqueeze / Expand /
@@ -813,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_dropout_ratio),
         cmocka_unit_test(test_rope_cast_hoisted),
         cmocka_unit_test(test_casts_moved),
+        cmocka_unit_test(test_rope_casts_folded),
         cmocka_unit_test(test_lce_bf16),
         cmocka_unit_test(test_model_cast_shape),
         cmocka_unit_test(test_subgraph_refused),

@@ -228,9 +228,11 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
 
 /* ---- the table ------------------------------------------------------------------- */
 
+/* (RoPE with fp32 Cos / Sin and a 16-bit X: the fp32 rows on widened X, half.c) */
 static bool act_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
+    if (n->op == GF_OP_ROPE && gf_rope_wide_tables(in, n_in))
+        return false;
     return n_in >= 1 && fu_is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK;
 }
 

@@ -95,7 +95,8 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
     }
     int64_t d = x->dims[x->rank - 1], h = d / 2;
     cudaError_t e = gf_cu_rope(gf_cu_stream(a), a->node->op == GF_OP_ROPE_GRAD,
-                               cu_type(x->dtype), x->data, a->in[1].data, a->in[2].data,
+                               cu_type(x->dtype), cu_type(a->in[1].dtype), x->data,
+                               a->in[1].data, a->in[2].data,
                                a->out[0].data,
                                (int64_t)x->nelem / d, h, &lead, sc[lr], ss[lr]);
     return gf_cu_check(a, e, "RoPE kernel");
@@ -103,15 +104,17 @@ static enum gf_status rope_run(const struct gf_kernel_args *a)
 
 /* ---- the table ------------------------------------------------------------------- */
 
-/* Every operand of one float type: fp32, fp16 or bf16 (the kernels'). */
+/* Every operand of one float type: fp32, fp16 or bf16 (the kernels'); RoPE's
+ * Cos and Sin may be fp32 with a 16-bit X. */
 static bool act_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
     if (n_in < 1 || (in[0].dtype != GF_FLOAT && in[0].dtype != GF_FLOAT16 &&
                      in[0].dtype != GF_BFLOAT16))
         return false;
+    bool wide = (n->op == GF_OP_ROPE || n->op == GF_OP_ROPE_GRAD) &&
+                gf_rope_wide_tables(in, n_in); /* fp32 Cos, Sin */
     for (size_t i = 0; i < n_in; i++)
-        if (in[i].dtype != in[0].dtype || in[i].rank > GF_MAX_RANK)
+        if ((in[i].dtype != in[0].dtype && !(wide && i)) || in[i].rank > GF_MAX_RANK)
             return false;
     return true;
 }

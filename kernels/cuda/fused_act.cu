@@ -314,9 +314,10 @@ extern "C" cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, int type, const v
 /* Pair (j, j + h) of a row: a = x[j], b = x[j + h]
  *   RoPE:     y[j] = a c[j] - b s[j],      y[j + h] = b c[j + h] + a s[j + h]
  *   RoPEGrad: y[j] = a c[j] + b s[j + h],  y[j + h] = b c[j + h] - a s[j]
- * X, Cos, Sin and Y of one storage type T (the shared check's rule). */
-template <typename T>
-__global__ void k_rope(int grad, const T *x, const T *cs, const T *sn, T *y, int64_t rows,
+ * X and Y of one storage type T, Cos and Sin of T or fp32 (C; the shared
+ * check's rule), computed in fp32 and Y rounded once. */
+template <typename T, typename C>
+__global__ void k_rope(int grad, const T *x, const C *cs, const C *sn, T *y, int64_t rows,
                        int64_t h, gf_cu_nd lead, int64_t lc, int64_t ls)
 {
     GRID_LOOP(id, rows * h)
@@ -342,15 +343,21 @@ __global__ void k_rope(int grad, const T *x, const T *cs, const T *sn, T *y, int
     }
 }
 
-extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, const void *x,
-                                  const void *cs, const void *sn, void *y, int64_t rows,
-                                  int64_t h, const struct gf_cu_nd *lead, int64_t lc,
-                                  int64_t ls)
+extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, int ctype,
+                                  const void *x, const void *cs, const void *sn, void *y,
+                                  int64_t rows, int64_t h, const struct gf_cu_nd *lead,
+                                  int64_t lc, int64_t ls)
 {
     if (rows <= 0 || h <= 0)
         return cudaSuccess;
-    GF_CU_TYPE_SWITCH(type, k_rope<T><<<grid_for(rows * h), BLOCK, 0, s>>>(
-                          grad, (const T *)x, (const T *)cs, (const T *)sn, (T *)y, rows, h,
-                          *lead, lc, ls))
+    if (ctype == GF_CU_F32 && type != GF_CU_F32) { /* 16-bit X, fp32 tables */
+        GF_CU_TYPE_SWITCH(type, k_rope<T, float><<<grid_for(rows * h), BLOCK, 0, s>>>(
+                              grad, (const T *)x, (const float *)cs, (const float *)sn,
+                              (T *)y, rows, h, *lead, lc, ls))
+    } else {
+        GF_CU_TYPE_SWITCH(type, k_rope<T, T><<<grid_for(rows * h), BLOCK, 0, s>>>(
+                              grad, (const T *)x, (const T *)cs, (const T *)sn, (T *)y, rows,
+                              h, *lead, lc, ls))
+    }
     return cudaGetLastError();
 }

@@ -81,9 +81,10 @@ cudaError_t gf_cu_glu_grad(cudaStream_t s, int act, int type, const void *dy, co
 
 /* RoPE (grad 0) / RoPEGrad (grad 1) of rows of d = 2h: the rows' leading
  * axes (merged) with the strides of Cos (st[0]) and Sin (st[1]) over
- * them, and their inner strides lc, ls (0 or 1). */
-cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, const void *x, const void *cs,
-                       const void *sn, void *y, int64_t rows, int64_t h,
+ * them, and their inner strides lc, ls (0 or 1).  X and Y of `type`, Cos
+ * and Sin of ctype (type, or F32 with a 16-bit type). */
+cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, int ctype, const void *x,
+                       const void *cs, const void *sn, void *y, int64_t rows, int64_t h,
                        const struct gf_cu_nd *lead, int64_t lc, int64_t ls);
 
 /* ---- layout.cu (the additions) ------------------------------------------- */
