@@ -803,10 +803,26 @@ static void test_matmul_epilogue(void **state)
     check_mm(&k9, 2);
     struct mm_case k10 = {GF_FLOAT, 2, 2, 1, -1, {4, 0}, {0, 6}, {6}, {0}, 0, 0, 1, 1, "relu"};
     check_mm(&k10, 2); /* K = 0: Y = act(beta Bias) */
+    /* wide outputs (N > 1024): column blocks too; the LM head's transB, a
+     * bias down the rows, a residual, batches that do not share B */
+    struct mm_case k11 = {GF_FLOAT, 2, 2, 1, 2, {37, 20}, {2100, 20}, {2100}, {37, 2100}, 0, 1,
+                          0.5f, -2.0f, "gelu_tanh"};
+    check_mm(&k11, 2);
+    check_mm(&k11, 7);
+    check_mm(&k11, 1);
+    struct mm_case k12 = {GF_FLOAT, 3, 3, 2, 1, {2, 9, 16}, {2, 16, 1500}, {9, 1}, {1500}, 0, 0,
+                          1, 1, "relu"};
+    check_mm(&k12, 3);
+    struct mm_case k13 = {GF_FLOAT, 2, 2, -1, -1, {3, 12}, {12, 4100}, {0}, {0}, 1, 0, 1, 1, ""};
+    k13.ad[0] = 12, k13.ad[1] = 3; /* transA: A [K, M] */
+    check_mm(&k13, 2);
     for (size_t t = 1; t < 4; t++) {
         struct mm_case kt = {float_types[t], 3, 2, 1, 3, {2, 7, 5}, {3, 5}, {3}, {2, 7, 3}, 0, 1,
                              1, 1, "gelu"};
         check_mm(&kt, 2);
+        struct mm_case kw = {float_types[t], 2, 2, 1, 2, {6, 8}, {1100, 8}, {1100}, {6, 1100},
+                             0, 1, 1, 1, "silu"};
+        check_mm(&kw, 2);
     }
 }
 

@@ -9,8 +9,9 @@
  *
  * The GEMM is OpenBLAS (sgemm, dgemm; fp16 / bf16 are widened into the
  * workspace and computed as fp32).  The output is produced tile by tile
- * (about 1 MB of rows, a batch's rows at most, at least one tile per
- * thread), each by one thread: beta Bias is written into the tile, a
+ * (about 1 MB, a batch's rows at most, at least one tile per thread; wide
+ * outputs in column blocks too, see mme_compute), each by one thread:
+ * beta Bias is written into the tile, a
  * single-threaded GEMM accumulates onto it (BLAS beta = 1), and the
  * activation and Res are applied while the tile is still in cache.
  */
@@ -49,25 +50,27 @@ struct mme {
 
 #define FU_TANH(x) _Generic((x), float: tanhf, default: tanh)(x)
 
-/* Rows [r0, r1) of yc = beta Bias (0 without Bias: then K == 0). */
+/* Rows [r0, r1), columns [j0, j1) of yc = beta Bias (0 without Bias: then K == 0). */
 #define DEF_MME_FILL(DT, sfx, T, C, LD, ST)                                             \
-    FU_HOT static void mme_fill_##sfx(const struct mme *c, size_t r0, size_t r1)        \
+    FU_HOT static void mme_fill_##sfx(const struct mme *c, size_t r0, size_t r1,        \
+                                      size_t j0, size_t j1)                             \
     {                                                                                   \
-        size_t n = (size_t)c->n, bs = (size_t)c->sbias[c->lrank - 1];                   \
+        size_t n = (size_t)c->n, bs = (size_t)c->sbias[c->lrank - 1], w = j1 - j0;      \
         C beta = (C)c->beta;                                                            \
         for (size_t r = r0; r < r1; r++) {                                              \
-            C *p = (C *)c->yc + r * n;                                                  \
+            C *p = (C *)c->yc + r * n + j0;                                             \
             const T *q = c->bias ? (const T *)c->bias +                                 \
-                                       fu_offset(c->lrank - 1, c->ldims, c->sbias, r)   \
+                                       fu_offset(c->lrank - 1, c->ldims, c->sbias, r) + \
+                                       j0 * bs                                          \
                                  : NULL;                                                \
             if (!q)                                                                     \
-                for (size_t j = 0; j < n; j++)                                          \
+                for (size_t j = 0; j < w; j++)                                          \
                     p[j] = 0;                                                           \
             else if (bs == 1)                                                           \
-                for (size_t j = 0; j < n; j++)                                          \
+                for (size_t j = 0; j < w; j++)                                          \
                     p[j] = beta * (C)LD(q[j]);                                          \
             else                                                                        \
-                for (size_t j = 0; j < n; j++)                                          \
+                for (size_t j = 0; j < w; j++)                                          \
                     p[j] = beta * (C)LD(q[j * bs]);                                     \
         }                                                                               \
     }
@@ -106,26 +109,27 @@ struct mme {
         }                                                                               \
     }
 
-/* Rows [r0, r1): Y = act(yc) + Res. */
+/* Rows [r0, r1), columns [j0, j1): Y = act(yc) + Res. */
 #define DEF_MME_EPI(DT, sfx, T, C, LD, ST)                                              \
-    FU_HOT static void mme_epi_##sfx(const struct mme *c, size_t r0, size_t r1)         \
+    FU_HOT static void mme_epi_##sfx(const struct mme *c, size_t r0, size_t r1,         \
+                                     size_t j0, size_t j1)                              \
     {                                                                                   \
-        size_t n = (size_t)c->n, rs = (size_t)c->sres[c->lrank - 1];                    \
+        size_t n = (size_t)c->n, rs = (size_t)c->sres[c->lrank - 1], w = j1 - j0;       \
         for (size_t r = r0; r < r1; r++) {                                              \
-            C *p = (C *)c->yc + r * n;                                                  \
-            T *y = (T *)c->y + r * n;                                                   \
-            mme_act_##sfx(c->act, p, n);                                                \
+            C *p = (C *)c->yc + r * n + j0;                                             \
+            T *y = (T *)c->y + r * n + j0;                                              \
+            mme_act_##sfx(c->act, p, w);                                                \
             if (c->res) {                                                               \
                 const T *q = (const T *)c->res +                                        \
-                             fu_offset(c->lrank - 1, c->ldims, c->sres, r);             \
+                             fu_offset(c->lrank - 1, c->ldims, c->sres, r) + j0 * rs;   \
                 if (rs == 1)                                                            \
-                    for (size_t j = 0; j < n; j++)                                      \
+                    for (size_t j = 0; j < w; j++)                                      \
                         y[j] = ST(p[j] + (C)LD(q[j]));                                  \
                 else                                                                    \
-                    for (size_t j = 0; j < n; j++)                                      \
+                    for (size_t j = 0; j < w; j++)                                      \
                         y[j] = ST(p[j] + (C)LD(q[j * rs]));                             \
             } else if (c->narrow) {                                                     \
-                for (size_t j = 0; j < n; j++)                                          \
+                for (size_t j = 0; j < w; j++)                                          \
                     y[j] = ST(p[j]);                                                    \
             }                                                                           \
         }                                                                               \
@@ -135,7 +139,7 @@ FU_TYPES(DEF_MME_FILL)
 FU_TYPES(DEF_MME_ACT)
 FU_TYPES(DEF_MME_EPI)
 
-typedef void (*mme_rows_fn)(const struct mme *c, size_t r0, size_t r1);
+typedef void (*mme_rows_fn)(const struct mme *c, size_t r0, size_t r1, size_t j0, size_t j1);
 #define FILL_ENTRY(DT, sfx, ...) [DT] = mme_fill_##sfx,
 #define EPI_ENTRY(DT, sfx, ...) [DT] = mme_epi_##sfx,
 static const mme_rows_fn mme_fills[GF_DTYPE_COUNT] = {FU_TYPES(FILL_ENTRY)};
@@ -153,8 +157,10 @@ static void blas_threads(int n)
 #endif
 }
 
-/* yc rows [i0, i1) of batch bi = alpha A' B' (+ yc when accumulating). */
-static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, bool acc)
+/* yc rows [i0, i1), columns [j0, j1) of batch bi = alpha A' B' (+ yc when
+ * accumulating). */
+static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, int64_t j0,
+                     int64_t j1, bool acc)
 {
     int64_t oa = 0, ob = 0, x = bi;
     for (int d = c->brank - 1; d >= 0; d--) {
@@ -163,64 +169,97 @@ static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, bo
         x /= c->bdims[d];
     }
     oa += c->ta ? i0 : i0 * c->lda; /* A' row i0: row i0 of A, or column i0 of A^T */
-    int64_t oc = (bi * c->m + i0) * c->n;
+    ob += c->tb ? j0 * c->ldb : j0; /* B' column j0: column j0 of B, or row j0 of B^T */
+    int64_t oc = (bi * c->m + i0) * c->n + j0;
     enum CBLAS_TRANSPOSE ta = c->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
-    int m = (int)(i1 - i0), n = (int)c->n, k = (int)c->k, lda = (int)c->lda, ldb = (int)c->ldb;
+    int m = (int)(i1 - i0), n = (int)(j1 - j0), k = (int)c->k, lda = (int)c->lda,
+        ldb = (int)c->ldb, ldc = (int)c->n;
     if (c->ct == GF_DOUBLE)
         cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, c->alpha, (const double *)c->a + oa, lda,
-                    (const double *)c->b + ob, ldb, acc ? 1.0 : 0.0, (double *)c->yc + oc, n);
+                    (const double *)c->b + ob, ldb, acc ? 1.0 : 0.0, (double *)c->yc + oc, ldc);
     else
         cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)c->alpha, (const float *)c->a + oa,
                     lda, (const float *)c->b + ob, ldb, acc ? 1.0f : 0.0f,
-                    (float *)c->yc + oc, n);
+                    (float *)c->yc + oc, ldc);
 }
 
-/* Rows [i0, i1) of batch bi, on the calling thread: beta Bias, the GEMM
- * onto it, then the epilogue while the tile is still in cache. */
-static void mme_tile(const struct mme *c, enum gf_dtype dt, int64_t bi, int64_t i0, int64_t i1)
+/* Rows [i0, i1), columns [j0, j1) of batch bi, on the calling thread:
+ * beta Bias, the GEMM onto it, then the epilogue while the tile is still in
+ * cache. */
+static void mme_tile(const struct mme *c, enum gf_dtype dt, int64_t bi, int64_t i0, int64_t i1,
+                     int64_t j0, int64_t j1)
 {
     size_t r0 = (size_t)(bi * c->m + i0), r1 = (size_t)(bi * c->m + i1);
     bool fill = c->bias || c->k == 0;
     if (fill)
-        mme_fills[dt](c, r0, r1);
+        mme_fills[dt](c, r0, r1, (size_t)j0, (size_t)j1);
     if (c->k > 0)
-        mme_gemm(c, bi, i0, i1, fill);
+        mme_gemm(c, bi, i0, i1, j0, j1, fill);
     if (c->act != MACT_NONE || c->res || c->narrow)
-        mme_epis[dt](c, r0, r1);
+        mme_epis[dt](c, r0, r1, (size_t)j0, (size_t)j1);
 }
 
-/* Tiles of `rows` rows, `per_batch` of them in each batch. */
+/* Tiles of `rows` x `cols`: per batch, column blocks one after the other,
+ * each of `nrb` row blocks (so that a thread's consecutive tiles share
+ * their block of B). */
 struct tile_job {
     const struct mme *c;
     enum gf_dtype dt;
-    int64_t rows, per_batch;
+    int64_t rows, cols, nrb, ncb;
 };
+
+static int64_t min64(int64_t a, int64_t b)
+{
+    return a < b ? a : b;
+}
 
 static void tile_task(void *vj, size_t b, size_t e)
 {
     const struct tile_job *j = vj;
+    const struct mme *c = j->c;
     for (size_t t = b; t < e; t++) {
-        int64_t bi = (int64_t)t / j->per_batch, i0 = (int64_t)t % j->per_batch * j->rows;
-        mme_tile(j->c, j->dt, bi, i0, i0 + j->rows < j->c->m ? i0 + j->rows : j->c->m);
+        int64_t per = j->nrb * j->ncb, bi = (int64_t)t / per, x = (int64_t)t % per;
+        int64_t i0 = x % j->nrb * j->rows, j0 = x / j->nrb * j->cols;
+        mme_tile(c, j->dt, bi, i0, min64(i0 + j->rows, c->m), j0, min64(j0 + j->cols, c->n));
     }
 }
 
-/* The output in tiles of about TILE_ELEMS (and at least one per thread),
- * each made whole by one thread calling single-threaded BLAS: no hand-over
- * between BLAS's threads and ours, and each epilogue finds its tile in its
- * own core's cache. */
+/* The output in tiles of about TILE_ELEMS, each made whole by one thread
+ * calling single-threaded BLAS: no hand-over between BLAS's threads and
+ * ours, and each epilogue finds its tile in its own core's cache.  A wide
+ * output (N > MAX_COLS: an LM head) is cut into column blocks as well, so
+ * that every tile has enough rows for BLAS to run at full speed (BLAS packs
+ * its block of B once per call: with few rows per call the packing costs
+ * as much as the product) and the threads split B between them (thread
+ * ranges are contiguous tiles: each reads its share of B once) rather than
+ * each reading all of B for a few rows. */
+#define MAX_COLS 1024
+#define MIN_ROWS 32
+
 static void mme_compute(const struct mme *c, enum gf_dtype dt, int nt)
 {
-    int64_t rows = TILE_ELEMS / c->n, spread = (c->m * c->count + nt - 1) / nt;
-    rows = rows < spread ? rows : spread;
-    rows = rows < c->m ? rows : c->m;
-    rows = rows < 1 ? 1 : rows;
-    struct tile_job j = {c, dt, rows, (c->m + rows - 1) / rows};
-    double work = (double)rows * (double)c->n * (double)(c->k + 1);
+    int64_t ncb = c->n > MAX_COLS ? (c->n + MAX_COLS / 2 - 1) / (MAX_COLS / 2) : 1;
+    int64_t cols = (c->n + ncb - 1) / ncb;
+    if (ncb > 1)
+        cols = (cols + 15) / 16 * 16; /* whole vectors */
+    ncb = (c->n + cols - 1) / cols;
+    int64_t rows = min64(c->m, TILE_ELEMS / cols > 1 ? TILE_ELEMS / cols : 1);
+    /* a tile per thread at least: fewer rows, down to MIN_ROWS while the
+     * columns can still be split, then down to 1 */
+    while (rows > 1 && c->count * ncb * ((c->m + rows - 1) / rows) < nt) {
+        if (rows <= MIN_ROWS && cols > 64 && c->n > 64) {
+            cols = (cols / 2 + 15) / 16 * 16;
+            ncb = (c->n + cols - 1) / cols;
+            continue;
+        }
+        rows = (rows + 1) / 2;
+    }
+    struct tile_job j = {c, dt, rows, cols, (c->m + rows - 1) / rows, ncb};
+    double work = (double)rows * (double)cols * (double)(c->k + 1);
     size_t grain = work >= 65536 ? 1 : (size_t)(65536 / work);
     blas_threads(1);
-    gf_parallel_for(nt, (size_t)(j.per_batch * c->count), grain, tile_task, &j);
+    gf_parallel_for(nt, (size_t)(j.nrb * j.ncb * c->count), grain, tile_task, &j);
 }
 
 /* ---- shapes ---------------------------------------------------------------------------- */
