@@ -11,16 +11,23 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-/* $TMPDIR/gf-fuzz-PID.SUFFIX (the path is kept in a static buffer). */
+static char fz_path[4096];
+
+static void fz_remove_temp(void)
+{
+    unlink(fz_path);
+}
+
+/* $TMPDIR/gf-fuzz-PID.SUFFIX, removed at exit (one per process). */
 static const char *fz_temp_path(const char *suffix)
 {
-    static char path[4096];
-    if (!path[0]) {
+    if (!fz_path[0]) {
         const char *dir = getenv("TMPDIR");
-        snprintf(path, sizeof(path), "%s/gf-fuzz-%ld.%s", dir && *dir ? dir : "/tmp",
+        snprintf(fz_path, sizeof(fz_path), "%s/gf-fuzz-%ld.%s", dir && *dir ? dir : "/tmp",
                  (long)getpid(), suffix);
+        atexit(fz_remove_temp);
     }
-    return path;
+    return fz_path;
 }
 
 /* Writes the input to `path`, replacing it; false on failure (skip the input). */
