@@ -67,16 +67,20 @@ would_build() {
 would_link() {
     commands "$@" | grep -v -e ' -c ' | sed -n 's/.* -MT \([^ ]*\) .*/\1/p' | sort -u
 }
-# The objects whose .d file lists $1 as a prerequisite.
+# The objects whose .d file lists $1 as a prerequisite (not those of the
+# fuzzing build in $build/fuzz/, a tree of its own: make fuzz).
+objects_d() {
+    find "$build" -path "$build/fuzz" -prune -o -name '*.o.d' -print
+}
 includers() {
-    find "$build" -name '*.o.d' -exec grep -l -e " $1\( \|\$\)" {} + |
+    objects_d | xargs grep -l -e " $1\( \|\$\)" |
         sed 's/\.d$//' | sort -u
 }
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 ok() { echo "ok: $*"; }
 
-all_targets=$(find "$build" -name '*.o.d' | wc -l)
+all_targets=$(objects_d | wc -l)
 echo "== $build: $all_targets objects with a .d file; make $*"
 
 # 1. up to date
