@@ -514,6 +514,11 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
  * so the logits exist one chunk at a time (R x V, about GRAD_BYTES; chunk_rows
  * sets R) and no second pass over them is needed in the backward. */
 #define GRAD_BYTES (32u << 20)
+/* but at least GRAD_ROWS rows while they fit GRAD_MAX_BYTES: BLAS runs a
+ * GEMM of a few hundred rows well below its speed on whole matrices (the
+ * 45M Llama's V = 32000 gets 512 rows, 64 MB, rather than 262) */
+#define GRAD_ROWS 512
+#define GRAD_MAX_BYTES (128u << 20)
 
 struct lceg {
     const struct lce *c;
@@ -527,8 +532,9 @@ struct lceg {
 static size_t lceg_rows_of(const struct gf_kernel_args *a, const struct lce *c)
 {
     int64_t chunk = gf_node_attr_int(a->node, "chunk_rows", 0);
-    size_t r = chunk > 0 ? (size_t)chunk : GRAD_BYTES / (fu_compute_size(a->in[0].dtype) *
-                                                           (c->v ? c->v : 1));
+    size_t row = fu_compute_size(a->in[0].dtype) * (c->v ? c->v : 1);
+    size_t lo = GRAD_MAX_BYTES / row < GRAD_ROWS ? GRAD_MAX_BYTES / row : GRAD_ROWS;
+    size_t r = chunk > 0 ? (size_t)chunk : GRAD_BYTES / row > lo ? GRAD_BYTES / row : lo;
     r = chunk <= 0 && r > AUTO_ROWS ? AUTO_ROWS : r;
     r = r < c->n_pos ? r : c->n_pos;
     return r ? r : 1;
