@@ -633,6 +633,8 @@ static bool moves_data(const struct gf_node *n)
     case GF_OP_TRANSPOSE: case GF_OP_RESHAPE: case GF_OP_FLATTEN: case GF_OP_SQUEEZE:
     case GF_OP_UNSQUEEZE: case GF_OP_EXPAND: case GF_OP_IDENTITY:
         return n->n_inputs >= 1 && n->inputs[0] && n->n_outputs == 1 && n->outputs[0];
+    case GF_OP_CONCAT: /* of one input (the exporters' empty KV cache): a copy */
+        return n->n_inputs == 1 && n->inputs[0] && n->n_outputs == 1 && n->outputs[0];
     default:
         return false;
     }

@@ -691,6 +691,8 @@ static void test_linear_cross_entropy_train(void **state)
     lce_train_case(70, 0, 65, 129, false, false, "mean", 64, 1, 1u, false);
     lce_train_case(70, 0, 65, 129, true, false, "mean", 0, 6, ALL_HOST, false);
     lce_train_case(3, 5, 8, 40, false, true, "mean", 2, 7, ALL_HOST, true);
+    /* shift, 4 batches of 8 positions, chunks of whole batches (CUDA: 3 + 1) */
+    lce_train_case(4, 9, 16, 300, true, true, "mean", 0, 7, ALL_HOST, false);
 }
 
 static void jsd_case(int64_t rows, int64_t n, float beta, bool labels_in, bool all_configs)

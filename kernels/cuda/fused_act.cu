@@ -343,6 +343,92 @@ __global__ void k_rope(int grad, const T *x, const C *cs, const C *sn, T *y, int
     }
 }
 
+/* 8 consecutive values at p (16-byte aligned; fp32: 32 bytes) as fp32. */
+__device__ __forceinline__ void ld8r(const float *p, float f[8])
+{
+    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
+    f[7] = b.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void ld8r(const T *p, float f[8])
+{
+    gf_ld8<T>(*(const uint4 *)p, f);
+}
+
+__device__ __forceinline__ void st8r(float *p, const float f[8])
+{
+    *(float4 *)p = make_float4(f[0], f[1], f[2], f[3]);
+    *(float4 *)(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+template <typename T>
+__device__ __forceinline__ void st8r(T *p, const float f[8])
+{
+    *(uint4 *)p = gf_st8<T>(f);
+}
+
+/* k_rope by 8 pairs a thread (j, j + 1, ..., j + 7 and their partners):
+ * h a multiple of 8, Cos and Sin contiguous along the row (lc = ls = 1),
+ * every lead stride a multiple of 8, the pointers 16-byte aligned
+ * (rope8's test): the same products, in 16-byte loads and stores, the
+ * offsets once per 8 pairs in 32-bit arithmetic (the launcher checks that
+ * they fit). */
+template <typename T, typename C>
+__global__ void k_rope8(int grad, const T *x, const C *cs, const C *sn, T *y, int rows, int h,
+                        gf_cu_nd lead)
+{
+    int h8 = h / 8;
+    for (int id = blockIdx.x * blockDim.x + threadIdx.x; id < rows * h8;
+         id += gridDim.x * blockDim.x) {
+        int row = id / h8, j = id % h8 * 8, r = row, oc = 0, os = 0;
+        for (int d = lead.rank - 1; d >= 0; d--) {
+            int c = r % (int)lead.dims[d];
+            r /= (int)lead.dims[d];
+            oc += c * (int)lead.st[0][d];
+            os += c * (int)lead.st[1][d];
+        }
+        int base = row * 2 * h;
+        float a[8], b[8], c0[8], c1[8], s0[8], s1[8], u[8], w[8];
+        ld8r(x + base + j, a);
+        ld8r(x + base + j + h, b);
+        ld8r(cs + oc + j, c0);
+        ld8r(cs + oc + j + h, c1);
+        ld8r(sn + os + j, s0);
+        ld8r(sn + os + j + h, s1);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (!grad) {
+                u[k] = a[k] * c0[k] - b[k] * s0[k];
+                w[k] = b[k] * c1[k] + a[k] * s1[k];
+            } else {
+                u[k] = a[k] * c0[k] + b[k] * s1[k];
+                w[k] = b[k] * c1[k] - a[k] * s0[k];
+            }
+        }
+        st8r(y + base + j, u);
+        st8r(y + base + j + h, w);
+    }
+}
+
+/* Whether k_rope8 takes the call. */
+static bool rope8(const void *x, const void *cs, const void *sn, const void *y, int64_t rows,
+                  int64_t h, const struct gf_cu_nd *lead, int64_t lc, int64_t ls)
+{
+    if (h % 8 || lc != 1 || ls != 1 || !gf_al16(x) || !gf_al16(cs) || !gf_al16(sn) ||
+        !gf_al16(y) || rows * 2 * h >= INT32_MAX)
+        return false;
+    int64_t far[2] = {h * 2, h * 2};
+    for (int d = 0; d < lead->rank; d++)
+        for (int k = 0; k < 2; k++) {
+            if (lead->st[k][d] % 8)
+                return false;
+            far[k] += (lead->dims[d] - 1) * lead->st[k][d];
+        }
+    return far[0] < INT32_MAX && far[1] < INT32_MAX;
+}
+
 extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, int ctype,
                                   const void *x, const void *cs, const void *sn, void *y,
                                   int64_t rows, int64_t h, const struct gf_cu_nd *lead,
@@ -350,6 +436,19 @@ extern "C" cudaError_t gf_cu_rope(cudaStream_t s, int grad, int type, int ctype,
 {
     if (rows <= 0 || h <= 0)
         return cudaSuccess;
+    if (rope8(x, cs, sn, y, rows, h, lead, lc, ls)) {
+        unsigned g = grid_for(rows * (h / 8));
+        if (ctype == GF_CU_F32 && type != GF_CU_F32) {
+            GF_CU_TYPE_SWITCH(type, k_rope8<T, float><<<g, BLOCK, 0, s>>>(
+                                  grad, (const T *)x, (const float *)cs, (const float *)sn,
+                                  (T *)y, (int)rows, (int)h, *lead))
+        } else {
+            GF_CU_TYPE_SWITCH(type, k_rope8<T, T><<<g, BLOCK, 0, s>>>(
+                                  grad, (const T *)x, (const T *)cs, (const T *)sn, (T *)y,
+                                  (int)rows, (int)h, *lead))
+        }
+        return cudaGetLastError();
+    }
     if (ctype == GF_CU_F32 && type != GF_CU_F32) { /* 16-bit X, fp32 tables */
         GF_CU_TYPE_SWITCH(type, k_rope<T, float><<<grid_for(rows * h), BLOCK, 0, s>>>(
                               grad, (const T *)x, (const float *)cs, (const float *)sn,

@@ -82,6 +82,20 @@ extern "C" int gf_cu_attn_ok(int64_t d, int64_t dv)
     return d >= 1 && dv >= 1 && d <= 128 && dv <= 128;
 }
 
+/* 8 consecutive mask values at p (16-byte aligned) as fp32. */
+__device__ __forceinline__ void load8(const float *p, float f[8])
+{
+    float4 u = *(const float4 *)p, v = *(const float4 *)(p + 4);
+    f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w, f[4] = v.x, f[5] = v.y, f[6] = v.z,
+    f[7] = v.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void load8(const T *p, float f[8])
+{
+    gf_ld8<T>(*(const uint4 *)p, f);
+}
+
 /* The class of one 64 x 64 tile of a.tiles per block (scan_tile's), per
  * distinct mask slice (mask_slot): the mask read once per call instead of
  * by every block of every kernel, and once per slice, not per head; and
@@ -93,15 +107,28 @@ __global__ void k_mask_tiles(gf_cu_attn a)
     int64_t kt = b % nkt, qt = b / nkt % nqt, slot = b / nkt / nqt;
     const T *mk = (const T *)a.mask + slot_offset(a, slot);
     int open = 0, plain = 1, causal = 1;
-    for (int e = threadIdx.x; e < 64 * 64; e += blockDim.x) {
-        int64_t i = qt * 64 + e / 64, j = kt * 64 + e % 64;
-        float x = -INFINITY;
-        if (i < a.sq && j < a.sk) {
-            x = gf_ld(mk + i * a.mst_i + j * a.mst_j);
-            causal &= j <= i + (a.sk - a.sq) ? x == 0.0f : x == -INFINITY;
+    /* 8 keys a thread: one 16-byte load (32 for fp32) where the row is
+     * contiguous and aligned, else element by element */
+    bool vec = a.mst_j == 1 && a.mst_i % 8 == 0 && ((uintptr_t)mk & 15) == 0;
+    for (int e = threadIdx.x; e < 64 * 8; e += blockDim.x) {
+        int64_t i = qt * 64 + e / 8, j0 = kt * 64 + e % 8 * 8;
+        float x[8];
+        if (vec && i < a.sq && j0 + 8 <= a.sk) {
+            load8(mk + i * a.mst_i + j0, x);
+        } else {
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                x[k] = i < a.sq && j0 + k < a.sk ? gf_ld(mk + i * a.mst_i + (j0 + k) * a.mst_j)
+                                                 : -INFINITY;
         }
-        open |= x != -INFINITY;
-        plain &= x == 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int64_t j = j0 + k;
+            if (i < a.sq && j < a.sk)
+                causal &= j <= i + (a.sk - a.sq) ? x[k] == 0.0f : x[k] == -INFINITY;
+            open |= x[k] != -INFINITY;
+            plain &= x[k] == 0.0f;
+        }
     }
     open = __syncthreads_or(open);
     plain = __syncthreads_and(plain);

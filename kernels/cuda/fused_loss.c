@@ -489,15 +489,22 @@ static size_t lce_workspace(const struct gf_kernel_args *a)
     return lce_check(a, false, &c) == GF_OK ? c.ws.end : 0;
 }
 
-/* Positions [p0, p0 + n) on H rows [r0, r0 + n) (one batch's with shift). */
+/* Positions [p0, p0 + n) on H rows [r0, r0 + n) (one batch's with shift);
+ * or, with segs > 0 (shift), the positions of `segs` whole batches (n =
+ * segs * S1) on their H rows [r0, r0 + segs (S1 + 1) - 1): one GEMM of
+ * logits for all, the rows of no position (each batch's last) zeroed
+ * before the gradient's GEMMs, so that dW's fp32 sums are read and
+ * written once per `segs` batches instead of once per batch. */
 static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce *c,
-                                struct gf_cu_ce *k, size_t p0, size_t r0, size_t n, bool first)
+                                struct gf_cu_ce *k, size_t p0, size_t r0, size_t n, bool first,
+                                size_t segs)
 {
     cudaStream_t s = gf_cu_stream(a);
-    size_t es = gf_dtype_size(c->dt);
+    size_t es = gf_dtype_size(c->dt), s1 = segs ? c->lab.s1 : 0;
     const void *h = (const char *)a->in[0].data + r0 * c->k * es, *w = a->in[1].data;
     float *z = ws_at(a, c->z);
-    int64_t K = (int64_t)c->k, V = (int64_t)c->v, R = (int64_t)n;
+    int64_t K = (int64_t)c->k, V = (int64_t)c->v;
+    int64_t R = segs ? (int64_t)(segs * (s1 + 1) - 1) : (int64_t)n; /* H rows */
     bool bias = fu_has(a, 3) && a->in[3].nelem, half = lce_half(c);
     enum gf_status st = GF_OK;
     if (bias) { /* z = Bias broadcast over the rows, then z += h W' */
@@ -511,10 +518,12 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
                           c->tb ? K : V, bias ? 1.0f : 0.0f, z);
     if (st != GF_OK)
         return st;
-    /* the chunk's positions: labels from element label_index(p0) on, consecutive */
+    /* the chunk's positions: labels from element label_index(p0) on, consecutive
+     * (segs: the batches' label rows from their first element, shifted by one) */
     size_t ls = c->lab.t->dtype == GF_INT32 ? 4 : 8;
-    k->t = (const char *)c->lab.t->data + gf_label_index(&c->lab, p0) * ls;
-    k->n_pos = R;
+    k->t = (const char *)c->lab.t->data + (gf_label_index(&c->lab, p0) - (segs ? 1 : 0)) * ls;
+    k->s1 = (int64_t)s1;
+    k->n_pos = (int64_t)n;
     k->pos0 = (int64_t)p0;
     k->x = z;
     k->loss = c->red == GF_RED_NONE ? (float *)a->out[0].data + p0 : NULL;
@@ -523,6 +532,9 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
     k->cluster = pick_cluster(a, k);
     if ((st = gf_cu_check(a, gf_cu_ce(s, k), "LinearCrossEntropy rows")) != GF_OK || !c->train)
         return st;
+    if (segs && (st = gf_cu_check(a, gf_cu_ce_zero_rows(s, z, (int64_t)segs, (int64_t)s1 + 1, V),
+                                  "LinearCrossEntropy rows")) != GF_OK)
+        return st; /* each batch's last row: logits, no position, no gradient */
     const void *g = z; /* the chunk's gradient, in H's type */
     if (half) {
         g = ws_at(a, c->zb);
@@ -574,7 +586,7 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
         e = gf_cu_ce_weights(s, &k, gsum);
         k.gsum = gsum;
     }
-    k.s1 = 0; /* chunks are consecutive rows with consecutive labels */
+    k.s1 = 0; /* chunks are consecutive rows with consecutive labels (or whole batches) */
     if (c.train && fu_has_out(a, 1) && c.lab.s1 && e == cudaSuccess) /* the rows of no position */
         e = cudaMemsetAsync(a->out[1].data, 0, gf_tview_bytes(&a->out[1]), s);
     if (c.train && fu_has_out(a, 2) && c.n_pos == 0 && e == cudaSuccess)
@@ -584,12 +596,19 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
     if ((st = gf_cu_check(a, e, "LinearCrossEntropy")) != GF_OK)
         return st;
     size_t seg = c.lab.s1 ? c.lab.s1 : c.n_pos, nseg = seg ? c.n_pos / seg : 0;
+    /* with shift, whole batches per chunk where more than one fits */
+    size_t group = c.lab.s1 ? c.rows / (seg + 1) : 0;
     bool first = true;
-    for (size_t b = 0; b < nseg && st == GF_OK; b++)
+    for (size_t b = 0; group >= 2 && b < nseg && st == GF_OK; b += group) {
+        size_t nb = nseg - b < group ? nseg - b : group;
+        st = lce_chunk(a, &c, &k, b * seg, b * (seg + 1), nb * seg, first, nb);
+        first = false;
+    }
+    for (size_t b = 0; group < 2 && b < nseg && st == GF_OK; b++)
         for (size_t i = 0; i < seg && st == GF_OK; i += c.rows) {
             size_t n = seg - i < c.rows ? seg - i : c.rows;
             size_t p0 = b * seg + i, r0 = c.lab.s1 ? b * (seg + 1) + i : p0;
-            st = lce_chunk(a, &c, &k, p0, r0, n, first);
+            st = lce_chunk(a, &c, &k, p0, r0, n, first, 0);
             first = false;
         }
     if (st == GF_OK && lce_half(&c) && fu_has_out(a, 2) && c.n_pos) /* dW's sums, rounded */

@@ -114,11 +114,94 @@ __global__ void k_reduce_rows(int op, const T *x, T *y, gf_cu_red g)
     }
 }
 
+/* 8 consecutive elements of x at p (16-byte aligned) as fp32, and back. */
+__device__ __forceinline__ void ld8f(const float *p, float f[8])
+{
+    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
+    f[7] = b.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void ld8f(const T *p, float f[8])
+{
+    gf_ld8<T>(*(const uint4 *)p, f);
+}
+
+__device__ __forceinline__ void st8f(float *p, const float f[8])
+{
+    *(float4 *)p = make_float4(f[0], f[1], f[2], f[3]);
+    *(float4 *)(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+template <typename T>
+__device__ __forceinline__ void st8f(T *p, const float f[8])
+{
+    *(uint4 *)p = gf_st8<T>(f);
+}
+
+/* k_reduce_rows with one reduced axis (stride g.rstr[0]) and 8 outputs a
+ * thread, in 16-byte loads and stores: the innermost kept axis contiguous
+ * with a length, and every stride, a multiple of 8 (rows8's test).  The
+ * same sums (double) and maxima, element by element, as k_reduce_rows:
+ * GQA's SumToShape of the expanded K, V gradients, the column sums of a
+ * bias gradient. */
+template <typename T>
+__global__ void k_reduce_rows8(int op, const T *x, T *y, gf_cu_red g)
+{
+    for (int64_t o8 = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o8 < g.nout / 8;
+         o8 += (int64_t)gridDim.x * blockDim.x) {
+        int64_t base = 0, r = o8 * 8;
+        for (int d = g.nk - 1; d >= 0; d--) {
+            base += r % g.kdim[d] * g.kstr[d];
+            r /= g.kdim[d];
+        }
+        double sum[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        float mx[8], v[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            mx[k] = -INFINITY;
+        const T *p = x + base;
+        for (int64_t j = 0; j < g.nred; j++, p += g.rstr[0]) {
+            ld8f(p, v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                if (op == GF_CU_RED_MAX)
+                    mx[k] = (v[k] > mx[k] || isnan(v[k])) ? v[k] : mx[k];
+                else
+                    sum[k] += (double)v[k];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            v[k] = op == GF_CU_RED_MAX    ? mx[k]
+                   : op == GF_CU_RED_MEAN ? (float)(sum[k] / (double)g.nred)
+                                          : (float)sum[k];
+        st8f(y + o8 * 8, v);
+    }
+}
+
+/* Whether k_reduce_rows8 takes g on x, y. */
+static bool rows8(const struct gf_cu_red *g, const void *x, const void *y)
+{
+    if (g->nr != 1 || g->nk < 1 || g->kstr[g->nk - 1] != 1 || g->kdim[g->nk - 1] % 8 ||
+        g->rstr[0] % 8 || !gf_al16(x) || !gf_al16(y))
+        return false;
+    for (int d = 0; d < g->nk; d++)
+        if (g->kstr[d] % 8)
+            return false;
+    return true;
+}
+
 template <typename T>
 static void reduce_t(cudaStream_t s, int op, const T *x, T *y, const struct gf_cu_red *g)
 {
     bool inner_kept = g->nk > 0 && g->kstr[g->nk - 1] == 1;
-    if (g->nred <= 16 || (inner_kept && g->nout >= 256)) {
+    if ((g->nred <= 16 || (inner_kept && g->nout >= 256)) && rows8(g, x, y)) {
+        int64_t blocks = (g->nout / 8 + BLOCK - 1) / BLOCK;
+        k_reduce_rows8<T><<<(unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks), BLOCK, 0, s>>>(
+            op, x, y, *g);
+    } else if (g->nred <= 16 || (inner_kept && g->nout >= 256)) {
         int64_t blocks = (g->nout + BLOCK - 1) / BLOCK, far = 0;
         unsigned nb = (unsigned)(blocks > 65535 * 32 ? 65535 * 32 : blocks);
         for (int d = 0; d < g->nk; d++)
