@@ -656,6 +656,24 @@ static bool read_once_by(const struct gf_value *v, const struct gf_node *r)
     return !v->is_output && v->n_uses == 1 && v->uses[0].node == r && v->uses[0].slot == 0;
 }
 
+/* v's readers are node r at input 0, once, and otherwise Shape / Size
+ * nodes, which read no element (v no graph output): the exporters' Concat
+ * of k (an empty KV cache) has its Shape taken too. */
+static bool read_by_and_shapes(const struct gf_value *v, const struct gf_node *r)
+{
+    size_t by_r = 0;
+    if (v->is_output)
+        return false;
+    for (size_t i = 0; i < v->n_uses; i++) {
+        const struct gf_node *u = v->uses[i].node;
+        if (u == r && v->uses[i].slot == 0)
+            by_r++;
+        else if (u->op != GF_OP_SHAPE && u->op != GF_OP_SIZE)
+            return false;
+    }
+    return by_r == 1;
+}
+
 /* A new Cast of v to `to` (v's shape) before node `before`. */
 static struct gf_value *cast_before(struct gf_graph *g, struct gf_value *v, enum gf_dtype to,
                                     struct gf_node *before)
@@ -762,7 +780,7 @@ enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved)
                 next = r->next;
                 st = widen_after(g, n, r);
             } else if (x->type.dtype == GF_FLOAT && x->producer && moves_data(x->producer) &&
-                       x->producer->graph == g && read_once_by(x, n)) {
+                       x->producer->graph == g && read_by_and_shapes(x, n)) {
                 st = narrow_before(g, n, x->producer);
             } else {
                 continue;

@@ -293,6 +293,10 @@ static void test_sum_to_shape(void **state)
         s2s(DIMS(1000, 33), DIMS(33), dt);
         s2s(DIMS(7, 129), DIMS(7, 1), dt);
         s2s(DIMS(0, 5), DIMS(5), dt); /* nothing to add: zeros */
+        /* 8 outputs a thread where one axis is reduced and the kept inner
+         * ones hold multiples of 8 (CUDA): GQA's K / V gradient, column sums */
+        s2s(DIMS(2, 3, 2, 5, 16), DIMS(2, 3, 1, 5, 16), dt);
+        s2s(DIMS(40, 264), DIMS(264), dt);
     }
     struct gf_node *n = node("SumToShape", "graphfuse", 18, 2, 1);
     struct gf_tview in[2] = {rnd(-1, 1, DIMS(3, 4)), ints(GF_INT64, (int64_t[]){2, 4}, 2,

@@ -187,7 +187,7 @@ static bool rows8(const struct gf_cu_red *g, const void *x, const void *y)
     if (g->nr != 1 || g->nk < 1 || g->kstr[g->nk - 1] != 1 || g->kdim[g->nk - 1] % 8 ||
         g->rstr[0] % 8 || !gf_al16(x) || !gf_al16(y))
         return false;
-    for (int d = 0; d < g->nk; d++)
+    for (int d = 0; d < g->nk - 1; d++) /* the outer kept strides */
         if (g->kstr[d] % 8)
             return false;
     return true;
