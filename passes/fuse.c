@@ -523,6 +523,14 @@ static enum gf_status build_body(struct gf_model *m, const struct record *r,
     for (size_t i = 0; st == GF_OK && i < r->n; i++)
         st = body_node(m, b, vm, r->origin[i]);
     for (size_t i = 0; st == GF_OK && i < f->n_outputs; i++) {
+        /* an omitted output before a used one (LayerNormalization's Mean
+         * unused, InvStdDev used): the body has no value for it */
+        if (!f->outputs[i]) {
+            st = gf_error(GF_ERR_UNSUPPORTED, "fused %s: output %zu is omitted but output %zu "
+                          "is used: not written as a function (try --target ort or "
+                          "--disable the pattern)", f->op_type, i, f->n_outputs - 1);
+            break;
+        }
         struct gf_value *o = vmap_get(vm, f->outputs[i]);
         if (!o || !o->producer)
             st = gf_error(GF_ERR_INTERNAL, "fused %s: output '%s' is not computed by its body",

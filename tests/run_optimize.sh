@@ -222,5 +222,15 @@ for m in llama_tiny/legacy llama_tiny/dynamo gpt2_tiny/legacy gpt2_tiny/dynamo; 
     done
 done
 
+# found by fuzz_optimize (tests/fuzz/regress/): LayerNormalization's Mean
+# unused but InvStdDev a graph output; the function body cannot have an
+# omitted output before a used one: exit 3 naming it, not a crash
+r=tests/fuzz/regress/fuzz_optimize-layernorm-omitted-mean.onnx
+expect 3 "a fused node with an omitted middle output" -- "$gf" optimize "$r" -o "$tmp/lnm.onnx" &&
+    contains "$tmp/err" "fused LayerNorm: output 1 is omitted but output 2 is used" \
+        "omitted middle output message"
+[ ! -e "$tmp/lnm.onnx" ] || bad "omitted middle output: an output file was written"
+expect 0 "the same with --target ort" -- "$gf" optimize "$r" -o "$tmp/lnm.onnx" --target ort
+
 echo "optimize: $n checks, $fails failed"
 [ "$fails" = 0 ]

@@ -696,6 +696,23 @@ static void test_pad(void **state)
 
 /* ---- Concat and Split ---------------------------------------------------------------- */
 
+/* An empty result (no rows): every pointer may be NULL, none may be offset
+ * (UBSan: "applying zero offset to null pointer"; found by fuzz_run). */
+static void test_concat_empty(void **state)
+{
+    (void)state;
+    struct kcase c;
+    kc_init(&c, 13, "Concat", 2, 1);
+    assert_int_equal(gf_node_set_attr_int(c.n, "axis", 1), GF_OK);
+    kc_in(&c, 0, GF_FLOAT, 2, (int64_t[]){0, 2}, NULL);
+    kc_in(&c, 1, GF_FLOAT, 2, (int64_t[]){0, 3}, NULL);
+    c.out[0].dtype = GF_FLOAT;
+    gf_tview_set_shape(&c.out[0], 2, (int64_t[]){0, 5});
+    c.out[0].data = NULL;
+    assert_int_equal(kc_run(&c, 2), GF_OK);
+    kc_free(&c);
+}
+
 static void test_concat_split(void **state)
 {
     (void)state;
@@ -1166,6 +1183,7 @@ int main(void)
         cmocka_unit_test(test_scatter_elements),
         cmocka_unit_test(test_pad),
         cmocka_unit_test(test_concat_split),
+        cmocka_unit_test(test_concat_empty),
         cmocka_unit_test(test_reshape_family),
         cmocka_unit_test(test_expand_tile),
         cmocka_unit_test(test_trilu),

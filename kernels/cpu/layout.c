@@ -725,6 +725,8 @@ static enum gf_status blocks_2d(const struct gf_kernel_args *a, void *dst, size_
                                 size_t dpitch, const void *src, size_t soff, size_t spitch,
                                 size_t width, size_t height)
 {
+    if (!width || !height)
+        return GF_OK; /* an empty tensor's data may be NULL */
     copy_blocks(a, (char *)dst + doff, dpitch, (const char *)src + soff, spitch, width, height);
     return GF_OK;
 }

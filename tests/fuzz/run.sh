@@ -78,6 +78,15 @@ one() { # harness
 }
 
 harnesses=$(cd "$dir" && ls fuzz_* | grep -v '\.' )
+# the inputs fuzzing found before (tests/fuzz/regress/HARNESS-*) first, once each
+for f in "$here"/regress/fuzz_*; do
+    [ -f "$f" ] || continue
+    h=${f##*/}
+    h=${h%%-*}
+    if ! "$dir/$h" "$f" >"$dir/logs/regress.log" 2>&1; then
+        echo "fuzz: $f fails again:"; tail -n 20 "$dir/logs/regress.log"; exit 1
+    fi
+done
 echo "fuzz: $(echo $harnesses | wc -w) harnesses, $secs s each, $jobs at a time" \
      "(logs in $dir/logs, crashes in $dir/crashes)"
 running=0
