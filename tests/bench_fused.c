@@ -125,8 +125,8 @@ static double kernels_ms(const struct gf_session *s)
         return NAN;
     gf_session_print_profile(s, f);
     fclose(f);
-    const char *p = buf ? strstr(buf, "bytes), ") : NULL;
-    double ms = p ? strtod(p + 8, NULL) : NAN;
+    const char *p = buf ? strstr(buf, "), ") : NULL; /* "profile: ... views), T ms" */
+    double ms = p ? strtod(p + 3, NULL) : NAN;
     free(buf);
     return ms;
 }
