@@ -248,7 +248,7 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     if (e == cudaSuccess)
         e = gf_cu_ce(s, &k);
     if (e == cudaSuccess && grad && c.shift) /* S = 1 too: then every row (s1 is 0) */
-        e = gf_cu_ce_zero_rows(s, a->out[2].data, x->dims[0], x->dims[1], x->dims[2]);
+        e = gf_cu_ce_zero_rows(s, a->out[2].data, 0, x->dims[0], x->dims[1], x->dims[2]);
     if (e == cudaSuccess && c.red != GF_RED_NONE)
         e = gf_cu_loss_reduce(s, lpart, (int64_t)c.n_pos, c.red == GF_RED_MEAN, a->out[0].data);
     if ((st = gf_cu_check(a, e, "SoftmaxCrossEntropy")) != GF_OK || !c.n_pos)
@@ -528,18 +528,26 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
     k->x = z;
     k->loss = c->red == GF_RED_NONE ? (float *)a->out[0].data + p0 : NULL;
     k->lpart = c->red == GF_RED_NONE ? NULL : (double *)ws_at(a, c->ws.lpart) + 2 * p0;
-    k->g = c->train ? z : NULL;
+    /* bf16 without dBias (which sums the fp32 gradient): the rows kernel
+     * writes the gradient rounded to bf16 into zb itself, the bits a Cast
+     * of its fp32 gradient would give */
+    bool direct = half && c->dt == GF_BFLOAT16 && !fu_has_out(a, 3);
+    k->g = c->train && !direct ? z : NULL;
+    k->gb = c->train && direct ? ws_at(a, c->zb) : NULL;
     k->cluster = pick_cluster(a, k);
     if ((st = gf_cu_check(a, gf_cu_ce(s, k), "LinearCrossEntropy rows")) != GF_OK || !c->train)
         return st;
-    if (segs && (st = gf_cu_check(a, gf_cu_ce_zero_rows(s, z, (int64_t)segs, (int64_t)s1 + 1, V),
+    if (segs && (st = gf_cu_check(a, gf_cu_ce_zero_rows(s, direct ? (void *)k->gb : (void *)z,
+                                                        direct, (int64_t)segs,
+                                                        (int64_t)s1 + 1, V),
                                   "LinearCrossEntropy rows")) != GF_OK)
         return st; /* each batch's last row: logits, no position, no gradient */
     const void *g = z; /* the chunk's gradient, in H's type */
     if (half) {
         g = ws_at(a, c->zb);
-        st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, lce_cu_type(c->dt), z, ws_at(a, c->zb),
-                                       R * V, false), "the gradient's rounding");
+        if (!direct)
+            st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, lce_cu_type(c->dt), z, ws_at(a, c->zb),
+                                           R * V, false), "the gradient's rounding");
     }
     if (st == GF_OK && fu_has_out(a, 1)) /* dH rows = z W'^T */
         st = gf_cu_gemm_t(a, c->dt, c->dt, false, !c->tb, R, K, V, 1.0f, g, V, w,

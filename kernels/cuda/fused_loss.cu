@@ -23,6 +23,7 @@
  * summed by one block in a fixed order, so runs repeat exactly.
  */
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 #include <math.h>
 
 #include "launch_mla.h"
@@ -112,6 +113,19 @@ __device__ __forceinline__ double ce_coef(const struct gf_cu_ce &c, struct ce_up
     return coef;
 }
 
+/* Four gradient values of position p's row from element j (a multiple of 4)
+ * on: to g, or rounded to bf16 into gb (the same bits as g's fp32 rounded
+ * afterwards). */
+__device__ __forceinline__ void put_g4(const struct gf_cu_ce &c, int64_t p, int64_t j, float4 o)
+{
+    if (c.gb) {
+        __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
+        *(uint2 *)(c.gb + base_of(c, p) + j) = make_uint2(*(uint32_t *)&lo, *(uint32_t *)&hi);
+    } else {
+        *(float4 *)(c.g + base_of(c, p) + j) = o;
+    }
+}
+
 /* The position's loss and weight, and its coefficient of G. */
 __device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, struct ce_up up, int64_t p,
                                           int64_t t, float m, double s, float xt, float *cf)
@@ -178,12 +192,12 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
         float inv = (float)(1.0 / s), ls = (float)log(s);
         float pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
         float *g = c.g ? c.g + base_of(c, p) : NULL;
+        __nv_bfloat16 *gb = c.gb ? (__nv_bfloat16 *)c.gb + base_of(c, p) : NULL;
         float *lp = c.logp ? c.logp + (c.s1 ? p * c.c : base_of(c, p)) : NULL;
-        if (!g && !lp)
+        if (!g && !gb && !lp)
             continue;
         if (VEC && !lp) {
             const float4 *x4 = (const float4 *)x;
-            float4 *g4 = (float4 *)g;
             for (int64_t j = threadIdx.x; j < c.c / 4; j += blockDim.x) {
                 float4 v = x4[j], o;
                 if (t < 0) {
@@ -199,7 +213,7 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
                     if (k == 2) o.z = (pt - 1.0f) * cf;
                     if (k == 3) o.w = (pt - 1.0f) * cf;
                 }
-                g4[j] = o;
+                put_g4(c, p, 4 * j, o);
             }
         } else {
             int64_t ls_ = c.s1 ? 1 : stride;
@@ -207,9 +221,11 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
                 float v = x[j * stride];
                 if (lp)
                     lp[j * ls_] = (v - m) - ls;
+                float gv = t < 0 ? 0.0f : j == t ? (pt - 1.0f) * cf : expf(v - m) * inv * cf;
                 if (g)
-                    g[j * stride] = t < 0 ? 0.0f : j == t ? (pt - 1.0f) * cf
-                                                          : expf(v - m) * inv * cf;
+                    g[j * stride] = gv;
+                if (gb)
+                    gb[j * stride] = __float2bfloat16_rn(gv);
             }
         }
         __syncthreads();
@@ -270,10 +286,9 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
             c2.lpart = NULL;
             ce_finish(c2, up, p, t, m, s, xt, &cf);
         }
-        if (!c.g)
+        if (!c.g && !c.gb)
             continue;
         float inv = (float)(1.0 / s), pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
-        float4 *g4 = (float4 *)(c.g + base_of(c, p) + j0);
         for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
             float4 v = row4[j], o;
             if (t < 0) {
@@ -289,7 +304,7 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
                 if (k == 2) o.z = (pt - 1.0f) * cf;
                 if (k == 3) o.w = (pt - 1.0f) * cf;
             }
-            g4[j] = o;
+            put_g4(c, p, j0 + 4 * j, o);
         }
         __syncthreads(); /* row4 reused by the next position */
     }
@@ -433,20 +448,25 @@ extern "C" cudaError_t gf_cu_loss_reduce(cudaStream_t s, const double *lpart, in
     return cudaGetLastError();
 }
 
-__global__ void k_zero_rows(float *g, int64_t b, int64_t s_, int64_t c)
+template <typename T>
+__global__ void k_zero_rows(T *g, int64_t b, int64_t s_, int64_t c)
 {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < b * c;
          i += (int64_t)gridDim.x * blockDim.x)
-        g[((i / c + 1) * s_ - 1) * c + i % c] = 0.0f;
+        g[((i / c + 1) * s_ - 1) * c + i % c] = 0; /* 0.0 in every float type */
 }
 
-extern "C" cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, float *g, int64_t b, int64_t s_,
-                                          int64_t c)
+extern "C" cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, void *g, int half, int64_t b,
+                                          int64_t s_, int64_t c)
 {
     if (b * c <= 0)
         return cudaSuccess;
     int64_t blocks = (b * c + 255) / 256;
-    k_zero_rows<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0, s>>>(g, b, s_, c);
+    unsigned n = (unsigned)(blocks > 65536 ? 65536 : blocks);
+    if (half)
+        k_zero_rows<uint16_t><<<n, 256, 0, s>>>((uint16_t *)g, b, s_, c);
+    else
+        k_zero_rows<float><<<n, 256, 0, s>>>((float *)g, b, s_, c);
     return cudaGetLastError();
 }
 

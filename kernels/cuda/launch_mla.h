@@ -76,6 +76,8 @@ struct gf_cu_ce {
     double *lpart;       /* per-position (loss, weight) pairs [2 n_pos], or NULL */
     float *logp;         /* LogP like x (shift: [n_pos, c]), or NULL */
     float *g;            /* gradient like x (may be x), or NULL */
+    uint16_t *gb;        /* or the gradient rounded to bf16, like x (a separate buffer;
+                          * LinearCrossEntropy's bf16 chunks), or NULL */
     const double *gsum;  /* device: sum of the counted weights (G's mean divisor), or NULL */
     float gscale;        /* G's extra factor */
     int *bad;            /* device: smallest bad label position (atomicMin), or NULL */
@@ -92,8 +94,10 @@ cudaError_t gf_cu_ce_weights(cudaStream_t s, const struct gf_cu_ce *c, double *g
 /* out[0] = sum of lpart's losses (mean: / the sum of its weights). */
 cudaError_t gf_cu_loss_reduce(cudaStream_t s, const double *lpart, int64_t n, int mean,
                               float *out);
-/* Rows of [B, S, C] that are no position (shift): zeros. */
-cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, float *g, int64_t b, int64_t s_, int64_t c);
+/* Rows of [B, S, C] that are no position (shift): zeros (g fp32, or 16-bit
+ * when half). */
+cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, void *g, int half, int64_t b, int64_t s_,
+                               int64_t c);
 /* CrossEntropyGrad: out = g * dl[0] (scalar), or per position: row of
  * position p scaled by dl[p] (d: positions per class plane; s: S with
  * shift, the last row of each batch zero). */
