@@ -578,19 +578,27 @@ static bool is_side_file_of(const char *name, const char *base)
     return strcmp(h + EXT_HASH_DIGITS, ".data") == 0;
 }
 
+/* The folder holding `path` into dir (size n): "." for a bare name; NULL
+ * when it does not fit. */
+static const char *dir_of(const char *path, char *dir, size_t n)
+{
+    size_t dl = (size_t)(base_name(path) - path);
+    if (dl >= n)
+        return NULL;
+    memcpy(dir, path, dl);
+    dir[dl] = '\0';
+    return dl ? dir : ".";
+}
+
 /* After OUT was replaced: removes the side files of earlier saves of OUT
  * (and of saves that died before their model's rename), keeping `keep`
  * (NULL: the new model has none).  Best effort: a file left is harmless. */
 static void remove_old_side_files(const char *path, const char *keep)
 {
     const char *base = base_name(path);
-    size_t dl = (size_t)(base - path);
-    char dir[4096];
-    if (dl >= sizeof(dir))
-        return;
-    memcpy(dir, path, dl);
-    dir[dl] = '\0';
-    DIR *d = opendir(dl ? dir : ".");
+    char buf[4096];
+    const char *dir = dir_of(path, buf, sizeof(buf));
+    DIR *d = dir ? opendir(dir) : NULL;
     if (!d)
         return;
     int dfd = dirfd(d);
@@ -608,14 +616,9 @@ static void remove_old_side_files(const char *path, const char *keep)
  * before the next one (best effort: not every file system allows it). */
 static void sync_dir_of(const char *path)
 {
-    const char *base = base_name(path);
-    size_t dl = (size_t)(base - path);
-    char dir[4096];
-    if (dl >= sizeof(dir))
-        return;
-    memcpy(dir, path, dl);
-    dir[dl] = '\0';
-    int fd = open(dl ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char buf[4096];
+    const char *dir = dir_of(path, buf, sizeof(buf));
+    int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
     if (fd >= 0) {
         (void)fsync(fd);
         close(fd);
