@@ -343,32 +343,6 @@ __global__ void k_rope(int grad, const T *x, const C *cs, const C *sn, T *y, int
     }
 }
 
-/* 8 consecutive values at p (16-byte aligned; fp32: 32 bytes) as fp32. */
-__device__ __forceinline__ void ld8r(const float *p, float f[8])
-{
-    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
-    f[7] = b.w;
-}
-
-template <typename T>
-__device__ __forceinline__ void ld8r(const T *p, float f[8])
-{
-    gf_ld8<T>(*(const uint4 *)p, f);
-}
-
-__device__ __forceinline__ void st8r(float *p, const float f[8])
-{
-    *(float4 *)p = make_float4(f[0], f[1], f[2], f[3]);
-    *(float4 *)(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
-}
-
-template <typename T>
-__device__ __forceinline__ void st8r(T *p, const float f[8])
-{
-    *(uint4 *)p = gf_st8<T>(f);
-}
-
 /* k_rope by 8 pairs a thread (j, j + 1, ..., j + 7 and their partners):
  * h a multiple of 8, Cos and Sin contiguous along the row (lc = ls = 1),
  * every lead stride a multiple of 8, the pointers 16-byte aligned
@@ -391,12 +365,12 @@ __global__ void k_rope8(int grad, const T *x, const C *cs, const C *sn, T *y, in
         }
         int base = row * 2 * h;
         float a[8], b[8], c0[8], c1[8], s0[8], s1[8], u[8], w[8];
-        ld8r(x + base + j, a);
-        ld8r(x + base + j + h, b);
-        ld8r(cs + oc + j, c0);
-        ld8r(cs + oc + j + h, c1);
-        ld8r(sn + os + j, s0);
-        ld8r(sn + os + j + h, s1);
+        gf_ld8f(x + base + j, a);
+        gf_ld8f(x + base + j + h, b);
+        gf_ld8f(cs + oc + j, c0);
+        gf_ld8f(cs + oc + j + h, c1);
+        gf_ld8f(sn + os + j, s0);
+        gf_ld8f(sn + os + j + h, s1);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
             if (!grad) {
@@ -407,8 +381,8 @@ __global__ void k_rope8(int grad, const T *x, const C *cs, const C *sn, T *y, in
                 w[k] = b[k] * c1[k] - a[k] * s0[k];
             }
         }
-        st8r(y + base + j, u);
-        st8r(y + base + j + h, w);
+        gf_st8f(y + base + j, u);
+        gf_st8f(y + base + j + h, w);
     }
 }
 

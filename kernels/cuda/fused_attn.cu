@@ -82,20 +82,6 @@ extern "C" int gf_cu_attn_ok(int64_t d, int64_t dv)
     return d >= 1 && dv >= 1 && d <= 128 && dv <= 128;
 }
 
-/* 8 consecutive mask values at p (16-byte aligned) as fp32. */
-__device__ __forceinline__ void load8(const float *p, float f[8])
-{
-    float4 u = *(const float4 *)p, v = *(const float4 *)(p + 4);
-    f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w, f[4] = v.x, f[5] = v.y, f[6] = v.z,
-    f[7] = v.w;
-}
-
-template <typename T>
-__device__ __forceinline__ void load8(const T *p, float f[8])
-{
-    gf_ld8<T>(*(const uint4 *)p, f);
-}
-
 /* The class of one 64 x 64 tile of a.tiles per block (scan_tile's), per
  * distinct mask slice (mask_slot): the mask read once per call instead of
  * by every block of every kernel, and once per slice, not per head; and
@@ -114,7 +100,7 @@ __global__ void k_mask_tiles(gf_cu_attn a)
         int64_t i = qt * 64 + e / 8, j0 = kt * 64 + e % 8 * 8;
         float x[8];
         if (vec && i < a.sq && j0 + 8 <= a.sk) {
-            load8(mk + i * a.mst_i + j0, x);
+            gf_ld8f(mk + i * a.mst_i + j0, x);
         } else {
 #pragma unroll
             for (int k = 0; k < 8; k++)

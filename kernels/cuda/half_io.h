@@ -65,6 +65,33 @@ __device__ __forceinline__ uint4 gf_st8(const float *f)
     return v;
 }
 
+/* 8 consecutive elements at p (16-byte aligned) as fp32, and back: one
+ * 16-byte load or store of a 16-bit type, two of fp32. */
+__device__ __forceinline__ void gf_ld8f(const float *p, float f[8])
+{
+    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
+    f[7] = b.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void gf_ld8f(const T *p, float f[8])
+{
+    gf_ld8<T>(*(const uint4 *)p, f);
+}
+
+__device__ __forceinline__ void gf_st8f(float *p, const float f[8])
+{
+    *(float4 *)p = make_float4(f[0], f[1], f[2], f[3]);
+    *(float4 *)(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+template <typename T>
+__device__ __forceinline__ void gf_st8f(T *p, const float f[8])
+{
+    *(uint4 *)p = gf_st8<T>(f);
+}
+
 /* p is 16-byte aligned (a uint4 may be loaded there) */
 static inline bool gf_al16(const void *p)
 {

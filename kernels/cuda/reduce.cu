@@ -114,32 +114,6 @@ __global__ void k_reduce_rows(int op, const T *x, T *y, gf_cu_red g)
     }
 }
 
-/* 8 consecutive elements of x at p (16-byte aligned) as fp32, and back. */
-__device__ __forceinline__ void ld8f(const float *p, float f[8])
-{
-    float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z,
-    f[7] = b.w;
-}
-
-template <typename T>
-__device__ __forceinline__ void ld8f(const T *p, float f[8])
-{
-    gf_ld8<T>(*(const uint4 *)p, f);
-}
-
-__device__ __forceinline__ void st8f(float *p, const float f[8])
-{
-    *(float4 *)p = make_float4(f[0], f[1], f[2], f[3]);
-    *(float4 *)(p + 4) = make_float4(f[4], f[5], f[6], f[7]);
-}
-
-template <typename T>
-__device__ __forceinline__ void st8f(T *p, const float f[8])
-{
-    *(uint4 *)p = gf_st8<T>(f);
-}
-
 /* k_reduce_rows with one reduced axis (stride g.rstr[0]) and 8 outputs a
  * thread, in 16-byte loads and stores: the innermost kept axis contiguous
  * with a length, and every stride, a multiple of 8 (rows8's test).  The
@@ -163,7 +137,7 @@ __global__ void k_reduce_rows8(int op, const T *x, T *y, gf_cu_red g)
             mx[k] = -INFINITY;
         const T *p = x + base;
         for (int64_t j = 0; j < g.nred; j++, p += g.rstr[0]) {
-            ld8f(p, v);
+            gf_ld8f(p, v);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 if (op == GF_CU_RED_MAX)
@@ -177,7 +151,7 @@ __global__ void k_reduce_rows8(int op, const T *x, T *y, gf_cu_red g)
             v[k] = op == GF_CU_RED_MAX    ? mx[k]
                    : op == GF_CU_RED_MEAN ? (float)(sum[k] / (double)g.nred)
                                           : (float)sum[k];
-        st8f(y + o8 * 8, v);
+        gf_st8f(y + o8 * 8, v);
     }
 }
 
