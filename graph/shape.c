@@ -2258,8 +2258,13 @@ static enum gf_status sv_range(struct ctx *c)
     if (!gf_dtype_is_int(dtype_of(out(c, 0))) || o.rank != 1 || !gf_dim_known(&o.d[0]) ||
         o.d[0].value > MAX_SV || !(s = sv_alloc(c, 1, (size_t)o.d[0].value)))
         return GF_OK;
-    for (size_t i = 0; i < s->n; i++)
-        s->e[i] = elem_of(start + (int64_t)i * delta);
+    for (size_t i = 0; i < s->n; i++) {
+        int64_t step, val;
+        if (__builtin_mul_overflow((int64_t)i, delta, &step) ||
+            __builtin_add_overflow(start, step, &val))
+            return GF_OK; /* past int64 (fuzz_load): the values stay unknown */
+        s->e[i] = elem_of(val);
+    }
     sv_put(c, out(c, 0), s);
     return GF_OK;
 }
