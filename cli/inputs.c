@@ -4,6 +4,7 @@
  * random (reproducible, suited to the dtype; the same seed for both) with
  * symbolic dimensions from --dim.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,32 @@ int cli_make_inputs(struct gf_model *m, struct gf_session *s, const char *path,
             }
         }
         enum gf_dtype dt = v->type.dtype == GF_UNDEFINED ? GF_FLOAT : v->type.dtype;
+        uint64_t n = 1;
+        bool wraps = false;
+        for (int d = 0; d < rank; d++) {
+            if (shape[d] && n > (uint64_t)INT64_MAX / (uint64_t)shape[d])
+                wraps = true;
+            else
+                n *= (uint64_t)shape[d];
+        }
+        if (wraps || n > SIZE_MAX / 16 || gf_dtype_bytes(dt, (size_t)n) == SIZE_MAX) {
+            /* name the largest size a --dim gave this input: the one to lower */
+            const char *big = NULL;
+            int64_t bigv = 0;
+            for (int d = 0; d < rank; d++) {
+                const struct gf_dim *x = &v->type.dims[d];
+                if (x->value < 0 && x->param && shape[d] > bigv) {
+                    big = x->param;
+                    bigv = shape[d];
+                }
+            }
+            if (big)
+                fprintf(stderr, "graphfuse: %s: input '%s': --dim %s=%lld is too large (the "
+                        "input's size overflows)\n", path, v->name, big, (long long)bigv);
+            else
+                fprintf(stderr, "graphfuse: %s: input '%s': its size overflows\n", path, v->name);
+            return EXIT_INPUT;
+        }
         if (!(in[i] = gf_tensor_new(m, v->name, dt, rank, shape, NULL)))
             return cli_fail(GF_ERR_NOMEM);
         fill_random(in[i], &seed);

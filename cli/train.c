@@ -10,12 +10,14 @@
  * a second one exits at once.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -298,6 +300,49 @@ static int check_args(struct train_args *t)
     return 0;
 }
 
+/* What --log may be: a regular file, or a character device (/dev/null,
+ * /dev/full); never a FIFO, whose open or writes would block. */
+static bool log_file_ok(mode_t mode)
+{
+    return S_ISREG(mode) || S_ISCHR(mode);
+}
+
+/* Opens the log without blocking (O_NONBLOCK: a FIFO without a reader
+ * fails with ENXIO instead of waiting) and only if log_file_ok; "r+"
+ * (append) or "w" (truncate) as fopen's.  NULL on failure: errno set, or
+ * *not_regular. */
+static FILE *open_log_file(const char *path, bool append, bool *not_regular)
+{
+    *not_regular = false;
+    int fd = open(path, (append ? O_RDWR : O_WRONLY | O_CREAT) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+                  0666);
+    if (fd < 0) {
+        *not_regular = errno == ENXIO;
+        return NULL;
+    }
+    struct stat st;
+    int e = 0;
+    if (fstat(fd, &st) != 0)
+        e = errno;
+    else if (!log_file_ok(st.st_mode))
+        *not_regular = true;
+    else {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0)
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        if (!append && S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0)
+            e = errno;
+    }
+    FILE *f = e || *not_regular ? NULL : fdopen(fd, append ? "r+" : "w");
+    if (!f) {
+        if (!e && !*not_regular)
+            e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
+}
+
 /* The folder of an output file must exist and be writable before training
  * starts, so that an hour of training does not end in "cannot write". */
 static int check_writable(const char *path, const char *what)
@@ -311,6 +356,11 @@ static int check_writable(const char *path, const char *what)
     if (access(dir, W_OK) != 0) {
         fprintf(stderr, "graphfuse: train: %s %s: cannot write into '%s': %s\n", what, path,
                 dir, strerror(errno));
+        return EXIT_INPUT;
+    }
+    struct stat st; /* the log is written in place: a FIFO would block, a folder fail late */
+    if (strcmp(what, "--log") == 0 && stat(path, &st) == 0 && !log_file_ok(st.st_mode)) {
+        fprintf(stderr, "graphfuse: train: %s %s: not a regular file\n", what, path);
         return EXIT_INPUT;
     }
     return 0;
@@ -598,13 +648,16 @@ static enum gf_status open_log(const char *path, bool append, int64_t start, boo
                                struct run *r)
 {
     long dropped = 0;
-    if (append && (r->log = fopen(path, "r+")))
+    bool not_regular = false;
+    errno = ENOENT;
+    if (append && (r->log = open_log_file(path, true, &not_regular)))
         dropped = trim_log(r->log, start);
-    else
-        r->log = fopen(path, "w");
+    else if (!not_regular && errno == ENOENT)
+        r->log = open_log_file(path, false, &not_regular);
     if (!r->log || dropped < 0) {
         clear_progress(r);
-        fprintf(stderr, "graphfuse: train: --log %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "graphfuse: train: --log %s: %s\n", path,
+                not_regular ? "not a regular file" : strerror(errno));
         return GF_ERR_IO;
     }
     if (dropped > 0) {

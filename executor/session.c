@@ -1540,10 +1540,16 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
     s->n_steps = 0;
     for (struct gf_node *n = g->first; n; n = n->next) {
         for (size_t a = 0; a < n->n_attrs; a++)
-            if (n->attrs[a].type == GF_ATTR_GRAPH || n->attrs[a].type == GF_ATTR_GRAPHS)
+            if (n->attrs[a].type == GF_ATTR_GRAPH || n->attrs[a].type == GF_ATTR_GRAPHS) {
+                /* an invalid one (a Scan with more scan inputs than inputs) is
+                 * refused as such, not as unsupported: shape inference checks it */
+                enum gf_status st = gf_graph_infer_shapes(g);
+                if (st != GF_OK && st != GF_ERR_UNSUPPORTED)
+                    return st;
                 return gf_error(GF_ERR_UNSUPPORTED, "node '%s' (%s): control flow with "
                                 "subgraphs is not supported", n->name ? n->name : "",
                                 n->op_type);
+            }
         if (n->op == GF_OP_UNKNOWN) /* before shape inference, which skips it */
             return unsupported_op(s, n);
         n->aux = (void *)(intptr_t)s->n_steps;

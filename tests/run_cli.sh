@@ -126,6 +126,16 @@ expect 2 "run --dim typo" -- "$gf" run $llama --random-inputs --dim btach=4 &&
     contains "$tmp/err" "symbolic dimension named 'btach'" "--dim typo names it" &&
     contains "$tmp/err" "(the model's symbolic dims: batch, seq)" "--dim typo lists the dims"
 expect 2 "tune --dim typo" -- "$gf" tune $mlp --dim=btach=4 && contains "$tmp/err" "'btach'" "tune --dim typo names it"
+expect 2 "run --dim 2^62" -- "$gf" run $llama --random-inputs --dim batch=4611686018427387904 --dim seq=2 &&
+    contains "$tmp/err" "input 'input_ids': --dim batch=4611686018427387904 is too large (the input's size overflows)" "--dim 2^62 message"
+# control flow: an invalid Scan is exit 2 naming it; a valid one is unsupported (3)
+expect 2 "run: Scan with more scan inputs than inputs" -- "$gf" run tests/bad/scan_too_many.onnx --random-inputs &&
+    contains "$tmp/err" "node 'scan0' (Scan): num_scan_inputs is 3 but the node has 1 input" "run: bad Scan message"
+scan=/usr/share/libonnx-testdata/data/node/test_scan_sum
+if [ -d "$scan" ]; then
+    expect 3 "run: a valid Scan" -- "$gf" run "$scan/model.onnx" --random-inputs &&
+        contains "$tmp/err" "control flow with subgraphs is not supported" "run: valid Scan message"
+fi
 expect 0 "run --dim known" -- "$gf" run $llama --random-inputs --dim batch=2 --dim seq=3 && contains "$tmp/out" "float[2,3," "--dim sizes used"
 
 echo "cli: $n checks, $fails failed"

@@ -74,6 +74,8 @@ fifo "FIFO model (convert)" "$tmp/fifo.onnx" "$gf" convert "$tmp/fifo.onnx" -o "
 fifo "FIFO --input .pb" "$tmp/fifo.pb" "$gf" run "$add/model.onnx" --input x="$tmp/fifo.pb" --input y="$y"
 fifo "FIFO token file" "$tmp/fifo.tokens" "$gf" train models/llama_tiny/legacy/model.onnx \
     --tokens "$tmp/fifo.tokens" --batch 2 --seq 8 --steps 1
+fifo "FIFO train --log" "$tmp/fifo.csv" "$gf" train models/mlp/legacy/model.onnx \
+    --data models/mlp/train_data --steps 1 --log "$tmp/fifo.csv"
 fifo "FIFO train log to plot" "$tmp/fifo.csv" "$gf" plot "$tmp/fifo.csv" -o "$tmp/never.svg"
 # external data that is a FIFO
 mkdir "$tmp/fx"
