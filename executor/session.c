@@ -1346,6 +1346,13 @@ static void adopt_known(struct gf_session *s)
 }
 
 #define FOLD_LIMIT (16u << 20) /* largest node output computed while planning */
+/* A node that only moves or converts constant bytes (a weight's Transpose,
+ * Reshape or Cast) is folded up to this size, and up to MOVE_FACTOR times
+ * its constant inputs' bytes: its output replaces a computation of the
+ * same size on every run, and the factor bounds what planning allocates
+ * by what the model already holds (a Cast to a 4x wider type at most). */
+#define MOVE_FOLD_LIMIT ((size_t)1 << 30)
+#define MOVE_FACTOR 4
 
 /* Host scratch for a CPU kernel run by a session (folding; on the CPU
  * backend the planned workspace, elsewhere a host buffer grown on demand):
@@ -1378,10 +1385,20 @@ static bool outputs_const(const struct gf_session *s, const struct gf_node *n)
     return true;
 }
 
+/* Ops whose output is their inputs' elements rearranged or converted,
+ * never more of them than the inputs hold. */
+static bool moves_data(enum gf_op op)
+{
+    return op == GF_OP_TRANSPOSE || op == GF_OP_RESHAPE || op == GF_OP_FLATTEN ||
+           op == GF_OP_SQUEEZE || op == GF_OP_UNSQUEEZE || op == GF_OP_IDENTITY ||
+           op == GF_OP_CAST || op == GF_OP_CONCAT || op == GF_OP_SLICE;
+}
+
 static bool foldable(const struct gf_session *s, const struct gf_node *n)
 {
     if (n->op == GF_OP_DROPOUT) /* random in training mode */
         return false;
+    size_t in_bytes = 0;
     for (size_t i = 0; i < n->n_inputs; i++) {
         const struct gf_value *x = n->inputs[i];
         /* an initializer that is also a graph input (a trained parameter)
@@ -1389,12 +1406,19 @@ static bool foldable(const struct gf_session *s, const struct gf_node *n)
         if (x && !(s->v[x->id].kind == V_INIT && !x->is_input) &&
             s->v[x->id].kind != V_CONST)
             return false;
+        if (x && __builtin_add_overflow(in_bytes, s->v[x->id].bytes, &in_bytes))
+            in_bytes = SIZE_MAX;
     }
     size_t bytes = 0;
     for (size_t o = 0; o < n->n_outputs; o++)
-        if (n->outputs[o])
-            bytes += s->v[n->outputs[o]->id].bytes;
-    return bytes <= FOLD_LIMIT;
+        if (n->outputs[o] && __builtin_add_overflow(bytes, s->v[n->outputs[o]->id].bytes, &bytes))
+            return false;
+    if (bytes <= FOLD_LIMIT)
+        return true;
+    /* past 16 MiB only data movement: a computing node (Expand, Tile, a
+     * MatMul of two constants) could make far more than the model holds */
+    return moves_data(n->op) && bytes <= MOVE_FOLD_LIMIT &&
+           bytes / MOVE_FACTOR <= in_bytes;
 }
 
 /* Constant folding at plan time: nodes whose outputs shape inference

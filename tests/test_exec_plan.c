@@ -11,6 +11,8 @@
  *   later value takes them sooner), chains of views resolve, and a view of
  *   a graph input or one bound to the caller's memory is copied.  Outputs
  *   are checked against values computed here.
+ * - folding past the 16 MiB limit: a Transpose of a large initializer runs
+ *   once while planning; a computing node of that size still runs.
  *
  * OpenCL cases skip without a platform (GRAPHFUSE_TEST_DEVICE picks the
  * device, as in the other OpenCL tests).
@@ -311,12 +313,90 @@ static void test_views_keep_their_bytes_alive(void **state)
     }
 }
 
+/* ---- folding past the size limit ---------------------------------------------------- */
+
+/* y = MatMul(x, Transpose(W)) and r = ReduceMax(Relu(W)) with W a [1025,
+ * 4096] initializer (16.8 MB, past FOLD_LIMIT): the Transpose only moves
+ * W's bytes, so it runs once while planning (the transposed weight of a
+ * tied LM head); Relu computes, so it keeps the 16 MiB limit and runs. */
+static void test_big_transpose_of_a_weight_is_folded(void **state)
+{
+    (void)state;
+    const size_t rows = BIG_ROWS, cols = BIG_COLS;
+    float *w = malloc(rows * cols * sizeof(float));
+    assert_non_null(w);
+    for (size_t i = 0; i < rows * cols; i++)
+        w[i] = (float)((i * 7) % 13) - 6.0f;
+    float xv[2 * BIG_COLS], want[2 * BIG_ROWS];
+    for (size_t i = 0; i < 2 * cols; i++)
+        xv[i] = (float)((i * 5) % 9) - 4.0f;
+    for (size_t i = 0; i < 2; i++) /* small integers: every sum exact */
+        for (size_t j = 0; j < rows; j++) {
+            double acc = 0;
+            for (size_t k = 0; k < cols; k++)
+                acc += (double)xv[i * cols + k] * w[j * cols + k];
+            want[i * rows + j] = (float)acc;
+        }
+    for (size_t b = 0; b < 2; b++) {
+        if (!available(backends[b]))
+            continue;
+        struct fg g = fg_begin("fold_transpose");
+        struct gf_value *x = fg_input(&g, "x", GF_FLOAT, 2, (int64_t[]){2, BIG_COLS});
+        struct gf_value *wc = fg_const(&g, GF_FLOAT, 2, (int64_t[]){BIG_ROWS, BIG_COLS}, w);
+        struct gf_value *wt = FG(&g, "Transpose", wc);
+        fg_ints(&g, wt, "perm", 2, (int64_t[]){1, 0});
+        struct gf_value *y = FG(&g, "MatMul", x, wt);
+        struct gf_value *r = FG(&g, "ReduceMax", FG(&g, "Relu", wc));
+        fg_int(&g, r, "keepdims", 0);
+        fg_output(&g, y);
+        fg_output(&g, r);
+        struct gf_model *m = fg_done(&g);
+        assert_non_null(m);
+        struct gf_tensor *xt = gf_tensor_new(m, "x", GF_FLOAT, 2, (int64_t[]){2, BIG_COLS}, xv);
+        struct gf_exec_opts o = opts_for(backends[b], "");
+        o.profile = true;
+        struct gf_session *s;
+        struct gf_tensor **out;
+        size_t n_out;
+        assert_int_equal(gf_session_new(m, &o, &s), GF_OK);
+        for (int run = 0; run < 2; run++) { /* the plan, then a run of it */
+            assert_int_equal(gf_session_run(s, 1, &xt, &out, &n_out), GF_OK);
+            assert_int_equal(n_out, 2);
+            expect_close(out[0], want, 2 * rows, "x @ Transpose(W), folded", backends[b]);
+            assert_float_equal(gf_tensor_get_f64(out[1], 0), 6.0, 0);
+        }
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        assert_non_null(f);
+        gf_session_print_profile(s, f);
+        fclose(f);
+        /* 1 folded (the Transpose), its 16.8 MB kept as a constant; the
+         * run executes MatMul, Relu, ReduceMax and no Transpose */
+        char head[128];
+        snprintf(head, sizeof(head), "profile: 4 nodes (1 folded into constants while "
+                 "planning, %zu bytes;", rows * cols * sizeof(float));
+        if (!strstr(text, head) || strstr(text, "Transpose") || !strstr(text, "Relu") ||
+            !strstr(text, "MatMul"))
+            fail_msg("on %s, want '%s', no Transpose run:\n%s", backends[b], head, text);
+        free(text);
+        struct gf_session_stats st;
+        gf_session_get_stats(s, &st);
+        /* Relu(W)'s 16.8 MB is an activation; the transposed W is not */
+        assert_true(st.activation_bytes < 2 * rows * cols * sizeof(float));
+        gf_session_free(s);
+        gf_model_free(m);
+    }
+    free(w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tune_sites_are_the_plans_lookups),
         cmocka_unit_test(test_view_chain_takes_no_memory),
         cmocka_unit_test(test_views_keep_their_bytes_alive),
+        cmocka_unit_test(test_big_transpose_of_a_weight_is_folded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
