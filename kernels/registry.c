@@ -2,11 +2,15 @@
  * each folder exports a descriptor, kernels/backend.h), kernel views and
  * errors, and the thread pool of gf_parallel_for. */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -221,57 +225,154 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
 /* ---- parallel for ------------------------------------------------------------ */
 
 /*
- * A persistent pool: workers are started on first need and sleep on a
- * condition variable between calls, so a parallel loop costs a wake-up,
- * not a thread creation (which dominated small ops).  One loop uses the
+ * A persistent pool of workers, started on first need.  One loop uses the
  * pool at a time; a loop started while it is busy (another session's
  * thread, or a kernel nested in a parallel loop) runs on its caller.
+ *
+ * A loop of n items is cut into K chunks, K a function of (n, grain,
+ * n_threads) alone (up to PF_SPLIT chunks a thread, none smaller than
+ * grain), so the chunk boundaries never depend on which thread ran what
+ * or on timing: results stay the same run after run.  The caller and the
+ * workers take chunks from one atomic counter, so a worker whose core is
+ * busy with another process and has not started yet costs nothing: the
+ * caller takes its chunks.  The counter shares a word with the loop's
+ * sequence number, so a worker that wakes late for a finished loop cannot
+ * take a chunk of the next one.
+ *
+ * Between loops workers spin on the loop word for a short while (pause,
+ * then sched_yield), then sleep on a condition variable; the caller
+ * likewise spins briefly before sleeping while the last chunks finish.
+ * A small loop (under PF_WAKE_UNITS grains) does not wake sleeping
+ * workers: the caller runs it alone.  GF_POOL_SPIN_US (microseconds,
+ * default 100, 0 = sleep at once) sets the spin.
  */
 #define PF_MAX 64
+#define PF_SPLIT 4      /* chunks per thread, at most */
+#define PF_WAKE_UNITS 8 /* grains a loop needs before it wakes sleeping workers */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define PF_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define PF_PAUSE() __asm__ __volatile__("yield")
+#else
+#define PF_PAUSE() ((void)0)
+#endif
 
 static struct {
     pthread_mutex_t busy; /* held by the loop using the pool */
-    pthread_mutex_t mu;   /* guards everything below */
+    pthread_mutex_t mu;   /* for the condition variables and starting workers */
     pthread_cond_t wake, done;
     int n_workers;
-    uint64_t gen; /* bumped for every loop */
+    uint32_t seq; /* the last loop's sequence number (the caller's copy) */
+    /* (seq << 8 | threads of the loop): what workers wait on */
+    _Atomic uint64_t loop;
+    /* (seq << 32 | chunks << 16 | next chunk): what everyone takes from */
+    _Atomic uint64_t claim;
+    _Atomic size_t finished;   /* chunks finished in this loop */
+    _Atomic int sleepers;      /* workers asleep on `wake` */
+    _Atomic int caller_asleep; /* the caller sleeps on `done` */
+    /* the loop, stable while any chunk of it is not finished */
     void (*fn)(void *ctx, size_t begin, size_t end);
     void *ctx;
     size_t n;
-    int t;         /* threads in this loop, caller included */
-    int remaining; /* workers still running their chunk */
-} pf = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-        PTHREAD_COND_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0};
+} pf = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
+        .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
-/* Generation each worker was started in: a worker created for a loop must
- * still run that loop, whose generation is bumped before it gets the lock. */
+/* The loop word each worker was started in: a worker created for a loop
+ * must still run that loop, published after it was created. */
 static uint64_t pf_born[PF_MAX];
+static long pf_spin_ns = 100000;
+static pthread_once_t pf_once = PTHREAD_ONCE_INIT;
 
-/* Worker i runs chunk i + 1 of each loop that has that many threads. */
+static void pf_read_env(void)
+{
+    const char *e = getenv("GF_POOL_SPIN_US");
+    if (e && *e) {
+        char *end;
+        long us = strtol(e, &end, 10);
+        if (*end == '\0' && us >= 0 && us <= 1000000)
+            pf_spin_ns = us * 1000;
+    }
+}
+
+static long pf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* Begin of chunk c of K over [0, n): the first n % K chunks one longer. */
+static size_t pf_begin(size_t n, size_t k, size_t c)
+{
+    size_t q = n / k, r = n % k;
+    return c * q + (c < r ? c : r);
+}
+
+/* Takes and runs chunks of loop `seq` until none is left; true when this
+ * thread finished the loop's last chunk. */
+static bool pf_run_chunks(uint32_t seq)
+{
+    uint64_t c = atomic_load_explicit(&pf.claim, memory_order_acquire);
+    for (;;) {
+        size_t k = (size_t)(c >> 16 & 0xffff), next = (size_t)(c & 0xffff);
+        if ((uint32_t)(c >> 32) != seq || next >= k)
+            return false;
+        if (!atomic_compare_exchange_weak_explicit(&pf.claim, &c, c + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        /* chunk `next` is ours: the loop cannot end before we finish it */
+        size_t n = pf.n;
+        pf.fn(pf.ctx, pf_begin(n, k, next), pf_begin(n, k, next + 1));
+        if (atomic_fetch_add(&pf.finished, 1) + 1 == k)
+            return true;
+        c = atomic_load_explicit(&pf.claim, memory_order_acquire);
+    }
+}
+
+/* Worker i takes part in each loop of more than i + 1 threads. */
 static void *pf_worker(void *arg)
 {
     int i = (int)(intptr_t)arg;
-    pthread_mutex_lock(&pf.mu);
     uint64_t seen = pf_born[i];
     for (;;) {
-        while (pf.gen == seen)
-            pthread_cond_wait(&pf.wake, &pf.mu);
-        seen = pf.gen;
-        if (i + 1 >= pf.t)
+        uint64_t w = atomic_load_explicit(&pf.loop, memory_order_acquire);
+        long t0 = 0;
+        for (unsigned spin = 0; w == seen && pf_spin_ns > 0; spin++) {
+            if ((spin & 63) == 0) {
+                long t = pf_now_ns();
+                if (spin == 0)
+                    t0 = t;
+                else if (t - t0 > pf_spin_ns)
+                    break;
+                else if (t - t0 > pf_spin_ns / 2)
+                    sched_yield();
+            }
+            PF_PAUSE();
+            w = atomic_load_explicit(&pf.loop, memory_order_acquire);
+        }
+        if (w == seen) {
+            pthread_mutex_lock(&pf.mu);
+            atomic_fetch_add(&pf.sleepers, 1);
+            while ((w = atomic_load(&pf.loop)) == seen)
+                pthread_cond_wait(&pf.wake, &pf.mu);
+            atomic_fetch_sub(&pf.sleepers, 1);
+            pthread_mutex_unlock(&pf.mu);
+        }
+        seen = w;
+        if ((int)(w & 0xff) <= i + 1)
             continue;
-        void (*fn)(void *, size_t, size_t) = pf.fn;
-        void *ctx = pf.ctx;
-        size_t n = pf.n, t = (size_t)pf.t, c = (size_t)i + 1;
-        pthread_mutex_unlock(&pf.mu);
-        fn(ctx, n * c / t, n * (c + 1) / t);
-        pthread_mutex_lock(&pf.mu);
-        if (--pf.remaining == 0)
+        if (pf_run_chunks((uint32_t)(w >> 8)) && atomic_load(&pf.caller_asleep)) {
+            pthread_mutex_lock(&pf.mu);
             pthread_cond_signal(&pf.done);
+            pthread_mutex_unlock(&pf.mu);
+        }
     }
     return NULL;
 }
 
-/* Starts workers up to `want` (under pf.mu); returns how many exist. */
+/* Starts workers up to `want` (under pf.mu, with pf.busy held); returns
+ * how many exist. */
 static int pf_grow(int want)
 {
     while (pf.n_workers < want) {
@@ -279,7 +380,7 @@ static int pf_grow(int want)
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        pf_born[pf.n_workers] = pf.gen;
+        pf_born[pf.n_workers] = atomic_load(&pf.loop);
         int rc = pthread_create(&th, &at, pf_worker, (void *)(intptr_t)pf.n_workers);
         pthread_attr_destroy(&at);
         if (rc != 0)
@@ -289,36 +390,78 @@ static int pf_grow(int want)
     return pf.n_workers;
 }
 
+/* The K chunks one after the other on the caller. */
+static void pf_serial(size_t n, size_t k, void (*fn)(void *, size_t, size_t), void *ctx)
+{
+    for (size_t c = 0; c < k; c++)
+        fn(ctx, pf_begin(n, k, c), pf_begin(n, k, c + 1));
+}
+
 void gf_parallel_for(int n_threads, size_t n, size_t grain,
                      void (*fn)(void *ctx, size_t begin, size_t end), void *ctx)
 {
+    if (n == 0)
+        return;
     if (grain == 0)
         grain = 1;
-    size_t chunks = n / grain;
+    size_t units = n / grain;
     int t = n_threads < 1 ? 1 : n_threads > PF_MAX ? PF_MAX : n_threads;
-    if ((size_t)t > chunks)
-        t = chunks ? (int)chunks : 1;
-    if (t <= 1 || pthread_mutex_trylock(&pf.busy) != 0) {
-        if (n)
-            fn(ctx, 0, n);
+    if ((size_t)t > units)
+        t = units ? (int)units : 1;
+    if (t <= 1) {
+        fn(ctx, 0, n);
         return;
     }
-    pthread_mutex_lock(&pf.mu);
-    int workers = pf_grow(t - 1);
-    if (workers < t - 1)
-        t = workers + 1;
+    size_t k = (size_t)t * PF_SPLIT; /* <= 256: fits the claim word's 16 bits */
+    k = k < units ? k : units;
+    if (pthread_mutex_trylock(&pf.busy) != 0) {
+        pf_serial(n, k, fn, ctx);
+        return;
+    }
+    pthread_once(&pf_once, pf_read_env);
+    /* every worker asleep and a small loop: not worth a wake-up */
+    if (pf.n_workers >= t - 1 && units < PF_WAKE_UNITS &&
+        atomic_load(&pf.sleepers) == pf.n_workers) {
+        pf_serial(n, k, fn, ctx);
+        pthread_mutex_unlock(&pf.busy);
+        return;
+    }
+    if (pf.n_workers < t - 1) {
+        pthread_mutex_lock(&pf.mu);
+        pf_grow(t - 1);
+        pthread_mutex_unlock(&pf.mu);
+        if (pf.n_workers < t - 1)
+            t = pf.n_workers + 1; /* the chunks stay as they are */
+    }
+    uint32_t seq = ++pf.seq;
     pf.fn = fn;
     pf.ctx = ctx;
     pf.n = n;
-    pf.t = t;
-    pf.remaining = t - 1;
-    pf.gen++;
-    pthread_cond_broadcast(&pf.wake);
-    pthread_mutex_unlock(&pf.mu);
-    fn(ctx, 0, n / (size_t)t);
-    pthread_mutex_lock(&pf.mu);
-    while (pf.remaining > 0)
-        pthread_cond_wait(&pf.done, &pf.mu);
-    pthread_mutex_unlock(&pf.mu);
+    atomic_store_explicit(&pf.finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&pf.claim, (uint64_t)seq << 32 | (uint64_t)k << 16,
+                          memory_order_release);
+    atomic_store(&pf.loop, (uint64_t)seq << 8 | (uint64_t)t);
+    if (atomic_load(&pf.sleepers) > 0) {
+        pthread_mutex_lock(&pf.mu);
+        pthread_cond_broadcast(&pf.wake);
+        pthread_mutex_unlock(&pf.mu);
+    }
+    if (!pf_run_chunks(seq)) {
+        /* the last chunks run on workers: spin a little, then sleep */
+        long t0 = pf_now_ns();
+        for (unsigned spin = 1; atomic_load_explicit(&pf.finished, memory_order_acquire) != k;
+             spin++) {
+            if ((spin & 63) == 0 && pf_now_ns() - t0 > pf_spin_ns) {
+                pthread_mutex_lock(&pf.mu);
+                atomic_store(&pf.caller_asleep, 1);
+                while (atomic_load(&pf.finished) != k)
+                    pthread_cond_wait(&pf.done, &pf.mu);
+                atomic_store(&pf.caller_asleep, 0);
+                pthread_mutex_unlock(&pf.mu);
+                break;
+            }
+            PF_PAUSE();
+        }
+    }
     pthread_mutex_unlock(&pf.busy);
 }

@@ -668,8 +668,9 @@ static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c
         g.db = fu_has_out(a, 3) ? (double *)((char *)g.rl + A64(r * sizeof(double))) : NULL;
         if (g.db)
             memset(g.db, 0, v * sizeof(double));
-        /* large chunks: BLAS's threads inside each GEMM (as the MatMul kernel) */
-        blas_threads((double)r * (double)v * (double)k >= 128.0 * 128 * 128 ? fu_threads(a) : 1);
+        /* large chunks: BLAS's threads inside each GEMM (as the MatMul kernel,
+         * from the same size: kernels/cpu/matmul.c, MM_BLAS_MT_WORK) */
+        blas_threads((double)r * (double)v * (double)k >= 256.0 * 256 * 256 ? fu_threads(a) : 1);
         for (g.p0 = 0; g.p0 < c->n_pos; g.p0 += r) {
             g.n = c->n_pos - g.p0 < r ? c->n_pos - g.p0 : r;
             loss += lceg_chunk(a, &g);

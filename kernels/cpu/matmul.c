@@ -189,6 +189,11 @@ static bool is_half(enum gf_dtype dt)
     return dt == GF_FLOAT16 || dt == GF_BFLOAT16;
 }
 
+/* m * n * k from which one product runs on OpenBLAS's threads */
+#define MM_BLAS_MT_WORK (256.0 * 256 * 256)
+/* m * n * k from which a product is split over gf_parallel_for */
+#define MM_SPLIT_WORK (64.0 * 64 * 64)
+
 static void blas_threads(int n)
 {
 #ifdef OPENBLAS_VERSION
@@ -246,7 +251,35 @@ static bool gemm_blas(const struct gemm *g)
     return true;
 }
 
-/* C = alpha A B (+ C); OpenBLAS threads already set by the caller. */
+/* BLAS can take g as it is laid out. */
+static bool gemm_blas_able(const struct gemm *g)
+{
+    bool ta, tb, tc;
+    int lda, ldb, ldc;
+    return g->m <= INT_MAX && g->n <= INT_MAX && g->k <= INT_MAX &&
+           blas_view(g->m, g->k, g->a_rs, g->a_cs, &ta, &lda) &&
+           blas_view(g->k, g->n, g->b_rs, g->b_cs, &tb, &ldb) &&
+           blas_view(g->m, g->n, g->c_rs, 1, &tc, &ldc) && !tc;
+}
+
+/* Rows [r0, r1) of C, one single-threaded BLAS call: every element sums
+ * over all of k in one call, as the whole product's call would. */
+static void blas_rows(void *ctx, size_t r0, size_t r1)
+{
+    const struct gemm *g = ctx;
+    size_t es = gf_dtype_size(g->dtype);
+    struct gemm s = *g;
+    s.m = (int64_t)(r1 - r0);
+    s.a = (const char *)g->a + (int64_t)r0 * g->a_rs * (int64_t)es;
+    s.c = (char *)g->c + (int64_t)r0 * g->c_rs * (int64_t)es;
+    if (!gemm_blas(&s))
+        mm_type_of(g->dtype)->gemm_rows((void *)g, r0, r1);
+}
+
+/* C = alpha A B (+ C); OpenBLAS threads already set by the caller.  A
+ * mid-size product (from MM_SPLIT_WORK to MM_BLAS_MT_WORK) on several
+ * threads is split by rows over gf_parallel_for, each block one
+ * single-threaded BLAS call, rather than woken OpenBLAS threads. */
 static void gemm_run(const struct gemm *g, int n_threads)
 {
     if (g->m <= 0 || g->n <= 0)
@@ -257,8 +290,18 @@ static void gemm_run(const struct gemm *g, int n_threads)
             memset((char *)g->c + (size_t)(i * g->c_rs) * es, 0, (size_t)g->n * es);
         return;
     }
-    if ((g->dtype == GF_FLOAT || g->dtype == GF_DOUBLE) && gemm_blas(g))
-        return;
+    if (g->dtype == GF_FLOAT || g->dtype == GF_DOUBLE) {
+        double work = (double)g->m * (double)g->n * (double)g->k;
+        if (n_threads > 1 && g->m >= 4 && work >= MM_SPLIT_WORK && work < MM_BLAS_MT_WORK &&
+            gemm_blas_able(g)) {
+            double per_row = (double)g->n * (double)g->k;
+            size_t rows = (size_t)(MM_SPLIT_WORK / 2 / per_row) + 1;
+            gf_parallel_for(n_threads, (size_t)g->m, rows < 2 ? 2 : rows, blas_rows, (void *)g);
+            return;
+        }
+        if (gemm_blas(g))
+            return;
+    }
     int64_t row = g->n * g->k;
     size_t grain = row >= 16384 ? 1 : (size_t)(16384 / row);
     gf_parallel_for(n_threads, (size_t)g->m, grain, mm_type_of(g->dtype)->gemm_rows, (void *)g);
@@ -309,8 +352,11 @@ static void run_batches(struct gemm_batch *gb, int n_threads)
         size_t grain = work >= 65536 ? 1 : (size_t)(65536 / (work + 1));
         gf_parallel_for(n_threads, (size_t)gb->count, grain, batch_fn, gb);
     } else {
+        /* OpenBLAS's threads only for products that pay for them: after a
+         * call they spin (sched_yield) for a long while, taking the cores
+         * from gf_parallel_for's workers and from other processes */
         gb->n_threads = n_threads;
-        blas_threads(n_threads);
+        blas_threads(work >= MM_BLAS_MT_WORK ? n_threads : 1);
         batch_fn(gb, 0, (size_t)gb->count);
     }
 }
