@@ -2409,12 +2409,13 @@ static enum gf_status infer_loss_grad(struct ctx *c)
 
 /* ---- fused ops (domain graphfuse, README "Fused ops") ---------------------- */
 
-/* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: Y (and S) like X; LayerNorm's
+/* RMSNorm AddRMSNorm LayerNorm AddLayerNorm: Y (and S) like X (Y like a
+ * 16-bit R added to an fp32 X); LayerNorm's
  * Mean and InvStdDev (after them) shaped like the statistics, in the
  * compute type (float; double for a double X).  The checks: opcheck.c. */
 static enum gf_status infer_fused_norm(struct ctx *c)
 {
-    struct gf_value *x, *v;
+    struct gf_value *x, *v = NULL;
     struct gf_shape s, rs, ws, bs;
     struct gf_norm_rule r;
     enum gf_op op = c->n->op;
@@ -2430,7 +2431,11 @@ static enum gf_status infer_fused_norm(struct ctx *c)
         return GF_ERR_INVALID;
     if (rp)
         gf_shape_unify(&s, rp, &s);
-    if (set_out_like(c, 0, 0, &s) || (add && set_out_like(c, 1, 0, &s)))
+    /* the mixed form (an fp32 X, a 16-bit R: kernels/checks.h): Y has R's type */
+    enum gf_dtype rt = add ? dtype_of(v) : GF_UNDEFINED;
+    bool mixed = dtype_of(x) == GF_FLOAT && (rt == GF_FLOAT16 || rt == GF_BFLOAT16);
+    if ((mixed ? set_out(c, 0, rt, &s) : set_out_like(c, 0, 0, &s)) ||
+        (add && set_out_like(c, 1, 0, &s)))
         return GF_ERR_INVALID;
     if (!ln)
         return GF_OK;

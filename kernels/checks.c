@@ -8,6 +8,11 @@
 _Static_assert(GF_ADAMW_HYPER == GF_OPTIM_HYPER && GF_SGD_HYPER == GF_OPTIM_HYPER,
                "hyper's length is graph/opcheck.h's GF_OPTIM_HYPER");
 
+static bool half_type(enum gf_dtype t)
+{
+    return t == GF_FLOAT16 || t == GF_BFLOAT16;
+}
+
 enum gf_status gf_kernel_error(const struct gf_kernel_args *a, enum gf_status st,
                                const char *fmt, ...)
 {
@@ -246,7 +251,7 @@ enum gf_status gf_loss_check_run(const struct gf_kernel_args *a, enum gf_reducti
     /* LinearCrossEntropy of fp16 / bf16 H: an fp32 loss (graph/shape.c) */
     enum gf_dtype t = a->in[0].dtype;
     if (a->node && a->node->op == GF_OP_LINEAR_CROSS_ENTROPY &&
-        (t == GF_FLOAT16 || t == GF_BFLOAT16))
+        half_type(t))
         t = GF_FLOAT;
     return fu_check_out(a, 0, t, rank, dims);
 }
@@ -560,14 +565,29 @@ static enum gf_status opt_shape(const struct gf_kernel_args *a, int slot, const 
     return st;
 }
 
+enum gf_dtype gf_norm_low_type(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
+{
+    size_t lo, x;
+    switch (n->op) {
+    case GF_OP_ADD_RMS_NORM: case GF_OP_ADD_LAYER_NORM: lo = 1, x = 0; break;
+    case GF_OP_RMS_NORM_GRAD: case GF_OP_LAYER_NORM_GRAD: lo = 0, x = 1; break;
+    default: return GF_UNDEFINED;
+    }
+    if (n_in <= lo || n_in <= x || in[x].dtype != GF_FLOAT || !half_type(in[lo].dtype))
+        return GF_UNDEFINED;
+    return in[lo].dtype;
+}
+
 enum gf_status gf_norm_check(const struct gf_kernel_args *a, struct gf_norm_rule *r)
 {
     const struct gf_tview *x = &a->in[0];
     struct gf_norm_slots sl = gf_norm_slots_of(a->node->op);
     struct gf_shape xs, rs, ws, bs;
     const struct gf_shape *rp = NULL, *wp, *bp;
+    enum gf_dtype low = gf_norm_low_type(a->node, a->in, a->n_in);
     enum gf_status st = fu_check_given(a, 0, "X", GF_UNDEFINED);
-    if (st == GF_OK && sl.r >= 0 && (st = fu_check_given(a, (size_t)sl.r, "R", x->dtype)) == GF_OK)
+    if (st == GF_OK && sl.r >= 0 &&
+        (st = fu_check_given(a, (size_t)sl.r, "R", low ? low : x->dtype)) == GF_OK)
         rp = in_shape(a, (size_t)sl.r, &rs);
     if (st == GF_OK)
         st = opt_shape(a, sl.w, "W", x->dtype, &ws, &wp);
@@ -596,9 +616,10 @@ enum gf_status gf_norm_check_run(const struct gf_kernel_args *a, const struct gf
 {
     const struct gf_tview *x = &a->in[0];
     bool add = gf_norm_slots_of(a->node->op).r >= 0;
+    enum gf_dtype low = gf_norm_low_type(a->node, a->in, a->n_in);
     enum gf_status st = inputs_have_data(a);
-    if (st == GF_OK)
-        st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
+    if (st == GF_OK) /* Y: R's type in the mixed form */
+        st = fu_check_out(a, 0, low ? low : x->dtype, x->rank, x->dims);
     if (st == GF_OK && add && fu_has_out(a, 1))
         st = fu_check_out(a, 1, x->dtype, x->rank, x->dims);
     if (st == GF_OK && !r->rms)
@@ -612,9 +633,10 @@ enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm
     struct gf_shape dy, xs, ws, ms, is;
     const struct gf_shape *wp = NULL, *mp = NULL, *ip = NULL;
     bool ln = a->node->op == GF_OP_LAYER_NORM_GRAD;
+    enum gf_dtype low = gf_norm_low_type(a->node, a->in, a->n_in);
     enum gf_status st = fu_check_given(a, 1, "X", GF_UNDEFINED);
     if (st == GF_OK)
-        st = fu_check_given(a, 0, "dY", x->dtype);
+        st = fu_check_given(a, 0, "dY", low ? low : x->dtype);
     if (st == GF_OK)
         st = opt_shape(a, 2, "W", x->dtype, &ws, &wp);
     if (st == GF_OK && ln)
@@ -685,7 +707,7 @@ enum gf_status gf_glu_grad_check(const struct gf_kernel_args *a, enum gf_act *ac
 
 bool gf_rope_wide_tables(const struct gf_tview *in, size_t n_in)
 {
-    return n_in >= 3 && (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16) &&
+    return n_in >= 3 && half_type(in[0].dtype) &&
            in[1].dtype == GF_FLOAT && in[2].dtype == GF_FLOAT;
 }
 

@@ -274,6 +274,13 @@ const struct gf_tview *gf_opt_in(const struct gf_kernel_args *a, int slot);
  * data and the outputs (Y, S, Mean and InvStdDev in the compute type). */
 enum gf_status gf_norm_check(const struct gf_kernel_args *a, struct gf_norm_rule *r);
 enum gf_status gf_norm_check_run(const struct gf_kernel_args *a, const struct gf_norm_rule *r);
+/* The 16-bit type of a norm's mixed form, GF_UNDEFINED for another node:
+ * AddRMSNorm / AddLayerNorm with an fp32 X and an fp16 / bf16 R (Y then
+ * has R's type; S, W, B X's), RMSNormGrad / LayerNormGrad with an fp32 X
+ * and an fp16 / bf16 dY (dX, dW, dB X's type).  The precision pass's
+ * residual adds of 16-bit products (docs/precision.md); computed in fp32,
+ * Y rounded once, as the Casts around the fp32 form. */
+enum gf_dtype gf_norm_low_type(const struct gf_node *n, const struct gf_tview *in, size_t n_in);
 /* RMSNormGrad LayerNormGrad: inputs and rule; then the data and dX, dW?, dB?. */
 enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm_rule *r);
 enum gf_status gf_norm_grad_check_run(const struct gf_kernel_args *a,

@@ -60,6 +60,21 @@ static int block_axis(const struct gf_grad_args *a, const struct gf_value *x)
     return r < 0 || ax < 0 || ax >= r ? -1 : (int)ax;
 }
 
+/* dX (and dR of the Add forms) = ds, of X's type; in the mixed form (an
+ * fp32 X, a 16-bit R: kernels/checks.h) R's gradient is ds cast to R's. */
+static void norm_input_grads(struct gf_grad_args *a, bool add, struct gf_value *ds)
+{
+    enum gf_dtype tx = gf_ad_dtype(in(a, 0));
+    for (size_t i = 0; i < (add ? 2u : 1u); i++) {
+        if (!need(a, i))
+            continue;
+        enum gf_dtype t = gf_ad_dtype(in(a, i));
+        a->dx[i] = ds && i == 1 && t != tx
+                       ? gf_ad_attr_int(a->ad, gf_ad_op1(a->ad, "Cast", ds), "to", t)
+                       : ds;
+    }
+}
+
 /* ---- RMSNorm, AddRMSNorm --------------------------------------------------------
  *   RMSNorm(X, W?) -> Y:           dX, dW = RMSNormGrad(g, X, W)
  *   AddRMSNorm(X, R, W?) -> Y, S:  dS = RMSNormGrad(g, S, W).dX + gS
@@ -93,9 +108,7 @@ enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
     }
     if (add && a->n->n_outputs > 1 && a->dy[1])
         ds = ds ? gf_ad_op2(a->ad, "Add", ds, a->dy[1]) : a->dy[1];
-    for (size_t i = 0; i < (add ? 2u : 1u); i++)
-        if (need(a, i))
-            a->dx[i] = ds;
+    norm_input_grads(a, add, ds);
     return gf_ad_status(a->ad);
 }
 
@@ -178,9 +191,7 @@ enum gf_status gf_grad_fused_layer_norm(struct gf_grad_args *a)
     }
     if (add && a->n->n_outputs > 1 && a->dy[1])
         ds = ds ? gf_ad_op2(a->ad, "Add", ds, a->dy[1]) : a->dy[1];
-    for (size_t i = 0; i < (add ? 2u : 1u); i++)
-        if (need(a, i))
-            a->dx[i] = ds;
+    norm_input_grads(a, add, ds);
     return gf_ad_status(a->ad);
 }
 

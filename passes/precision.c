@@ -760,6 +760,34 @@ static bool fold_rope_casts(struct gf_graph *g, struct gf_node *r, enum gf_dtype
     return true;
 }
 
+/* AddRMSNorm / AddLayerNorm whose R is a widening Cast of a low product
+ * (the o / down projection added to the fp32 residual stream) and whose Y
+ * is read only by a narrowing Cast (the next GEMMs' input): the node reads
+ * the low R and writes the low Y itself (the mixed form, kernels/checks.h),
+ * computing in fp32 as before: the same bits, two Casts fewer.  S stays
+ * fp32 (the residual stream); autodiff's RMSNormGrad then reads the low dY
+ * and R's gradient is cast back to the low type (grad_rules_fused.c). */
+static bool fold_norm_casts(struct gf_graph *g, struct gf_node *n, enum gf_dtype low)
+{
+    if ((n->op != GF_OP_ADD_RMS_NORM && n->op != GF_OP_ADD_LAYER_NORM) || n->n_inputs < 2 ||
+        n->n_outputs < 2 || !n->inputs[0] || !n->inputs[1] || !n->outputs[0] ||
+        !n->outputs[1] || n->inputs[0]->type.dtype != GF_FLOAT || n->inputs[0]->type.rank < 0)
+        return false;
+    struct gf_value *r = n->inputs[1], *y = n->outputs[0];
+    struct gf_node *w = r->producer, *c = y->n_uses == 1 ? y->uses[0].node : NULL;
+    if (!w || w->graph != g || !float_cast(w, low) || w->inputs[0]->type.dtype != low || !c ||
+        !float_cast(c, low) || c->outputs[0]->type.dtype != low || !read_once_by(y, c))
+        return false;
+    struct gf_value *z = c->outputs[0];
+    gf_graph_remove_node(g, c);
+    if (gf_node_set_output(n, 0, z) != GF_OK) /* z has no producer now: cannot fail */
+        return false;
+    gf_node_set_input(n, 1, w->inputs[0]);
+    if (r->n_uses == 0 && !r->is_output)
+        gf_graph_remove_node(g, w);
+    return true;
+}
+
 enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved)
 {
     enum gf_precision p = gf_model_precision(m);
@@ -791,7 +819,7 @@ enum gf_status gf_pass_precision_move_casts(struct gf_model *m, size_t *moved)
     }
     for (struct gf_node *n = g->first; n && (p == GF_PRECISION_BF16 || p == GF_PRECISION_FP16);
          n = n->next)
-        count += fold_rope_casts(g, n, low);
+        count += fold_rope_casts(g, n, low) || fold_norm_casts(g, n, low);
     if (moved)
         *moved = count;
     return st != GF_OK ? st : gf_graph_infer_shapes(g);

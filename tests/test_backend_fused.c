@@ -1070,6 +1070,46 @@ static void test_half_norm_grads(void **state)
         }
 }
 
+/* The norms' mixed form (kernels/checks.h: the precision pass's residual
+ * add of a 16-bit product): AddRMSNorm / AddLayerNorm of an fp32 X and a
+ * half R writing a half Y and an fp32 S, RMSNormGrad / LayerNormGrad of a
+ * half dY with an fp32 X, against the CPU (which widens the half input and
+ * narrows Y around its fp32 kernel).  (OpenCL has no such kernel: the node
+ * runs on the CPU.) */
+static void test_norm_mixed(void **state)
+{
+    (void)state;
+    need_backend();
+    static const int64_t lens[] = {7, 1000, 4096};
+    for (int h = 0; h < 2; h++)
+        for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+            enum gf_dtype dt = halves[h];
+            int64_t n = lens[i], rows = 6;
+            double rtol = half_rtol(dt), atol = 1e-5 * (double)rows;
+            for (int ln = 0; ln < 2; ln++) {
+                struct gf_node *nd = node(ln ? "AddLayerNorm" : "AddRMSNorm", 3 + ln, 2 + 2 * ln);
+                set_float(nd, "epsilon", 1e-5f);
+                struct gf_tview in[5] = {frand(-2, 2, DIMS(rows, n)), hrand(dt, -1, 1, DIMS(rows, n)),
+                                         frand(0.5f, 1.5f, DIMS(n)), frand(-1, 1, DIMS(n))};
+                struct gf_tview out[4] = {hout(dt, DIMS(rows, n)), fout(DIMS(rows, n)),
+                                          fout(DIMS(rows, 1)), fout(DIMS(rows, 1))};
+                bt_compare(nd, in, 3 + ln, ALL_HOST, out, 2 + 2 * ln, rtol, 1e-5);
+                release_bufs();
+                nd = node(ln ? "LayerNormGrad" : "RMSNormGrad", 3 + 2 * ln, 2 + ln);
+                set_float(nd, "epsilon", 1e-5f);
+                in[0] = hrand(dt, -1, 1, DIMS(rows, n));
+                in[1] = frand(-2, 3, DIMS(rows, n));
+                in[2] = frand(0.5f, 1.5f, DIMS(n));
+                in[3] = in[4] = NONE;
+                out[0] = fout(DIMS(rows, n));
+                out[1] = fout(DIMS(n));
+                out[2] = fout(DIMS(n));
+                bt_compare(nd, in, 3 + 2 * ln, ALL_HOST, out, 2 + ln, RTOL, atol);
+                release_bufs();
+            }
+        }
+}
+
 /* GLUs and RoPE on half tensors against the CPU's half kernels; their
  * gradients and MatMulEpilogueGrad against fp32 on the widening. */
 static void test_half_acts(void **state)
@@ -1311,6 +1351,7 @@ int main(void)
         cmocka_unit_test_teardown(test_matmul_epilogue_grad, teardown),
         cmocka_unit_test_teardown(test_half_norms, teardown),
         cmocka_unit_test_teardown(test_half_norm_grads, teardown),
+        cmocka_unit_test_teardown(test_norm_mixed, teardown),
         cmocka_unit_test_teardown(test_half_acts, teardown),
         cmocka_unit_test_teardown(test_half_rope_wide, teardown),
         cmocka_unit_test_teardown(test_half_losses, teardown),

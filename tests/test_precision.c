@@ -713,6 +713,88 @@ static void test_cast_gradient(void **state)
     gf_model_free(t[1].m);
 }
 
+/* The residual add of a bf16 product and its RMSNorm feeding GEMMs (a
+ * decoder layer's o projection + post-attention norm): after fusion,
+ * AddRMSNorm(x, Cast(p), g) -> Cast(y) -> MatMul.  gf_pass_precision_move_casts
+ * folds both Casts into the node (its mixed form: fp32 X and S, bf16 R and
+ * Y); autodiff's RMSNormGrad then reads the bf16 dY and R's gradient is
+ * cast to bf16.  The loss and every gradient are the same bits as without
+ * the fold. */
+static void test_norm_casts_folded(void **state)
+{
+    (void)state;
+    struct tg t[2] = {tg_new(19), tg_new(19)};
+    struct gf_tensor *in[2][4], *out[2][5];
+    int64_t hd[3] = {2, 5, 8}, rd[3] = {2, 5, 3};
+    for (int k = 0; k < 2; k++) {
+        tg_input(&t[k], "x", GF_FLOAT, "2,5,8");
+        tg_input(&t[k], "h", GF_FLOAT, "2,5,8");
+        tg_input(&t[k], "R", GF_FLOAT, "2,5,3");
+        tg_input(&t[k], "R2", GF_FLOAT, "2,5,8");
+        tg_init(&t[k], "W", GF_FLOAT, "8,8", NULL);
+        tg_init(&t[k], "Wo", GF_FLOAT, "8,3", NULL);
+        tg_init(&t[k], "g", GF_FLOAT, "8", NULL);
+        tg_node(&t[k], "MatMul", "h,W", "p");
+        tg_node(&t[k], "Add", "x,p", "s");
+        tg_node(&t[k], "Pow", "s,#2", "sq");
+        tg_node(&t[k], "ReduceMean", "sq,$-1", "ms");
+        tg_node(&t[k], "Add", "ms,#1e-5", "a");
+        tg_node(&t[k], "Sqrt", "a", "sd");
+        tg_node(&t[k], "Reciprocal", "sd", "inv");
+        tg_node(&t[k], "Mul", "s,inv", "n");
+        tg_node(&t[k], "Mul", "g,n", "y");
+        tg_node(&t[k], "MatMul", "y,Wo", "o");
+        tg_node(&t[k], "Mul", "o,R", "or");
+        tg_node(&t[k], "ReduceSum", "or", "l1");
+        tg_node(&t[k], "Mul", "s,R2", "sr"); /* S read past the norm: the residual */
+        tg_node(&t[k], "ReduceSum", "sr", "l2");
+        tg_node(&t[k], "Add", "l1,l2", "loss");
+        tg_output(&t[k], "loss");
+        assert_int_equal(gf_graph_infer_shapes(t[k].g), GF_OK);
+        run_pass(&t[k], GF_PRECISION_BF16);
+        assert_int_equal(gf_pass_fuse(t[k].m, NULL, NULL), GF_OK);
+        assert_int_equal(tg_count(&t[k], "AddRMSNorm"), 1);
+        const struct gf_node *nm = tg_find_op(&t[k], "AddRMSNorm");
+        if (k) {
+            int casts = tg_count(&t[k], "Cast");
+            size_t moved = 0;
+            assert_int_equal(gf_pass_precision_move_casts(t[k].m, &moved), GF_OK);
+            assert_int_equal(gf_graph_validate(t[k].g), GF_OK);
+            assert_int_equal(moved, 1);
+            assert_int_equal(tg_count(&t[k], "Cast"), casts - 2);
+            assert_int_equal(nm->inputs[0]->type.dtype, GF_FLOAT);
+            assert_int_equal(nm->inputs[1]->type.dtype, GF_BFLOAT16);
+            assert_string_equal(nm->inputs[1]->name, "p");
+            assert_int_equal(nm->outputs[0]->type.dtype, GF_BFLOAT16);
+            assert_int_equal(nm->outputs[1]->type.dtype, GF_FLOAT);
+        } else {
+            assert_int_equal(nm->outputs[0]->type.dtype, GF_FLOAT);
+        }
+        const char *params[3] = {"W", "Wo", "g"};
+        struct gf_autodiff_opts ao = {.loss = "loss", .n_params = 3, .params = params};
+        struct gf_autodiff_result r;
+        if (gf_pass_autodiff(t[k].m, &ao, &r) != GF_OK)
+            fail_msg("autodiff: %s", gf_last_error());
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(r.grads[i]->type.dtype, GF_FLOAT);
+        assert_int_equal(tg_count(&t[k], "RMSNormGrad"), 1);
+        assert_int_equal(tg_find_op(&t[k], "RMSNormGrad")->inputs[0]->type.dtype,
+                         k ? GF_BFLOAT16 : GF_FLOAT);
+        t[k].seed = 99;
+        in[k][0] = rand_tensor(&t[k], "x", 3, hd, false);
+        in[k][1] = rand_tensor(&t[k], "h", 3, hd, false);
+        in[k][2] = rand_tensor(&t[k], "R", 3, rd, false);
+        in[k][3] = rand_tensor(&t[k], "R2", 3, hd, false);
+        assert_int_equal(tg_run(&t[k], in[k], 4, out[k], 5), 4);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(out[1][i]->nelem, out[0][i]->nelem);
+        assert_memory_equal(out[1][i]->data, out[0][i]->data, out[0][i]->nelem * sizeof(float));
+    }
+    gf_model_free(t[0].m);
+    gf_model_free(t[1].m);
+}
+
 /* ---- the bundled models ---------------------------------------------------------------- */
 
 static const char *const dirs[] = {"models/mlp/legacy", "models/gpt2_tiny/legacy",
@@ -878,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_rope_cast_hoisted),
         cmocka_unit_test(test_casts_moved),
         cmocka_unit_test(test_rope_casts_folded),
+        cmocka_unit_test(test_norm_casts_folded),
         cmocka_unit_test(test_lce_bf16),
         cmocka_unit_test(test_model_cast_shape),
         cmocka_unit_test(test_subgraph_refused),

@@ -196,10 +196,12 @@ static enum gf_status norm_run(const struct gf_kernel_args *a)
     return GF_OK;
 }
 
+/* One float type; the mixed form (fp32 X, 16-bit R and Y) goes to the
+ * half wrapper (half.c), which widens R and narrows Y around this kernel. */
 static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
-    (void)n;
-    return n_in >= 1 && fu_is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK;
+    return n_in >= 1 && fu_is_float(in[0].dtype) && in[0].rank <= GF_MAX_RANK &&
+           !gf_norm_low_type(n, in, n_in);
 }
 
 #define KERNEL(OP)                                                                      \

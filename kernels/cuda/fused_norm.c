@@ -137,9 +137,18 @@ static void norm_from_rule(const struct gf_tview *x, const struct gf_norm_rule *
     nm->c.n = (int64_t)gf_dims_prod(x->dims, r->axis, x->rank);
     nm->c.rows = nm->c.n ? (int64_t)x->nelem / nm->c.n : 0;
     nm->c.type = gf_dev_type_of(x->dtype); /* gf_cu_type's order */
+    nm->c.ltype = nm->c.type;
     nm->c.eps = r->eps;
     nm->c.woff = r->woff;
     nm->c.flags = (r->rms ? GF_CU_NORM_RMS : 0) | (r->eps_outside ? GF_CU_NORM_EPS_OUT : 0);
+}
+
+/* The mixed form (kernels/checks.h): R and Y, or dY, 16-bit. */
+static void mixed_type(const struct gf_kernel_args *a, struct norm *nm)
+{
+    enum gf_dtype low = gf_norm_low_type(a->node, a->in, a->n_in);
+    if (low)
+        nm->c.ltype = gf_dev_type_of(low);
 }
 
 static enum gf_status norm_check(const struct gf_kernel_args *a, bool run, struct norm *nm)
@@ -153,6 +162,7 @@ static enum gf_status norm_check(const struct gf_kernel_args *a, bool run, struc
     if (st != GF_OK)
         return st;
     norm_from_rule(&a->in[0], &r, nm);
+    mixed_type(a, nm);
     nm->c.flags |= sl.r >= 0 ? GF_CU_NORM_ADD : 0;
     param_init(&nm->w, gf_opt_in(a, sl.w), (size_t)nm->c.n, &nm->ws);
     param_init(&nm->b, r.rms ? NULL : gf_opt_in(a, sl.b), (size_t)nm->c.n, &nm->ws);
@@ -205,6 +215,7 @@ static enum gf_status grad_check(const struct gf_kernel_args *a, bool run, struc
     if (st != GF_OK)
         return st;
     norm_from_rule(&a->in[1], &r, nm);
+    mixed_type(a, nm);
     param_init(&nm->w, fu_has(a, 2) ? &a->in[2] : NULL, (size_t)nm->c.n, &nm->ws);
     bool rms = r.rms, dw = fu_has_out(a, 1) || (!rms && fu_has_out(a, 2));
     /* the geometry as run() will have it: vectors when n allows (the
@@ -317,6 +328,7 @@ static enum gf_status onnx_check(const struct gf_kernel_args *a, bool grad, stru
     nm->c.eps = gf_node_attr_float(a->node, "epsilon", 1e-5f);
     nm->c.flags = GF_CU_NORM_ONNX;
     nm->c.type = gf_dev_type_of(x->dtype);
+    nm->c.ltype = nm->c.type;
     param_init(&nm->w, &a->in[xi + 1], (size_t)nm->c.n, &nm->ws);
     param_init(&nm->b, !grad && fu_has(a, 2) ? &a->in[2] : NULL, (size_t)nm->c.n, &nm->ws);
     if (grad) {
@@ -438,11 +450,14 @@ static bool onnx_lng_supports(const struct gf_node *n, const struct gf_tview *in
 static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     bool lng = n->op == GF_OP_LAYER_NORM_GRAD;
-    if (n_in < 1 || !float_type(in[0].dtype))
+    enum gf_dtype low = gf_norm_low_type(n, in, n_in);
+    bool grad = n->op == GF_OP_RMS_NORM_GRAD || lng;
+    size_t li = grad ? 0 : 1, xi = grad ? 1 : 0; /* the mixed form's 16-bit input, X */
+    if (n_in <= xi || !float_type(in[xi].dtype))
         return false;
     for (size_t i = 0; i < n_in; i++)
         if (in[i].dtype != GF_UNDEFINED &&
-            in[i].dtype != (lng && i >= 3 ? GF_FLOAT : in[0].dtype))
+            in[i].dtype != (lng && i >= 3 ? GF_FLOAT : low && i == li ? low : in[xi].dtype))
             return false;
     return in[0].rank <= GF_MAX_RANK && (n_in < 2 || in[1].rank <= GF_MAX_RANK);
 }

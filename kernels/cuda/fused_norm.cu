@@ -174,13 +174,15 @@ struct stats {
     float inv;
 };
 
-template <int VPT, bool RMS, bool ADD, typename T>
+/* T: X, W, B, S; L: R and Y (T, or 16-bit with an fp32 T: the mixed form) */
+template <int VPT, bool RMS, bool ADD, typename T, typename L>
 __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
 {
     __shared__ double2 sh[32];
-    const T *px = (const T *)p.x, *pr = (const T *)p.r, *pw = (const T *)p.w,
-            *pb = (const T *)p.b;
-    T *py = (T *)p.y, *ps = (T *)p.s;
+    const T *px = (const T *)p.x, *pw = (const T *)p.w, *pb = (const T *)p.b;
+    const L *pr = (const L *)p.r;
+    T *ps = (T *)p.s;
+    L *py = (L *)p.y;
     const bool onnx = p.flags & GF_CU_NORM_ONNX, eps_out = p.flags & GF_CU_NORM_EPS_OUT;
     const int t = threadIdx.x, bs = blockDim.x;
     const int64_t n = p.n;
@@ -229,7 +231,8 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_fwd(gf_cu_norm p)
         } else {
             /* generic: the row re-read; with S, the later passes read S */
             const int64_t base = row * n;
-            const T *x = px + base, *r = ADD ? pr + base : NULL;
+            const T *x = px + base;
+            const L *r = ADD ? pr + base : NULL;
             T *s = ADD && ps ? ps + base : NULL;
             double acc = 0.0;
             for (int64_t j = t; j < n; j += bs) {
@@ -324,11 +327,13 @@ __device__ __forceinline__ double gw_d(bool onnx, float g, float w)
     return onnx ? (double)g * (double)w : (double)(g * w);
 }
 
-template <int VPT, bool RMS, typename T>
+/* T: X, W, dX, dW, dB; L: dY (T, or 16-bit with an fp32 T) */
+template <int VPT, bool RMS, typename T, typename L>
 __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
 {
     __shared__ double2 sh[32];
-    const T *px = (const T *)p.x, *pdy = (const T *)p.dy, *pwt = (const T *)p.w;
+    const T *px = (const T *)p.x, *pwt = (const T *)p.w;
+    const L *pdy = (const L *)p.dy;
     T *pdx = (T *)p.dx;
     const bool onnx = p.flags & GF_CU_NORM_ONNX, eps_out = p.flags & GF_CU_NORM_EPS_OUT;
     const int t = threadIdx.x, bs = blockDim.x;
@@ -442,7 +447,8 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                 pb[j] = 0.0;
         }
         for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
-            const T *x = px + row * n, *dy = pdy + row * n;
+            const T *x = px + row * n;
+            const L *dy = pdy + row * n;
             T *dx = pdx + row * n;
             grad_row q;
             double s1 = 0.0, s2 = 0.0;
@@ -521,61 +527,74 @@ __global__ void k_colsum(const double *part, T *out, int64_t P, int64_t n)
 
 typedef void (*kfn)(gf_cu_norm);
 
-template <bool RMS, bool ADD, typename T>
+template <bool RMS, bool ADD, typename T, typename L>
 static kfn fwd_pick(int vpt)
 {
     switch (vpt) {
-    case 1: return k_norm_fwd<1, RMS, ADD, T>;
-    case 2: return k_norm_fwd<2, RMS, ADD, T>;
-    case 4: return k_norm_fwd<4, RMS, ADD, T>;
-    case 8: return k_norm_fwd<8, RMS, ADD, T>;
-    default: return k_norm_fwd<0, RMS, ADD, T>;
+    case 1: return k_norm_fwd<1, RMS, ADD, T, L>;
+    case 2: return k_norm_fwd<2, RMS, ADD, T, L>;
+    case 4: return k_norm_fwd<4, RMS, ADD, T, L>;
+    case 8: return k_norm_fwd<8, RMS, ADD, T, L>;
+    default: return k_norm_fwd<0, RMS, ADD, T, L>;
     }
 }
 
-template <typename T>
+template <typename T, typename L>
 static kfn fwd_typed(int flags, int vpt)
 {
     bool rms = flags & GF_CU_NORM_RMS, add = flags & GF_CU_NORM_ADD;
-    return rms ? (add ? fwd_pick<true, true, T>(vpt) : fwd_pick<true, false, T>(vpt))
-               : (add ? fwd_pick<false, true, T>(vpt) : fwd_pick<false, false, T>(vpt));
+    return rms ? (add ? fwd_pick<true, true, T, L>(vpt) : fwd_pick<true, false, T, L>(vpt))
+               : (add ? fwd_pick<false, true, T, L>(vpt) : fwd_pick<false, false, T, L>(vpt));
 }
 
-/* The kernel of p->type (gf_cu_type F32, F16, BF16); NULL for another. */
-static kfn fwd_kernel(int type, int flags, int vpt)
+/* The kernel of p->type and p->ltype (gf_cu_type F32, F16, BF16: one
+ * type, or F32 with a 16-bit ltype); NULL for another pair. */
+static kfn fwd_kernel(int type, int ltype, int flags, int vpt)
 {
+    if (type == GF_CU_F32 && ltype == GF_CU_BF16)
+        return fwd_typed<float, __nv_bfloat16>(flags, vpt);
+    if (type == GF_CU_F32 && ltype == GF_CU_F16)
+        return fwd_typed<float, __half>(flags, vpt);
+    if (ltype != type)
+        return NULL;
     switch (type) {
-    case GF_CU_F32: return fwd_typed<float>(flags, vpt);
-    case GF_CU_F16: return fwd_typed<__half>(flags, vpt);
-    case GF_CU_BF16: return fwd_typed<__nv_bfloat16>(flags, vpt);
+    case GF_CU_F32: return fwd_typed<float, float>(flags, vpt);
+    case GF_CU_F16: return fwd_typed<__half, __half>(flags, vpt);
+    case GF_CU_BF16: return fwd_typed<__nv_bfloat16, __nv_bfloat16>(flags, vpt);
     default: return NULL;
     }
 }
 
-template <bool RMS, typename T>
+template <bool RMS, typename T, typename L>
 static kfn grad_pick(int vpt)
 {
     switch (vpt) {
-    case 1: return k_norm_grad<1, RMS, T>;
-    case 2: return k_norm_grad<2, RMS, T>;
-    case 4: return k_norm_grad<4, RMS, T>;
-    case 8: return k_norm_grad<8, RMS, T>;
-    default: return k_norm_grad<0, RMS, T>;
+    case 1: return k_norm_grad<1, RMS, T, L>;
+    case 2: return k_norm_grad<2, RMS, T, L>;
+    case 4: return k_norm_grad<4, RMS, T, L>;
+    case 8: return k_norm_grad<8, RMS, T, L>;
+    default: return k_norm_grad<0, RMS, T, L>;
     }
 }
 
-template <typename T>
+template <typename T, typename L>
 static kfn grad_typed(int flags, int vpt)
 {
-    return (flags & GF_CU_NORM_RMS) ? grad_pick<true, T>(vpt) : grad_pick<false, T>(vpt);
+    return (flags & GF_CU_NORM_RMS) ? grad_pick<true, T, L>(vpt) : grad_pick<false, T, L>(vpt);
 }
 
-static kfn grad_kernel(int type, int flags, int vpt)
+static kfn grad_kernel(int type, int ltype, int flags, int vpt)
 {
+    if (type == GF_CU_F32 && ltype == GF_CU_BF16)
+        return grad_typed<float, __nv_bfloat16>(flags, vpt);
+    if (type == GF_CU_F32 && ltype == GF_CU_F16)
+        return grad_typed<float, __half>(flags, vpt);
+    if (ltype != type)
+        return NULL;
     switch (type) {
-    case GF_CU_F32: return grad_typed<float>(flags, vpt);
-    case GF_CU_F16: return grad_typed<__half>(flags, vpt);
-    case GF_CU_BF16: return grad_typed<__nv_bfloat16>(flags, vpt);
+    case GF_CU_F32: return grad_typed<float, float>(flags, vpt);
+    case GF_CU_F16: return grad_typed<__half, __half>(flags, vpt);
+    case GF_CU_BF16: return grad_typed<__nv_bfloat16, __nv_bfloat16>(flags, vpt);
     default: return NULL;
     }
 }
@@ -630,7 +649,7 @@ extern "C" void gf_cu_norm_plan(struct gf_cu_norm *p, int grad, int want_block, 
         int bps = want_bps;
         if (bps <= 0) {
             bps = 0;
-            kfn k = grad_kernel(p->type, p->flags, p->vpt);
+            kfn k = grad_kernel(p->type, p->ltype, p->flags, p->vpt);
             if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k, p->block, 0) !=
                           cudaSuccess) {
                 cudaGetLastError();
@@ -648,7 +667,7 @@ extern "C" cudaError_t gf_cu_norm_fwd(cudaStream_t s, const struct gf_cu_norm *p
     if (p->rows <= 0 || p->n <= 0)
         return cudaSuccess;
     unsigned grid = (unsigned)(p->rows < 0x7fffffff ? p->rows : 0x7fffffff);
-    kfn k = fwd_kernel(p->type, p->flags, p->vpt);
+    kfn k = fwd_kernel(p->type, p->ltype, p->flags, p->vpt);
     if (!k)
         return cudaErrorInvalidValue;
     k<<<grid, p->block, 0, s>>>(*p);
@@ -660,7 +679,7 @@ extern "C" cudaError_t gf_cu_norm_grad(cudaStream_t s, const struct gf_cu_norm *
     if (p->n <= 0)
         return cudaSuccess;
     bool rms = p->flags & GF_CU_NORM_RMS;
-    kfn k = grad_kernel(p->type, p->flags, p->vpt);
+    kfn k = grad_kernel(p->type, p->ltype, p->flags, p->vpt);
     if (!k)
         return cudaErrorInvalidValue;
     size_t es = p->type == GF_CU_F32 ? sizeof(float) : 2; /* 0 is all-zero bits in each */

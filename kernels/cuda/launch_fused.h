@@ -33,6 +33,8 @@ extern "C" {
  * added to W (in double, as the CPU's expansion).  Sums are in double. */
 struct gf_cu_norm {
     int flags, type;
+    int ltype;                        /* R, Y (forward), dY (backward): type, or the
+                                       * mixed form's fp16 / bf16 with an fp32 type */
     int64_t rows, n;
     float eps, woff;
     const void *x, *r, *w, *b;        /* forward: X, R?, W?, B? */
