@@ -567,11 +567,13 @@ enum gf_status gf_rule_norm(const struct gf_node *n, const struct gf_shape *x,
 enum gf_status gf_rule_norm_grad(const struct gf_node *n, const struct gf_shape *dy,
                                  const struct gf_shape *x, const struct gf_shape *w,
                                  const struct gf_shape *mean, const struct gf_shape *istd,
-                                 struct gf_norm_rule *o)
+                                 const struct gf_shape *g, struct gf_norm_rule *o)
 {
     enum gf_status st = norm_common(n, x, n->op == GF_OP_RMS_NORM_GRAD, w != NULL, o);
     if (st == GF_OK)
         st = like_x(n, dy, "dY", x);
+    if (st == GF_OK)
+        st = like_x(n, g, "G", x);
     if (st == GF_OK)
         st = norm_param(n, w, "W", 2, o);
     if (st != GF_OK || n->op == GF_OP_RMS_NORM_GRAD)

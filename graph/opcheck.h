@@ -184,10 +184,11 @@ struct gf_norm_rule {
 enum gf_status gf_rule_norm(const struct gf_node *n, const struct gf_shape *x,
                             const struct gf_shape *r, const struct gf_shape *w,
                             const struct gf_shape *b, struct gf_norm_rule *o);
+/* RMSNormGrad's G (input 3, added to dX) has X's shape; NULL: absent. */
 enum gf_status gf_rule_norm_grad(const struct gf_node *n, const struct gf_shape *dy,
                                  const struct gf_shape *x, const struct gf_shape *w,
                                  const struct gf_shape *mean, const struct gf_shape *istd,
-                                 struct gf_norm_rule *o);
+                                 const struct gf_shape *g, struct gf_norm_rule *o);
 
 /* ---- activations -------------------------------------------------------------
  * SwiGLU(G, U), GeGLU(G, U), SiLU(X), Gelu(X) -> Y: G and U broadcast;

@@ -2645,14 +2645,15 @@ static enum gf_status infer_rotary(struct ctx *c)
 
 /* ---- fused backward ops (graphfuse; passes/grad_rules_fused.c) ------------ */
 
-/* RMSNormGrad(dY, X, W?) -> dX like X, dW shaped X.shape[axis:] (the rule
- * sums it down to W's shape when W was broadcast); LayerNormGrad(dY, X, W?,
+/* RMSNormGrad(dY, X, W?, G?) -> dX like X, dW shaped X.shape[axis:] (the
+ * rule sums it down to W's shape when W was broadcast), dXl (dX in dY's
+ * type: a 16-bit dY's R gradient, docs/precision.md); LayerNormGrad(dY, X, W?,
  * Mean?, InvStdDev?) -> dX, dW, dB, the same with dB like dW.  The checks:
  * opcheck.c. */
 static enum gf_status infer_rms_norm_grad(struct ctx *c)
 {
     struct gf_value *dy, *x;
-    struct gf_shape d, s, ws, ms, is;
+    struct gf_shape d, s, ws, ms, is, gs;
     struct gf_norm_rule r;
     bool ln = c->n->op == GF_OP_LAYER_NORM_GRAD;
     if (need(c, 0, &dy) || need(c, 1, &x))
@@ -2660,11 +2661,13 @@ static enum gf_status infer_rms_norm_grad(struct ctx *c)
     shape_of(dy, &d);
     shape_of(x, &s);
     if (gf_rule_norm_grad(c->n, &d, &s, rule_shape(c, 2, &ws), ln ? rule_shape(c, 3, &ms) : NULL,
-                          ln ? rule_shape(c, 4, &is) : NULL, &r))
+                          ln ? rule_shape(c, 4, &is) : NULL, ln ? NULL : rule_shape(c, 3, &gs),
+                          &r))
         return GF_ERR_INVALID;
     if (set_out_like(c, 0, 1, &s) || set_out_like(c, 1, 1, &r.block))
         return GF_ERR_INVALID;
-    return set_out_like(c, 2, 1, &r.block);
+    /* LayerNormGrad's dB like dW; RMSNormGrad's dXl: dX in dY's type */
+    return ln ? set_out_like(c, 2, 1, &r.block) : set_out_like(c, 2, 0, &s);
 }
 
 /* SwiGLUGrad GeGLUGrad (dY, G, U) -> dG, dU, both like dY (the rule writes

@@ -630,8 +630,8 @@ enum gf_status gf_norm_check_run(const struct gf_kernel_args *a, const struct gf
 enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm_rule *r)
 {
     const struct gf_tview *x = &a->in[1];
-    struct gf_shape dy, xs, ws, ms, is;
-    const struct gf_shape *wp = NULL, *mp = NULL, *ip = NULL;
+    struct gf_shape dy, xs, ws, ms, is, gs;
+    const struct gf_shape *wp = NULL, *mp = NULL, *ip = NULL, *gp = NULL;
     bool ln = a->node->op == GF_OP_LAYER_NORM_GRAD;
     enum gf_dtype low = gf_norm_low_type(a->node, a->in, a->n_in);
     enum gf_status st = fu_check_given(a, 1, "X", GF_UNDEFINED);
@@ -643,11 +643,13 @@ enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm
         st = opt_shape(a, 3, "Mean", compute_type(x->dtype), &ms, &mp);
     if (st == GF_OK && ln)
         st = opt_shape(a, 4, "InvStdDev", compute_type(x->dtype), &is, &ip);
+    if (st == GF_OK && !ln)
+        st = opt_shape(a, 3, "G", x->dtype, &gs, &gp);
     if (st != GF_OK)
         return st;
     gf_shape_of_view(&a->in[0], &dy);
     gf_shape_of_view(x, &xs);
-    return gf_rule_norm_grad(a->node, &dy, &xs, wp, mp, ip, r);
+    return gf_rule_norm_grad(a->node, &dy, &xs, wp, mp, ip, gp, r);
 }
 
 enum gf_status gf_norm_grad_check_run(const struct gf_kernel_args *a,
@@ -656,12 +658,15 @@ enum gf_status gf_norm_grad_check_run(const struct gf_kernel_args *a,
     const struct gf_tview *x = &a->in[1];
     int64_t dims[GF_MAX_RANK];
     int rank = gf_shape_dims(&r->block, dims);
+    bool ln = a->node->op == GF_OP_LAYER_NORM_GRAD;
     enum gf_status st = inputs_have_data(a);
     if (st == GF_OK)
         st = fu_check_out(a, 0, x->dtype, x->rank, x->dims);
-    for (size_t k = 1; k < 3 && st == GF_OK; k++) /* dW, dB like the block */
+    for (size_t k = 1; k < (ln ? 3u : 2u) && st == GF_OK; k++) /* dW, dB like the block */
         if (fu_has_out(a, k))
             st = fu_check_out(a, k, x->dtype, rank, dims);
+    if (st == GF_OK && !ln && fu_has_out(a, 2)) /* dXl: dX in dY's type */
+        st = fu_check_out(a, 2, a->in[0].dtype, x->rank, x->dims);
     return st;
 }
 

@@ -281,7 +281,8 @@ enum gf_status gf_norm_check_run(const struct gf_kernel_args *a, const struct gf
  * residual adds of 16-bit products (docs/precision.md); computed in fp32,
  * Y rounded once, as the Casts around the fp32 form. */
 enum gf_dtype gf_norm_low_type(const struct gf_node *n, const struct gf_tview *in, size_t n_in);
-/* RMSNormGrad LayerNormGrad: inputs and rule; then the data and dX, dW?, dB?. */
+/* RMSNormGrad LayerNormGrad: inputs and rule; then the data and dX, dW?, dB?
+ * (RMSNormGrad: dX, dW?, dXl?, its G? added to dX; dXl dX in dY's type). */
 enum gf_status gf_norm_grad_check(const struct gf_kernel_args *a, struct gf_norm_rule *r);
 enum gf_status gf_norm_grad_check_run(const struct gf_kernel_args *a,
                                       const struct gf_norm_rule *r);

@@ -77,15 +77,18 @@ static void norm_input_grads(struct gf_grad_args *a, bool add, struct gf_value *
 
 /* ---- RMSNorm, AddRMSNorm --------------------------------------------------------
  *   RMSNorm(X, W?) -> Y:           dX, dW = RMSNormGrad(g, X, W)
- *   AddRMSNorm(X, R, W?) -> Y, S:  dS = RMSNormGrad(g, S, W).dX + gS
+ *   AddRMSNorm(X, R, W?) -> Y, S:  dS = RMSNormGrad(g, S, W, G = gS).dX
  *                                  dX = dR = dS   (gS: S's other users)
- * S omitted by the forward is recomputed as Add(X, R).  dW is
- * X.shape[axis:], summed down to W's shape when W was broadcast. */
+ * RMSNormGrad adds gS itself (its input G); in the mixed form (a 16-bit R,
+ * kernels/checks.h) it writes R's gradient in R's type too (its dXl).  S
+ * omitted by the forward is recomputed as Add(X, R).  dW is X.shape[axis:],
+ * summed down to W's shape when W was broadcast. */
 enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
 {
     bool add = a->n->op == GF_OP_ADD_RMS_NORM;
     struct gf_value *x = add ? out(a, 1) : in(a, 0), *w = in(a, add ? 2 : 1);
-    struct gf_value *outs[2] = {NULL}, *ds = NULL;
+    struct gf_value *outs[3] = {NULL};
+    struct gf_value *gs = add && a->n->n_outputs > 1 ? a->dy[1] : NULL;
     int ax = block_axis(a, in(a, 0));
     if (!kernel_dtype(in(a, 0)) || ax < 0)
         return gf_grad_inline(a);
@@ -93,8 +96,10 @@ enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
         if (!x)
             x = gf_ad_op2(a->ad, "Add", in(a, 0), in(a, 1));
         bool dw = w && need(a, add ? 2 : 1);
-        struct gf_value *ins[3] = {a->dy[0], x, w};
-        struct gf_value *d = gf_ad_node(a->ad, "RMSNormGrad", w ? 3 : 2, ins, dw ? 2 : 1, outs);
+        bool low = add && need(a, 1) && gf_ad_dtype(in(a, 1)) != gf_ad_dtype(in(a, 0));
+        struct gf_value *ins[4] = {a->dy[0], x, w, gs};
+        struct gf_value *d = gf_ad_node(a->ad, "RMSNormGrad", gs ? 4 : w ? 3 : 2, ins,
+                                        low ? 3 : dw ? 2 : 1, outs);
         d = gf_ad_attr_int(a->ad, d, "axis", ax);
         d = gf_ad_attr_copy(a->ad, d, "epsilon");
         d = gf_ad_attr_copy(a->ad, d, "eps_outside");
@@ -104,11 +109,15 @@ enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
                                      ? outs[1]
                                      : gf_ad_op2(a->ad, "SumToShape", outs[1],
                                                  gf_ad_shape(a->ad, w));
-        ds = d;
+        if (low) {
+            a->dx[0] = need(a, 0) ? d : NULL;
+            a->dx[1] = outs[2];
+        } else {
+            norm_input_grads(a, add, d);
+        }
+        return gf_ad_status(a->ad);
     }
-    if (add && a->n->n_outputs > 1 && a->dy[1])
-        ds = ds ? gf_ad_op2(a->ad, "Add", ds, a->dy[1]) : a->dy[1];
-    norm_input_grads(a, add, ds);
+    norm_input_grads(a, add, gs);
     return gf_ad_status(a->ad);
 }
 

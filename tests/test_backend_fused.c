@@ -144,10 +144,23 @@ static void compare_inplace(const struct gf_node *nd, const struct gf_tview *in,
     compare_inplace_cfg(nd, in, n_in, host, out, n_out, ok, ik, NULL, rtol, atol);
 }
 
-/* How much of a kernel's config space a case runs: the automatic config,
- * each value of each knob (the others automatic), or a sweep (a pairwise
- * covering subset, or with GRAPHFUSE_TEST_ALL_CONFIGS=1 the cross product). */
-enum sweep { AUTO, EACH, ALL };
+/* How much of a kernel's config space a case runs: the automatic config;
+ * NARROW: that and 64-item work-groups (the knob "wg": rows too long for
+ * the registers of a slot that narrow are re-read); SOME: each value of
+ * each knob (the others automatic) but those of "wg" and "per_item" (they
+ * pick the work-group and the vectors a work-item holds: each a build of
+ * its own on PoCL, among its slowest on long rows), for a shape of a
+ * kernel that another case sweeps EACH on a shorter row; EACH: each value
+ * of each knob; or a sweep (a pairwise covering subset, or with
+ * GRAPHFUSE_TEST_ALL_CONFIGS=1 the cross product).  NARROW and SOME are
+ * EACH with GRAPHFUSE_TEST_ALL_CONFIGS=1. */
+enum sweep { AUTO, NARROW, SOME, EACH, ALL };
+
+/* Whether SOME skips the values of knob kn. */
+static bool some_skips(const struct gf_config_knob *kn)
+{
+    return strcmp(kn->name, "per_item") == 0 || strcmp(kn->name, "wg") == 0;
+}
 
 /* bt_compare over the configs of `sweep`; returns how many were run (ALL:
  * the size of the space swept). */
@@ -157,6 +170,8 @@ static int compare_sweep(const struct gf_node *nd, const struct gf_tview *in, si
 {
     if (sweep == ALL)
         return bt_compare_configs(nd, in, n_in, host, out, n_out, rtol, atol);
+    if ((sweep == NARROW || sweep == SOME) && bt_all_configs())
+        sweep = EACH;
     bt_compare(nd, in, n_in, host, out, n_out, rtol, atol);
     if (sweep == AUTO)
         return 1;
@@ -170,21 +185,29 @@ static int compare_sweep(const struct gf_node *nd, const struct gf_tview *in, si
         return 0;
     int cfg[16], runs = 1;
     for (size_t i = 0; i < k->n_knobs; i++)
-        for (int v = 1; v < k->knobs[i].n_values; v++, runs++) {
+        for (int v = 1; v < k->knobs[i].n_values; v++) {
+            int val = k->knobs[i].values[v];
+            if (sweep == NARROW ? strcmp(k->knobs[i].name, "wg") != 0 || val != 64
+                                : sweep == SOME && some_skips(&k->knobs[i]))
+                continue;
             for (size_t j = 0; j < k->n_knobs; j++)
                 cfg[j] = k->knobs[j].values[0];
-            cfg[i] = k->knobs[i].values[v];
+            cfg[i] = val;
             bt_compare_cfg(nd, in, n_in, host, out, n_out, cfg, rtol, atol);
+            runs++;
         }
     return runs;
 }
 
 /* ---- norms ----------------------------------------------------------------------------- */
 
-/* compare_sweep's count for a norm kernel (5 knobs of 4, 4, 2, 3, 4 values). */
+/* compare_sweep's count for a norm kernel (5 knobs of 4, 4, 2, 3, 4 values:
+ * wg, per_item, vec, prefetch, groups_per_cu). */
 static int norm_configs(enum sweep sweep)
 {
-    return sweep == ALL ? 384 : sweep == EACH ? 13 : 1;
+    if (sweep != ALL && sweep != AUTO && bt_all_configs())
+        sweep = EACH;
+    return sweep == ALL ? 384 : sweep == EACH ? 13 : sweep == SOME ? 7 : sweep == NARROW ? 2 : 1;
 }
 
 static const int64_t row_lens[] = {1, 3, 7, 8, 33, 1000, 4096, 4097, 5000};
@@ -226,7 +249,7 @@ static void test_rmsnorm(void **state)
     rms_case("RMSNorm", 5, 1000, true, false, 0, 1.0f, AUTO);  /* Gemma (1 + w) */
     rms_case("RMSNorm", 7, 33, true, false, 1, 1.0f, EACH);
     rms_case("RMSNorm", 9, 4096, true, false, 0, 0, ALL);      /* every config */
-    rms_case("RMSNorm", 3, 5000, true, false, 0, 0, EACH);      /* fits some configs only */
+    rms_case("RMSNorm", 3, 5000, true, false, 0, 0, NARROW);    /* fits some configs only */
     rms_case("RMSNorm", 4, 1, true, false, 0, 0, EACH);
     rms_case("RMSNorm", 500, 33, true, false, 0, 0, AUTO);     /* many rows a work-group */
     rms_case("RMSNorm", 300, 1000, true, false, 1, 0, AUTO);
@@ -289,7 +312,7 @@ static void test_layernorm(void **state)
     ln_case("AddLayerNorm", 64, 1000, false, true, false, AUTO);
     ln_case("LayerNorm", 7, 33, true, true, true, EACH);
     ln_case("AddLayerNorm", 5, 4096, true, true, true, EACH);
-    ln_case("LayerNorm", 3, 5000, true, true, true, EACH);
+    ln_case("LayerNorm", 3, 5000, true, true, true, NARROW);
     ln_case("AddLayerNorm", 400, 64, true, true, true, AUTO);
     static const int reread[5] = {64, 2, 0, 1, 1}; /* 2 a work-item: 512 > 64 items */
     for (int c = 0; c < 2; c++) { /* Y over X */
@@ -357,7 +380,7 @@ static void test_rmsnorm_grad(void **state)
     rms_grad_case(7, 1000, true, 0, 1.0f, AUTO);
     rms_grad_case(9, 33, true, 1, 1.0f, EACH);
     rms_grad_case(5, 4096, true, 0, 0, ALL);
-    rms_grad_case(3, 5000, true, 0, 0, EACH);
+    rms_grad_case(3, 5000, true, 0, 0, NARROW);
     rms_grad_case(1000, 40, true, 0, 0, AUTO);
     /* dX over dY and over X, automatic and with rows re-read (64 work-items a row) */
     static const int reread[5] = {64, 2, 0, 1, 1};
@@ -766,7 +789,7 @@ static void test_layernorm_grad(void **state)
     ln_grad_case(7, 1000, true, false, 2, AUTO);
     ln_grad_case(7, 1000, true, true, 0, AUTO);
     ln_grad_case(9, 33, true, false, 3, EACH);
-    ln_grad_case(5, 4096, true, true, 3, EACH);
+    ln_grad_case(5, 4096, true, true, 3, SOME); /* wg, per_item: on 33 above */
     static const int reread[5] = {64, 2, 0, 1, 1}; /* rows re-read */
     for (size_t ik = 0; ik < 2; ik++)
         for (int c = 0; c < 2; c++) {
@@ -1016,7 +1039,9 @@ static void test_half_norms(void **state)
     (void)state;
     need_backend();
     static const char *const ops[] = {"RMSNorm", "AddRMSNorm", "LayerNorm", "AddLayerNorm"};
-    static const int64_t lens[] = {1, 7, 33, 1000, 4096, 5000};
+    /* scalar and float4 rows; rows wider than 256 work-items (5000) are
+     * the same loads and stores as 4096's, in another build on PoCL: fp32 */
+    static const int64_t lens[] = {1, 7, 33, 1000, 4096};
     for (int h = 0; h < 2; h++)
         for (int o = 0; o < 4; o++)
             for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++)
@@ -1036,7 +1061,10 @@ static void test_half_norms(void **state)
 }
 
 /* RMSNormGrad and LayerNormGrad (statistics given as float, or not) on half
- * tensors, against fp32 on their widening. */
+ * tensors, against fp32 on their widening: scalar rows (7) and float4
+ * rows (1000, 4096), each kernel and each type with both, each kernel with
+ * each type on one of them (every pair of the three; with
+ * GRAPHFUSE_TEST_ALL_CONFIGS=1 every length with both types). */
 static void test_half_norm_grads(void **state)
 {
     (void)state;
@@ -1047,26 +1075,37 @@ static void test_half_norm_grads(void **state)
             enum gf_dtype dt = halves[h];
             int64_t n = lens[i], rows = 6;
             double rtol = half_rtol(dt), atol = 1e-5 * (double)rows;
-            struct gf_node *nd = node("RMSNormGrad", 3, 2);
-            set_float(nd, "epsilon", 1e-5f);
-            struct gf_tview in[5] = {hrand(dt, -1, 1, DIMS(rows, n)),
-                                     hrand(dt, 0.5f, 2, DIMS(rows, n)),
-                                     hrand(dt, 0.5f, 1.5f, DIMS(n))};
-            struct gf_tview out[3] = {hout(dt, DIMS(rows, n)), hout(dt, DIMS(n))};
-            compare_widened(nd, in, 3, out, 2, rtol, atol);
-            release_bufs();
-            nd = node("LayerNormGrad", 5, 3);
-            set_float(nd, "epsilon", 1e-5f);
-            in[0] = hrand(dt, -1, 1, DIMS(rows, n));
-            in[1] = hrand(dt, -2, 3, DIMS(rows, n));
-            in[2] = hrand(dt, 0.5f, 1.5f, DIMS(n));
-            in[3] = i == 1 ? frand(-0.5f, 0.5f, DIMS(rows, 1)) : NONE;
-            in[4] = i == 1 ? frand(0.5f, 2, DIMS(rows, 1)) : NONE;
-            out[0] = hout(dt, DIMS(rows, n));
-            out[1] = hout(dt, DIMS(n));
-            out[2] = hout(dt, DIMS(n));
-            compare_widened(nd, in, 5, out, 3, rtol, 4 * atol);
-            release_bufs();
+            bool all = bt_all_configs(), scalar = i == 0;
+            /* RMSNormGrad: fp16 scalar, bf16 float4; LayerNormGrad the
+             * other way round, statistics given on 1000 and bf16's 7 */
+            bool stats = i == 1 || (h == 1 && scalar);
+            struct gf_tview in[5], out[3];
+            struct gf_node *nd;
+            if (all || scalar == (h == 0)) {
+                nd = node("RMSNormGrad", 3, 2);
+                set_float(nd, "epsilon", 1e-5f);
+                in[0] = hrand(dt, -1, 1, DIMS(rows, n));
+                in[1] = hrand(dt, 0.5f, 2, DIMS(rows, n));
+                in[2] = hrand(dt, 0.5f, 1.5f, DIMS(n));
+                out[0] = hout(dt, DIMS(rows, n));
+                out[1] = hout(dt, DIMS(n));
+                compare_widened(nd, in, 3, out, 2, rtol, atol);
+                release_bufs();
+            }
+            if (all || scalar == (h == 1)) {
+                nd = node("LayerNormGrad", 5, 3);
+                set_float(nd, "epsilon", 1e-5f);
+                in[0] = hrand(dt, -1, 1, DIMS(rows, n));
+                in[1] = hrand(dt, -2, 3, DIMS(rows, n));
+                in[2] = hrand(dt, 0.5f, 1.5f, DIMS(n));
+                in[3] = stats ? frand(-0.5f, 0.5f, DIMS(rows, 1)) : NONE;
+                in[4] = stats ? frand(0.5f, 2, DIMS(rows, 1)) : NONE;
+                out[0] = hout(dt, DIMS(rows, n));
+                out[1] = hout(dt, DIMS(n));
+                out[2] = hout(dt, DIMS(n));
+                compare_widened(nd, in, 5, out, 3, rtol, 4 * atol);
+                release_bufs();
+            }
         }
 }
 
@@ -1105,6 +1144,21 @@ static void test_norm_mixed(void **state)
                 out[1] = fout(DIMS(n));
                 out[2] = fout(DIMS(n));
                 bt_compare(nd, in, 3 + 2 * ln, ALL_HOST, out, 2 + ln, RTOL, atol);
+                release_bufs();
+            }
+            /* RMSNormGrad adding G to dX and writing dX in dY's type too (dXl):
+             * AddRMSNorm's backward, mixed and all fp32 */
+            for (int mixed = 0; mixed < 2; mixed++) {
+                struct gf_node *nd = node("RMSNormGrad", 4, 3);
+                set_float(nd, "epsilon", 1e-5f);
+                enum gf_dtype lt = mixed ? dt : GF_FLOAT;
+                struct gf_tview in[4] = {mixed ? hrand(dt, -1, 1, DIMS(rows, n))
+                                               : frand(-1, 1, DIMS(rows, n)),
+                                         frand(-2, 3, DIMS(rows, n)), frand(0.5f, 1.5f, DIMS(n)),
+                                         frand(-1, 1, DIMS(rows, n))};
+                struct gf_tview out[3] = {fout(DIMS(rows, n)), fout(DIMS(n)),
+                                          mixed ? hout(lt, DIMS(rows, n)) : fout(DIMS(rows, n))};
+                bt_compare(nd, in, 4, ALL_HOST, out, 3, mixed ? rtol : RTOL, atol);
                 release_bufs();
             }
         }

@@ -717,9 +717,9 @@ static void test_cast_gradient(void **state)
  * decoder layer's o projection + post-attention norm): after fusion,
  * AddRMSNorm(x, Cast(p), g) -> Cast(y) -> MatMul.  gf_pass_precision_move_casts
  * folds both Casts into the node (its mixed form: fp32 X and S, bf16 R and
- * Y); autodiff's RMSNormGrad then reads the bf16 dY and R's gradient is
- * cast to bf16.  The loss and every gradient are the same bits as without
- * the fold. */
+ * Y); autodiff's RMSNormGrad then reads the bf16 dY, adds S's other
+ * gradient itself (its G) and writes R's gradient in bf16 too (its dXl).
+ * The loss and every gradient are the same bits as without the fold. */
 static void test_norm_casts_folded(void **state)
 {
     (void)state;
@@ -778,8 +778,14 @@ static void test_norm_casts_folded(void **state)
         for (int i = 0; i < 3; i++)
             assert_int_equal(r.grads[i]->type.dtype, GF_FLOAT);
         assert_int_equal(tg_count(&t[k], "RMSNormGrad"), 1);
-        assert_int_equal(tg_find_op(&t[k], "RMSNormGrad")->inputs[0]->type.dtype,
-                         k ? GF_BFLOAT16 : GF_FLOAT);
+        const struct gf_node *ng = tg_find_op(&t[k], "RMSNormGrad");
+        assert_int_equal(ng->inputs[0]->type.dtype, k ? GF_BFLOAT16 : GF_FLOAT);
+        /* S's other gradient added by the node (G); the mixed form's dR as dXl */
+        assert_int_equal(ng->n_inputs, 4);
+        assert_int_equal(ng->inputs[3]->type.dtype, GF_FLOAT);
+        assert_int_equal(ng->n_outputs, k ? 3 : 2);
+        if (k)
+            assert_int_equal(ng->outputs[2]->type.dtype, GF_BFLOAT16);
         t[k].seed = 99;
         in[k][0] = rand_tensor(&t[k], "x", 3, hd, false);
         in[k][1] = rand_tensor(&t[k], "h", 3, hd, false);

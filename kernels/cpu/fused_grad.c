@@ -1,7 +1,7 @@
 /* CPU kernels of the fused backward ops (domain graphfuse, README "Training",
  * "Fused backward ops"), written by passes/grad_rules_fused.c:
  *
- *   RMSNormGrad         dY, X, W? -> dX, dW?    (RMSNorm, AddRMSNorm: X is S there)
+ *   RMSNormGrad         dY, X, W?, G? -> dX, dW?, dXl?  (RMSNorm, AddRMSNorm: X is S)
  *   SwiGLUGrad          dY, G, U -> dG, dU
  *   GeGLUGrad           dY, G, U -> dG, dU      (approximate "none" / "tanh")
  *   RoPEGrad            dY, Cos, Sin -> dX
@@ -37,14 +37,16 @@ static bool fg_supports(const struct gf_node *n, const struct gf_tview *in, size
  * Per row x (n elements), g = dY (W + offset), ms = mean(x^2):
  *   eps inside:  r = 1/sqrt(ms + eps),   dr/dms = -r^3 / 2
  *   eps outside: r = 1/(sqrt(ms) + eps), dr/dms = -r^2 / (2 sqrt(ms))
- *   dX = r g - k x,  k = -2 dr/dms * sum(g x) / n
- *   dW = sum over rows of dY x r
+ *   dX = r g - k x (+ G: AddRMSNorm's gradient of S),  k = -2 dr/dms * sum(g x) / n
+ *   dW = sum over rows of dY x r;  dXl = dX (in dY's type)
  * eps outside with an all-zero row: k = 0 (the derivative of sqrt at 0 is
  * infinite; sum(g x) is 0 there, so this is the limit along the row). */
 
 struct rmsg {
     const void *dy, *x; /* [rows, n] */
-    void *dx;           /* [rows, n] */
+    const void *g;      /* [rows, n] added to dX, or NULL */
+    void *dx, *dxl;     /* [rows, n]; dxl: a copy of dX (in dY's type: the half
+                         * wrapper narrows it), or NULL */
     const void *w;      /* [n] W + weight_offset (1 without W), workspace */
     double *part;       /* [parts, n] dW partial sums, workspace; NULL: no dW */
     size_t rows, n;
@@ -97,16 +99,20 @@ struct rmsg {
                 k = rr * rr * rr * gx / (double)n;                                      \
             }                                                                           \
             T rt = (T)rr, kt = (T)k;                                                    \
-            /* dx may be dy or x (written in place): read element j first */            \
-            if (pw)                                                                     \
-                for (size_t j = 0; j < n; j++) {                                        \
-                    T d = dy[j], v = x[j];                                              \
+            const T *g = c->g ? (const T *)c->g + r * n : NULL;                         \
+            T *dl = c->dxl ? (T *)c->dxl + r * n : NULL;                                \
+            /* dx may be dy, x or g (written in place): read element j first */         \
+            for (size_t j = 0; j < n; j++) {                                            \
+                T d = dy[j], v = x[j];                                                  \
+                if (pw)                                                                 \
                     pw[j] += (double)d * ((double)v * rr);                              \
-                    dx[j] = rt * (d * w[j]) - kt * v;                                   \
-                }                                                                       \
-            else                                                                        \
-                for (size_t j = 0; j < n; j++)                                          \
-                    dx[j] = rt * (dy[j] * w[j]) - kt * x[j];                            \
+                T o = rt * (d * w[j]) - kt * v;                                         \
+                if (g)                                                                  \
+                    o = o + g[j];                                                       \
+                dx[j] = o;                                                              \
+                if (dl)                                                                 \
+                    dl[j] = o;                                                          \
+            }                                                                           \
         }                                                                               \
     }
 
@@ -189,6 +195,8 @@ static enum gf_status rms_grad_run(const struct gf_kernel_args *a)
     wbytes = (wbytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
     rms_expand_w(a, brank, c.n, off, a->workspace);
     c.dy = a->in[0].data, c.x = x->data, c.dx = a->out[0].data, c.w = a->workspace;
+    c.g = fu_has(a, 3) ? a->in[3].data : NULL;
+    c.dxl = fu_has_out(a, 2) ? a->out[2].data : NULL;
     c.part = want_dw ? (double *)((char *)a->workspace + wbytes) : NULL;
     size_t parts = 0;
     if (c.rows)

@@ -2,7 +2,7 @@
  * fp16 and bf16 storage (computed in fp32 as the CPU's half kernels):
  *
  *   RMSNorm AddRMSNorm LayerNorm AddLayerNorm   X [rows, n] -> Y (S, Mean, InvStdDev)
- *   RMSNormGrad                                 dY, X, W? -> dX, dW?
+ *   RMSNormGrad                                 dY, X, W?, G? -> dX, dW?, dXl?
  *   LayerNormGrad                               dY, X, W?, Mean?, InvStdDev? -> dX, dW?, dB?
  *   LayerNormalization (ONNX)                   X, Scale, B? -> Y, Mean?, InvStdDev?
  *   LayerNormalizationGrad                      dY, X, Scale, Mean?, InvStdDev? -> dX,
@@ -99,7 +99,7 @@ static bool aligned(const void *p)
 /* GF_CU_NORM_VEC when n % 4 == 0 and every pointer of c is 16-byte aligned. */
 static int vec_flag(const struct gf_cu_norm *c)
 {
-    const void *ps[] = {c->x, c->r, c->w, c->b, c->y, c->s, c->dy, c->dx};
+    const void *ps[] = {c->x, c->r, c->w, c->b, c->y, c->s, c->dy, c->dx, c->g, c->dxl};
     if (c->n % 4)
         return 0;
     for (size_t i = 0; i < sizeof(ps) / sizeof(ps[0]); i++)
@@ -252,6 +252,8 @@ static enum gf_status grad_run(const struct gf_kernel_args *a)
     c->dy = a->in[0].data;
     c->x = a->in[1].data;
     c->dx = a->out[0].data;
+    c->g = rms && fu_has(a, 3) ? a->in[3].data : NULL;
+    c->dxl = rms && fu_has_out(a, 2) ? a->out[2].data : NULL;
     if (!rms && fu_has(a, 3) && fu_has(a, 4)) {
         c->mean_in = a->in[3].data;
         c->istd_in = a->in[4].data;

@@ -327,14 +327,15 @@ __device__ __forceinline__ double gw_d(bool onnx, float g, float w)
     return onnx ? (double)g * (double)w : (double)(g * w);
 }
 
-/* T: X, W, dX, dW, dB; L: dY (T, or 16-bit with an fp32 T) */
+/* T: X, W, G, dX, dW, dB; L: dY, dXl (T, or 16-bit with an fp32 T) */
 template <int VPT, bool RMS, typename T, typename L>
 __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
 {
     __shared__ double2 sh[32];
-    const T *px = (const T *)p.x, *pwt = (const T *)p.w;
+    const T *px = (const T *)p.x, *pwt = (const T *)p.w, *pg = (const T *)p.g;
     const L *pdy = (const L *)p.dy;
     T *pdx = (T *)p.dx;
+    L *pdxl = (L *)p.dxl;
     const bool onnx = p.flags & GF_CU_NORM_ONNX, eps_out = p.flags & GF_CU_NORM_EPS_OUT;
     const int t = threadIdx.x, bs = blockDim.x;
     const int64_t n = p.n;
@@ -423,7 +424,12 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
 #pragma unroll
                     for (int c = 0; c < 4; c++)
                         o[c] = dx_of(RMS, onnx, q, gv[c], xv[c], wv[c], &aw[k][c], &ab[k][c]);
-                    st4(pdx, base + i, make_float4(o[0], o[1], o[2], o[3]));
+                    float4 d4 = make_float4(o[0], o[1], o[2], o[3]);
+                    if (pg) /* read before dX may overwrite it (in place) */
+                        d4 = add4(d4, ld4(pg, base + i));
+                    st4(pdx, base + i, d4);
+                    if (pdxl)
+                        st4(pdxl, base + i, d4);
                 }
             }
         }
@@ -489,7 +495,12 @@ __global__ void __launch_bounds__(BOUND(VPT)) k_norm_grad(gf_cu_norm p)
                 double a = 0.0, b = 0.0;
                 float g = gf_ld(dy + j), v = gf_ld(x + j);
                 float w = wgt1(pwt, j, RMS ? p.woff : 0.0f);
-                gf_st(dx + j, dx_of(RMS, onnx, q, g, v, w, &a, &b));
+                float o = dx_of(RMS, onnx, q, g, v, w, &a, &b);
+                if (pg)
+                    o = o + gf_ld(pg + row * n + j);
+                gf_st(dx + j, o);
+                if (pdxl)
+                    gf_st(pdxl + row * n + j, o);
                 if (pw) {
                     pw[j] += a;
                     if (pb)

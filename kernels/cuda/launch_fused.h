@@ -42,6 +42,8 @@ struct gf_cu_norm {
     float *mean, *istd;
     const void *dy;                   /* backward: dY (X in x) */
     void *dx;
+    const void *g;                    /* RMSNormGrad: G added to dX (type), or NULL */
+    void *dxl;                        /* RMSNormGrad: dX again in ltype, or NULL */
     const float *mean_in, *istd_in;   /* LayerNormGrad: the forward's, or NULL */
     double *part;                     /* [parts, n] dW partial rows (then dB's); NULL: none */
     void *dw, *db;                    /* NULL: not wanted */

@@ -460,6 +460,10 @@ static bool norm_supports(const struct gf_node *n, const struct gf_tview *in, si
 /* dY, X, W: one storable float type; Mean, InvStdDev float. */
 static bool grad_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
+    /* RMSNormGrad's G and dXl (the CPU's and CUDA's): the node runs on the CPU */
+    if (n->op == GF_OP_RMS_NORM_GRAD &&
+        ((n_in > 3 && in[3].dtype != GF_UNDEFINED) || (n->n_outputs > 2 && n->outputs[2])))
+        return false;
     for (size_t i = 3; n->op == GF_OP_LAYER_NORM_GRAD && i < n_in && i < 5; i++)
         if (in[i].dtype != GF_UNDEFINED && in[i].dtype != GF_FLOAT)
             return false;
