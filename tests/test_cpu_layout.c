@@ -326,6 +326,151 @@ static void test_slice(void **state)
     kc_free(&c);
 }
 
+/* Small deterministic generator for the randomized cases below. */
+static uint32_t rng_state = 12345;
+
+static uint32_t rnd(uint32_t n)
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (rng_state >> 8) % n;
+}
+
+/* Element types of every size the copies specialize (1, 2, 4, 8, 16 bytes). */
+static const enum gf_dtype move_types[] = {GF_INT8,  GF_BOOL,  GF_FLOAT16,   GF_BFLOAT16,
+                                           GF_FLOAT, GF_INT32, GF_DOUBLE,    GF_INT64,
+                                           GF_UINT16, GF_COMPLEX64, GF_COMPLEX128};
+#define N_MOVE_TYPES (sizeof(move_types) / sizeof(move_types[0]))
+
+/* A random shape of `rank` dims, at most `cap` elements; size-1 axes often,
+ * sizes around the tile edges (4, 8, 16, 64) and odd ones. */
+static void random_dims(int rank, int64_t *dims, size_t cap)
+{
+    static const int64_t sizes[] = {1, 1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 63, 65, 130};
+    size_t n;
+    do {
+        n = 1;
+        for (int k = 0; k < rank; k++)
+            n *= (size_t)(dims[k] = sizes[rnd(sizeof(sizes) / sizeof(sizes[0]))]);
+    } while (n > cap);
+}
+
+/* Many perms, shapes and element sizes against the reference loop: ranks 1
+ * to 6, size-1 axes, kept inner axes, odd sizes, empty tensors, 1-3 threads. */
+static void test_transpose_random(void **state)
+{
+    (void)state;
+    rng_state = 18;
+    for (int it = 0; it < 600; it++) {
+        int rank = 1 + (int)rnd(6);
+        int64_t dims[6], perm[6];
+        random_dims(rank, dims, it % 10 == 0 ? 300000 : 20000);
+        if (it % 37 == 0)
+            dims[rnd((uint32_t)rank)] = 0; /* empty */
+        for (int k = 0; k < rank; k++)
+            perm[k] = k;
+        for (int k = rank - 1; k > 0; k--) { /* Fisher-Yates */
+            int j = (int)rnd((uint32_t)k + 1);
+            int64_t t = perm[k];
+            perm[k] = perm[j];
+            perm[j] = t;
+        }
+        check_transpose(move_types[rnd(N_MOVE_TYPES)], rank, dims, perm, 1 + (int)rnd(3));
+    }
+    /* the models' shapes, each element size, across threads */
+    static const struct {
+        int rank;
+        int64_t dims[4], perm[4];
+    } fixed[] = {
+        {4, {1, 128, 8, 64}, {0, 2, 1, 3}}, {4, {2, 8, 128, 64}, {0, 2, 1, 3}},
+        {4, {2, 33, 8, 64}, {0, 2, 3, 1}},  {4, {1, 8, 128, 64}, {0, 1, 3, 2}},
+        {3, {8, 64, 128}, {0, 2, 1}},       {2, {513, 300}, {1, 0}},
+        {2, {300, 513}, {1, 0}},            {2, {1, 4097}, {1, 0}},
+        {2, {4097, 3}, {1, 0}},             {3, {3, 1000, 5}, {2, 1, 0}},
+    };
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        for (size_t t = 0; t < N_MOVE_TYPES; t++)
+            check_transpose(move_types[t], fixed[i].rank, fixed[i].dims, fixed[i].perm,
+                            1 + (int)(t % 3));
+}
+
+/* Slices of random shapes, steps of either sign, every element size,
+ * against ref_slice's index lists. */
+static void test_slice_random(void **state)
+{
+    (void)state;
+    rng_state = 7;
+    for (int it = 0; it < 300; it++) {
+        int rank = 1 + (int)rnd(4);
+        int64_t dims[4], st[4], en[4], sp[4], axes[4], cnt[4], lists[4][140];
+        random_dims(rank, dims, 40000);
+        for (int k = 0; k < rank; k++) {
+            int64_t d = dims[k];
+            /* starts from -d: below, ONNX clamps into the axis and numpy (ref_slice) not */
+            st[k] = (int64_t)rnd((uint32_t)(2 * d + 2)) - d;
+            en[k] = (int64_t)rnd((uint32_t)(2 * d + 3)) - d - 1;
+            sp[k] = rnd(3) ? 1 : (int64_t)rnd(4) - 2;
+            sp[k] = sp[k] ? sp[k] : -1;
+            if (sp[k] == 1 && rnd(2)) /* often the whole axis */
+                st[k] = 0, en[k] = d;
+            axes[k] = k;
+            cnt[k] = ref_slice(d, st[k], en[k], sp[k], lists[k]);
+        }
+        enum gf_dtype t = move_types[rnd(N_MOVE_TYPES)];
+        size_t es = gf_dtype_size(t), n = numel(rank, dims), on = numel(rank, cnt);
+        uint8_t *x = pattern(n, es, (unsigned)it);
+        struct kcase c;
+        kc_init(&c, 13, "Slice", 5, 1);
+        kc_in(&c, 0, t, rank, dims, x);
+        kc_ints(&c, 1, (size_t)rank, st);
+        kc_ints(&c, 2, (size_t)rank, en);
+        kc_ints(&c, 3, (size_t)rank, axes);
+        kc_ints(&c, 4, (size_t)rank, sp);
+        uint8_t *y = kc_out(&c, 0, t, rank, cnt);
+        assert_int_equal(kc_run(&c, 1 + it % 3), GF_OK);
+        int64_t oi[4], ii[4];
+        for (size_t o = 0; o < on; o++) {
+            unravel(o, rank, cnt, oi);
+            for (int k = 0; k < rank; k++)
+                ii[k] = lists[k][oi[k]];
+            assert_memory_equal(y + o * es, x + ravel(rank, dims, ii) * es, es);
+        }
+        free(x);
+        kc_free(&c);
+    }
+}
+
+/* Expand of random shapes with broadcast axes anywhere (the inner one
+ * included), every element size. */
+static void test_expand_random(void **state)
+{
+    (void)state;
+    rng_state = 99;
+    for (int it = 0; it < 300; it++) {
+        int rank = 1 + (int)rnd(5), xr = 1 + (int)rnd((uint32_t)rank);
+        int64_t od[5], xd[5], oi[5], ii[5];
+        random_dims(rank, od, 30000);
+        for (int k = 0; k < xr; k++) /* x aligns with the trailing axes */
+            xd[k] = rnd(2) ? 1 : od[rank - xr + k];
+        enum gf_dtype t = move_types[rnd(N_MOVE_TYPES)];
+        size_t es = gf_dtype_size(t), n = numel(xr, xd), on = numel(rank, od);
+        uint8_t *x = pattern(n, es, (unsigned)it);
+        struct kcase c;
+        kc_init(&c, 13, "Expand", 2, 1);
+        kc_in(&c, 0, t, xr, xd, x);
+        kc_ints(&c, 1, (size_t)rank, od);
+        uint8_t *y = kc_out(&c, 0, t, rank, od);
+        assert_int_equal(kc_run(&c, 1 + it % 3), GF_OK);
+        for (size_t o = 0; o < on; o++) {
+            unravel(o, rank, od, oi);
+            for (int k = 0; k < xr; k++)
+                ii[k] = xd[k] == 1 ? 0 : oi[rank - xr + k];
+            assert_memory_equal(y + o * es, x + ravel(xr, xd, ii) * es, es);
+        }
+        free(x);
+        kc_free(&c);
+    }
+}
+
 /* ---- Gather family ----------------------------------------------------------------- */
 
 static void test_gather(void **state)
@@ -1175,6 +1320,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_node_tests),
         cmocka_unit_test(test_transpose),
+        cmocka_unit_test(test_transpose_random),
+        cmocka_unit_test(test_slice_random),
+        cmocka_unit_test(test_expand_random),
         cmocka_unit_test(test_slice),
         cmocka_unit_test(test_gather),
         cmocka_unit_test(test_gather_elements),

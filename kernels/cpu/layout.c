@@ -12,16 +12,23 @@
  * Range and the Scatter reductions do arithmetic, through small
  * macro-generated typed loops.
  *
- * Transpose, Slice, Expand, Tile, Pad and Gather are one "remap": every
- * output axis k gets a table off[k][i] of source element offsets and
+ * Transpose, Slice and Expand are strided copies ("xcopy": a source byte
+ * stride per output axis), reduced to as few axes as they really have and
+ * run as memcpy of the blocks that stay contiguous, or as cache-blocked tiles
+ * where the innermost axis moves.  Tile, Pad and Gather are one "remap":
+ * every output axis k gets a table off[k][i] of source element offsets and
  *     out[i0, ..., iR-1] = src[off[0][i0] + ... + off[R-1][iR-1]]
- * (the pad value where an entry is -1).  The ops differ only in how they
- * fill the tables, which live in the kernel's workspace.
+ * (the pad value where an entry is -1).  They differ only in how they fill
+ * the tables, which live in the kernel's workspace.
  */
 #include <inttypes.h>
 #include <stdint.h>
 
 #include "cpu.h"
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define GRAIN 16384                /* elements worth a thread */
 
@@ -299,6 +306,322 @@ static void remap_run(const struct gf_kernel_args *a, struct remap *r)
     gf_parallel_for(a->n_threads, rows, max_sz(1, GRAIN / n), remap_rows, r);
 }
 
+/* ---- strided copies: Transpose, Slice, Expand ----------------------------------- */
+
+/* out[i0, ..., iR-1] = src[i0 * sst[0] + ... + iR-1 * sst[R-1]] (byte strides, any
+ * sign, 0 for a broadcast axis), the output row-major.  Before running, the
+ * problem is reduced: size-1 axes dropped, neighbouring output axes that stay
+ * neighbours in the source merged, and an innermost axis that reads
+ * consecutive bytes folded into the element, so a kept inner block is moved
+ * as one memcpy.  What is left runs one of two ways:
+ *   tiles  when some outer axis q reads consecutive elements (a transpose
+ *          swapping the innermost axis): tiles of XC_STRIP elements along q
+ *          by XC_BLOCK along the output's last axis, moved as SSE2 blocks
+ *          (4x4 for 4-byte elements, 8x8 for 2- and 1-byte ones, 2x2 for
+ *          8-byte ones).  Few output rows are open at a time, so that their
+ *          lines stay in L1 even at the power-of-two strides of the models
+ *          (where all rows fall into the same few cache sets), and the source
+ *          lines a tile leaves half used are still in L2 for the next one;
+ *   rows   otherwise: runs along the output's last axis, a memcpy each
+ *          when elements are large, a typed strided loop or a fill when not.
+ * Both split into units (tile columns / elements) for gf_parallel_for with a
+ * grain of XC_GRAIN_BYTES, so a small copy stays on the calling thread. */
+#define XC_GRAIN_BYTES 65536
+#define XC_STRIP 8   /* a tile's output rows: few enough to stay in L1 at 4 KiB strides */
+#define XC_BLOCK 128 /* a tile's source rows, and the elements of each output row */
+#define XC_TILE_MAX_ES 32  /* larger elements: rows (each is half a line or more) */
+
+struct xcopy {
+    int rank;
+    int64_t dims[GF_MAX_RANK];
+    int64_t sst[GF_MAX_RANK]; /* source byte stride of each output axis */
+    int64_t dst[GF_MAX_RANK]; /* output byte strides (set by xc_run) */
+    size_t es;                /* bytes moved as one element */
+    const char *src;
+    char *out;
+    /* tiles */
+    int q;                    /* the outer axis with sst == es */
+    size_t strip;             /* elements of axis q per tile (XC_STRIP) */
+    size_t block;             /* elements of the last axis per unit (XC_BLOCK) */
+    size_t blocks;            /* units per outer index: ceil(dims[last] / block) */
+};
+
+static void xc_reduce(struct xcopy *c)
+{
+    int r = 0;
+    for (int k = 0; k < c->rank; k++) {
+        if (c->dims[k] == 1)
+            continue;
+        if (r > 0 && c->sst[r - 1] == c->sst[k] * c->dims[k]) {
+            c->dims[r - 1] *= c->dims[k];
+            c->sst[r - 1] = c->sst[k];
+            continue;
+        }
+        c->dims[r] = c->dims[k];
+        c->sst[r] = c->sst[k];
+        r++;
+    }
+    while (r > 0 && c->sst[r - 1] == (int64_t)c->es) {
+        c->es *= (size_t)c->dims[r - 1];
+        r--;
+    }
+    c->rank = r;
+}
+
+/* n elements along a source stride of sp bytes into consecutive ones. */
+#define XC_ROW(NAME, T)                                                                        \
+    static void NAME(char *d, const char *s, int64_t sp, size_t n)                             \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++) {                                                       \
+            T v;                                                                               \
+            memcpy(&v, s + (int64_t)i * sp, sizeof(T));                                        \
+            memcpy(d + i * sizeof(T), &v, sizeof(T));                                          \
+        }                                                                                      \
+    }
+XC_ROW(xc_row1, uint8_t)
+XC_ROW(xc_row2, uint16_t)
+XC_ROW(xc_row4, uint32_t)
+XC_ROW(xc_row8, uint64_t)
+
+static void xc_row(char *d, const char *s, int64_t sp, size_t n, size_t es)
+{
+    if (sp == 0) {
+        fill_elems(d, s, es, n);
+        return;
+    }
+    switch (es) {
+    case 1: xc_row1(d, s, sp, n); return;
+    case 2: xc_row2(d, s, sp, n); return;
+    case 4: xc_row4(d, s, sp, n); return;
+    case 8: xc_row8(d, s, sp, n); return;
+    default:
+        for (size_t i = 0; i < n; i++)
+            memcpy(d + i * es, s + (int64_t)i * sp, es);
+    }
+}
+
+/* Source byte offset of the output element at flat index `flat` (axes
+ * [0, rank) of c), its multi-index into idx. */
+static int64_t xc_unravel(const struct xcopy *c, size_t flat, int64_t *idx)
+{
+    int64_t off = 0;
+    for (int k = c->rank - 1; k >= 0; k--) {
+        idx[k] = (int64_t)(flat % (size_t)c->dims[k]);
+        flat /= (size_t)c->dims[k];
+        off += idx[k] * c->sst[k];
+    }
+    return off;
+}
+
+/* Units are output elements; runs along the last axis. */
+static void xc_rows(void *ctx, size_t begin, size_t end)
+{
+    const struct xcopy *c = ctx;
+    int last = c->rank - 1;
+    size_t n = (size_t)c->dims[last], es = c->es;
+    int64_t idx[GF_MAX_RANK];
+    int64_t off = xc_unravel(c, begin, idx) - idx[last] * c->sst[last];
+    for (size_t i = begin; i < end;) {
+        size_t j0 = (size_t)idx[last], len = n - j0 < end - i ? n - j0 : end - i;
+        xc_row(c->out + i * es, c->src + off + (int64_t)j0 * c->sst[last], c->sst[last], len,
+               es);
+        i += len;
+        idx[last] = 0;
+        for (int k = last - 1; k >= 0; k--) { /* next row */
+            off += c->sst[k];
+            if (++idx[k] < c->dims[k])
+                break;
+            off -= idx[k] * c->sst[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+/* Tiles: d[a * dp + b * es] = s[b * sp + a * es] for a < na, b < nb, by K x K
+ * blocks (BLOCK moves one, K source rows to K output rows), the edges one
+ * element at a time.  Along b outside, a inside: the na output rows fill
+ * line by line while K source rows at a time are read. */
+#define XC_TILE(NAME, T, K, BLOCK)                                                             \
+    static void NAME(char *d, int64_t dp, const char *s, int64_t sp, size_t na, size_t nb)     \
+    {                                                                                          \
+        size_t nak = na - na % (K), b = 0;                                                     \
+        for (; b + (K) <= nb; b += (K)) {                                                      \
+            const char *sb = s + (int64_t)b * sp;                                              \
+            char *db = d + b * sizeof(T);                                                      \
+            size_t a = 0;                                                                      \
+            for (; a < nak; a += (K))                                                          \
+                BLOCK(db + (int64_t)a * dp, dp, sb + a * sizeof(T), sp);                       \
+            for (; a < na; a++)                                                                \
+                for (int k = 0; k < (K); k++)                                                  \
+                    memcpy(db + (int64_t)a * dp + k * (int64_t)sizeof(T),                      \
+                           sb + k * sp + a * sizeof(T), sizeof(T));                            \
+        }                                                                                      \
+        for (; b < nb; b++)                                                                    \
+            for (size_t a = 0; a < na; a++)                                                    \
+                memcpy(d + (int64_t)a * dp + b * sizeof(T), s + (int64_t)b * sp + a * sizeof(T), \
+                       sizeof(T));                                                             \
+    }
+
+#ifdef __SSE2__
+/* The blocks go through SSE registers by pure moves and shuffles: any bit
+ * pattern, NaN payloads included, comes through unchanged. */
+static inline void xc_blk4(char *d, int64_t dp, const char *s, int64_t sp)
+{
+    __m128 r0 = _mm_loadu_ps((const float *)s);
+    __m128 r1 = _mm_loadu_ps((const float *)(s + sp));
+    __m128 r2 = _mm_loadu_ps((const float *)(s + 2 * sp));
+    __m128 r3 = _mm_loadu_ps((const float *)(s + 3 * sp));
+    _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+    _mm_storeu_ps((float *)d, r0);
+    _mm_storeu_ps((float *)(d + dp), r1);
+    _mm_storeu_ps((float *)(d + 2 * dp), r2);
+    _mm_storeu_ps((float *)(d + 3 * dp), r3);
+}
+
+#define LD(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+#define ST(p, v) _mm_storeu_si128((__m128i *)(void *)(p), v)
+
+/* 8 x 8 of 2-byte elements: three rounds of interleaving. */
+static inline void xc_blk2(char *d, int64_t dp, const char *s, int64_t sp)
+{
+    __m128i r[8], t[8], u[8];
+    for (int i = 0; i < 8; i++)
+        r[i] = LD(s + i * sp);
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm_unpacklo_epi16(r[2 * i], r[2 * i + 1]);    /* cols 0-3 */
+        t[2 * i + 1] = _mm_unpackhi_epi16(r[2 * i], r[2 * i + 1]); /* cols 4-7 */
+    }
+    for (int h = 0; h < 2; h++) /* rows 0-3, rows 4-7 */
+        for (int j = 0; j < 2; j++) { /* cols 0-3, cols 4-7 */
+            u[4 * j + 2 * h] = _mm_unpacklo_epi32(t[4 * h + j], t[4 * h + 2 + j]);
+            u[4 * j + 2 * h + 1] = _mm_unpackhi_epi32(t[4 * h + j], t[4 * h + 2 + j]);
+        }
+    /* u[4j + 2h + m]: rows 4h..4h+3 of cols 4j + 2m, 4j + 2m + 1 */
+    for (int j = 0; j < 2; j++)
+        for (int m = 0; m < 2; m++) {
+            int c = 4 * j + 2 * m;
+            ST(d + c * dp, _mm_unpacklo_epi64(u[4 * j + m], u[4 * j + 2 + m]));
+            ST(d + (c + 1) * dp, _mm_unpackhi_epi64(u[4 * j + m], u[4 * j + 2 + m]));
+        }
+}
+
+/* 8 x 8 bytes: 8-byte loads, three rounds of interleaving, 8-byte stores. */
+static inline void xc_blk1(char *d, int64_t dp, const char *s, int64_t sp)
+{
+    __m128i r[8], t[4], u[4], v[4];
+    for (int i = 0; i < 8; i++)
+        r[i] = _mm_loadl_epi64((const __m128i *)(const void *)(s + i * sp));
+    for (int i = 0; i < 4; i++)
+        t[i] = _mm_unpacklo_epi8(r[2 * i], r[2 * i + 1]); /* rows 2i, 2i+1 interleaved */
+    u[0] = _mm_unpacklo_epi16(t[0], t[1]); /* rows 0-3, cols 0-3 */
+    u[1] = _mm_unpackhi_epi16(t[0], t[1]); /* rows 0-3, cols 4-7 */
+    u[2] = _mm_unpacklo_epi16(t[2], t[3]); /* rows 4-7, cols 0-3 */
+    u[3] = _mm_unpackhi_epi16(t[2], t[3]); /* rows 4-7, cols 4-7 */
+    v[0] = _mm_unpacklo_epi32(u[0], u[2]); /* cols 0, 1 */
+    v[1] = _mm_unpackhi_epi32(u[0], u[2]); /* cols 2, 3 */
+    v[2] = _mm_unpacklo_epi32(u[1], u[3]); /* cols 4, 5 */
+    v[3] = _mm_unpackhi_epi32(u[1], u[3]); /* cols 6, 7 */
+    for (int c = 0; c < 4; c++) {
+        _mm_storel_epi64((__m128i *)(void *)(d + 2 * c * dp), v[c]);
+        _mm_storel_epi64((__m128i *)(void *)(d + (2 * c + 1) * dp), _mm_srli_si128(v[c], 8));
+    }
+}
+
+/* 2 x 2 of 8-byte elements. */
+static inline void xc_blk8(char *d, int64_t dp, const char *s, int64_t sp)
+{
+    __m128i r0 = LD(s), r1 = LD(s + sp);
+    ST(d, _mm_unpacklo_epi64(r0, r1));
+    ST(d + dp, _mm_unpackhi_epi64(r0, r1));
+}
+#undef LD
+#undef ST
+
+XC_TILE(xc_tile1, uint8_t, 8, xc_blk1)
+XC_TILE(xc_tile2, uint16_t, 8, xc_blk2)
+XC_TILE(xc_tile4, uint32_t, 4, xc_blk4)
+XC_TILE(xc_tile8, uint64_t, 2, xc_blk8)
+#else
+#define XC_BLK_NONE(d, dp, s, sp) ((void)0)
+XC_TILE(xc_tile1, uint8_t, 1, XC_BLK_NONE)
+XC_TILE(xc_tile2, uint16_t, 1, XC_BLK_NONE)
+XC_TILE(xc_tile4, uint32_t, 1, XC_BLK_NONE)
+XC_TILE(xc_tile8, uint64_t, 1, XC_BLK_NONE)
+#endif
+
+static void xc_tile(char *d, int64_t dp, const char *s, int64_t sp, size_t na, size_t nb,
+                    size_t es)
+{
+    switch (es) {
+    case 1: xc_tile1(d, dp, s, sp, na, nb); return;
+    case 2: xc_tile2(d, dp, s, sp, na, nb); return;
+    case 4: xc_tile4(d, dp, s, sp, na, nb); return;
+    case 8: xc_tile8(d, dp, s, sp, na, nb); return;
+    default:
+        for (size_t b = 0; b < nb; b++)
+            for (size_t a = 0; a < na; a++)
+                memcpy(d + (int64_t)a * dp + b * es, s + (int64_t)b * sp + a * es, es);
+    }
+}
+
+/* Units are (outer index, block of XC_BLOCK along the output's last axis);
+ * each walks all of axis q in strips of XC_STRIP.  Outer: every axis but q
+ * and the last. */
+static void xc_tiles(void *ctx, size_t begin, size_t end)
+{
+    const struct xcopy *c = ctx;
+    int last = c->rank - 1, q = c->q;
+    size_t A = (size_t)c->dims[q], B = (size_t)c->dims[last], es = c->es;
+    for (size_t u = begin; u < end; u++) {
+        size_t o = u / c->blocks, b0 = u % c->blocks * c->block;
+        size_t nb = B - b0 < c->block ? B - b0 : c->block;
+        int64_t so = (int64_t)b0 * c->sst[last], dof = (int64_t)(b0 * es);
+        for (int k = last - 1; k >= 0; k--) {
+            if (k == q)
+                continue;
+            int64_t i = (int64_t)(o % (size_t)c->dims[k]);
+            o /= (size_t)c->dims[k];
+            so += i * c->sst[k];
+            dof += i * c->dst[k];
+        }
+        for (size_t a0 = 0; a0 < A; a0 += c->strip)
+            xc_tile(c->out + dof + (int64_t)a0 * c->dst[q], c->dst[q], c->src + so + a0 * es,
+                    c->sst[last], A - a0 < c->strip ? A - a0 : c->strip, nb, es);
+    }
+}
+
+/* Runs the copy described by rank, dims, sst, es, src, out (c is reduced in place). */
+static void xc_run(const struct gf_kernel_args *a, struct xcopy *c)
+{
+    if (gf_dims_prod(c->dims, 0, c->rank) == 0)
+        return; /* empty: the pointers may be NULL */
+    xc_reduce(c);
+    if (c->rank == 0) {
+        copy_bytes(a, c->out, c->src, c->es);
+        return;
+    }
+    int last = c->rank - 1;
+    c->dst[last] = (int64_t)c->es;
+    for (int k = last - 1; k >= 0; k--)
+        c->dst[k] = c->dst[k + 1] * c->dims[k + 1];
+    size_t total = gf_dims_prod(c->dims, 0, c->rank);
+    c->q = -1;
+    if (c->es <= XC_TILE_MAX_ES)
+        for (int k = 0; k < last; k++)
+            if (c->sst[k] == (int64_t)c->es)
+                c->q = k;
+    if (c->q < 0) {
+        gf_parallel_for(a->n_threads, total, max_sz(1, XC_GRAIN_BYTES / c->es), xc_rows, c);
+        return;
+    }
+    size_t A = (size_t)c->dims[c->q], B = (size_t)c->dims[last];
+    c->strip = XC_STRIP;
+    c->block = XC_BLOCK;
+    c->blocks = (B + c->block - 1) / c->block;
+    size_t units = total / A / B * c->blocks, unit_bytes = A * c->block * c->es;
+    gf_parallel_for(a->n_threads, units, max_sz(1, XC_GRAIN_BYTES / unit_bytes), xc_tiles, c);
+}
+
 /* ---- Constant, ConstantOfShape, Shape, Size, Range ------------------------------ */
 
 /* Constant's numeric value attributes besides the `value` tensor. */
@@ -555,21 +878,33 @@ static enum gf_status run_view(const struct gf_kernel_args *a)
     return st ? st : finish_copy(a, r, dims);
 }
 
-/* ---- Transpose, Slice, Expand, Tile, Pad: remaps -------------------------------- */
+/* ---- Transpose, Slice, Expand: strided copies; Tile, Pad: remaps ------------------- */
+
+/* A strided copy from input 0 to output 0 of `rank` output dims; sst is the caller's. */
+static void xc_setup(struct xcopy *c, const struct gf_kernel_args *a, int rank,
+                     const int64_t *dims)
+{
+    c->rank = rank;
+    c->es = gf_dtype_size(a->in[0].dtype);
+    memcpy(c->dims, dims, (size_t)rank * sizeof(int64_t));
+    c->src = a->in[0].data;
+    c->out = a->out[0].data;
+}
 
 static enum gf_status run_transpose(const struct gf_kernel_args *a)
 {
     const struct gf_tview *x = &a->in[0];
     int r = x->rank, perm[GF_MAX_RANK];
     int64_t dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    struct remap m;
+    struct xcopy c;
     enum gf_status st = gf_transpose_perm(a, perm, dims);
-    if (st || (st = gf_check_out_dims(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+    if (st || (st = gf_check_out_dims(a, 0, r, dims)))
         return st;
+    xc_setup(&c, a, r, dims);
     strides_of(x, stride);
     for (int k = 0; k < r; k++)
-        remap_linear(&m, k, 0, stride[perm[k]]);
-    remap_run(a, &m);
+        c.sst[k] = stride[perm[k]] * (int64_t)c.es;
+    xc_run(a, &c);
     return GF_OK;
 }
 
@@ -578,15 +913,22 @@ static enum gf_status run_slice(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     int r = x->rank;
     int64_t first[GF_MAX_RANK], step[GF_MAX_RANK], dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    struct remap m;
+    struct xcopy c;
     enum gf_status st = gf_require_inputs(a, 1);
     if (st || (st = gf_slice_plan(a, 1, r, x->dims, first, step, dims)) ||
-        (st = gf_check_out_dims(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+        (st = gf_check_out_dims(a, 0, r, dims)))
         return st;
+    if (!a->out[0].nelem)
+        return GF_OK;
+    xc_setup(&c, a, r, dims);
     strides_of(x, stride);
-    for (int k = 0; k < r; k++)
-        remap_linear(&m, k, first[k] * stride[k], step[k] * stride[k]);
-    remap_run(a, &m);
+    int64_t base = 0;
+    for (int k = 0; k < r; k++) {
+        base += first[k] * stride[k];
+        c.sst[k] = step[k] * stride[k] * (int64_t)c.es;
+    }
+    c.src += base * (int64_t)c.es;
+    xc_run(a, &c);
     return GF_OK;
 }
 
@@ -595,14 +937,15 @@ static enum gf_status run_expand(const struct gf_kernel_args *a)
     const struct gf_tview *x = &a->in[0];
     int r;
     int64_t dims[GF_MAX_RANK], stride[GF_MAX_RANK];
-    struct remap m;
+    struct xcopy c;
     enum gf_status st = gf_expand_dims(a, &r, dims);
-    if (st || (st = gf_check_out_dims(a, 0, r, dims)) || (st = remap_init(a, &m, r, dims)))
+    if (st || (st = gf_check_out_dims(a, 0, r, dims)))
         return st;
+    xc_setup(&c, a, r, dims);
     gf_bcast_strides(x, &a->out[0], stride);
     for (int k = 0; k < r; k++)
-        remap_linear(&m, k, 0, stride[k]);
-    remap_run(a, &m);
+        c.sst[k] = stride[k] * (int64_t)c.es;
+    xc_run(a, &c);
     return GF_OK;
 }
 
@@ -1225,20 +1568,20 @@ static const struct gf_kernel kernels[] = {
     KERNEL(SHAPE, shape, NULL, NULL),
     KERNEL(SIZE, size, NULL, NULL),
     KERNEL(RANGE, range, sup_range, NULL),
-    KERNEL(TRANSPOSE, transpose, sup_move, remap_ws),
+    KERNEL(TRANSPOSE, transpose, sup_move, NULL),
     VIEW(RESHAPE, reshape),
     VIEW(FLATTEN, flatten),
     VIEW(SQUEEZE, squeeze),
     VIEW(UNSQUEEZE, unsqueeze),
     KERNEL(CONCAT, concat, sup_move, NULL),
     KERNEL(SPLIT, split, sup_move, NULL),
-    KERNEL(SLICE, slice, sup_move, remap_ws),
+    KERNEL(SLICE, slice, sup_move, NULL),
     KERNEL(GATHER, gather, sup_move, remap_ws),
     KERNEL(GATHER_ELEMENTS, gather_elements, sup_move, NULL),
     KERNEL(GATHER_ND, gather_nd, sup_move, NULL),
     KERNEL(SCATTER_ND, scatter_nd, sup_scatter, NULL),
     KERNEL(SCATTER_ELEMENTS, scatter_elements, sup_scatter, NULL),
-    KERNEL(EXPAND, expand, sup_move, remap_ws),
+    KERNEL(EXPAND, expand, sup_move, NULL),
     KERNEL(TILE, tile, sup_move, remap_ws),
     KERNEL(PAD, pad, sup_pad, remap_ws),
     KERNEL(TRILU, trilu, sup_move, NULL),
