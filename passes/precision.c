@@ -762,7 +762,8 @@ static bool fold_rope_casts(struct gf_graph *g, struct gf_node *r, enum gf_dtype
 
 /* AddRMSNorm / AddLayerNorm whose R is a widening Cast of a low product
  * (the o / down projection added to the fp32 residual stream) and whose Y
- * is read only by a narrowing Cast (the next GEMMs' input): the node reads
+ * is read only by a narrowing Cast (the next GEMMs' input; Shape / Size
+ * readers aside: the legacy exporter takes the hidden state's shape): the node reads
  * the low R and writes the low Y itself (the mixed form, kernels/checks.h),
  * computing in fp32 as before: the same bits, two Casts fewer.  S stays
  * fp32 (the residual stream); autodiff's RMSNormGrad then reads the low dY
@@ -774,14 +775,18 @@ static bool fold_norm_casts(struct gf_graph *g, struct gf_node *n, enum gf_dtype
         !n->outputs[1] || n->inputs[0]->type.dtype != GF_FLOAT || n->inputs[0]->type.rank < 0)
         return false;
     struct gf_value *r = n->inputs[1], *y = n->outputs[0];
-    struct gf_node *w = r->producer, *c = y->n_uses == 1 ? y->uses[0].node : NULL;
+    struct gf_node *w = r->producer, *c = NULL;
+    for (size_t i = 0; i < y->n_uses && !c; i++)
+        if (y->uses[i].node->op == GF_OP_CAST)
+            c = y->uses[i].node;
     if (!w || w->graph != g || !float_cast(w, low) || w->inputs[0]->type.dtype != low || !c ||
-        !float_cast(c, low) || c->outputs[0]->type.dtype != low || !read_once_by(y, c))
+        !float_cast(c, low) || c->outputs[0]->type.dtype != low || !read_by_and_shapes(y, c))
         return false;
     struct gf_value *z = c->outputs[0];
     gf_graph_remove_node(g, c);
     if (gf_node_set_output(n, 0, z) != GF_OK) /* z has no producer now: cannot fail */
         return false;
+    gf_value_replace_uses(y, z); /* the Shape / Size readers: the same shape */
     gf_node_set_input(n, 1, w->inputs[0]);
     if (r->n_uses == 0 && !r->is_output)
         gf_graph_remove_node(g, w);
