@@ -10,14 +10,17 @@
  *
  * Every config is its own program (its tiles are compile-time constants),
  * and PoCL compiles each for a few seconds, so the sweeps run a covering
- * subset by default: the configs holding every pair of values of two knobs
- * (tests/backend_util.h: 11 of the 72), the default, the largest tiles
- * (128 x 128 with 1024 work-items, and with 8 x 8 per thread) and the other
- * big_cfgs; the large shapes, fp16 and bf16 run every transpose on one
- * config and both untransposed and both transposed on the others (A's and
- * B's loads do not depend on each other).  A config that runs must match
- * the CPU.  GRAPHFUSE_TEST_ALL_CONFIGS=1 runs all 72 configs and every
- * transpose with every config: what the GPU machine runs.
+ * subset by default: programs holding every pair of values of two knobs,
+ * each run with both vec values (a kernel argument, not a build), among
+ * them the default, the largest tiles (128 x 128 with 1024 work-items, and
+ * with 8 x 8 per thread) and the other big_cfgs; the large shapes run
+ * untransposed, and both transposed on the square and the small big_cfgs
+ * (A's and B's loads do not depend on each other; every transpose: the
+ * default config, test_backend_matmul.c),
+ * fp16 and bf16 likewise on a tall 128 x 32 tile.  A config that runs must
+ * match the CPU.  GRAPHFUSE_TEST_ALL_CONFIGS=1 runs all 72 configs, every
+ * transpose with every config and the halves on 8 x 8 per thread too:
+ * what the GPU machine runs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -148,24 +151,76 @@ static size_t config_number(const struct gf_kernel *k, const int *cfg)
 }
 
 /* The configs the sweeps run, as config numbers of k (at most 72): every
- * one with GRAPHFUSE_TEST_ALL_CONFIGS=1, else the pairwise covering subset
- * of bt_sweep (the default first), the largest config and big_cfgs. */
+ * one with GRAPHFUSE_TEST_ALL_CONFIGS=1; else programs (tile_m, tile_n,
+ * tile_k, wpt: the build's constants) each run with every vec (a kernel
+ * argument: no build of its own), the default's first, then the largest
+ * config's and big_cfgs' (built for test_configs_large anyway), then,
+ * greedily, the program covering the most pairs of values of two of its
+ * knobs not yet run, until every such pair has run.  Every vec runs with
+ * every program, so every pair of values of two knobs of k runs (the
+ * coverage of bt_sweep): 22 configs in 11 builds, where bt_sweep's 11
+ * configs and the extras took 16 builds. */
 static size_t sweep_configs(const struct gf_kernel *k, size_t *out)
 {
     size_t space = gf_tune_space_size(k);
     assert_true(space <= 72);
-    size_t n = bt_sweep(k, out, 72);
-    if (n == space)
-        return n;
+    if (bt_all_configs())
+        return bt_sweep(k, out, 72);
+    assert_int_equal(k->n_knobs, 5);
+    assert_string_equal(k->knobs[4].name, "vec");
+    enum { NP = 4 }; /* the program's knobs: all but vec, the last */
+    size_t nv = (size_t)k->knobs[4].n_values, progs = space / nv, n = 0;
+    static bool covered[NP][NP][BT_MAX_VALUES][BT_MAX_VALUES];
+    memset(covered, 0, sizeof(covered));
+    size_t left = 0;
+    for (size_t i = 0; i < NP; i++)
+        for (size_t j = i + 1; j < NP; j++)
+            left += (size_t)k->knobs[i].n_values * (size_t)k->knobs[j].n_values;
     const int *extra[N_BIG + 1] = {largest_cfg};
     for (size_t i = 0; i < N_BIG; i++)
         extra[i + 1] = big_cfgs[i];
-    for (size_t i = 0; i < N_BIG + 1; i++) {
-        size_t c = config_number(k, extra[i]), j = 0;
-        while (j < n && out[j] != c)
-            j++;
-        if (j == n)
-            out[n++] = c;
+    /* program p: config p with vec = values[0] (vec varies slowest) */
+    size_t seeds[N_BIG + 2] = {0}, n_seeds = 1;
+    for (size_t i = 0; i < N_BIG + 1; i++)
+        seeds[n_seeds++] = config_number(k, extra[i]) % progs;
+    for (size_t s = 0;; s++) {
+        size_t p = 0;
+        if (s < n_seeds) {
+            p = seeds[s];
+        } else {
+            if (left == 0)
+                break;
+            size_t gain_best = 0;
+            for (size_t c = 0; c < progs; c++) {
+                int idx[BT_MAX_KNOBS];
+                bt_config_idx(k, c, idx);
+                size_t gain = 0;
+                for (size_t i = 0; i < NP; i++)
+                    for (size_t j = i + 1; j < NP; j++)
+                        gain += !covered[i][j][idx[i]][idx[j]];
+                if (gain > gain_best) {
+                    gain_best = gain;
+                    p = c;
+                }
+            }
+        }
+        int idx[BT_MAX_KNOBS];
+        bt_config_idx(k, p, idx);
+        for (size_t i = 0; i < NP; i++)
+            for (size_t j = i + 1; j < NP; j++)
+                if (!covered[i][j][idx[i]][idx[j]]) {
+                    covered[i][j][idx[i]][idx[j]] = true;
+                    left--;
+                }
+        for (size_t v = 0; v < nv; v++) {
+            size_t c = p + v * progs, j = 0;
+            while (j < n && out[j] != c)
+                j++;
+            if (j == n) {
+                assert_true(n < 72);
+                out[n++] = c;
+            }
+        }
     }
     return n;
 }
@@ -237,8 +292,21 @@ static bool mixed_transposes(int ta, int tb)
     return ta == tb || bt_all_configs();
 }
 
-/* The large-tile configs on larger odd shapes, transposed every way (the
- * first config; the others: mixed_transposes). */
+/* Whether big_cfgs[i] runs transposed: the square tile (slices through
+ * registers) and the small one (slices copied straight) are the two ways
+ * of loading a slice; the tall and the wide tile only with
+ * GRAPHFUSE_TEST_ALL_CONFIGS=1 (each transposed build of an 8 x 8 tile
+ * costs PoCL about 10 s). */
+static bool transposed_big(size_t i)
+{
+    return i == 0 || i == N_BIG - 1 || bt_all_configs();
+}
+
+/* The large-tile configs on larger odd shapes, untransposed and (see
+ * transposed_big) both transposed (mixed_transposes: every way with
+ * GRAPHFUSE_TEST_ALL_CONFIGS=1; A's loads and B's do not depend on each
+ * other, and the default config runs every transpose in
+ * test_backend_matmul.c). */
 static void test_configs_large(void **state)
 {
     (void)state;
@@ -247,10 +315,11 @@ static void test_configs_large(void **state)
         matmul(DIMS(257, 129), DIMS(129, 1000), DIMS(257, 1000), big_cfgs[i]);
         matmul(DIMS(3, 130, 67), DIMS(3, 67, 99), DIMS(3, 130, 99), big_cfgs[i]);
         for (int t = 0; t < 4; t++)
-            if (i == 0 || mixed_transposes(t & 1, t >> 1))
+            if (mixed_transposes(t & 1, t >> 1) && (t == 0 || transposed_big(i)))
                 gemm(t & 1, t >> 1, 0.5f, 2, 130, 257, 99, 1, (int64_t[]){99}, big_cfgs[i]);
-        mme(&mme_cases[4], big_cfgs[i]);
-        if (i == 0 || mixed_transposes(mme_cases[9].ta, mme_cases[9].tb))
+        if (transposed_big(i))
+            mme(&mme_cases[4], big_cfgs[i]);
+        if (mixed_transposes(mme_cases[9].ta, mme_cases[9].tb))
             mme(&mme_cases[9], big_cfgs[i]);
         teardown(NULL);
     }
@@ -327,22 +396,28 @@ static void test_small_device(void **state)
 
 /* ---- float16 / bfloat16 storage ------------------------------------------------------- */
 
-/* big_cfgs[0] as mixed_transposes says (the default config:
- * test_backend_matmul.c). */
+/* A tall tile of 4 x 4 per thread (256 work-items, as big_cfgs[0]: any
+ * device that runs that one runs this) */
+static const int half_cfg[5] = {128, 32, 16, 4, 4};
+
+/* half_cfg as mixed_transposes says, and with GRAPHFUSE_TEST_ALL_CONFIGS=1
+ * big_cfgs[0] (128 x 128, 8 x 8 per thread) too: the 16-bit loads and
+ * stores (storage.cl) are the same code in every config, and the 8 x 8
+ * builds are PoCL's slowest (the default config: test_backend_matmul.c). */
 static void half_cases(enum gf_dtype dt)
 {
     need_backend();
-    for (size_t c = 1; c < 2; c++) {
-        const int *cfg = c ? big_cfgs[0] : NULL;
+    for (size_t c = 0; c < (bt_all_configs() ? 2 : 1); c++) {
+        const int *cfg = c ? big_cfgs[0] : half_cfg;
         dtype = dt;
         matmul(DIMS(67, 36), DIMS(36, 44), DIMS(67, 44), cfg);
         matmul(DIMS(130, 257), DIMS(257, 99), DIMS(130, 99), cfg);
         matmul(DIMS(2, 1, 5, 33), DIMS(3, 33, 9), DIMS(2, 3, 5, 9), cfg);
         for (int t = 0; t < 4; t++)
-            if (c == 0 || mixed_transposes(t & 1, t >> 1))
+            if (mixed_transposes(t & 1, t >> 1))
                 gemm(t & 1, t >> 1, 0.5f, -2, 33, 129, 65, 2, (int64_t[]){33, 1}, cfg);
         for (size_t i = 0; i < N_MME; i++)
-            if (c == 0 || mixed_transposes(mme_cases[i].ta, mme_cases[i].tb))
+            if (mixed_transposes(mme_cases[i].ta, mme_cases[i].tb))
                 mme(&mme_cases[i], cfg);
         teardown(NULL);
     }
