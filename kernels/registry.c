@@ -245,6 +245,23 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
  * A small loop (under PF_WAKE_UNITS grains) does not wake sleeping
  * workers: the caller runs it alone.  GF_POOL_SPIN_US (microseconds,
  * default 100, 0 = sleep at once) sets the spin.
+ *
+ * On a busy machine a worker can take a chunk and then lose its core for
+ * milliseconds while the caller waits for it, and the workers share the
+ * process's CPU time with the caller (the scheduler's autogroups): two
+ * threads lose to one.  So the caller judges the pool over windows of
+ * PA_WIN_NS of shared loops: it times its own chunks (wall, and CPU time
+ * by CLOCK_THREAD_CPUTIME_ID), takes the loop's work as its chunks' CPU
+ * time times chunks / its chunks, and puts the pool aside when it did not
+ * get its core (CPU / wall of its chunks under PA_STARVED) or when the
+ * window took more wall time per unit of work than its loops alone did
+ * lately.  Aside, loops run on the caller alone (the same chunks, so the
+ * same results) for a back-off that doubles while the pool keeps losing
+ * (PA_BACKOFF_MIN..MAX) and halves when it wins; at its end the pool
+ * stays aside while the caller alone gets under PA_STARVED of a core,
+ * else the next window tries the workers again.  While aside, gf_parallel_width tells kernels
+ * to give OpenBLAS one thread too.
+ * GF_POOL_ADAPT=0 turns this off (the workers share every loop).
  */
 #define PF_MAX 64
 #define PF_SPLIT 4      /* chunks per thread, at most */
@@ -278,14 +295,51 @@ static struct {
 } pf = {.busy = PTHREAD_MUTEX_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER,
         .wake = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
+/* Whether the pool pays, judged by the caller holding pf.busy (state
+ * guarded by pf.busy); times in ns. */
+#define PA_WIN_NS 20000000L       /* judge after this much shared-loop wall time */
+#define PA_MEASURE_NS 2000000L    /* CPU time alone that makes a measure */
+#define PA_STARVED 0.75           /* the caller on its core less than this: busy */
+#define PA_BACKOFF_MIN 4000000L   /* first time aside: 4 ms */
+#define PA_BACKOFF_MAX 256000000L /* longest: 256 ms */
+static struct {
+    /* this window of shared loops: wall, work (CPU time, estimated), and
+     * the caller's own chunks: wall, CPU */
+    double wall, work, own_wall, own_cpu;
+    /* loops alone lately (halved at each time aside): wall, CPU */
+    double alone_wall, alone_cpu;
+    long aside_until; /* pf_now_ns: loops before this run on the caller alone */
+    long backoff;
+    bool debug;
+    unsigned long shared, alone, windows_lost, kept_aside; /* GF_POOL_STATS */
+} pa = {.backoff = PA_BACKOFF_MIN};
+static bool pf_adapt = true;
+/* pa.aside_until != 0, for gf_parallel_width (read without pf.busy) */
+static _Atomic bool pa_is_aside;
+
 /* The loop word each worker was started in: a worker created for a loop
  * must still run that loop, published after it was created. */
 static uint64_t pf_born[PF_MAX];
 static long pf_spin_ns = 100000;
 static pthread_once_t pf_once = PTHREAD_ONCE_INIT;
 
+static void pf_print_stats(void)
+{
+    fprintf(stderr,
+            "gf pool: %lu loops shared, %lu alone while aside; %lu windows lost, %lu kept aside\n",
+            pa.shared, pa.alone, pa.windows_lost, pa.kept_aside);
+}
+
 static void pf_read_env(void)
 {
+    const char *a = getenv("GF_POOL_ADAPT");
+    if (a && strcmp(a, "0") == 0)
+        pf_adapt = false;
+    const char *st = getenv("GF_POOL_STATS");
+    if (st && *st && strcmp(st, "0") != 0) {
+        pa.debug = strcmp(st, "2") == 0;
+        atexit(pf_print_stats);
+    }
     const char *e = getenv("GF_POOL_SPIN_US");
     if (e && *e) {
         char *end;
@@ -302,6 +356,13 @@ static long pf_now_ns(void)
     return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
+static long pf_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
 /* Begin of chunk c of K over [0, n): the first n % K chunks one longer. */
 static size_t pf_begin(size_t n, size_t k, size_t c)
 {
@@ -309,9 +370,9 @@ static size_t pf_begin(size_t n, size_t k, size_t c)
     return c * q + (c < r ? c : r);
 }
 
-/* Takes and runs chunks of loop `seq` until none is left; true when this
- * thread finished the loop's last chunk. */
-static bool pf_run_chunks(uint32_t seq)
+/* Takes and runs chunks of loop `seq` until none is left, counting them
+ * in *ran; true when this thread finished the loop's last chunk. */
+static bool pf_run_chunks(uint32_t seq, size_t *ran)
 {
     uint64_t c = atomic_load_explicit(&pf.claim, memory_order_acquire);
     for (;;) {
@@ -324,6 +385,7 @@ static bool pf_run_chunks(uint32_t seq)
         /* chunk `next` is ours: the loop cannot end before we finish it */
         size_t n = pf.n;
         pf.fn(pf.ctx, pf_begin(n, k, next), pf_begin(n, k, next + 1));
+        ++*ran;
         if (atomic_fetch_add(&pf.finished, 1) + 1 == k)
             return true;
         c = atomic_load_explicit(&pf.claim, memory_order_acquire);
@@ -362,7 +424,8 @@ static void *pf_worker(void *arg)
         seen = w;
         if ((int)(w & 0xff) <= i + 1)
             continue;
-        if (pf_run_chunks((uint32_t)(w >> 8)) && atomic_load(&pf.caller_asleep)) {
+        size_t ran = 0;
+        if (pf_run_chunks((uint32_t)(w >> 8), &ran) && atomic_load(&pf.caller_asleep)) {
             pthread_mutex_lock(&pf.mu);
             pthread_cond_signal(&pf.done);
             pthread_mutex_unlock(&pf.mu);
@@ -388,6 +451,78 @@ static int pf_grow(int want)
         pf.n_workers++;
     }
     return pf.n_workers;
+}
+
+/* Puts the pool aside until now + the back-off, which doubles. */
+static void pa_aside(long now)
+{
+    pa.aside_until = now + pa.backoff;
+    atomic_store_explicit(&pa_is_aside, true, memory_order_relaxed);
+    pa.backoff = pa.backoff * 2 < PA_BACKOFF_MAX ? pa.backoff * 2 : PA_BACKOFF_MAX;
+    /* the older loops alone count half */
+    pa.alone_wall /= 2;
+    pa.alone_cpu /= 2;
+}
+
+/* One shared loop took `wall`; the caller ran `mine` of its k chunks in
+ * own_wall, own_cpu of its CPU time.  At the end of a window the pool is
+ * put aside when the caller was starved of its core (a busy machine,
+ * where a second thread mostly waits for a core and the loops wait for
+ * it) or when the window took more wall time per unit of work than the
+ * caller's loops alone did lately (as if it had its core to itself before
+ * any was measured). */
+static void pa_judge(long wall, long own_wall, long own_cpu, size_t mine, size_t k, long now)
+{
+    if (mine == 0)
+        return; /* no measure of the work */
+    pa.wall += (double)wall;
+    pa.work += (double)own_cpu * (double)k / (double)mine;
+    pa.own_wall += (double)own_wall;
+    pa.own_cpu += (double)own_cpu;
+    if (pa.wall < PA_WIN_NS)
+        return;
+    double on_core = pa.own_wall > 0 ? pa.own_cpu / pa.own_wall : 1.0;
+    double alone = pa.alone_cpu >= PA_MEASURE_NS ? pa.alone_wall / pa.alone_cpu : 1.0;
+    bool lost = on_core < PA_STARVED || pa.wall > alone * pa.work;
+    if (pa.debug)
+        fprintf(stderr, "gf pool: window %.1f ms, wall/work %.2f, alone %.2f, on core %.2f: %s\n",
+                pa.wall / 1e6, pa.wall / pa.work, alone, on_core, lost ? "aside" : "shared");
+    if (lost) {
+        pa_aside(now);
+        pa.windows_lost++;
+    } else {
+        pa.backoff = pa.backoff / 2 > PA_BACKOFF_MIN ? pa.backoff / 2 : PA_BACKOFF_MIN;
+    }
+    pa.wall = pa.work = pa.own_wall = pa.own_cpu = 0;
+}
+
+/* Whether the pool is still aside.  At the end of the back-off it stays
+ * aside while the caller alone gets under PA_STARVED of its core (no core
+ * for a worker either), else the next window tries the workers again. */
+static bool pa_still_aside(long now)
+{
+    if (now < pa.aside_until)
+        return true;
+    if (pa.alone_cpu >= PA_MEASURE_NS && pa.alone_cpu < PA_STARVED * pa.alone_wall) {
+        if (pa.debug)
+            fprintf(stderr, "gf pool: alone on core %.2f: still aside\n",
+                    pa.alone_cpu / pa.alone_wall);
+        pa_aside(now);
+        pa.kept_aside++;
+        return true;
+    }
+    pa.aside_until = 0;
+    atomic_store_explicit(&pa_is_aside, false, memory_order_relaxed);
+    return false;
+}
+
+/* How many threads a kernel should give a library's own threads (OpenBLAS)
+ * now: 1 while the pool is put aside (the machine is busy; a BLAS call
+ * would wait for its threads as a loop waits for its workers), else
+ * n_threads. */
+int gf_parallel_width(int n_threads)
+{
+    return atomic_load_explicit(&pa_is_aside, memory_order_relaxed) ? 1 : n_threads;
 }
 
 /* The K chunks one after the other on the caller. */
@@ -426,6 +561,19 @@ void gf_parallel_for(int n_threads, size_t n, size_t grain,
         pthread_mutex_unlock(&pf.busy);
         return;
     }
+    /* the pool lost lately: the caller alone until the back-off ends */
+    if (pa.aside_until) {
+        long a0 = pf_now_ns();
+        if (pa_still_aside(a0)) {
+            pa.alone++;
+            long c0 = pf_cpu_ns();
+            pf_serial(n, k, fn, ctx);
+            pa.alone_cpu += (double)(pf_cpu_ns() - c0);
+            pa.alone_wall += (double)(pf_now_ns() - a0);
+            pthread_mutex_unlock(&pf.busy);
+            return;
+        }
+    }
     if (pf.n_workers < t - 1) {
         pthread_mutex_lock(&pf.mu);
         pf_grow(t - 1);
@@ -433,6 +581,7 @@ void gf_parallel_for(int n_threads, size_t n, size_t grain,
         if (pf.n_workers < t - 1)
             t = pf.n_workers + 1; /* the chunks stay as they are */
     }
+    long t0 = pf_now_ns();
     uint32_t seq = ++pf.seq;
     pf.fn = fn;
     pf.ctx = ctx;
@@ -446,12 +595,16 @@ void gf_parallel_for(int n_threads, size_t n, size_t grain,
         pthread_cond_broadcast(&pf.wake);
         pthread_mutex_unlock(&pf.mu);
     }
-    if (!pf_run_chunks(seq)) {
+    long t_pub = pf_now_ns(), c0 = pf_adapt ? pf_cpu_ns() : 0;
+    size_t mine = 0;
+    bool last = pf_run_chunks(seq, &mine);
+    long c1 = pf_adapt ? pf_cpu_ns() : 0;
+    long t_own = pf_now_ns(), t_end = t_own;
+    if (!last) {
         /* the last chunks run on workers: spin a little, then sleep */
-        long t0 = pf_now_ns();
         for (unsigned spin = 1; atomic_load_explicit(&pf.finished, memory_order_acquire) != k;
              spin++) {
-            if ((spin & 63) == 0 && pf_now_ns() - t0 > pf_spin_ns) {
+            if ((spin & 63) == 0 && pf_now_ns() - t_own > pf_spin_ns) {
                 pthread_mutex_lock(&pf.mu);
                 atomic_store(&pf.caller_asleep, 1);
                 while (atomic_load(&pf.finished) != k)
@@ -462,6 +615,10 @@ void gf_parallel_for(int n_threads, size_t n, size_t grain,
             }
             PF_PAUSE();
         }
+        t_end = pf_now_ns();
     }
+    pa.shared++;
+    if (pf_adapt)
+        pa_judge(t_end - t0, t_own - t_pub, c1 - c0, mine, k, t_end);
     pthread_mutex_unlock(&pf.busy);
 }

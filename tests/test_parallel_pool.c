@@ -1,7 +1,8 @@
 /* gf_parallel_for (kernels/registry.c), beside tests/test_parallel.c: every index covered once,
  * chunk boundaries that depend on (n, grain, threads) alone, nested loops
  * and loops started from several threads at once, n below the thread
- * count, grain 0, and a loop run while the workers sleep. */
+ * count, grain 0, a loop run while the workers sleep, and the pool put
+ * aside when workers hold chunks for long. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -211,12 +212,60 @@ static void test_uneven(void **state)
     }
 }
 
+/* Workers that keep a chunk for long (as on a busy machine, where a
+ * worker loses its core mid-chunk): the caller puts the pool aside and
+ * tells kernels so (gf_parallel_width); every loop still covers its
+ * indices once, in the same chunks. */
+int gf_parallel_width(int n_threads); /* kernels/registry.c */
+
+static _Thread_local int on_caller;
+
+static void stall_fn(void *vc, size_t b, size_t e)
+{
+    if (!on_caller) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    cover_fn(vc, b, e);
+}
+
+static void test_aside(void **state)
+{
+    (void)state;
+    const char *adapt = getenv("GF_POOL_ADAPT");
+    if (adapt && strcmp(adapt, "0") == 0)
+        skip(); /* the pool is never put aside */
+    on_caller = 1;
+    const size_t n = 4096;
+    size_t *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    assert_non_null(a);
+    assert_non_null(b);
+    record(2, n, 1, a);
+    int narrowed = 0;
+    for (int r = 0; r < 200 && !narrowed; r++) {
+        struct cover c = {.hits = calloc(n, 1), .n = n};
+        assert_non_null(c.hits);
+        gf_parallel_for(2, n, 1, stall_fn, &c);
+        for (size_t i = 0; i < n; i++)
+            assert_int_equal(c.hits[i], 1);
+        free((void *)c.hits);
+        narrowed = gf_parallel_width(2) == 1;
+    }
+    assert_true(narrowed);
+    assert_int_equal(gf_parallel_width(1), 1);
+    record(2, n, 1, b); /* while aside: the same chunks */
+    assert_memory_equal(a, b, n * sizeof *a);
+    free(a);
+    free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cover),     cmocka_unit_test(test_small),
         cmocka_unit_test(test_same_chunks), cmocka_unit_test(test_nested),
         cmocka_unit_test(test_concurrent), cmocka_unit_test(test_uneven),
+        cmocka_unit_test(test_aside),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

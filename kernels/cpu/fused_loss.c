@@ -289,6 +289,10 @@ static void lce_fold_row(struct lce_work *w, size_t i)
     w->m[i] = mx;
 }
 
+/* n_threads, or 1 while gf_parallel_for's pool is put aside on a busy
+ * machine (kernels/registry.c) */
+int gf_parallel_width(int n_threads);
+
 static void blas_threads(int n)
 {
 #ifdef OPENBLAS_VERSION
@@ -670,7 +674,9 @@ static enum gf_status lce_grad_run(const struct gf_kernel_args *a, struct lce *c
             memset(g.db, 0, v * sizeof(double));
         /* large chunks: BLAS's threads inside each GEMM (as the MatMul kernel,
          * from the same size: kernels/cpu/matmul.c, MM_BLAS_MT_WORK) */
-        blas_threads((double)r * (double)v * (double)k >= 256.0 * 256 * 256 ? fu_threads(a) : 1);
+        blas_threads((double)r * (double)v * (double)k >= 256.0 * 256 * 256
+                         ? gf_parallel_width(fu_threads(a))
+                         : 1);
         for (g.p0 = 0; g.p0 < c->n_pos; g.p0 += r) {
             g.n = c->n_pos - g.p0 < r ? c->n_pos - g.p0 : r;
             loss += lceg_chunk(a, &g);

@@ -189,6 +189,10 @@ static bool is_half(enum gf_dtype dt)
     return dt == GF_FLOAT16 || dt == GF_BFLOAT16;
 }
 
+/* n_threads, or 1 while gf_parallel_for's pool is put aside on a busy
+ * machine (kernels/registry.c) */
+int gf_parallel_width(int n_threads);
+
 /* m * n * k from which one product runs on OpenBLAS's threads */
 #define MM_BLAS_MT_WORK (256.0 * 256 * 256)
 /* m * n * k from which a product is split over gf_parallel_for */
@@ -356,7 +360,7 @@ static void run_batches(struct gemm_batch *gb, int n_threads)
          * call they spin (sched_yield) for a long while, taking the cores
          * from gf_parallel_for's workers and from other processes */
         gb->n_threads = n_threads;
-        blas_threads(work >= MM_BLAS_MT_WORK ? n_threads : 1);
+        blas_threads(work >= MM_BLAS_MT_WORK ? gf_parallel_width(n_threads) : 1);
         batch_fn(gb, 0, (size_t)gb->count);
     }
 }
