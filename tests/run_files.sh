@@ -169,9 +169,15 @@ kill_mid_save() {
         i=$((i + 1))
         sleep 0.005
     done
+    # stopped, the save cannot end between the look and the signal: the
+    # signal is pending when the process goes on, mid-save for sure when the
+    # temporary file is still there (on a loaded machine a save seen once
+    # may have been renamed into place before a plain kill lands)
     seen=no
+    kill -STOP $pid 2>/dev/null
     ls "$tmp"/out.onnx.tmp.* >/dev/null 2>&1 && seen=yes
     kill -"$1" $pid 2>/dev/null
+    kill -CONT $pid 2>/dev/null
     { wait $pid; } 2>/dev/null
     rc=$?
     if [ $seen = no ]; then
