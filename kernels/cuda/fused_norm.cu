@@ -558,23 +558,32 @@ static kfn fwd_typed(int flags, int vpt)
                : (add ? fwd_pick<false, true, T, L>(vpt) : fwd_pick<false, false, T, L>(vpt));
 }
 
-/* The kernel of p->type and p->ltype (gf_cu_type F32, F16, BF16: one
- * type, or F32 with a 16-bit ltype); NULL for another pair. */
-static kfn fwd_kernel(int type, int ltype, int flags, int vpt)
+/* The kernel for p->type and p->ltype (gf_cu_type F32, F16, BF16: one
+ * type, or F32 with a 16-bit ltype) from P::get<T, L> (forward or
+ * backward); NULL for another pair. */
+template <class P>
+static kfn by_types(int type, int ltype, int flags, int vpt)
 {
     if (type == GF_CU_F32 && ltype == GF_CU_BF16)
-        return fwd_typed<float, __nv_bfloat16>(flags, vpt);
+        return P::template get<float, __nv_bfloat16>(flags, vpt);
     if (type == GF_CU_F32 && ltype == GF_CU_F16)
-        return fwd_typed<float, __half>(flags, vpt);
+        return P::template get<float, __half>(flags, vpt);
     if (ltype != type)
         return NULL;
     switch (type) {
-    case GF_CU_F32: return fwd_typed<float, float>(flags, vpt);
-    case GF_CU_F16: return fwd_typed<__half, __half>(flags, vpt);
-    case GF_CU_BF16: return fwd_typed<__nv_bfloat16, __nv_bfloat16>(flags, vpt);
+    case GF_CU_F32: return P::template get<float, float>(flags, vpt);
+    case GF_CU_F16: return P::template get<__half, __half>(flags, vpt);
+    case GF_CU_BF16: return P::template get<__nv_bfloat16, __nv_bfloat16>(flags, vpt);
     default: return NULL;
     }
 }
+
+struct fwd_of {
+    template <typename T, typename L> static kfn get(int flags, int vpt)
+    {
+        return fwd_typed<T, L>(flags, vpt);
+    }
+};
 
 template <bool RMS, typename T, typename L>
 static kfn grad_pick(int vpt)
@@ -594,21 +603,12 @@ static kfn grad_typed(int flags, int vpt)
     return (flags & GF_CU_NORM_RMS) ? grad_pick<true, T, L>(vpt) : grad_pick<false, T, L>(vpt);
 }
 
-static kfn grad_kernel(int type, int ltype, int flags, int vpt)
-{
-    if (type == GF_CU_F32 && ltype == GF_CU_BF16)
-        return grad_typed<float, __nv_bfloat16>(flags, vpt);
-    if (type == GF_CU_F32 && ltype == GF_CU_F16)
-        return grad_typed<float, __half>(flags, vpt);
-    if (ltype != type)
-        return NULL;
-    switch (type) {
-    case GF_CU_F32: return grad_typed<float, float>(flags, vpt);
-    case GF_CU_F16: return grad_typed<__half, __half>(flags, vpt);
-    case GF_CU_BF16: return grad_typed<__nv_bfloat16, __nv_bfloat16>(flags, vpt);
-    default: return NULL;
+struct grad_of {
+    template <typename T, typename L> static kfn get(int flags, int vpt)
+    {
+        return grad_typed<T, L>(flags, vpt);
     }
-}
+};
 
 /* dW (or dB) from the partial rows, in p->type. */
 static void colsum(cudaStream_t s, const struct gf_cu_norm *p, const double *part, void *out)
@@ -660,7 +660,7 @@ extern "C" void gf_cu_norm_plan(struct gf_cu_norm *p, int grad, int want_block, 
         int bps = want_bps;
         if (bps <= 0) {
             bps = 0;
-            kfn k = grad_kernel(p->type, p->ltype, p->flags, p->vpt);
+            kfn k = by_types<grad_of>(p->type, p->ltype, p->flags, p->vpt);
             if (!k || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&bps, k, p->block, 0) !=
                           cudaSuccess) {
                 cudaGetLastError();
@@ -678,7 +678,7 @@ extern "C" cudaError_t gf_cu_norm_fwd(cudaStream_t s, const struct gf_cu_norm *p
     if (p->rows <= 0 || p->n <= 0)
         return cudaSuccess;
     unsigned grid = (unsigned)(p->rows < 0x7fffffff ? p->rows : 0x7fffffff);
-    kfn k = fwd_kernel(p->type, p->ltype, p->flags, p->vpt);
+    kfn k = by_types<fwd_of>(p->type, p->ltype, p->flags, p->vpt);
     if (!k)
         return cudaErrorInvalidValue;
     k<<<grid, p->block, 0, s>>>(*p);
@@ -690,7 +690,7 @@ extern "C" cudaError_t gf_cu_norm_grad(cudaStream_t s, const struct gf_cu_norm *
     if (p->n <= 0)
         return cudaSuccess;
     bool rms = p->flags & GF_CU_NORM_RMS;
-    kfn k = grad_kernel(p->type, p->ltype, p->flags, p->vpt);
+    kfn k = by_types<grad_of>(p->type, p->ltype, p->flags, p->vpt);
     if (!k)
         return cudaErrorInvalidValue;
     size_t es = p->type == GF_CU_F32 ? sizeof(float) : 2; /* 0 is all-zero bits in each */

@@ -226,11 +226,39 @@ extern "C" cudaError_t gf_cu_sgd(cudaStream_t s, float *p, float *buf, const flo
     return cudaGetLastError();
 }
 
+/* One element of the update (p, m, v from p0, m0, v0 and g). */
+__device__ __forceinline__ void adamw_elem(const gf_cu_adamw_args &c, float g, float p0,
+                                           float m0, float v0, float *p, float *m, float *v)
+{
+    const float gi = (0.0f + g) * c.grad_scale;
+    float pi = p0;
+    if (c.decay_on)
+        pi = pi * c.decay;
+    const float mi = c.small ? fmaf(c.w, gi - m0, m0) : fmaf(c.w - 1.0f, gi - m0, gi);
+    const float vi = v0 * c.b2 + c.one_b2 * gi * gi;
+    const float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
+    *m = mi;
+    *v = vi;
+    *p = pi + c.step_size * (mi / denom);
+}
+
+/* The step's scalars once per block (thread 0: the double pows of torch's
+ * bias corrections), the elements by float4 when `vec` (every pointer
+ * 16-byte aligned; the last n % 4 one by one): the same values as one
+ * element a thread. */
 __global__ void k_adamw(float *p, float *m, float *v, const float *p0, const float *m0,
                         const float *v0, const float *g, int64_t n, gf_cu_adamw_args c,
-                        gf_cu_step st)
+                        gf_cu_step st, int vec)
 {
-    if (!adamw_prep(&c, st)) {
+    __shared__ gf_cu_adamw_args sc;
+    __shared__ int go;
+    if (threadIdx.x == 0) {
+        go = adamw_prep(&c, st);
+        sc = c;
+    }
+    __syncthreads();
+    c = sc;
+    if (!go) {
         GRID_LOOP(i, n)
         {
             keep(p, p0, i);
@@ -239,20 +267,27 @@ __global__ void k_adamw(float *p, float *m, float *v, const float *p0, const flo
         }
         return;
     }
-    GRID_LOOP(i, n)
-    {
-        const float gi = (0.0f + g[i]) * c.grad_scale;
-        float pi = p0[i];
-        if (c.decay_on)
-            pi = pi * c.decay;
-        const float mo = m0[i];
-        const float mi = c.small ? fmaf(c.w, gi - mo, mo) : fmaf(c.w - 1.0f, gi - mo, gi);
-        const float vi = v0[i] * c.b2 + c.one_b2 * gi * gi;
-        const float denom = sqrtf(vi) / c.bc2_sqrt + c.eps;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi + c.step_size * (mi / denom);
+    int64_t done = 0;
+    if (vec) {
+        const int64_t n4 = n / 4;
+        GRID_LOOP(i, n4)
+        {
+            const float4 g4 = ((const float4 *)g)[i], p4 = ((const float4 *)p0)[i],
+                         m4 = ((const float4 *)m0)[i], v4 = ((const float4 *)v0)[i];
+            float4 po, mo, vo;
+            adamw_elem(c, g4.x, p4.x, m4.x, v4.x, &po.x, &mo.x, &vo.x);
+            adamw_elem(c, g4.y, p4.y, m4.y, v4.y, &po.y, &mo.y, &vo.y);
+            adamw_elem(c, g4.z, p4.z, m4.z, v4.z, &po.z, &mo.z, &vo.z);
+            adamw_elem(c, g4.w, p4.w, m4.w, v4.w, &po.w, &mo.w, &vo.w);
+            ((float4 *)m)[i] = mo;
+            ((float4 *)v)[i] = vo;
+            ((float4 *)p)[i] = po;
+        }
+        done = n4 * 4;
     }
+    for (int64_t i = done + (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        adamw_elem(c, g[i], p0[i], m0[i], v0[i], &p[i], &m[i], &v[i]);
 }
 
 extern "C" cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v,
@@ -262,6 +297,10 @@ extern "C" cudaError_t gf_cu_adamw(cudaStream_t s, float *p, float *m, float *v,
 {
     if (n <= 0)
         return cudaSuccess;
-    k_adamw<<<grid_for(n), BLOCK, 0, s>>>(p, m, v, p0, m0, v0, g, n, *c, *st);
+    const void *ptrs[] = {p, m, v, p0, m0, v0, g};
+    int vec = 1;
+    for (size_t i = 0; i < sizeof(ptrs) / sizeof(ptrs[0]); i++)
+        vec &= ((uintptr_t)ptrs[i] & 15) == 0;
+    k_adamw<<<grid_for(vec ? n / 4 : n), BLOCK, 0, s>>>(p, m, v, p0, m0, v0, g, n, *c, *st, vec);
     return cudaGetLastError();
 }
