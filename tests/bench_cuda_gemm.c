@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "gf_graph.h"
 #include "gf_kernels.h"
 #include "gf_passes.h"
@@ -72,19 +73,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "bench_cuda_gemm: %s: %s\n", what, gf_last_error());
     exit(1);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* bf16 of x, rounded to nearest even (finite x). */
@@ -221,16 +209,15 @@ static double gemm_time(struct gemm *g, int algo)
         if (gemm_run(g, algo) != GF_OK || be->ops->sync(be) != GF_OK)
             die("warm-up");
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         for (int j = 0; j < INNER; j++)
             if (gemm_run(g, algo) != GF_OK)
                 die("run");
         if (be->ops->sync(be) != GF_OK)
             die("sync");
-        t[i] = (now_ms() - t0) / INNER;
+        t[i] = (bench_now_ms() - t0) / INNER;
     }
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return t[n / 2];
+    return bench_median_upper(t, n);
 }
 
 /* The output copied to the host as floats (buf: room for n floats). */

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_graph.h"
 #include "gf_half.h"
 #include "gf_kernels.h"
@@ -50,19 +51,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "bench_cuda_loss_attn: %s: %s\n", what, gf_last_error());
     exit(1);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* ---- tensors: a host copy, and the device's ------------------------------------------ */
@@ -228,13 +216,12 @@ static double call_time(struct call *c, const int *config)
     for (int i = 0; i < 3; i++)
         call_run(c, true, config, true);
     for (int i = 0; i < n; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         for (int j = 0; j < INNER; j++)
             call_run(c, true, config, j == INNER - 1);
-        t[i] = (now_ms() - t0) / INNER;
+        t[i] = (bench_now_ms() - t0) / INNER;
     }
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return t[n / 2];
+    return bench_median_upper(t, n);
 }
 
 /* ---- checks against the CPU ---------------------------------------------------------------- */
@@ -293,19 +280,19 @@ static double bench_copy(size_t bytes)
     double t[256];
     int n = reps > 256 ? 256 : reps;
     for (int i = 0; i < n + 3; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         for (int j = 0; j < INNER; j++)
             if (be->ops->copy(be, dst, src, bytes) != GF_OK)
                 die("copy");
         if (be->ops->sync(be) != GF_OK)
             die("sync");
         if (i >= 3)
-            t[i - 3] = (now_ms() - t0) / INNER;
+            t[i - 3] = (bench_now_ms() - t0) / INNER;
     }
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
+    double med = bench_median_upper(t, n);
     be->ops->release(be, src);
     be->ops->release(be, dst);
-    return t[n / 2];
+    return med;
 }
 
 /* SoftmaxCrossEntropy L [n, v] -> Loss, -, G (G in place of L when inplace). */

@@ -13,30 +13,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "fused_graphs.h"
 
 #define THREADS 2
 #define REPS 5
 #define BIG 4096
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 enum op {
     RMS, ADD_RMS, LN, ADD_LN, SWIGLU, GEGLU, GELU, SILU, ROPE, MME, SCE, SCE_SHIFT, LCE, JSD,
@@ -140,12 +122,12 @@ struct result {
 static bool run_once(struct gf_session *s, struct gf_tensor **in, size_t n, double *run_ms,
                      double *kern_ms, struct gf_tensor ***out, size_t *n_out)
 {
-    double t = now_ms();
+    double t = bench_now_ms();
     if (gf_session_run(s, n, in, out, n_out) != GF_OK) {
         fprintf(stderr, "bench_fused: %s\n", gf_last_error());
         return false;
     }
-    *run_ms = now_ms() - t;
+    *run_ms = bench_now_ms() - t;
     *kern_ms = kernels_ms(s);
     return true;
 }
@@ -186,8 +168,8 @@ static bool bench_op(enum op op, struct result *r)
         }
     }
     for (int k = 0; ok && k < 2; k++) {
-        r->run[k] = median(t_run[k], REPS);
-        r->kern[k] = median(t_kern[k], REPS);
+        r->run[k] = bench_median(t_run[k], REPS);
+        r->kern[k] = bench_median(t_kern[k], REPS);
     }
     gf_session_free(s[0]);
     gf_session_free(s[1]);
@@ -214,7 +196,7 @@ int main(int argc, char **argv)
            "fused peak bytes | unfused run ms | fused run ms | max abs diff |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     bool faster = true, fast2 = true, leaner = true;
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     for (int op = 0; op < N_OPS; op++) {
         if (only && !strstr(specs[op].name, only))
             continue;
@@ -230,6 +212,6 @@ int main(int argc, char **argv)
     }
     printf("fused faster for every op: %s; at least 2x where targeted: %s; "
            "peak memory never higher: %s (%.0f s)\n", faster ? "yes" : "no", fast2 ? "yes" : "no",
-           leaner ? "yes" : "no", (now_ms() - t0) / 1e3);
+           leaner ? "yes" : "no", (bench_now_ms() - t0) / 1e3);
     return 0;
 }

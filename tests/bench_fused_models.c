@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_util.h"
 #include "fused_graphs.h"
 #include "gf_passes.h"
 
@@ -27,18 +28,6 @@
 #define VOCAB 32000
 
 static const int64_t ignore = -100;
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* ---- subgraphs the fused ops do not share with tests/fused_graphs.h ---------------- */
 
@@ -339,9 +328,9 @@ static bool bench(enum kind k, int64_t bsz, int64_t seq, int threads, int rounds
         ratio[rd] = t[1][rd] / t[0][rd];
     }
     if (ok) {
-        r->ms[0] = median(t[0], rounds);
-        r->ms[1] = median(t[1], rounds);
-        r->ratio = median(ratio, rounds);
+        r->ms[0] = bench_median(t[0], rounds);
+        r->ms[1] = bench_median(t[1], rounds);
+        r->ratio = bench_median(ratio, rounds);
     }
     gf_session_free(s[0]);
     gf_session_free(s[1]);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_kernels.h"
 
 #define REPS 15
@@ -19,25 +20,6 @@
 /* 1 thread: the thread's CPU time (a busy machine's preemptions left out);
  * 2 threads: wall time. */
 static clockid_t clk = CLOCK_MONOTONIC;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double fastest(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return t[0];
-}
 
 struct bcase {
     const char *name, *op;
@@ -122,11 +104,11 @@ static double run_case(const struct bcase *b, int threads, double *bytes_out)
     double t[REPS], med = -1;
     if (k && k->run(&a) == GF_OK) {
         for (int r = 0; r < REPS; r++) {
-            double t0 = now_s();
+            double t0 = bench_clock_s(clk);
             k->run(&a);
-            t[r] = now_s() - t0;
+            t[r] = bench_clock_s(clk) - t0;
         }
-        med = fastest(t, REPS);
+        med = bench_min(t, REPS);
     } else {
         fprintf(stderr, "%s: %s\n", b->name, k ? gf_last_error() : "no kernel");
     }
@@ -145,14 +127,14 @@ static double memcpy_time(size_t bytes)
     memset(d, 0, bytes);
     double t[REPS];
     for (int r = 0; r < REPS; r++) {
-        double t0 = now_s();
+        double t0 = bench_clock_s(clk);
         memcpy(d, s, bytes);
-        t[r] = now_s() - t0;
+        t[r] = bench_clock_s(clk) - t0;
         __asm__ volatile("" : : "r"(d) : "memory");
     }
     free(s);
     free(d);
-    return fastest(t, REPS);
+    return bench_min(t, REPS);
 }
 
 int main(int argc, char **argv)

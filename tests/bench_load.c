@@ -11,29 +11,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_graph.h"
 #include "onnx.pb-c.h"
 
 #define REPEATS 7
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return v[n / 2];
-}
 
 /* A transformer-shaped graph: `layers` blocks of MatMul/Add/Mul/Softmax
  * over [batch, seq, hidden] with hidden x hidden weights. */
@@ -112,32 +94,32 @@ int main(int argc, char **argv)
         return 2;
     double t_unpack[REPEATS], t_load[REPEATS], t_file[REPEATS], t_save[REPEATS];
     for (int r = 0; r < REPEATS; r++) {
-        double t0 = now();
+        double t0 = bench_now_s();
         Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, len, buf);
-        t_unpack[r] = now() - t0;
+        t_unpack[r] = bench_now_s() - t0;
         if (!mp)
             return 2;
         onnx__model_proto__free_unpacked(mp, NULL);
 
-        t0 = now();
+        t0 = bench_now_s();
         if (gf_model_load_buffer(buf, len, dir, NULL, &m) != GF_OK) {
             fprintf(stderr, "bench_load: %s\n", gf_last_error());
             return 2;
         }
-        t_load[r] = now() - t0;
-        t0 = now();
+        t_load[r] = bench_now_s() - t0;
+        t0 = bench_now_s();
         gf_model_save(m, out, NULL);
-        t_save[r] = now() - t0;
+        t_save[r] = bench_now_s() - t0;
         gf_model_free(m);
 
-        t0 = now();
+        t0 = bench_now_s();
         if (gf_model_load(path, NULL, &m) != GF_OK)
             return 2;
-        t_file[r] = now() - t0;
+        t_file[r] = bench_now_s() - t0;
         gf_model_free(m);
     }
-    double u = median(t_unpack, REPEATS), l = median(t_load, REPEATS);
-    double fl = median(t_file, REPEATS), s = median(t_save, REPEATS);
+    double u = bench_median_upper(t_unpack, REPEATS), l = bench_median_upper(t_load, REPEATS);
+    double fl = bench_median_upper(t_file, REPEATS), s = bench_median_upper(t_save, REPEATS);
     double mb = (double)len / 1e6;
     printf("model: %s, %.1f MB, 96 initializers, 288 nodes (median of %d)\n", path, mb,
            REPEATS);

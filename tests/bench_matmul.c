@@ -12,29 +12,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_kernels.h"
 
 #define N 1024
 #define THREADS 2
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* C [n,n] = A [n,n] B [n,n], i-k-j order (rows of B streamed). */
 static void naive(const float *a, const float *b, float *c, int n)
@@ -114,22 +96,23 @@ int main(int argc, char **argv)
     enum { REPS = 7, NAIVE_REPS = 2 };
     double flop = 2.0 * N * N * N, t_naive[NAIVE_REPS], t_blas[REPS], t_gf[REPS];
     for (int i = 0; i < NAIVE_REPS; i++) {
-        double t = now();
+        double t = bench_now_s();
         naive(a, b, c0, N);
-        t_naive[i] = now() - t;
+        t_naive[i] = bench_now_s() - t;
     }
     run_blas(a, b, c1); /* warm-up: OpenBLAS starts its threads */
     run_gf(&r);
     for (int i = 0; i < REPS; i++) { /* interleaved, so drift hits both alike */
-        double t = now();
+        double t = bench_now_s();
         run_blas(a, b, c1);
-        t_blas[i] = now() - t;
-        t = now();
+        t_blas[i] = bench_now_s() - t;
+        t = bench_now_s();
         run_gf(&r);
-        t_gf[i] = now() - t;
+        t_gf[i] = bench_now_s() - t;
     }
-    double g_naive = flop / median(t_naive, NAIVE_REPS) / 1e9;
-    double g_blas = flop / median(t_blas, REPS) / 1e9, g_gf = flop / median(t_gf, REPS) / 1e9;
+    double g_naive = flop / bench_median(t_naive, NAIVE_REPS) / 1e9;
+    double g_blas = flop / bench_median(t_blas, REPS) / 1e9;
+    double g_gf = flop / bench_median(t_gf, REPS) / 1e9;
     double best = g_naive > g_blas ? g_naive : g_blas;
 
     printf("MatMul %dx%dx%d fp32, %d threads (naive: median of %d runs at full size; "

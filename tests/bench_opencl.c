@@ -26,6 +26,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_graph.h"
 #include "gf_kernels.h"
 
@@ -53,19 +54,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "bench_opencl: %s: %s\n", what, gf_last_error());
     exit(1);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* ---- device tensors ---------------------------------------------------------------- */
@@ -182,12 +170,11 @@ static double call_time(struct call *c, const int *config, int reps)
     for (int i = 0; i < 3; i++)
         call_run(c, config);
     for (int i = 0; i < reps; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         call_run(c, config);
-        t[i] = now_ms() - t0;
+        t[i] = bench_now_ms() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    return t[reps / 2];
+    return bench_median_upper(t, reps);
 }
 
 /* The automatic config's time, and with --tune the fastest config's (its
@@ -253,16 +240,16 @@ static double bench_copy(size_t bytes)
     double t[1024];
     int reps = opt.reps;
     for (int i = 0; i < reps + 3; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (be->ops->copy(be, dst, src, bytes) != GF_OK || be->ops->sync(be) != GF_OK)
             die("copy");
         if (i >= 3)
-            t[i - 3] = now_ms() - t0;
+            t[i - 3] = bench_now_ms() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    double med = bench_median_upper(t, reps);
     be->ops->release(be, src);
     be->ops->release(be, dst);
-    return t[reps / 2];
+    return med;
 }
 
 static void bench_rmsnorm(int64_t m, int64_t n)

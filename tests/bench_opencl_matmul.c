@@ -19,18 +19,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_half.h"
 #include "gf_kernels.h"
 
 #define CHECKS 64
 #define MAX_KNOBS 16
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what)
 {
@@ -92,22 +86,22 @@ static double time_config(struct bench *bm, const int *cfg, double *err)
     if (st != GF_OK || bm->be->ops->sync(bm->be) != GF_OK)
         die("first run");
     *err = check(bm);
-    double t0 = now();
+    double t0 = bench_now_s();
     if (bm->k->run(&bm->args) != GF_OK || bm->be->ops->sync(bm->be) != GF_OK)
         die("timed run");
-    double once = now() - t0;
+    double once = bench_now_s() - t0;
     int reps = bm->reps;
     if (reps < 1) {
         reps = once > 0.1 ? 3 : (int)(0.3 / (once + 1e-9)) + 1;
         reps = reps < 3 ? 3 : reps > 200 ? 200 : reps;
     }
-    t0 = now();
+    t0 = bench_now_s();
     for (int r = 0; r < reps; r++)
         if (bm->k->run(&bm->args) != GF_OK)
             die("timed run");
     if (bm->be->ops->sync(bm->be) != GF_OK)
         die("sync");
-    double t = (now() - t0) / reps, nn = bm->n;
+    double t = (bench_now_s() - t0) / reps, nn = bm->n;
     return 2 * nn * nn * nn / t * 1e-9;
 }
 

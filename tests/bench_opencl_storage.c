@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "gf_graph.h"
 #include "gf_half.h"
 #include "gf_kernels.h"
@@ -31,19 +32,6 @@ static void die(const char *what)
 {
     fprintf(stderr, "bench_opencl_storage: %s: %s\n", what, gf_last_error());
     exit(1);
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* A device tensor of type t: random values in [lo, hi) (lo < hi), else
@@ -98,17 +86,16 @@ static double time_node(const char *op, const char *attr, int64_t attr_v, struct
         die("workspace");
     double t[1024];
     for (int i = 0; i < reps + 3; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (k->run(&a) != GF_OK || be->ops->sync(be) != GF_OK)
             die(op);
         if (i >= 3)
-            t[i - 3] = now_ms() - t0;
+            t[i - 3] = bench_now_ms() - t0;
     }
     if (ws)
         be->ops->release(be, a.workspace);
     gf_model_free(m);
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    return t[reps / 2];
+    return bench_median_upper(t, reps);
 }
 
 static double copy_tbs;
@@ -179,14 +166,13 @@ int main(int argc, char **argv)
         die("copy buffers");
     double t[1024];
     for (int i = 0; i < reps + 3; i++) {
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (be->ops->copy(be, dst, src, copy_bytes) != GF_OK || be->ops->sync(be) != GF_OK)
             die("copy");
         if (i >= 3)
-            t[i - 3] = now_ms() - t0;
+            t[i - 3] = bench_now_ms() - t0;
     }
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    copy_tbs = 2.0 * (double)copy_bytes / (t[reps / 2] * 1e-3) / 1e12;
+    copy_tbs = 2.0 * (double)copy_bytes / (bench_median_upper(t, reps) * 1e-3) / 1e12;
     be->ops->release(be, src);
     be->ops->release(be, dst);
     printf("device: %s; M=%lld N=%lld; copy of %.3f GB: %.3f TB/s (read + write)\n\n",

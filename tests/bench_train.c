@@ -22,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "fused_graphs.h"
 #include "gf_passes.h"
 
@@ -36,18 +37,6 @@
 #define LCE_N 1024  /* positions */
 #define LCE_K 256   /* hidden size */
 #define LCE_V 32000 /* vocabulary */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n)
-{
-    qsort(t, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* N_TOKENS random uint16 ids below VOCAB (splitmix-like LCG, fixed seed). */
 static int write_tokens(const char *path)
@@ -131,7 +120,7 @@ static int bench_model(const char *name, const char *path, const char *freeze,
         double worst = 0;
         for (int i = 0; i < WARMUP + STEPS; i++)
             worst = fmax(worst, fabs(f.loss[i] - u.loss[i]) / fabs(u.loss[i]));
-        double mu = median(u.ms, STEPS), mf = median(f.ms, STEPS);
+        double mu = bench_median(u.ms, STEPS), mf = bench_median(f.ms, STEPS);
         printf("| %-18s | %9.1f | %9.1f | %6.2fx | %.1e |\n", name, mu, mf, mu / mf, worst);
         if (worst > 1e-5) {
             fprintf(stderr, "bench_train: %s: fused and unfused losses differ by %.2e\n", name,
@@ -146,13 +135,6 @@ static int bench_model(const char *name, const char *path, const char *freeze,
 }
 
 /* ---- the lm head and loss alone ------------------------------------------------------ */
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* fg_lce with H and W as parameters (random initializers), differentiated. */
 static struct gf_model *lce_training(bool fused)
@@ -194,13 +176,13 @@ static int lce_run_once(struct lce_run *r, struct gf_tensor *labels, int i)
 {
     struct gf_tensor **out;
     size_t n;
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     if (gf_session_run(r->s, 1, &labels, &out, &n) != GF_OK) {
         fprintf(stderr, "bench_train: %s\n", gf_last_error());
         return -1;
     }
     if (i >= 0)
-        r->ms[i] = now_ms() - t0;
+        r->ms[i] = bench_now_ms() - t0;
     struct gf_session_stats st;
     gf_session_get_stats(r->s, &st);
     r->peak = st.activation_bytes + st.workspace_bytes;
@@ -221,7 +203,7 @@ static int bench_lce(void)
     for (int i = -1; rc == 0 && i < REPS; i++) /* -1: the warm-up run, which plans */
         rc = lce_run_once(&u, labels, i) || lce_run_once(&f, labels, i);
     if (rc == 0) {
-        double mu = median(u.ms, REPS), mf = median(f.ms, REPS);
+        double mu = bench_median(u.ms, REPS), mf = bench_median(f.ms, REPS);
         printf("\nlm head + loss, forward and backward: H [%d,%d] x W [%d,%d] (medians of %d)\n\n",
                LCE_N, LCE_K, LCE_K, LCE_V, REPS);
         printf("| graph | ms | peak bytes |\n| --- | ---: | ---: |\n");
