@@ -283,10 +283,22 @@ __device__ __forceinline__ bool tile_full(const gf_cu_attn &a, int st, int64_t r
            (!causal_of(a) || c0 + nc - 1 <= r0 + (a.sk - a.sq));
 }
 
+/* exp(x): libm's expf (the fp32 and fp16 kernels), or with FAST the
+ * hardware's 2^x on x log2(e) (__expf: a relative error within (2 +
+ * 1.17 |x|) 2^-24, x <= 0 here; what the bf16 kernels take, whose P and
+ * dS meet bf16 operands: 2^-9) */
+template <bool FAST> __device__ __forceinline__ float attn_exp(float x)
+{
+    if constexpr (FAST)
+        return __expf(x);
+    else
+        return expf(x);
+}
+
 /* Online softmax over one tile's scores s (finished in place into P, up to
  * the running max), rows g and g + 8 of the warp: m, l the running max and
  * sum; al[h] each row's factor for what was summed before. */
-template <typename M>
+template <bool FAST = false, typename M>
 __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bool full,
                                             float s[BK / 8][4], int64_t row, int64_t k0, int jn,
                                             float m[2], float l[2], float al[2])
@@ -312,11 +324,11 @@ __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bo
         for (int j = 0; j < BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float p = j < jn ? expf(s[j][2 * h + e] - mu) : 0.0f;
+                float p = j < jn ? attn_exp<FAST>(s[j][2 * h + e] - mu) : 0.0f;
                 s[j][2 * h + e] = p;
                 sum += p;
             }
-        al[h] = expf(m[h] - mu);
+        al[h] = attn_exp<FAST>(m[h] - mu);
         l[h] = l[h] * al[h] + quad_sum(sum);
         m[h] = mn;
     }

@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(32 * W) k_attn16_fwd(gf_cu_attn a)
         if (kn < kend)
             fetch16<D>(Ks, BK, k, kn, a.sk, (int)a.d, kld, !a.tb);
         cp_commit();
-        online_rows(a, mk, full, s, row, k0, jn, m, l, al);
+        online_rows<true>(a, mk, full, s, row, k0, jn, m, l, al);
 #pragma unroll
         for (int n = 0; n < D / 8; n++) {
             o[n][0] *= al[0], o[n][1] *= al[0];
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(32 * W) k_attn16_dq(gf_cu_attn a)
         bool full = tile_full(a, st, rw, 16, k0, BK);
         float s[BK / 8][4], al[2];
         xyt16<D>(s, Qs + 16 * w * LD, cur ? Vs : Ks);
-        online_rows(a, mk, full, s, row, k0, jn, m, l, al);
+        online_rows<true>(a, mk, full, s, row, k0, jn, m, l, al);
         __syncthreads(); /* every warp is done with this buffer */
         k0 = kn, st = stn;
     }
@@ -392,7 +392,7 @@ __global__ void __launch_bounds__(32 * W) k_attn16_dq(gf_cu_attn a)
                 float ds = 0.0f;
                 if (j < jn) {
                     float x = score(a, mk, full, s[j][e], row + 8 * h, k0 + 8 * j + 2 * t + (e & 1));
-                    float p = expf(x - m[h]) * li[h];
+                    float p = attn_exp<true>(x - m[h]) * li[h];
                     ds = p * (dp[j][e] - dl[h]);
                 }
                 s[j][e] = ds;
@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn16_dk
                 float p = 0.0f, ds = 0.0f;
                 if (j >= js && j < je) {
                     float x = score(a, mk, full, s[j][e], q0 + qi, key + 8 * (e >> 1));
-                    p = expf(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
+                    p = attn_exp<true>(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
                     ds = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
                 }
                 s[j][e] = p;
