@@ -189,7 +189,14 @@ kill_mid_save() {
     check "SIG$1 mid-save: no partial output" [ ! -e "$tmp/out.onnx" ]
 }
 kill_mid_save TERM
-kill_mid_save HUP
+# under nohup (SIGHUP ignored, and inherited so) graphfuse keeps ignoring it,
+# as programs do: then there is no mid-save SIGHUP to see
+ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$$/status 2>/dev/null)
+if [ -n "$ign" ] && [ $((0x$ign & 1)) -ne 0 ]; then
+    echo "SKIP SIGHUP mid-save: SIGHUP is ignored here (nohup), and so by graphfuse"
+else
+    kill_mid_save HUP
+fi
 rm -f "$tmp/big.onnx" "$tmp"/out.onnx*
 
 # ---- train --log on a full disk: stops with the reason, exit 2 --------------
