@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <float.h>
+#include <math.h>
+#include <stdlib.h>
 
 #include "cpu/cpu.h"
 #include "nodetest.h"
@@ -1017,6 +1019,169 @@ static void test_empty(void **state)
     assert_int_equal(run(n, in, 1, &out), GF_OK);
 }
 
+
+/* ---- fp32 Exp / Tanh / Sigmoid / Pow fast paths: accuracy ----------------- */
+
+/* Distance of got from the exact value want (double libm) in ulps of the
+ * float at want; a float result that is the correctly rounded one, or one
+ * step next to it, is below 1. */
+static double ulp_err(float got, double want)
+{
+    if (isnan(want))
+        return isnan(got) ? 0 : INFINITY;
+    if ((double)got == want || (float)want == got)
+        return 0;
+    if (isinf(got) || isinf(want)) /* overflow: FLT_MAX against inf is 1 ulp */
+        return fabs(want) > FLT_MAX && fabs(got) == FLT_MAX ? 1 : INFINITY;
+    double a = fabs(want) < FLT_MIN ? FLT_MIN : fabs(want);
+    int e;
+    frexp(a, &e);
+    return fabs((double)got - want) / ldexp(1.0, e - 24);
+}
+
+static double ref_sigmoid(double x) { return 1 / (1 + exp(-x)); }
+
+/* Every 61st float bit pattern (70 million values: all exponents, both
+ * signs, subnormals, inf, NaN), a dense sweep of [-20, 20] and the edge
+ * values: through the Exp / Tanh / Sigmoid kernels (1 and 2 threads) against
+ * double libm, within 1 ulp; results that libm's float functions round the
+ * same way are counted, for the record. */
+static void test_unary_accuracy(void **state)
+{
+    (void)state;
+    const size_t n = 4 << 20;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    assert_non_null(x);
+    assert_non_null(y);
+    static const float edge[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, FLT_MIN, -FLT_MIN,
+                                 FLT_MAX, -FLT_MAX, INFINITY, -INFINITY, NAN, -NAN,
+                                 88.72283f, 88.72284f, -87.33654f, -103.9720f, -103.9721f,
+                                 -104.0f, 0.55f, -0.55f, 0.5499999f, 9.0f, 10.0f, 40.0f,
+                                 -110.0f, 1e-8f, -1e-8f};
+    const char *ops[] = {"Exp", "Tanh", "Sigmoid"};
+    double (*refs[])(double) = {exp, tanh, ref_sigmoid};
+    float (*libmf[])(float) = {expf, tanhf, NULL};
+    for (int o = 0; o < 3; o++) {
+        struct gf_node *node = mk(17, ops[o], 1, 1);
+        double worst = 0;
+        size_t diff_libm = 0, total = 0;
+        for (uint64_t start = 0, pass = 0; pass < 18; pass++) {
+            size_t m = 0;
+            if (pass == 0) {
+                for (size_t i = 0; i < sizeof(edge) / sizeof(edge[0]); i++)
+                    x[m++] = edge[i];
+                for (; m < n; m++) /* [-20, 20] evenly */
+                    x[m] = -20.0f + 40.0f * (float)m / (float)n;
+            } else {
+                for (; m < n && start < (1ull << 32); m++, start += 61) {
+                    uint32_t b = (uint32_t)start;
+                    memcpy(&x[m], &b, 4);
+                }
+            }
+            if (m == 0)
+                break;
+            int64_t len = (int64_t)m;
+            struct gf_tview in = tv(GF_FLOAT, x, DIMS(len)), out = tv(GF_FLOAT, y, DIMS(len));
+            assert_int_equal(run_t(node, &in, 1, &out, 1, pass % 2 ? 1 : 2), GF_OK);
+            for (size_t i = 0; i < m; i++) {
+                double e = ulp_err(y[i], refs[o]((double)x[i]));
+                if (e > worst)
+                    worst = e;
+                if (!(e < 1.0))
+                    fail_msg("%s(%a) = %a, want %a (%.3g ulp)", ops[o], (double)x[i],
+                             (double)y[i], refs[o]((double)x[i]), e);
+                if (isnan(x[i]) && !isnan(y[i]))
+                    fail_msg("%s(NaN) = %a", ops[o], (double)y[i]);
+                if (libmf[o]) {
+                    float l = libmf[o](x[i]);
+                    diff_libm += memcmp(&l, &y[i], 4) != 0 && !(isnan(l) && isnan(y[i]));
+                }
+            }
+            total += m;
+        }
+        print_message("%s: %zu values, worst %.3f ulp, %zu differ from libm's float function\n",
+                      ops[o], total, worst, diff_libm);
+    }
+    free(x);
+    free(y);
+}
+
+/* Pow with scalar exponents 2, 3 and 0.5 (the fast paths) and 1.5 (pow):
+ * against double pow within 1 ulp, pow's special values exact, odd lengths
+ * and 1 / 2 threads. */
+static void test_pow_scalar_exponents(void **state)
+{
+    (void)state;
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f,
+                                    FLT_MAX, -FLT_MAX, 1.0f, -1.0f, 2.5e12f, -3e-20f};
+    float ex[] = {2.0f, 3.0f, 0.5f, 1.5f};
+    enum { N = 40003 };
+    static float x[N], y[N];
+    for (size_t i = 0; i < N; i++)
+        x[i] = i < sizeof(special) / sizeof(special[0]) ? special[i]
+               : i % 3 ? rnd(-50, 50) : rnd(-1, 1) * ldexpf(1.0f, (int)(i % 200) - 100);
+    for (size_t k = 0; k < 4; k++) {
+        for (int64_t len = 1; len <= N; len = len * 7 + 3) {
+            struct gf_tview in[2] = {tv(GF_FLOAT, x, DIMS(len)), tv(GF_FLOAT, &ex[k], SCALAR)};
+            struct gf_tview out = tv(GF_FLOAT, y, DIMS(len));
+            assert_int_equal(run_t(mk(15, "Pow", 2, 1), in, 2, &out, 1, len % 2 ? 1 : 2), GF_OK);
+            for (int64_t i = 0; i < len; i++) {
+                double want = pow((double)x[i], (double)ex[k]);
+                float wf = powf(x[i], ex[k]);
+                if (isnan(wf) || isinf(wf) || wf == 0) { /* special values: powf's */
+                    if (!(isnan(wf) ? isnan(y[i]) : memcmp(&wf, &y[i], 4) == 0))
+                        fail_msg("pow(%a, %g) = %a, powf %a", (double)x[i], (double)ex[k],
+                                 (double)y[i], (double)wf);
+                } else if (!(ulp_err(y[i], want) < 1.0)) {
+                    fail_msg("pow(%a, %g) = %a, want %a", (double)x[i], (double)ex[k],
+                             (double)y[i], want);
+                }
+            }
+        }
+    }
+}
+
+/* Where over every pattern of broadcast operands (the condition, x and y
+ * each full, a row, a column or a scalar), float and bytes, against a
+ * reference loop. */
+static void test_where_broadcasts(void **state)
+{
+    (void)state;
+    enum { R = 7, C = 37 };
+    static uint8_t cond[R * C];
+    static float xs[R * C], ys[R * C], z[R * C];
+    for (int i = 0; i < R * C; i++)
+        cond[i] = (uint8_t)(rnd(0, 1) < 0.5f ? 0 : i % 5 ? 1 : 7), xs[i] = rnd(-9, 9),
+        ys[i] = rnd(-9, 9);
+    int64_t shapes[4][2] = {{R, C}, {1, C}, {R, 1}, {1, 1}};
+    int ranks[4] = {2, 2, 2, 0};
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            for (int c = 0; c < 4; c++) {
+                struct gf_tview in[3] = {tv(GF_BOOL, cond, ranks[a], shapes[a]),
+                                         tv(GF_FLOAT, xs, ranks[b], shapes[b]),
+                                         tv(GF_FLOAT, ys, ranks[c], shapes[c])};
+                int64_t od[2] = {1, 1};
+                for (int k = 0; k < 3; k++)
+                    for (int d = 0; d < in[k].rank; d++)
+                        od[d] = in[k].dims[d] > od[d] ? in[k].dims[d] : od[d];
+                int orank = a == 3 && b == 3 && c == 3 ? 0 : 2;
+                struct gf_tview out = tv(GF_FLOAT, z, orank, od);
+                assert_int_equal(run_t(mk(16, "Where", 3, 1), in, 3, &out, 1, (a + b + c) % 2 + 1),
+                                 GF_OK);
+                for (int64_t i = 0; i < od[0]; i++)
+                    for (int64_t j = 0; j < od[1]; j++) {
+#define AT(k, arr) arr[(in[k].rank ? (in[k].dims[0] > 1 ? i : 0) * in[k].dims[1] : 0) + \
+                       (in[k].rank && in[k].dims[1] > 1 ? j : 0)]
+                        float want = AT(0, cond) ? AT(1, xs) : AT(2, ys);
+#undef AT
+                        if (memcmp(&want, &z[i * od[1] + j], 4) != 0)
+                            fail_msg("Where case %d%d%d at %lld,%lld", a, b, c, (long long)i,
+                                     (long long)j);
+                    }
+            }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1031,7 +1196,8 @@ int main(void)
         cmocka_unit_test(test_where),            cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_legacy_broadcast), cmocka_unit_test(test_errors_arith),
         cmocka_unit_test(test_errors_other),     cmocka_unit_test(test_unsupported),
-        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_empty),            cmocka_unit_test(test_unary_accuracy),
+        cmocka_unit_test(test_pow_scalar_exponents), cmocka_unit_test(test_where_broadcasts),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }

@@ -817,6 +817,59 @@ static void test_softmax_family(void **state)
     }
 }
 
+/* The contiguous-row path (axis last, fp32): row lengths around the lane
+ * count and odd ones, rows masked with -inf, a row with a NaN (all NaN),
+ * an all -inf row (NaN, as before), 1 and 2 threads; tight against the
+ * double reference and against the same data along a strided axis. */
+static void test_softmax_rows(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 127, 512, 1001};
+    static const char *const ops[] = {"Softmax", "LogSoftmax"};
+    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
+        int64_t rows = 13, n = lens[l];
+        struct gf_tview x = rand_f32(2, DIMS(rows, n), 30);
+        struct gf_tview xt = tv(GF_FLOAT, NULL, 2, DIMS(n, rows));
+        float *p = x.data;
+        for (int64_t j = n / 2 + 1; j < n; j++) /* row 1: a causal-style mask */
+            p[1 * n + j] = -INFINITY;
+        if (n > 3)
+            p[2 * n + 3] = NAN;
+        for (int64_t j = 0; j < n; j++)
+            p[3 * n + j] = -INFINITY;
+        p[4 * n] = 1e30f; /* row 4: one dominant element */
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t j = 0; j < n; j++)
+                ((float *)xt.data)[j * rows + r] = p[r * n + j];
+        for (int o = 0; o < 2; o++)
+            for (int threads = 1; threads <= 2; threads++) {
+                check_softmax(ops[o], &x, 13, -1, threads, 3e-7);
+                /* node() frees the previous node's model: one at a time */
+                struct gf_tview y = out_like(&x, GF_FLOAT), yt = out_like(&xt, GF_FLOAT);
+                assert_int_equal(run_threads(node(ops[o], 13, 1, 1), &x, 1, &y, 1, threads),
+                                 GF_OK);
+                struct gf_node *nt = node(ops[o], 13, 1, 1);
+                set_int(nt, "axis", 0);
+                assert_int_equal(run_threads(nt, &xt, 1, &yt, 1, threads), GF_OK);
+                double *want = tcalloc((size_t)(rows * n) * sizeof(double));
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t j = 0; j < n; j++) {
+                        want[r * n + j] = ((float *)yt.data)[j * rows + r];
+                        float g = ((float *)y.data)[r * n + j];
+                        if ((r == 3 || (r == 2 && n > 3)) && !isnan(g)) {
+                            print_error("%s row %lld n %lld j %lld: %g not NaN\n", ops[o], (long long)r, (long long)n, (long long)j, (double)g);
+                            fail();
+                        }
+                    }
+                expect_close(&y, want, (size_t)(rows * n), 3e-7, 1e-30);
+            }
+    }
+    struct gf_tview e = tv(GF_FLOAT, NULL, 2, DIMS(0, 5)), ey = out_like(&e, GF_FLOAT);
+    assert_int_equal(run(node("Softmax", 13, 1, 1), &e, 1, &ey, 1), GF_OK);
+    e = tv(GF_FLOAT, NULL, 2, DIMS(4, 0)), ey = out_like(&e, GF_FLOAT);
+    assert_int_equal(run(node("LogSoftmax", 13, 1, 1), &e, 1, &ey, 1), GF_OK);
+}
+
 static void test_softmax_errors(void **state)
 {
     (void)state;
@@ -1120,6 +1173,7 @@ int main(void)
         cmocka_unit_test_teardown(test_cumsum, teardown),
         cmocka_unit_test_teardown(test_cumsum_errors, teardown),
         cmocka_unit_test_teardown(test_softmax_family, teardown),
+        cmocka_unit_test_teardown(test_softmax_rows, teardown),
         cmocka_unit_test_teardown(test_softmax_errors, teardown),
         cmocka_unit_test_teardown(test_layernorm, teardown),
         cmocka_unit_test_teardown(test_layernorm_errors, teardown),

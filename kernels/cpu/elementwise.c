@@ -29,6 +29,7 @@
 #include <tgmath.h>
 
 #include "cpu.h"
+#include "fused.h" /* fu_expf_acc fu_tanhf_acc fu_sigmoidf_acc, FU_HOT */
 
 #define EW_MAX_IN 3
 #define EW_GRAIN 16384 /* elements per thread chunk, at least */
@@ -312,12 +313,16 @@ static bool ew_numeric(enum gf_dtype t)
                 elem x = a[i];                                                \
                 o[i] = (TO)(EXPR);                                            \
             }                                                                 \
-        } else {                                                              \
+        } else if (st[1]) {                                                   \
             const elem x = a[0];                                              \
             for (size_t i = 0; i < n; i++) {                                  \
-                elem y = b[i * st[1]];                                        \
+                elem y = b[i];                                                \
                 o[i] = (TO)(EXPR);                                            \
             }                                                                 \
+        } else {                                                              \
+            const elem x = a[0], y = b[0];                                    \
+            for (size_t i = 0; i < n; i++)                                    \
+                o[i] = (TO)(EXPR);                                            \
         }                                                                     \
     }
 
@@ -382,7 +387,35 @@ EW_INTS(EW_BIN, mul, EW_WRAP(*))
 EW_FLOATS(EW_BIN, div, x / y)
 EW_SINTS(EW_BIN, div, y == -1 ? 0 - (uint64_t)x : (uint64_t)(x / y))
 EW_UINTS(EW_BIN, div, x / y)
-EW_FLOATS(EW_BIN, pow, y == 2 ? x * x : pow(x, y))
+EW_FLOATS(EW_BIN, pow_any, y == 2 ? x * x : pow(x, y))
+/* Pow with a scalar exponent of 2, 3 or 0.5 (gelu_tanh's x^3, RMSNorm's
+ * x^2, norms' sqrt): one branch per run, not a pow call per element.  x^3
+ * of a float is computed in double (x * x exact there) and rounded once,
+ * as accurate as powf; x^0.5 is sqrt (-0 -> +0 as pow), pow below zero. */
+#define EW_CUBE_f32(x) ((float)((double)(x) * (x) * (x)))
+#define EW_CUBE_f64(x) pow(x, 3.0)
+#define EW_DEF_POW(DT, T, sfx, ...)                                           \
+    EW_LOOP_HEAD(ew_pow_##sfx)                                                \
+    {                                                                         \
+        const T *restrict a = in[0];                                          \
+        T *restrict o = out;                                                  \
+        T y = st[1] ? (T)0 : *(const T *)in[1];                               \
+        if (st[1] || !st[0] || (y != 2 && y != 3 && y != (T)0.5)) {           \
+            ew_pow_any_##sfx(j, out, in, st, n);                              \
+            return;                                                           \
+        }                                                                     \
+        if (y == 2) {                                                         \
+            for (size_t i = 0; i < n; i++)                                    \
+                o[i] = a[i] * a[i];                                           \
+        } else if (y == 3) {                                                  \
+            for (size_t i = 0; i < n; i++)                                    \
+                o[i] = EW_CUBE_##sfx(a[i]);                                   \
+        } else {                                                              \
+            for (size_t i = 0; i < n; i++)                                    \
+                o[i] = a[i] >= 0 ? sqrt(a[i]) + (T)0 : pow(a[i], y);           \
+        }                                                                     \
+    }
+EW_FLOATS(EW_DEF_POW, _)
 EW_INTS(EW_BIN, pow, ew_ipow((uint64_t)x, (uint64_t)y))
 EW_FLOATS(EW_BIN, mod0, ew_fmod0(x, y))
 EW_SINTS(EW_BIN, mod0, ew_imod0(x, y))
@@ -417,12 +450,29 @@ EW_INTS(EW_UN, neg, 0 - (uint64_t)x)
 EW_FLOATS(EW_UN, abs, fabs(x))
 EW_SINTS(EW_UN, abs, x < 0 ? 0 - (uint64_t)x : (uint64_t)x)
 EW_UINTS(EW_UN, abs, x)
-EW_FLOATS(EW_UN, exp, exp(x))
+/* fp32 Exp, Tanh and Sigmoid through double (fused.h): within 1 ulp, the
+ * correctly rounded result but in rare ties, and vectorized; fp64 calls libm. */
+#define EW_DEF_ACC(op, FN)                                                    \
+    FU_HOT EW_LOOP_HEAD(ew_##op##_f32)                                        \
+    {                                                                         \
+        const float *restrict a = in[0];                                      \
+        float *restrict o = out;                                              \
+        (void)j;                                                              \
+        (void)st;                                                             \
+        for (size_t i = 0; i < n; i++)                                        \
+            o[i] = FN(a[i]);                                                  \
+    }
+EW_DEF_ACC(exp, fu_expf_acc)
+EW_DEF_ACC(tanh, fu_tanhf_acc)
+EW_DEF_ACC(sigmoid, fu_sigmoidf_acc)
+EW_UN_LOOP(ew_exp_f64, double, double, exp(x))
 EW_FLOATS(EW_UN, log, log(x))
 EW_FLOATS(EW_UN, sin, sin(x))
 EW_FLOATS(EW_UN, cos, cos(x))
-EW_FLOATS(EW_UN, tanh, tanh(x))
-EW_FLOATS(EW_UN, sigmoid, x >= 0 ? (elem)1 / ((elem)1 + exp(-x)) : exp(x) / ((elem)1 + exp(x)))
+EW_UN_LOOP(ew_tanh_f64, double, double, tanh(x))
+/* exp(-|x|) is exp(-x) for x >= 0 and exp(x) below: one exp call, not two */
+#define EW_SIGMOID(e, x) (x >= 0 ? (elem)1 / ((elem)1 + e) : e / ((elem)1 + e))
+EW_UN_LOOP(ew_sigmoid_f64, double, double, EW_SIGMOID(exp(-fabs(x)), x))
 EW_FLOATS(EW_UN, relu, x < 0 ? (elem)0 : x)
 EW_SINTS(EW_UN, relu, x < 0 ? 0 : x)
 EW_FLOATS(EW_UN, leaky, x < 0 ? (elem)p->alpha * x : x)
@@ -463,15 +513,31 @@ EW_FLOATS(EW_UNB, isinf, isinf(x) && (p->flag & (x > 0 ? 1 : 2)))
 EW_NUMS(EW_DEF_CLIP, _)
 
 /* Where(cond, x, y) copies elements of any type by size. */
+/* Strides are 0 or 1; the common ones are constants in their own copy of
+ * the loop, which loads both sides and selects, so that it vectorizes. */
 #define EW_DEF_WHERE(T)                                                        \
+    static inline __attribute__((always_inline)) void ew_where_run_##T(        \
+        const uint8_t *restrict c, const T *restrict x, const T *restrict y,   \
+        T *restrict o, size_t n, ptrdiff_t s0, ptrdiff_t s1, ptrdiff_t s2)     \
+    {                                                                          \
+        for (size_t i = 0; i < n; i++) {                                       \
+            T xv = x[i * s1], yv = y[i * s2];                                  \
+            o[i] = c[i * s0] ? xv : yv;                                        \
+        }                                                                      \
+    }                                                                          \
     EW_LOOP_HEAD(ew_where_##T)                                                 \
     {                                                                          \
         const uint8_t *c = in[0];                                              \
         const T *x = in[1], *y = in[2];                                        \
         T *o = out;                                                            \
         (void)j;                                                               \
-        for (size_t i = 0; i < n; i++)                                         \
-            o[i] = c[i * st[0]] ? x[i * st[1]] : y[i * st[2]];                 \
+        switch (st[0] * 4 + st[1] * 2 + st[2]) {                               \
+        case 7: ew_where_run_##T(c, x, y, o, n, 1, 1, 1); break;               \
+        case 6: ew_where_run_##T(c, x, y, o, n, 1, 1, 0); break;               \
+        case 5: ew_where_run_##T(c, x, y, o, n, 1, 0, 1); break;               \
+        case 4: ew_where_run_##T(c, x, y, o, n, 1, 0, 0); break;               \
+        default: ew_where_run_##T(c, x, y, o, n, st[0], st[1], st[2]); break;  \
+        }                                                                      \
     }
 EW_DEF_WHERE(uint8_t)
 EW_DEF_WHERE(uint16_t)

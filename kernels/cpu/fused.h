@@ -281,6 +281,89 @@ static inline double fu_gelu_tanhd(double x)
 #define FU_GELU(x) _Generic((x), float: fu_gelu_erff, default: fu_gelu_erfd)(x)
 #define FU_GELU_TANH(x) _Generic((x), float: fu_gelu_tanhf, default: fu_gelu_tanhd)(x)
 
+/* ---- fp32 math through double, within 1 ulp -------------------------------------
+ * For the plain Exp / Tanh / Sigmoid / Softmax kernels, which promise libm's
+ * accuracy: each is computed in double to about 1e-14 relative and rounded
+ * once to float, so the result is the correctly rounded one but in rare
+ * ties (never more than 1 ulp off; tests/test_cpu_elementwise.c checks
+ * millions of floats against double libm).  Vectorizes as the code above. */
+
+FU_MATH double fu_f64_of_bits(uint64_t i)
+{
+    double f;
+    memcpy(&f, &i, sizeof(f));
+    return f;
+}
+
+FU_MATH uint64_t fu_bits_of_f64(double f)
+{
+    uint64_t i;
+    memcpy(&i, &f, sizeof(i));
+    return i;
+}
+
+/* e^y for |y| <= 200 (the caller clamps): y = k ln 2 + r with |r| <= 0.35
+ * (k ln2_hi exact), a degree-11 Taylor polynomial of e^r (remainder below
+ * 7e-15 relative), and k added to the exponent bits. */
+FU_MATH double fu_exp_dbl(double y)
+{
+    double kd = y * 0x1.71547652b82fep0 + 0x1.8p52;
+    uint64_t ki = fu_bits_of_f64(kd);
+    kd -= 0x1.8p52;
+    double r = (y - kd * 0x1.62e42fefa3800p-1) - kd * 0x1.ef35793c76730p-45;
+    /* Estrin's scheme: a short dependency chain, so that the loop runs at
+     * the multipliers' throughput rather than their latency */
+    double r2 = r * r, r4 = r2 * r2;
+    double q0 = (1.0 + r) + r2 * (0.5 + r * (1.0 / 6));
+    double q1 = (1.0 / 24 + r * (1.0 / 120)) + r2 * (1.0 / 720 + r * (1.0 / 5040));
+    double q2 = (1.0 / 40320 + r * (1.0 / 362880)) + r2 * (1.0 / 3628800 + r * (1.0 / 39916800));
+    double p = q0 + r4 * (q1 + r4 * q2);
+    return fu_f64_of_bits(fu_bits_of_f64(p) + (ki << 52));
+}
+
+/* expf.  Below -104 the result is 0: those lanes compute e^0 and are
+ * zeroed, so that no lane rounds a tiny double to a float needlessly (a
+ * subnormal or underflowing conversion costs a microcode assist). */
+FU_MATH float fu_expf_acc(float x)
+{
+    int32_t keep = -(int32_t)(x > -104.0f);
+    float xc = fu_f32_of_bits(fu_bits_of_f32(fu_clampf(x, -104.0f, 89.0f)) & keep);
+    float e = (float)fu_exp_dbl((double)xc);
+    return fu_keep_nan(x, fu_f32_of_bits(fu_bits_of_f32(e) & keep));
+}
+
+/* 1 / (1 + e^-x); below -110 the double result rounds to 0. */
+FU_MATH float fu_sigmoidf_acc(float x)
+{
+    float xc = fu_clampf(x, -110.0f, 40.0f);
+    return fu_keep_nan(x, (float)(1.0 / (1.0 + fu_exp_dbl(-(double)xc))));
+}
+
+/* tanh |x|: below 0.55 its odd Taylor series to x^23 (remainder below 1e-11
+ * relative), above 1 - 2 / (e^2|x| + 1) (which no longer cancels); |x| is
+ * clamped to 10, where the float result is 1.  The sign is x's. */
+FU_MATH float fu_tanhf_acc(float x)
+{
+    float ac = fu_clampf(fu_f32_of_bits(fu_bits_of_f32(x) & 0x7fffffff), 0.0f, 10.0f);
+    double a = (double)ac, a2 = a * a;
+    double p = -0x1.497d8eea25259p-15;
+    p = p * a2 + 0x1.967e18afcafadp-14;
+    p = p * a2 - 0x1.f57d7734d1664p-13;
+    p = p * a2 + 0x1.3558248036744p-11;
+    p = p * a2 - 0x1.7da36452b75e3p-10;
+    p = p * a2 + 0x1.d6d3d0e157de0p-9;
+    p = p * a2 - 0x1.226e355e6c23dp-7;
+    p = p * a2 + 0x1.664f4882c10fap-6;
+    p = p * a2 - 0x1.ba1ba1ba1ba1cp-5;
+    p = p * a2 + 0x1.1111111111111p-3;
+    p = p * a2 - 0x1.5555555555555p-2;
+    double small = a + a * (a2 * p);
+    double big = 1.0 - 2.0 / (fu_exp_dbl(2.0 * a) + 1.0);
+    float t = (float)(ac < 0.55f ? small : big);
+    int32_t sign = fu_bits_of_f32(x) & (int32_t)0x80000000;
+    return fu_keep_nan(x, fu_f32_of_bits(fu_bits_of_f32(t) | sign));
+}
+
 /* ---- threads ------------------------------------------------------------------------ */
 
 static inline int fu_threads(const struct gf_kernel_args *a)

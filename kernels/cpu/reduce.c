@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "cpu.h"
+#include "fused.h" /* fu_expf_acc, FU_HOT */
 
 #define GRAIN 16384    /* elements worth a thread */
 #define VB 64          /* neighbouring columns (or outputs) processed side by side */
@@ -930,6 +931,95 @@ FLOAT_TYPES(DEF_SMX)
 #define SMX_ENTRY(DT, sfx, ...) [DT] = smx_block_##sfx,
 static const item_fn smx_blocks[GF_DTYPE_COUNT] = {FLOAT_TYPES(SMX_ENTRY)};
 
+/* Contiguous rows (the axis is the last one) of fp32 / fp64, the common
+ * case.  fp64: the same arithmetic as smx_block (max, then exp(x - max)
+ * summed in double in index order, then * 1/sum or - log(sum)), so the
+ * same bits, but exp runs once per element (Softmax keeps it in the output
+ * and scales it in place), the max and the scaling are plain loops that
+ * vectorize, and there is no column-block bookkeeping.  The max is taken
+ * in SMX_LANES independent lanes: in a row without NaN that is the same
+ * maximum, and a row with a NaN comes out all NaN either way (as does a
+ * row of -inf). */
+#define SMX_LANES 8
+#define DEF_SMX_MAX(T, sfx)                                                             \
+    static T smx_max_##sfx(const T *restrict p, size_t n)                                \
+    {                                                                                   \
+        T m = p[0];                                                                     \
+        size_t i = 0;                                                                   \
+        if (n >= 2 * SMX_LANES) {                                                       \
+            T v[SMX_LANES];                                                             \
+            for (size_t k = 0; k < SMX_LANES; k++)                                      \
+                v[k] = p[k];                                                            \
+            for (i = SMX_LANES; i + SMX_LANES <= n; i += SMX_LANES)                     \
+                for (size_t k = 0; k < SMX_LANES; k++)                                  \
+                    v[k] = p[i + k] > v[k] ? p[i + k] : v[k];                           \
+            for (size_t k = 0; k < SMX_LANES; k++)                                      \
+                m = v[k] > m || v[k] != v[k] ? v[k] : m;                                \
+        }                                                                               \
+        for (; i < n; i++)                                                              \
+            m = p[i] > m || p[i] != p[i] ? p[i] : m;                                    \
+        return m;                                                                       \
+    }
+DEF_SMX_MAX(float, f32x)
+DEF_SMX_MAX(double, f64)
+#define DEF_SMX_ROW(T, sfx)                                                             \
+    static void smx_row_##sfx(const void *vc, size_t r)                                 \
+    {                                                                                   \
+        const struct smx_ctx *c = vc;                                                   \
+        size_t n = c->s.n;                                                              \
+        const T *restrict p = (const T *)c->x + r * n;                                  \
+        T *restrict q = (T *)c->y + r * n;                                              \
+        T m = smx_max_##sfx(p, n);                                                      \
+        double sum = 0;                                                                 \
+        if (c->op == GF_OP_SOFTMAX) {                                                   \
+            for (size_t i = 0; i < n; i++) {                                            \
+                T e = EXP(p[i] - m);                                                    \
+                q[i] = e;                                                               \
+                sum += e;                                                               \
+            }                                                                           \
+            T f = (T)(1 / sum);                                                         \
+            for (size_t i = 0; i < n; i++)                                              \
+                q[i] *= f;                                                              \
+        } else {                                                                        \
+            for (size_t i = 0; i < n; i++)                                              \
+                sum += EXP(p[i] - m);                                                   \
+            T f = (T)log(sum);                                                          \
+            for (size_t i = 0; i < n; i++)                                              \
+                q[i] = (p[i] - m) - f;                                                  \
+        }                                                                               \
+    }
+DEF_SMX_ROW(double, f64)
+
+/* fp32 rows: exp through fu_expf_acc (libm's expf but in rare ties, within
+ * 1 ulp), which vectorizes; the sum in double over SMX_LANES lanes. */
+FU_HOT static void smx_row_f32(const void *vc, size_t r)
+{
+    const struct smx_ctx *c = vc;
+    size_t n = c->s.n, i = 0;
+    const float *restrict p = (const float *)c->x + r * n;
+    float *restrict q = (float *)c->y + r * n;
+    float m = smx_max_f32x(p, n);
+    for (size_t k = 0; k < n; k++)
+        q[k] = fu_expf_acc(p[k] - m);
+    double acc[SMX_LANES] = {0}, sum = 0;
+    for (; i + SMX_LANES <= n; i += SMX_LANES)
+        for (size_t k = 0; k < SMX_LANES; k++)
+            acc[k] += q[i + k];
+    for (; i < n; i++)
+        sum += q[i];
+    for (size_t k = 0; k < SMX_LANES; k++)
+        sum += acc[k];
+    if (c->op == GF_OP_SOFTMAX) {
+        float f = (float)(1 / sum);
+        for (size_t k = 0; k < n; k++)
+            q[k] *= f;
+    } else {
+        float f = (float)log(sum);
+        for (size_t k = 0; k < n; k++)
+            q[k] = (p[k] - m) - f;
+    }
+}
+
 /* Opset 13+: along `axis` (default -1).  Before 13 the input is coerced to
  * 2-D [prod(dims[:axis]), prod(dims[axis:])] (axis default 1) and the op
  * runs along the second dim. */
@@ -949,6 +1039,12 @@ static enum gf_status smx_run(const struct gf_kernel_args *a)
     if ((st = gf_check_out_count(a, 0, x->dtype, x->nelem)) != GF_OK || x->nelem == 0)
         return st;
     struct smx_ctx c = {a->node->op, x->data, a->out[0].data, s};
+    if (s.inner == 1 && s.n > 0 && c.op != GF_OP_HARDMAX &&
+        (x->dtype == GF_FLOAT || x->dtype == GF_DOUBLE)) {
+        run_items(n_threads(a), s.outer, s.n, x->dtype == GF_FLOAT ? smx_row_f32 : smx_row_f64,
+                  &c);
+        return GF_OK;
+    }
     run_items(n_threads(a), colblk_count(s), s.n * colblk_width(s), smx_blocks[x->dtype], &c);
     return GF_OK;
 }
