@@ -204,6 +204,9 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
  * chunk worth a thread. */
 void gf_parallel_for(int n_threads, size_t n, size_t grain,
                      void (*fn)(void *ctx, size_t begin, size_t end), void *ctx);
+/* n_threads, or 1 while gf_parallel_for's pool is put aside on a busy
+ * machine (kernels/registry.c): how many threads a BLAS call may take. */
+int gf_parallel_width(int n_threads);
 
 #ifdef __cplusplus
 }

@@ -289,10 +289,6 @@ static void lce_fold_row(struct lce_work *w, size_t i)
     w->m[i] = mx;
 }
 
-/* n_threads, or 1 while gf_parallel_for's pool is put aside on a busy
- * machine (kernels/registry.c) */
-int gf_parallel_width(int n_threads);
-
 static void blas_threads(int n)
 {
 #ifdef OPENBLAS_VERSION

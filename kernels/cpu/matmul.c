@@ -189,10 +189,6 @@ static bool is_half(enum gf_dtype dt)
     return dt == GF_FLOAT16 || dt == GF_BFLOAT16;
 }
 
-/* n_threads, or 1 while gf_parallel_for's pool is put aside on a busy
- * machine (kernels/registry.c) */
-int gf_parallel_width(int n_threads);
-
 /* m * n * k from which one product runs on OpenBLAS's threads */
 #define MM_BLAS_MT_WORK (256.0 * 256 * 256)
 /* m * n * k from which a product is split over gf_parallel_for */
