@@ -77,10 +77,12 @@ static void norm_input_grads(struct gf_grad_args *a, bool add, struct gf_value *
 
 /* ---- RMSNorm, AddRMSNorm --------------------------------------------------------
  *   RMSNorm(X, W?) -> Y:           dX, dW = RMSNormGrad(g, X, W)
- *   AddRMSNorm(X, R, W?) -> Y, S:  dS = RMSNormGrad(g, S, W, G = gS).dX
+ *   AddRMSNorm(X, R, W?) -> Y, S:  dS = RMSNormGrad(g, S, W).dX + gS
  *                                  dX = dR = dS   (gS: S's other users)
- * RMSNormGrad adds gS itself (its input G); in the mixed form (a 16-bit R,
- * kernels/checks.h) it writes R's gradient in R's type too (its dXl).  S
+ * In the mixed form (a 16-bit R, kernels/checks.h: the precision pass's,
+ * run on CUDA and the CPU) RMSNormGrad adds gS itself (its input G) and
+ * writes R's gradient in R's type too (its dXl): one pass for the Add and
+ * the Cast; the fp32 form keeps the Add (what every backend runs).  S
  * omitted by the forward is recomputed as Add(X, R).  dW is X.shape[axis:],
  * summed down to W's shape when W was broadcast. */
 enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
@@ -97,8 +99,9 @@ enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
             x = gf_ad_op2(a->ad, "Add", in(a, 0), in(a, 1));
         bool dw = w && need(a, add ? 2 : 1);
         bool low = add && need(a, 1) && gf_ad_dtype(in(a, 1)) != gf_ad_dtype(in(a, 0));
-        struct gf_value *ins[4] = {a->dy[0], x, w, gs};
-        struct gf_value *d = gf_ad_node(a->ad, "RMSNormGrad", gs ? 4 : w ? 3 : 2, ins,
+        struct gf_value *g = low ? gs : NULL;
+        struct gf_value *ins[4] = {a->dy[0], x, w, g};
+        struct gf_value *d = gf_ad_node(a->ad, "RMSNormGrad", g ? 4 : w ? 3 : 2, ins,
                                         low ? 3 : dw ? 2 : 1, outs);
         d = gf_ad_attr_int(a->ad, d, "axis", ax);
         d = gf_ad_attr_copy(a->ad, d, "epsilon");
@@ -112,9 +115,11 @@ enum gf_status gf_grad_rms_norm(struct gf_grad_args *a)
         if (low) {
             a->dx[0] = need(a, 0) ? d : NULL;
             a->dx[1] = outs[2];
-        } else {
-            norm_input_grads(a, add, d);
+            return gf_ad_status(a->ad);
         }
+        if (gs)
+            d = gf_ad_op2(a->ad, "Add", d, gs);
+        norm_input_grads(a, add, d);
         return gf_ad_status(a->ad);
     }
     norm_input_grads(a, add, gs);
