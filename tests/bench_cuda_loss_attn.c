@@ -3,7 +3,7 @@
  * fused_loss.c, fused_attn.c, matmul.c), fp32 (TF32 off), next to the
  * device's measured device-to-device copy (be->ops->copy of 1 GiB).
  *
- *   build/tests/bench_cuda_loss_attn [--reps N] [--attn-only]
+ *   build/tests/bench_cuda_loss_attn [--reps N] [--attn-only | --ce-only]
  *
  * Without a CUDA device it says so and exits 0.  First it checks each timed
  * kernel against the CPU kernel on small shapes (so no broken kernel is
@@ -226,6 +226,17 @@ static double call_time(struct call *c, const int *config)
 
 /* ---- checks against the CPU ---------------------------------------------------------------- */
 
+/* n values of type dt (fp32, fp16, bf16) at src as fp32 into dst (may be
+ * src: the 16-bit values are read from the end backwards). */
+static void widen(float *dst, const void *src, enum gf_dtype dt, size_t n)
+{
+    const uint16_t *h = src;
+    for (size_t i = n; i-- > 0;)
+        dst[i] = dt == GF_FLOAT     ? ((const float *)src)[i]
+                 : dt == GF_FLOAT16 ? gf_half_to_float(h[i])
+                                    : gf_bf16_to_float(h[i]);
+}
+
 /* Max relative error of output k (device vs CPU) beyond atol + rtol |cpu|. */
 static bool call_check(struct call *c, const char *what)
 {
@@ -237,10 +248,11 @@ static bool call_check(struct call *c, const char *what)
         if (!o)
             continue;
         size_t n = o->h.nelem;
-        float *got = malloc(n * sizeof(float) + 4);
-        if (!got || be->ops->copy_out(be, got, o->d.data, n * sizeof(float)) != GF_OK)
+        float *got = malloc(n * sizeof(float) + 4), *want = malloc(n * sizeof(float) + 4);
+        if (!got || !want || be->ops->copy_out(be, got, o->d.data, gf_tview_bytes(&o->d)) != GF_OK)
             die("copy_out");
-        const float *want = o->h.data;
+        widen(got, got, o->h.dtype, n);
+        widen(want, o->h.data, o->h.dtype, n);
         double worst = 0;
         size_t bad = 0, at = 0;
         for (size_t i = 0; i < n; i++) {
@@ -254,6 +266,7 @@ static bool call_check(struct call *c, const char *what)
                what, k, bad ? "FAIL" : "ok", worst, at, got[at], want[at]);
         ok = ok && !bad;
         free(got);
+        free(want);
     }
     return ok;
 }
@@ -301,7 +314,8 @@ struct ce_case {
     struct call c;
 };
 
-static void ce_init(struct ce_case *c, int64_t n, int64_t v, bool inplace, const char *red)
+static void ce_init(struct ce_case *c, int64_t n, int64_t v, bool inplace, const char *red,
+                    enum gf_dtype dt)
 {
     int64_t ld[2] = {n, v}, td[1] = {n}, sd[1] = {n};
     c->l = ten_new(2, ld, -8, 8, 11);
@@ -309,6 +323,12 @@ static void ce_init(struct ce_case *c, int64_t n, int64_t v, bool inplace, const
     c->loss = ten_new(strcmp(red, "none") ? 0 : 1, sd, 0, 0, 0);
     if (!inplace)
         c->g = ten_new(2, ld, 0, 0, 0);
+    if (dt != GF_FLOAT) {
+        ten_narrow(&c->l, dt);
+        ten_narrow(&c->loss, dt);
+        if (!inplace)
+            ten_narrow(&c->g, dt);
+    }
     call_init(&c->c, "SoftmaxCrossEntropy", 2, 3);
     gf_node_set_attr_string(c->c.node, "reduction", red);
     gf_node_set_attr_int(c->c.node, "ignore_index", -100);
@@ -459,20 +479,36 @@ static bool checks(void)
     bool ok = true;
     for (int inplace = 0; inplace < 2; inplace++) {
         struct ce_case c;
-        ce_init(&c, 37, inplace ? 40000 : 1001, inplace, inplace ? "mean" : "none");
+        ce_init(&c, 37, inplace ? 40000 : 1001, inplace, inplace ? "mean" : "none", GF_FLOAT);
         ok = call_check(&c.c, inplace ? "SCE 37x40000 mean, G in place" : "SCE 37x1001 none") &&
              ok;
         ce_free(&c, inplace);
     }
     {
         struct ce_case c;
-        ce_init(&c, 300, 128256, false, "sum"); /* several rows per cluster */
+        ce_init(&c, 300, 128256, false, "sum", GF_FLOAT); /* several rows per cluster */
         int cfg[3] = {0, 1, 0};
         call_run(&c.c, false, NULL, true); /* the CPU's, then the rows' path (cluster off) */
         call_run(&c.c, true, cfg, true);
         ok = call_check(&c.c, "SCE 300x128256 sum (cluster)") && ok;
         ce_free(&c, false);
     }
+    /* 16-bit scores: both sides round the same fp32 values once, which may
+     * land one unit of the type apart */
+    tol_abs = 1e-6, tol_rel = 1.0 / 64;
+    for (int h = 0; h < 2; h++) {
+        enum gf_dtype dt = h ? GF_BFLOAT16 : GF_FLOAT16;
+        struct ce_case c;
+        ce_init(&c, 37, 40000, true, "mean", dt);
+        ok = call_check(&c.c, h ? "SCE bf16 37x40000, G in place" : "SCE fp16 37x40000, G in place") &&
+             ok;
+        ce_free(&c, true);
+        ce_init(&c, 300, 128256, false, "sum", dt);
+        ok = call_check(&c.c, h ? "SCE bf16 300x128256 (cluster)" : "SCE fp16 300x128256 (cluster)") &&
+             ok;
+        ce_free(&c, false);
+    }
+    tol_abs = 1e-6, tol_rel = 1e-5;
     {
         struct lce_case c;
         lce_init(&c, 100, 64, 3001);
@@ -513,11 +549,14 @@ static bool checks(void)
 int main(int argc, char **argv)
 {
     bool attn_only = false; /* the attention rows alone (for profilers) */
+    bool ce_only = false;   /* the cross-entropy rows alone */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
             reps = atoi(argv[++i]);
         else if (strcmp(argv[i], "--attn-only") == 0)
             attn_only = true;
+        else if (strcmp(argv[i], "--ce-only") == 0)
+            ce_only = true;
     }
     if (gf_backend_open("cuda", NULL, &be) != GF_OK) {
         printf("bench_cuda_loss_attn: skipped: %s\n", gf_last_error());
@@ -540,7 +579,7 @@ int main(int argc, char **argv)
     if (!attn_only) {
         struct ce_case c;
         int64_t n = 4096, v = 128256;
-        ce_init(&c, n, v, true, "mean");
+        ce_init(&c, n, v, true, "mean", GF_FLOAT);
         double bytes = 2.0 * (double)n * (double)v * 4;
         int off[3] = {0, 1, 0};
         row("SoftmaxCrossEntropy fwd+bwd (G in place), auto", "4096x128256", call_time(&c.c, NULL),
@@ -556,7 +595,26 @@ int main(int argc, char **argv)
         printf("(Liger Kernel fp32 on H100: 4.67 ms = %.0f GB/s on the same bytes)\n",
                bytes / 4.67e-3 / 1e9);
         ce_free(&c, true);
+        /* bf16 logits, the gradient in place (Liger Kernel's bf16 case:
+         * ../shared/device/README.md, 1.76 ms on an H200, 2.34 ms on an H100) */
+        ce_init(&c, n, v, true, "mean", GF_BFLOAT16);
+        bytes = 2.0 * (double)n * (double)v * 2;
+        row("SoftmaxCrossEntropy bf16 fwd+bwd (G in place), auto", "4096x128256",
+            call_time(&c.c, NULL), bytes);
+        row("SoftmaxCrossEntropy bf16 fwd+bwd, rows (cluster=1)", "4096x128256",
+            call_time(&c.c, off), bytes);
+        for (int cl = 2; cl <= 16; cl *= 2) {
+            int cfg[3] = {0, cl, 0};
+            char what[64];
+            snprintf(what, sizeof(what), "SoftmaxCrossEntropy bf16 fwd+bwd, cluster=%d", cl);
+            row(what, "4096x128256", call_time(&c.c, cfg), bytes);
+        }
+        printf("(Liger Kernel bf16, README: H200 1.76 ms = %.0f GB/s, H100 2.34 ms = %.0f GB/s "
+               "on the same bytes)\n", bytes / 1.76e-3 / 1e9, bytes / 2.34e-3 / 1e9);
+        ce_free(&c, true);
     }
+    if (ce_only)
+        return 0;
     if (!attn_only) {
         struct lce_case c;
         lce_init(&c, 8192, 4096, 32000);

@@ -1268,6 +1268,18 @@ static void test_half_losses(void **state)
                 bt_compare(nd, in, 3, ALL_HOST, out, 3, rtol, 1e-5);
                 release_bufs();
             }
+        /* G alone: the 16-byte vector path (C = 1000) and, on CUDA, rows
+         * shared by a cluster of blocks (C = 40000, 80 KB a row) */
+        for (int64_t c = 1000; c <= 40000; c += 39000) {
+            struct gf_node *nd = node("SoftmaxCrossEntropy", 3, 3);
+            set_str(nd, "reduction", c > 1000 ? "sum" : "mean");
+            struct gf_tview in[3] = {hrand(dt, -8, 8, DIMS(5, c)),
+                                     labels(GF_INT32, (size_t)c, 0, 0, DIMS(5)),
+                                     c > 1000 ? hrand(dt, 0.5f, 2, DIMS(c)) : NONE};
+            struct gf_tview out[3] = {hout(dt, 0, NULL), NONE, hout(dt, DIMS(5, c))};
+            bt_compare(nd, in, 3, ALL_HOST, out, 3, rtol, 1e-6);
+            release_bufs();
+        }
         struct gf_node *nd = node("JSD", 2, 1);
         set_float(nd, "beta", 0.3f);
         struct gf_tview ji[2] = {hrand(dt, -4, -0.5f, DIMS(5, 33)),

@@ -14,9 +14,9 @@ fp32 with TF32 off (PyTorch's default for matmuls; set explicitly), CUDA:
   - where the liger_kernel package imports (pip install liger-kernel
     --no-deps: it needs only torch and triton), Liger Kernel's
     cross-entropy, RMSNorm 16384 x 4096 and SwiGLU 16384 x 11008 forward +
-    backward, fp32, on the same card in the same run, in the bytes that
-    tests/bench_cuda_* count (cross-entropy 2 BT V, RMSNorm 5 M N, SwiGLU
-    8 M N elements).
+    backward, fp32 (the cross-entropy in bf16 too), on the same card in the
+    same run, in the bytes that tests/bench_cuda_* count (cross-entropy 2 BT
+    V, RMSNorm 5 M N, SwiGLU 8 M N elements).
 Medians of --reps runs after warm-up, timed with CUDA events; --only attn
 stops after the attention rows, --only liger prints Liger Kernel's rows alone.
 --dtype bf16 / fp16 makes the attention rows' Q, K, V and dO that type
@@ -65,6 +65,15 @@ def liger(reps, dev):
     print(f"| Liger cross_entropy fwd+bwd | {n}x{V} | {tce:.3f} ms | "
           f"{2 * n * V * 4 / (tce * 1e-3) / 1e9:.0f} GB/s |")
     del x
+    xb = torch.randn(n, V, device=dev, dtype=torch.bfloat16, requires_grad=True)
+
+    def ce16():
+        torch.autograd.grad(lce(xb, t), xb)
+
+    tce = timed(ce16, reps)
+    print(f"| Liger cross_entropy bf16 fwd+bwd | {n}x{V} | {tce:.3f} ms | "
+          f"{2 * n * V * 2 / (tce * 1e-3) / 1e9:.0f} GB/s |")
+    del xb
     M, N = 16384, 4096
     xn = torch.randn(M, N, device=dev, requires_grad=True)
     rms = LigerRMSNorm(N).to(dev)

@@ -30,6 +30,7 @@
 #include <limits.h>
 
 #include "cu.h"
+#include "device_common.h"
 #include "launch_mla.h"
 
 /* knobs: threads per position (0: automatic), cluster blocks per position
@@ -147,7 +148,10 @@ static enum gf_status labels_end(const struct gf_kernel_args *a, const struct gf
 }
 
 /* Cluster size for c: the knob, else (automatic) the smallest of 2, 4, 8
- * whose slices fit 64 KiB when a row exceeds 32 KiB. */
+ * whose slices fit 64 KiB when an fp32 row exceeds 32 KiB.  16-bit rows
+ * take the rows kernel: 1.31 ms against 1.68 ms (cluster 4) for bf16
+ * 4096 x 128256 on an H100, where the fp32 cluster of 8 beats the rows
+ * 2.15 ms to 2.48 ms (tests/bench_cuda_loss_attn). */
 static int pick_cluster(const struct gf_kernel_args *a, const struct gf_cu_ce *c)
 {
     int k = knob(a, K_CLUSTER);
@@ -155,7 +159,7 @@ static int pick_cluster(const struct gf_kernel_args *a, const struct gf_cu_ce *c
         return 0;
     if (k > 1)
         return gf_cu_ce_cluster_ok(c, k) ? k : 0;
-    if (c->c * 4 <= (32 << 10))
+    if (c->type != GF_CU_F32 || c->c * 4 <= (32 << 10))
         return 0;
     for (int cl = 2; cl <= 8; cl *= 2)
         if ((c->c + cl - 1) / cl * 4 <= (64 << 10) && gf_cu_ce_cluster_ok(c, cl))
@@ -236,6 +240,7 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     cudaStream_t s = gf_cu_stream(a);
     struct gf_cu_ce k;
     ce_init(a, &k, &c.lab, c.n_pos, c.c, c.d, bad);
+    k.type = gf_dev_type_of(x->dtype); /* gf_cu_type's order */
     k.x = x->data;
     k.w = fu_has(a, 2) ? a->in[2].data : NULL;
     k.loss = c.red == GF_RED_NONE ? a->out[0].data : NULL;
@@ -251,9 +256,11 @@ static enum gf_status sce_run(const struct gf_kernel_args *a)
     if (e == cudaSuccess)
         e = gf_cu_ce(s, &k);
     if (e == cudaSuccess && grad && c.shift) /* S = 1 too: then every row (s1 is 0) */
-        e = gf_cu_ce_zero_rows(s, a->out[2].data, 0, x->dims[0], x->dims[1], x->dims[2]);
+        e = gf_cu_ce_zero_rows(s, a->out[2].data, k.type != GF_CU_F32, x->dims[0], x->dims[1],
+                               x->dims[2]);
     if (e == cudaSuccess && c.red != GF_RED_NONE)
-        e = gf_cu_loss_reduce(s, lpart, (int64_t)c.n_pos, c.red == GF_RED_MEAN, a->out[0].data);
+        e = gf_cu_loss_reduce(s, lpart, (int64_t)c.n_pos, c.red == GF_RED_MEAN, a->out[0].data,
+                              k.type);
     if ((st = gf_cu_check(a, e, "SoftmaxCrossEntropy")) != GF_OK || !c.n_pos)
         return st;
     return labels_end(a, &c.lab, "label T", bad, deferred);
@@ -323,7 +330,8 @@ static enum gf_status nll_run(const struct gf_kernel_args *a)
     k.logp = k.softmax && fu_has_out(a, 1) ? a->out[1].data : NULL;
     cudaError_t e = gf_cu_ce(s, &k);
     if (e == cudaSuccess && !none)
-        e = gf_cu_loss_reduce(s, lpart, (int64_t)n_pos, r.ce.red == GF_RED_MEAN, a->out[0].data);
+        e = gf_cu_loss_reduce(s, lpart, (int64_t)n_pos, r.ce.red == GF_RED_MEAN, a->out[0].data,
+                              GF_CU_F32);
     if ((st = gf_cu_check(a, e, a->node->op_type)) != GF_OK || !n_pos)
         return st;
     return labels_end(a, &lh, "labels", bad, deferred);
@@ -439,11 +447,6 @@ static bool lce_half(const struct lce *c)
     return c->dt == GF_FLOAT16 || c->dt == GF_BFLOAT16;
 }
 
-static int lce_cu_type(enum gf_dtype t)
-{
-    return t == GF_FLOAT16 ? GF_CU_F16 : t == GF_BFLOAT16 ? GF_CU_BF16 : GF_CU_F32;
-}
-
 static enum gf_status lce_check(const struct gf_kernel_args *a, bool outs, struct lce *c)
 {
     struct gf_lce_rule r;
@@ -549,7 +552,7 @@ static enum gf_status lce_chunk(const struct gf_kernel_args *a, const struct lce
     if (half) {
         g = ws_at(a, c->zb);
         if (!direct)
-            st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, lce_cu_type(c->dt), z, ws_at(a, c->zb),
+            st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, gf_dev_type_of(c->dt), z, ws_at(a, c->zb),
                                            R * V, false), "the gradient's rounding");
     }
     if (st == GF_OK && fu_has_out(a, 1)) /* dH rows = z W'^T */
@@ -623,11 +626,11 @@ static enum gf_status lce_run(const struct gf_kernel_args *a)
             first = false;
         }
     if (st == GF_OK && lce_half(&c) && fu_has_out(a, 2) && c.n_pos) /* dW's sums, rounded */
-        st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, lce_cu_type(c.dt), ws_at(a, c.dwacc),
+        st = gf_cu_check(a, gf_cu_cast(s, GF_CU_F32, gf_dev_type_of(c.dt), ws_at(a, c.dwacc),
                                        a->out[2].data, (int64_t)(c.k * c.v), false), "dW");
     if (st == GF_OK && c.red != GF_RED_NONE)
         st = gf_cu_check(a, gf_cu_loss_reduce(s, ws_at(a, c.ws.lpart), (int64_t)c.n_pos,
-                                              c.red == GF_RED_MEAN, a->out[0].data),
+                                              c.red == GF_RED_MEAN, a->out[0].data, GF_CU_F32),
                          "the loss");
     if (st != GF_OK || !c.n_pos)
         return st;
@@ -692,7 +695,7 @@ static enum gf_status jsd_run(const struct gf_kernel_args *a)
     j.lpart = a->workspace;
     cudaError_t e = gf_cu_jsd(s, &j);
     if (e == cudaSuccess) /* the sum over the rows counted / their number, as the CPU's */
-        e = gf_cu_loss_reduce(s, j.lpart, j.rows, 1, a->out[0].data);
+        e = gf_cu_loss_reduce(s, j.lpart, j.rows, 1, a->out[0].data, GF_CU_F32);
     return gf_cu_check(a, e, "JSD");
 }
 
@@ -727,7 +730,8 @@ static bool jsd_supports(const struct gf_node *n, const struct gf_tview *in, siz
 
 /* ==== the table ========================================================================== */
 
-/* fp32 scores (and W, Bias, weights), int32 / int64 labels, rank <= 8. */
+/* fp32 scores (and W, Bias, weights), int32 / int64 labels, rank <= 8; the
+ * 16-bit forms below. */
 static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
 {
     size_t li = n->op == GF_OP_LINEAR_CROSS_ENTROPY ? 2 : 1;
@@ -738,6 +742,12 @@ static bool loss_supports(const struct gf_node *n, const struct gf_tview *in, si
                (in[2].dtype == GF_INT64 || in[2].dtype == GF_INT32) &&
                (n_in < 4 || in[3].dtype == GF_UNDEFINED || in[3].nelem == 0) &&
                in[0].rank <= GF_MAX_RANK;
+    /* fp16 / bf16 scores of SoftmaxCrossEntropy: W and the outputs in their
+     * type too (gf_sce_check), computed in fp32 */
+    if (n->op == GF_OP_SOFTMAX_CROSS_ENTROPY && n_in > 1 &&
+        (in[0].dtype == GF_FLOAT16 || in[0].dtype == GF_BFLOAT16))
+        return (in[1].dtype == GF_INT64 || in[1].dtype == GF_INT32) && in[0].rank <= GF_MAX_RANK &&
+               (n_in < 3 || in[2].dtype == GF_UNDEFINED || in[2].dtype == in[0].dtype);
     if (n->op == GF_OP_CROSS_ENTROPY_GRAD)
         return n_in >= 2 && in[0].dtype == GF_FLOAT && in[1].dtype == GF_FLOAT &&
                in[1].rank <= GF_MAX_RANK;

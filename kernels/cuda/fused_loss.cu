@@ -25,7 +25,9 @@
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <math.h>
+#include <type_traits>
 
+#include "half_io.h"
 #include "launch_mla.h"
 
 namespace cg = cooperative_groups;
@@ -98,6 +100,46 @@ struct ce_up {
     int per_pos;
 };
 
+/* Element i of an array of the float type T (fp32, fp16, bf16), as fp32;
+ * and stored rounded once. */
+template <typename T>
+__device__ __forceinline__ float ld_at(const void *p, int64_t i)
+{
+    return gf_ld((const T *)p + i);
+}
+
+template <typename T>
+__device__ __forceinline__ void st_at(void *p, int64_t i, float v)
+{
+    gf_st((T *)p + i, v);
+}
+
+/* The vectorized paths move 16 bytes at a time: VN<T> elements of T. */
+template <typename T>
+constexpr int VN = 16 / (int)sizeof(T);
+
+template <typename T>
+__device__ __forceinline__ void unpack16(const uint4 &v, float *f)
+{
+    const T *h = reinterpret_cast<const T *>(&v);
+#pragma unroll
+    for (int k = 0; k < VN<T>; k++)
+        f[k] = gf_ld(h + k);
+}
+
+/* N values to p (N * sizeof(TG) bytes, that aligned), rounded to TG. */
+template <typename TG, int N>
+__device__ __forceinline__ void store_n(TG *p, const float *f)
+{
+    typedef typename std::conditional<N * sizeof(TG) == 16, uint4, uint2>::type R;
+    R v;
+    TG *h = reinterpret_cast<TG *>(&v);
+#pragma unroll
+    for (int k = 0; k < N; k++)
+        gf_st(h + k, f[k]);
+    *(R *)p = v;
+}
+
 /* G's coefficient for a position of weight wt: wt gscale (times the
  * upstream dl), / the counted weights with mean.  The Grad ops take a zero
  * sum as a zero scale (the CPU's loss_setup); SoftmaxCrossEntropy divides
@@ -113,32 +155,33 @@ __device__ __forceinline__ double ce_coef(const struct gf_cu_ce &c, struct ce_up
     return coef;
 }
 
-/* Four gradient values of position p's row from element j (a multiple of 4)
- * on: to g, or rounded to bf16 into gb (the same bits as g's fp32 rounded
- * afterwards). */
-__device__ __forceinline__ void put_g4(const struct gf_cu_ce &c, int64_t p, int64_t j, float4 o)
+/* VN<T> gradient values of position p's row from element j (a multiple of
+ * VN<T>) on: to g, or (fp32 x) rounded to bf16 into gb (the same bits as
+ * g's fp32 rounded afterwards). */
+template <typename T>
+__device__ __forceinline__ void put_gv(const struct gf_cu_ce &c, int64_t p, int64_t j,
+                                       const float *o)
 {
-    if (c.gb) {
-        __nv_bfloat162 lo = __floats2bfloat162_rn(o.x, o.y), hi = __floats2bfloat162_rn(o.z, o.w);
-        *(uint2 *)(c.gb + base_of(c, p) + j) = make_uint2(*(uint32_t *)&lo, *(uint32_t *)&hi);
-    } else {
-        *(float4 *)(c.g + base_of(c, p) + j) = o;
-    }
+    if (c.gb)
+        store_n<__nv_bfloat16, VN<T>>((__nv_bfloat16 *)c.gb + base_of(c, p) + j, o);
+    else
+        store_n<T, VN<T>>((T *)c.g + base_of(c, p) + j, o);
 }
 
 /* The position's loss and weight, and its coefficient of G. */
+template <typename T>
 __device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, struct ce_up up, int64_t p,
                                           int64_t t, float m, double s, float xt, float *cf)
 {
     double wt = 0, l = 0;
     if (t >= 0) {
-        wt = c.w ? (double)c.w[t] : 1.0;
+        wt = c.w ? (double)ld_at<T>(c.w, t) : 1.0;
         l = c.softmax ? -(((double)xt - (double)m) - log(s)) * wt : -(double)xt * wt;
     }
     *cf = (float)ce_coef(c, up, p, wt);
     if (threadIdx.x == 0) {
         if (c.loss)
-            c.loss[p] = (float)l;
+            st_at<T>(c.loss, p, (float)l);
         if (c.lpart) {
             c.lpart[2 * p] = l;
             c.lpart[2 * p + 1] = wt;
@@ -146,14 +189,26 @@ __device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, struct ce_up
     }
 }
 
-template <bool VEC>
+/* The gradient of VN<T> values f of the row from element j on (k0: the
+ * label's index in them, if it is there), into o. */
+template <typename T>
+__device__ __forceinline__ void grad_vec(const float *f, float *o, int64_t t, int64_t k0,
+                                         float m, float inv, float cf, float pt)
+{
+#pragma unroll
+    for (int k = 0; k < VN<T>; k++)
+        o[k] = t < 0 ? 0.0f : k == k0 ? (pt - 1.0f) * cf : expf(f[k] - m) * inv * cf;
+}
+
+template <bool VEC, typename T>
 __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
 {
+    const int N = VN<T>;
     __shared__ float shf[32];
     __shared__ double shd[32];
     int64_t stride = c.s1 ? 1 : c.d;
     for (int64_t p = blockIdx.x; p < c.n_pos; p += gridDim.x) {
-        const float *x = c.x + base_of(c, p);
+        const T *x = (const T *)c.x + base_of(c, p);
         int64_t t = label_use(c, p, threadIdx.x == 0);
         float m = 0.0f;
         double s = 1.0;
@@ -162,20 +217,27 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
             float mt = -INFINITY;
             double st = 0;
             if (VEC) {
-                const float4 *x4 = (const float4 *)x;
-                for (int64_t j = threadIdx.x; j < c.c / 4; j += blockDim.x) {
-                    float4 v = x4[j];
-                    float vm = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+                const uint4 *xv = (const uint4 *)x;
+                for (int64_t j = threadIdx.x; j < c.c / N; j += blockDim.x) {
+                    float f[N];
+                    unpack16<T>(xv[j], f);
+                    float vm = f[0];
+#pragma unroll
+                    for (int k = 1; k < N; k++)
+                        vm = fmaxf(vm, f[k]);
                     if (vm > mt) {
                         st = mt == -INFINITY ? 0.0 : st * exp((double)(mt - vm));
                         mt = vm;
                     }
-                    st += (double)expf(v.x - mt) + (double)expf(v.y - mt) +
-                          (double)expf(v.z - mt) + (double)expf(v.w - mt);
+                    double sv = 0;
+#pragma unroll
+                    for (int k = 0; k < N; k++)
+                        sv += (double)expf(f[k] - mt);
+                    st += sv;
                 }
             } else {
                 for (int64_t j = threadIdx.x; j < c.c; j += blockDim.x) {
-                    float v = x[j * stride];
+                    float v = gf_ld(x + j * stride);
                     if (v > mt) {
                         st = mt == -INFINITY ? 0.0 : st * exp((double)(mt - v));
                         mt = v;
@@ -186,44 +248,33 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
             m = block_max(mt, shf);
             s = block_sum(mt == -INFINITY ? 0.0 : st * exp((double)(mt - m)), shd);
         }
-        float xt = t >= 0 ? x[t * stride] : 0.0f, cf;
-        ce_finish(c, up, p, t, m, s, xt, &cf);
+        float xt = t >= 0 ? gf_ld(x + t * stride) : 0.0f, cf;
+        ce_finish<T>(c, up, p, t, m, s, xt, &cf);
         __syncthreads(); /* every read of x[t] before G may overwrite it */
         float inv = (float)(1.0 / s), ls = (float)log(s);
         float pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
-        float *g = c.g ? c.g + base_of(c, p) : NULL;
+        T *g = c.g ? (T *)c.g + base_of(c, p) : NULL;
         __nv_bfloat16 *gb = c.gb ? (__nv_bfloat16 *)c.gb + base_of(c, p) : NULL;
-        float *lp = c.logp ? c.logp + (c.s1 ? p * c.c : base_of(c, p)) : NULL;
+        T *lp = c.logp ? (T *)c.logp + (c.s1 ? p * c.c : base_of(c, p)) : NULL;
         if (!g && !gb && !lp)
             continue;
         if (VEC && !lp) {
-            const float4 *x4 = (const float4 *)x;
-            for (int64_t j = threadIdx.x; j < c.c / 4; j += blockDim.x) {
-                float4 v = x4[j], o;
-                if (t < 0) {
-                    o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                } else {
-                    o.x = expf(v.x - m) * inv * cf;
-                    o.y = expf(v.y - m) * inv * cf;
-                    o.z = expf(v.z - m) * inv * cf;
-                    o.w = expf(v.w - m) * inv * cf;
-                    int64_t k = t - 4 * j;
-                    if (k == 0) o.x = (pt - 1.0f) * cf;
-                    if (k == 1) o.y = (pt - 1.0f) * cf;
-                    if (k == 2) o.z = (pt - 1.0f) * cf;
-                    if (k == 3) o.w = (pt - 1.0f) * cf;
-                }
-                put_g4(c, p, 4 * j, o);
+            const uint4 *xv = (const uint4 *)x;
+            for (int64_t j = threadIdx.x; j < c.c / N; j += blockDim.x) {
+                float f[N], o[N];
+                unpack16<T>(xv[j], f);
+                grad_vec<T>(f, o, t, t - N * j, m, inv, cf, pt);
+                put_gv<T>(c, p, N * j, o);
             }
         } else {
             int64_t ls_ = c.s1 ? 1 : stride;
             for (int64_t j = threadIdx.x; j < c.c; j += blockDim.x) {
-                float v = x[j * stride];
+                float v = gf_ld(x + j * stride);
                 if (lp)
-                    lp[j * ls_] = (v - m) - ls;
+                    gf_st(lp + j * ls_, (v - m) - ls);
                 float gv = t < 0 ? 0.0f : j == t ? (pt - 1.0f) * cf : expf(v - m) * inv * cf;
                 if (g)
-                    g[j * stride] = gv;
+                    gf_st(g + j * stride, gv);
                 if (gb)
                     gb[j * stride] = __float2bfloat16_rn(gv);
             }
@@ -233,10 +284,12 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
 }
 
 /* One cluster per position, the row's slice [rank * slice, ...) of this
- * block in shared memory (slice a multiple of 4; C too). */
+ * block in shared memory as T (slice a multiple of VN<T>; C too). */
+template <typename T>
 __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
 {
-    extern __shared__ float4 row4[];
+    const int N = VN<T>;
+    extern __shared__ uint4 rowv[];
     __shared__ float shf[32];
     __shared__ double shd[32];
     __shared__ float part_m;
@@ -245,16 +298,20 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
     unsigned rank = cl.block_rank(), ncl = cl.num_blocks();
     int64_t first = blockIdx.x / ncl, step = gridDim.x / ncl;
     int64_t j0 = rank * slice, j1 = j0 + slice < c.c ? j0 + slice : c.c;
-    int64_t n4 = j1 > j0 ? (j1 - j0) / 4 : 0;
+    int64_t nv = j1 > j0 ? (j1 - j0) / N : 0;
     for (int64_t p = first; p < c.n_pos; p += step) {
-        const float *x = c.x + base_of(c, p);
+        const T *x = (const T *)c.x + base_of(c, p);
         int64_t t = label_use(c, p, rank == 0 && threadIdx.x == 0);
-        const float4 *x4 = (const float4 *)(x + j0);
+        const uint4 *xv = (const uint4 *)(x + j0);
         float mt = -INFINITY;
-        for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-            float4 v = x4[j];
-            row4[j] = v;
-            mt = fmaxf(mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+        for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
+            uint4 v = xv[j];
+            float f[N];
+            rowv[j] = v;
+            unpack16<T>(v, f);
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                mt = fmaxf(mt, f[k]);
         }
         mt = block_max(mt, shf);
         if (threadIdx.x == 0)
@@ -264,13 +321,17 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
         for (unsigned r = 0; r < ncl; r++)
             m = fmaxf(m, *cl.map_shared_rank(&part_m, r));
         double st = 0;
-        for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-            float4 v = row4[j];
-            st += (double)expf(v.x - m) + (double)expf(v.y - m) + (double)expf(v.z - m) +
-                  (double)expf(v.w - m);
+        for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
+            float f[N];
+            unpack16<T>(rowv[j], f);
+            double sv = 0;
+#pragma unroll
+            for (int k = 0; k < N; k++)
+                sv += (double)expf(f[k] - m);
+            st += sv;
         }
         st = block_sum(st, shd);
-        float xt = t >= 0 ? x[t] : 0.0f; /* read before any block writes G */
+        float xt = t >= 0 ? gf_ld(x + t) : 0.0f; /* read before any block writes G */
         if (threadIdx.x == 0)
             part_s = st;
         cl.sync(); /* (2) the blocks' sums; every read of x done */
@@ -279,34 +340,23 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
             s += *cl.map_shared_rank(&part_s, r);
         float cf;
         if (rank == 0) {
-            ce_finish(c, up, p, t, m, s, xt, &cf);
+            ce_finish<T>(c, up, p, t, m, s, xt, &cf);
         } else {
             struct gf_cu_ce c2 = c;
             c2.loss = NULL;
             c2.lpart = NULL;
-            ce_finish(c2, up, p, t, m, s, xt, &cf);
+            ce_finish<T>(c2, up, p, t, m, s, xt, &cf);
         }
         if (!c.g && !c.gb)
             continue;
         float inv = (float)(1.0 / s), pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
-        for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
-            float4 v = row4[j], o;
-            if (t < 0) {
-                o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            } else {
-                o.x = expf(v.x - m) * inv * cf;
-                o.y = expf(v.y - m) * inv * cf;
-                o.z = expf(v.z - m) * inv * cf;
-                o.w = expf(v.w - m) * inv * cf;
-                int64_t k = t - j0 - 4 * j;
-                if (k == 0) o.x = (pt - 1.0f) * cf;
-                if (k == 1) o.y = (pt - 1.0f) * cf;
-                if (k == 2) o.z = (pt - 1.0f) * cf;
-                if (k == 3) o.w = (pt - 1.0f) * cf;
-            }
-            put_g4(c, p, j0 + 4 * j, o);
+        for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
+            float f[N], o[N];
+            unpack16<T>(rowv[j], f);
+            grad_vec<T>(f, o, t, t - j0 - N * j, m, inv, cf, pt);
+            put_gv<T>(c, p, j0 + N * j, o);
         }
-        __syncthreads(); /* row4 reused by the next position */
+        __syncthreads(); /* rowv reused by the next position */
     }
     cl.sync(); /* no block leaves while another may read its part_s */
 }
@@ -324,31 +374,40 @@ static int sm_count(void)
     return n;
 }
 
+/* Elements of x's type in 16 bytes. */
+static int vec_of(const struct gf_cu_ce *c)
+{
+    return c->type == GF_CU_F32 ? 4 : 8;
+}
+
 static int64_t cluster_slice(const struct gf_cu_ce *c, int cl)
 {
-    int64_t per = (c->c + cl - 1) / cl;
-    return (per + 3) / 4 * 4;
+    int64_t per = (c->c + cl - 1) / cl, n = vec_of(c);
+    return (per + n - 1) / n * n;
 }
 
 #define CLUSTER_SMEM_MAX (200 << 10)
 
 extern "C" int gf_cu_ce_cluster_ok(const struct gf_cu_ce *c, int cl)
 {
-    if (cl < 2 || cl > 16 || !c->softmax || c->logp || (!c->s1 && c->d != 1) || c->c % 4 ||
-        ((uintptr_t)c->x % 16) || (c->g && (uintptr_t)c->g % 16))
+    if (cl < 2 || cl > 16 || !c->softmax || c->logp || (!c->s1 && c->d != 1) ||
+        c->c % vec_of(c) || ((uintptr_t)c->x % 16) || (c->g && (uintptr_t)c->g % 16) ||
+        (c->gb && (uintptr_t)c->gb % 8))
         return 0;
-    return cluster_slice(c, cl) * 4 <= CLUSTER_SMEM_MAX;
+    return cluster_slice(c, cl) * (16 / vec_of(c)) <= CLUSTER_SMEM_MAX;
 }
 
+template <typename T>
 static cudaError_t launch_cluster(cudaStream_t s, const struct gf_cu_ce *c, struct ce_up up,
                                   int cl, int threads)
 {
     int64_t slice = cluster_slice(c, cl);
-    size_t bytes = (size_t)slice * 4;
-    cudaError_t e = cudaFuncSetAttribute(k_ce_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)bytes);
+    size_t bytes = (size_t)slice * sizeof(T);
+    cudaError_t e = cudaFuncSetAttribute(k_ce_cluster<T>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e == cudaSuccess && cl > 8)
-        e = cudaFuncSetAttribute(k_ce_cluster, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        e = cudaFuncSetAttribute(k_ce_cluster<T>, cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                 1);
     if (e != cudaSuccess)
         return e;
     cudaLaunchConfig_t cfg = {};
@@ -364,24 +423,24 @@ static cudaError_t launch_cluster(cudaStream_t s, const struct gf_cu_ce *c, stru
     cfg.numAttrs = 1;
     cfg.gridDim = dim3((unsigned)cl);
     int fit = 0;
-    if (cudaOccupancyMaxActiveClusters(&fit, k_ce_cluster, &cfg) != cudaSuccess || fit < 1) {
+    if (cudaOccupancyMaxActiveClusters(&fit, k_ce_cluster<T>, &cfg) != cudaSuccess || fit < 1) {
         cudaGetLastError();
         fit = sm_count() / cl;
     }
     int64_t n = c->n_pos < fit ? c->n_pos : fit;
     cfg.gridDim = dim3((unsigned)(n * cl));
-    return cudaLaunchKernelEx(&cfg, k_ce_cluster, *c, slice, up);
+    return cudaLaunchKernelEx(&cfg, k_ce_cluster<T>, *c, slice, up);
 }
 
-static cudaError_t ce_launch(cudaStream_t s, const struct gf_cu_ce *c, struct ce_up up)
+template <typename T>
+static cudaError_t ce_launch_t(cudaStream_t s, const struct gf_cu_ce *c, struct ce_up up)
 {
-    if (c->n_pos <= 0)
-        return cudaSuccess;
     if (c->cluster > 1 && gf_cu_ce_cluster_ok(c, c->cluster))
-        return launch_cluster(s, c, up, c->cluster, c->block > 0 ? c->block : 512);
-    bool vec = (c->s1 || c->d == 1) && c->c % 4 == 0 && (uintptr_t)c->x % 16 == 0 &&
-               (!c->g || (uintptr_t)c->g % 16 == 0);
-    int64_t work = vec ? c->c / 4 : c->c;
+        return launch_cluster<T>(s, c, up, c->cluster, c->block > 0 ? c->block : 512);
+    int n = vec_of(c);
+    bool vec = (c->s1 || c->d == 1) && c->c % n == 0 && (uintptr_t)c->x % 16 == 0 &&
+               (!c->g || (uintptr_t)c->g % 16 == 0) && (!c->gb || (uintptr_t)c->gb % 8 == 0);
+    int64_t work = vec ? c->c / n : c->c;
     int threads = c->block;
     if (threads <= 0) {
         threads = 32;
@@ -390,10 +449,18 @@ static cudaError_t ce_launch(cudaStream_t s, const struct gf_cu_ce *c, struct ce
     }
     int64_t blocks = c->n_pos < (int64_t)sm_count() * 64 ? c->n_pos : (int64_t)sm_count() * 64;
     if (vec)
-        k_ce_rows<true><<<(unsigned)blocks, threads, 0, s>>>(*c, up);
+        k_ce_rows<true, T><<<(unsigned)blocks, threads, 0, s>>>(*c, up);
     else
-        k_ce_rows<false><<<(unsigned)blocks, threads, 0, s>>>(*c, up);
+        k_ce_rows<false, T><<<(unsigned)blocks, threads, 0, s>>>(*c, up);
     return cudaGetLastError();
+}
+
+static cudaError_t ce_launch(cudaStream_t s, const struct gf_cu_ce *c, struct ce_up up)
+{
+    if (c->n_pos <= 0)
+        return cudaSuccess;
+    GF_CU_TYPE_SWITCH(c->type, return ce_launch_t<T>(s, c, up));
+    return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c)
@@ -407,6 +474,7 @@ extern "C" cudaError_t gf_cu_ce_dl(cudaStream_t s, const struct gf_cu_ce *c, con
     return ce_launch(s, c, ce_up{dl, per_pos});
 }
 
+template <typename T>
 __global__ void k_ce_weights(struct gf_cu_ce c, double *gsum)
 {
     __shared__ double shd[32];
@@ -414,7 +482,7 @@ __global__ void k_ce_weights(struct gf_cu_ce c, double *gsum)
     for (int64_t p = threadIdx.x; p < c.n_pos; p += blockDim.x) {
         int64_t t = label_use(c, p, false);
         if (t >= 0)
-            acc += c.w ? (double)c.w[t] : 1.0;
+            acc += c.w ? (double)ld_at<T>(c.w, t) : 1.0;
     }
     acc = block_sum(acc, shd);
     if (threadIdx.x == 0)
@@ -423,11 +491,12 @@ __global__ void k_ce_weights(struct gf_cu_ce c, double *gsum)
 
 extern "C" cudaError_t gf_cu_ce_weights(cudaStream_t s, const struct gf_cu_ce *c, double *gsum)
 {
-    k_ce_weights<<<1, RED_BLOCK, 0, s>>>(*c, gsum);
+    GF_CU_TYPE_SWITCH(c->type, k_ce_weights<T><<<1, RED_BLOCK, 0, s>>>(*c, gsum));
     return cudaGetLastError();
 }
 
-__global__ void k_loss_reduce(const double *lp, int64_t n, int mean, float *out)
+template <typename T>
+__global__ void k_loss_reduce(const double *lp, int64_t n, int mean, T *out)
 {
     __shared__ double shd[32];
     double l = 0, w = 0;
@@ -438,13 +507,13 @@ __global__ void k_loss_reduce(const double *lp, int64_t n, int mean, float *out)
     l = block_sum(l, shd);
     w = block_sum(w, shd);
     if (threadIdx.x == 0)
-        out[0] = (float)(mean ? l / w : l);
+        gf_st(out, (float)(mean ? l / w : l));
 }
 
 extern "C" cudaError_t gf_cu_loss_reduce(cudaStream_t s, const double *lpart, int64_t n,
-                                         int mean, float *out)
+                                         int mean, void *out, int type)
 {
-    k_loss_reduce<<<1, RED_BLOCK, 0, s>>>(lpart, n, mean, out);
+    GF_CU_TYPE_SWITCH(type, k_loss_reduce<T><<<1, RED_BLOCK, 0, s>>>(lpart, n, mean, (T *)out));
     return cudaGetLastError();
 }
 
@@ -513,7 +582,7 @@ __global__ void k_nll_grad(struct gf_cu_ce c, struct ce_up up, float *dx)
          p += (int64_t)gridDim.x * blockDim.x) {
         int64_t t = label_use(c, p, true);
         if (t >= 0)
-            dx[base_of(c, p) + t * c.d] = -(float)ce_coef(c, up, p, c.w ? (double)c.w[t] : 1.0);
+            dx[base_of(c, p) + t * c.d] = -(float)ce_coef(c, up, p, c.w ? (double)ld_at<float>(c.w, t) : 1.0);
     }
 }
 

@@ -63,21 +63,23 @@ cudaError_t gf_cu_colsum_finish_t(cudaStream_t s, int type, const double *part, 
 
 /* One cross-entropy launch over n_pos positions ("rows" of c classes). */
 struct gf_cu_ce {
-    const float *x;      /* scores: position p's class k at base(p) + k * stride */
+    int type;            /* gf_cu_type of x, w, loss, logp and g: fp32, fp16 or bf16
+                          * (computed in fp32, stored rounded once) */
+    const void *x;       /* scores: position p's class k at base(p) + k * stride */
     const void *t;       /* labels (int64 when t64, else int32) */
     int t64;
-    const float *w;      /* class weights [c], or NULL */
+    const void *w;       /* class weights [c], or NULL */
     int64_t n_pos, c, d; /* d: positions per class plane (1 with shift / rows) */
     int64_t s1;          /* shift: S - 1 (rows of [B, S, C] but each batch's last), else 0 */
     int has_ii;
     int64_t ii;
     int softmax;         /* 0: NLL (x are log-probabilities) */
-    float *loss;         /* per-position loss [n_pos] (reduction none), or NULL */
+    void *loss;          /* per-position loss [n_pos] (reduction none), or NULL */
     double *lpart;       /* per-position (loss, weight) pairs [2 n_pos], or NULL */
-    float *logp;         /* LogP like x (shift: [n_pos, c]), or NULL */
-    float *g;            /* gradient like x (may be x), or NULL */
-    uint16_t *gb;        /* or the gradient rounded to bf16, like x (a separate buffer;
-                          * LinearCrossEntropy's bf16 chunks), or NULL */
+    void *logp;          /* LogP like x (shift: [n_pos, c]), or NULL */
+    void *g;             /* gradient like x (may be x), or NULL */
+    uint16_t *gb;        /* or, for fp32 x, the gradient rounded to bf16, like x (a
+                          * separate buffer; LinearCrossEntropy's bf16 chunks), or NULL */
     const double *gsum;  /* device: sum of the counted weights (G's mean divisor), or NULL */
     float gscale;        /* G's extra factor */
     int *bad;            /* device: smallest bad label position (atomicMin), or NULL */
@@ -91,9 +93,10 @@ cudaError_t gf_cu_ce(cudaStream_t s, const struct gf_cu_ce *c);
 int gf_cu_ce_cluster_ok(const struct gf_cu_ce *c, int cluster);
 /* *gsum = sum over the counted positions of their weight (1 without w). */
 cudaError_t gf_cu_ce_weights(cudaStream_t s, const struct gf_cu_ce *c, double *gsum);
-/* out[0] = sum of lpart's losses (mean: / the sum of its weights). */
+/* out[0] = sum of lpart's losses (mean: / the sum of its weights), of the
+ * float type `type`. */
 cudaError_t gf_cu_loss_reduce(cudaStream_t s, const double *lpart, int64_t n, int mean,
-                              float *out);
+                              void *out, int type);
 /* Rows of [B, S, C] that are no position (shift): zeros (g fp32, or 16-bit
  * when half). */
 cudaError_t gf_cu_ce_zero_rows(cudaStream_t s, void *g, int half, int64_t b, int64_t s_,

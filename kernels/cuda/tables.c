@@ -2,12 +2,13 @@
  * descriptor): one line a family.  Every family takes fp32, fp16 and bf16
  * storage (fp32 compute, outputs rounded once; GEMMs on the tensor cores;
  * docs/precision.md) but for the losses, which are fp32 but for
- * LinearCrossEntropy of bf16 H and W.
+ * fp16 / bf16 SoftmaxCrossEntropy and LinearCrossEntropy of bf16 H and W.
  *
  * Not yet on CUDA (these nodes run on the CPU, node by node):
  *   - GatherND / GatherGrad whose indices have no host copy
  *   - Attention with a head dim over 128
- *   - the fp16 / bf16 losses but bf16 LinearCrossEntropy; JSD
+ *   - the fp16 / bf16 losses but SoftmaxCrossEntropy and bf16
+ *     LinearCrossEntropy
  *   - the ops the OpenCL tables lack too (the CPU's contrib ops, ...)
  */
 #include "cu.h"
