@@ -68,6 +68,9 @@
  *   A        [n_m]    with several micro-batches: the mean of their
  *                     gradients (else G)
  *   optimizer [n_m] x 0..2  fp32 state (optim.c)
+ *   PL       [lo, hi) bf16 / fp16 training: the low copies of the masters the
+ *                     forward reads (low_copies), P's range cast after each
+ *                     update; offsets aligned for 2-byte views then
  */
 #include <dirent.h>
 #include <errno.h>
@@ -99,6 +102,8 @@ struct param {
     size_t grad_out;     /* graph output holding its gradient */
     size_t off;          /* elements into P and G (and A, for a master) */
     void *pv, *gv;       /* views of P and G (backend memory) */
+    struct gf_value *low_v; /* its low copy (a master's; low_copies), or NULL */
+    void *lv;            /* the copy's view of PL */
 };
 
 /* Where a step's time and bytes went (train --profile). */
@@ -152,6 +157,13 @@ struct gf_trainer {
     struct gf_value *scale_v; /* "graphfuse.loss_scale": an initializer bound to scale_dev */
     void *scale_dev;      /* one float of backend memory: S, written before each step */
     const char *seed;     /* the value autodiff differentiates: the loss, or S x loss */
+    /* the masters' 16-bit copies the forward reads (low_copies) */
+    size_t n_low;         /* parameters with one */
+    enum gf_dtype low;    /* their type */
+    size_t low_lo, low_hi; /* the elements of P cast into PL after each update */
+    void *PL;             /* [low_hi - low_lo] 16-bit: P's elements from low_lo on */
+    void *low_in, *low_out; /* views of P and PL over them */
+    struct gf_devop cast; /* Cast(P[lo, hi)) -> PL[lo, hi) */
 };
 
 struct gf_data {
@@ -587,7 +599,8 @@ static enum gf_status differentiate(struct gf_trainer *t)
 /* n elements rounded up to the backend's view alignment. */
 static size_t aligned(const struct gf_trainer *t, size_t n)
 {
-    size_t a = t->be->align / sizeof(float);
+    /* with low copies, PL's view at the same offset (2 bytes an element) too */
+    size_t a = t->be->align / (t->n_low ? sizeof(uint16_t) : sizeof(float));
     return a > 1 ? (n + a - 1) / a * a : n;
 }
 
@@ -629,6 +642,18 @@ static void *view_at(struct gf_trainer *t, void *base, size_t off, size_t n)
     void *v = t->be->ops->view(t->be, base, off * sizeof(float), n * sizeof(float));
     if (!v && !t->device)
         v = at(base, off);
+    return v;
+}
+
+/* A view of PL's n 16-bit elements from P's element `off` on. */
+static void *view_low(struct gf_trainer *t, size_t off, size_t n)
+{
+    if (!n)
+        return NULL;
+    size_t at = (off - t->low_lo) * sizeof(uint16_t);
+    void *v = t->be->ops->view(t->be, t->PL, at, n * sizeof(uint16_t));
+    if (!v && !t->device)
+        v = (char *)t->PL + at;
     return v;
 }
 
@@ -747,6 +772,67 @@ static bool in_graph_wanted(const struct gf_trainer *t)
     return (env && strcmp(env, "1") == 0) || t->be->ops->capture_begin != NULL;
 }
 
+static enum gf_status devop(struct gf_trainer *t, struct gf_devop *op, const struct gf_tview *in,
+                            size_t n_in, struct gf_tview *out);
+
+/* The low copies take their masters' values: one Cast of P's range. */
+static enum gf_status sync_low(struct gf_trainer *t)
+{
+    if (!t->n_low)
+        return GF_OK;
+    struct gf_tview in, out;
+    gf_devop_view(&in, t->low_in, t->low_hi - t->low_lo, 0);
+    gf_devop_view(&out, t->low_out, t->low_hi - t->low_lo, 0);
+    out.dtype = t->low;
+    return devop(t, &t->cast, &in, 1, &out);
+}
+
+/* PL, each low copy bound to its view, the Cast over the range of P they
+ * cover (with the model's opset: Cast-19 rounds to bf16, as the graph's
+ * Casts did), and PL filled. */
+static enum gf_status setup_low(struct gf_trainer *t)
+{
+    t->low_lo = SIZE_MAX;
+    t->low_hi = 0;
+    for (size_t i = 0; i < t->n_params; i++) {
+        const struct param *p = &t->p[i];
+        if (p->low_v && p->nelem) {
+            t->low_lo = p->off < t->low_lo ? p->off : t->low_lo;
+            t->low_hi = p->off + p->nelem > t->low_hi ? p->off + p->nelem : t->low_hi;
+        }
+    }
+    if (t->low_hi <= t->low_lo) {
+        t->n_low = 0;
+        return GF_OK;
+    }
+    if (!(t->PL = gf_exec_zeroed(t->be, (t->low_hi - t->low_lo + 1) / 2, NULL)))
+        return gf_error(GF_ERR_NOMEM, "out of %s memory for the parameters' low copies",
+                        t->be->ops->name);
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        struct param *p = &t->p[i];
+        if (!p->low_v || !p->nelem)
+            continue;
+        if (!(p->lv = view_low(t, p->off, p->nelem)))
+            return gf_error(GF_ERR_NOMEM, "no view of the low copy of '%s': %s", p->name,
+                            gf_last_error());
+        st = gf_session_bind_param(t->s, p->low_v, p->lv, p->nelem * sizeof(uint16_t));
+    }
+    t->low_in = view_at(t, t->P, t->low_lo, t->low_hi - t->low_lo);
+    t->low_out = view_low(t, t->low_lo, t->low_hi - t->low_lo);
+    if (st == GF_OK && (!t->low_in || !t->low_out))
+        return gf_error(GF_ERR_NOMEM, "no view of the parameters for their low copies: %s",
+                        gf_last_error());
+    t->cast.be = t->be;
+    t->cast.traffic = &t->traffic;
+    if (st == GF_OK &&
+        ((st = gf_model_set_opset(t->ops, "", gf_model_opset(t->m, ""))) != GF_OK ||
+         !(t->cast.node = gf_devop_node(t->ops, "Cast", "", 1, 1)) ||
+         gf_node_set_attr_int(t->cast.node, "to", t->low) != GF_OK))
+        return st != GF_OK ? st : gf_error(GF_ERR_NOMEM, "out of memory");
+    return st == GF_OK ? sync_low(t) : st;
+}
+
 /* P, G (and A) on the session's backend; every parameter and gradient
  * output bound to its view; the optimizer state beside them. */
 static enum gf_status setup_device(struct gf_trainer *t)
@@ -785,6 +871,8 @@ static enum gf_status setup_device(struct gf_trainer *t)
         st = t->scale_dev ? gf_session_bind_param(t->s, t->scale_v, t->scale_dev, sizeof(float))
                           : gf_error(GF_ERR_NOMEM, "out of memory");
     }
+    if (st == GF_OK && t->n_low)
+        st = setup_low(t);
     if (st == GF_OK)
         st = gf_optim_new_on(&t->o.optim, t->be, t->n_m, &t->traffic, &t->opt);
     if (st == GF_OK && t->in_graph &&
@@ -800,14 +888,18 @@ static void free_device(struct gf_trainer *t)
     for (size_t i = 0; t->p && i < t->n_params; i++) {
         release_view(t, t->p[i].pv);
         release_view(t, t->p[i].gv);
+        release_view(t, t->p[i].lv);
     }
     release_view(t, t->guard);
-    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose, &t->zero_times};
-    for (int i = 0; i < 5; i++)
+    release_view(t, t->low_in);
+    release_view(t, t->low_out);
+    struct gf_devop *ops[] = {&t->acc, &t->acc_t, &t->gnorm, &t->transpose, &t->zero_times,
+                              &t->cast};
+    for (int i = 0; i < 6; i++)
         if (ops[i]->be)
             gf_devop_release(ops[i]);
-    void *bufs[] = {t->P, t->G, t->A, t->norm, t->loss_dev};
-    for (int i = 0; i < 5; i++)
+    void *bufs[] = {t->P, t->G, t->A, t->norm, t->loss_dev, t->PL};
+    for (int i = 0; i < 6; i++)
         if (bufs[i])
             t->be->ops->release(t->be, bufs[i]);
     if (t->device && t->scale_dev)
@@ -887,6 +979,53 @@ static enum gf_status add_loss_scale(struct gf_trainer *t)
     return st != GF_OK ? st : gf_graph_infer_shapes(g);
 }
 
+/* The Cast of v to a 16-bit float type among v's readers, or NULL. */
+static struct gf_node *low_cast_of(const struct gf_value *v)
+{
+    for (size_t i = 0; i < v->n_uses; i++) {
+        struct gf_node *n = v->uses[i].node;
+        if (n->op != GF_OP_CAST || n->graph != v->graph || n->n_outputs != 1 || !n->outputs[0])
+            continue;
+        int64_t to = gf_node_attr_int(n, "to", 0);
+        if (to == GF_BFLOAT16 || to == GF_FLOAT16)
+            return n;
+    }
+    return NULL;
+}
+
+/* Low copies (bf16 / fp16 training, docs/precision.md): the precision pass
+ * reads each fp32 master through one Cast to the low type, a launch per
+ * parameter per step.  After autodiff (whose Cast rule has given the
+ * masters their fp32 gradients) each such Cast's output becomes an
+ * initializer of its own, bound to a view of PL, and the trainer refreshes
+ * all of them with one Cast over P's range after each update (sync_low):
+ * the same bits the per-parameter Casts gave.  Copies of tied parameters
+ * keep their Casts. */
+static enum gf_status low_copies(struct gf_trainer *t)
+{
+    struct gf_graph *g = t->m->graph;
+    enum gf_status st = GF_OK;
+    for (size_t i = 0; st == GF_OK && i < t->n_params; i++) {
+        struct param *p = &t->p[i];
+        struct gf_node *c = p->master < 0 ? low_cast_of(p->v) : NULL;
+        if (!c || (t->n_low && c->outputs[0]->type.dtype != t->low))
+            continue;
+        struct gf_value *v = c->outputs[0];
+        const struct gf_tensor *src = p->v->init;
+        struct gf_tensor *ts = gf_tensor_new(t->m, v->name, v->type.dtype, src->rank, src->dims,
+                                             NULL);
+        if (!ts)
+            return gf_error(GF_ERR_NOMEM, "out of memory for the low copy of '%s'", p->name);
+        gf_graph_remove_node(g, c);
+        if ((st = gf_value_set_initializer(v, ts)) == GF_OK)
+            st = gf_graph_add_input(g, v);
+        p->low_v = v;
+        t->low = v->type.dtype;
+        t->n_low++;
+    }
+    return st;
+}
+
 /* The training model: a fresh copy of the caller's, its loss and
  * parameters, fused when asked, and differentiated. */
 static enum gf_status training_graph(struct gf_trainer *t, bool fused)
@@ -914,6 +1053,8 @@ static enum gf_status training_graph(struct gf_trainer *t, bool fused)
         st = fuse(t);
     if (st == GF_OK)
         st = differentiate(t);
+    if (st == GF_OK && !getenv("GRAPHFUSE_NO_LOW_COPIES"))
+        st = low_copies(t);
     return st;
 }
 
@@ -931,6 +1072,7 @@ static void drop_graph(struct gf_trainer *t)
     t->scale_v = NULL;
     t->seed = NULL;
     t->n_params = 0;
+    t->n_low = 0;
 }
 
 static enum gf_status build(struct gf_trainer *t, const struct gf_model *m)
@@ -1165,7 +1307,8 @@ static enum gf_status accumulate(struct gf_trainer *t, int k)
     return st;
 }
 
-/* Tied copies take their master's new values (transposed or not). */
+/* Tied copies take their master's new values (transposed or not), the
+ * low copies theirs. */
 static enum gf_status sync_ties(struct gf_trainer *t)
 {
     enum gf_status st = GF_OK;
@@ -1182,7 +1325,7 @@ static enum gf_status sync_ties(struct gf_trainer *t)
         gf_devop_view(&out, p->pv, p->nelem, p->t->dims[0]);
         st = devop(t, &t->transpose, &in, 1, &out);
     }
-    return st;
+    return st == GF_OK ? sync_low(t) : st;
 }
 
 /* GradNorm's output (one float64) back to the host. */

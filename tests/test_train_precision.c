@@ -289,12 +289,77 @@ static void test_fp16_overflow_and_resume(void **state)
     gf_model_free(m);
 }
 
+/* Casts of a parameter (an initializer) to a 16-bit type in g. */
+static size_t param_casts(const struct gf_graph *g)
+{
+    size_t n = 0;
+    for (const struct gf_node *nd = g->first; nd; nd = nd->next) {
+        int64_t to = gf_node_attr_int(nd, "to", 0);
+        n += nd->op == GF_OP_CAST && nd->inputs[0] && nd->inputs[0]->init &&
+             (to == GF_BFLOAT16 || to == GF_FLOAT16);
+    }
+    return n;
+}
+
+/* The low copies (executor/train.c, low_copies): the masters' Casts to the
+ * low type leave the training graph, one Cast over the parameters refreshes
+ * them after each update, and training takes the same steps, bit for bit,
+ * as with the per-parameter Casts (GRAPHFUSE_NO_LOW_COPIES=1), in bf16 and
+ * in fp16 with loss scaling, on the host path and in the session's
+ * epilogue (GRAPHFUSE_TRAIN_IN_GRAPH=1). */
+static void test_low_copies(void **state)
+{
+    (void)state;
+    struct gf_model *m;
+    assert_int_equal(gf_model_load(MLP, NULL, &m), GF_OK);
+    for (int c = 0; c < 4; c++) {
+        enum gf_precision p = c & 1 ? GF_PRECISION_FP16 : GF_PRECISION_BF16;
+        if (c & 2)
+            setenv("GRAPHFUSE_TRAIN_IN_GRAPH", "1", 1);
+        struct gf_trainer *t = trainer(m, p);
+        setenv("GRAPHFUSE_NO_LOW_COPIES", "1", 1);
+        struct gf_trainer *r = trainer(m, p);
+        unsetenv("GRAPHFUSE_NO_LOW_COPIES");
+        unsetenv("GRAPHFUSE_TRAIN_IN_GRAPH");
+        size_t with = param_casts(gf_trainer_model(t)->graph);
+        size_t without = param_casts(gf_trainer_model(r)->graph);
+        printf("%s%s: parameter Casts %zu with low copies, %zu without\n",
+               c & 1 ? "fp16" : "bf16", c & 2 ? " (in graph)" : "", with, without);
+        assert_int_equal(with, 0);
+        assert_true(without > 0);
+        struct gf_data *dt, *dr;
+        assert_int_equal(gf_data_open_dir(t, MLP_DATA, &dt), GF_OK);
+        assert_int_equal(gf_data_open_dir(r, MLP_DATA, &dr), GF_OK);
+        for (int i = 0; i < 6; i++) {
+            struct gf_train_stats a, b;
+            assert_int_equal(gf_trainer_step(t, dt, &a), GF_OK);
+            assert_int_equal(gf_trainer_step(r, dr, &b), GF_OK);
+            if (memcmp(&a.loss, &b.loss, sizeof(double)) != 0)
+                fail_msg("step %d: loss %.9g with low copies, %.9g without", i, a.loss, b.loss);
+        }
+        for (size_t i = 0; i < gf_trainer_param_count(t); i++) {
+            struct gf_param_info a, b;
+            gf_trainer_get_param(t, i, &a);
+            gf_trainer_get_param(r, i, &b);
+            assert_int_equal(a.nelem, b.nelem);
+            if (memcmp(a.data, b.data, a.nelem * sizeof(float)) != 0)
+                fail_msg("parameter '%s' differs after training", a.name);
+        }
+        gf_data_free(dt);
+        gf_data_free(dr);
+        gf_trainer_free(t);
+        gf_trainer_free(r);
+    }
+    gf_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_export_keeps_fp32_graph),
         cmocka_unit_test(test_fp16_tracks_fp32),
         cmocka_unit_test(test_fp16_overflow_and_resume),
+        cmocka_unit_test(test_low_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
