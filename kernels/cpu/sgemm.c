@@ -4,12 +4,16 @@
  *
  * Why not OpenBLAS there: at 1 x 128 tokens a weight is used by 128 rows
  * only, and OpenBLAS first copies (packs) each weight into its panel layout,
- * once per call, a pass over memory of its own; with several threads its
- * own workers spin after a call and fight gf_parallel_for's for the cores.
- * Here B is read where it lies: a block of KC rows x NC columns of B stays
- * in L2 while every row block of A goes past it, and while one block is
- * used the next is prefetched into L2 (one line per k step of the
- * micro-kernel), so the weight streams from memory spread over the compute.
+ * once per call, in a pass over memory that nothing overlaps; with several
+ * threads its own workers spin after a call and fight gf_parallel_for's for
+ * the cores.  Here B goes through in blocks of KC rows x NC columns: each
+ * block is copied into panels of NR columns (contiguous, on the stack) that
+ * every row block of A then reads, and while the tiles work on one block
+ * they prefetch the next one, a line every 8 k steps, so that its copy
+ * reads from cache and the weights stream from memory under the
+ * arithmetic.  (B's rows lie a power of two apart, or near it: read in
+ * place, a panel's rows fall into a few cache sets, and how badly depends
+ * on the physical pages a process gets.)
  *
  * The micro-kernel keeps an MR x NR tile of C in 16 zmm registers: per k,
  * two loads of B's row and MR broadcasts of A's column, 2 MR FMAs.  Every
@@ -17,10 +21,14 @@
  * (blocks of k continue from the value stored), so the result does not
  * depend on the thread count or on how the columns are split.
  *
- * On the 2-core Zen 4 VM, one thread, the GEMMs of the issue-18 Llama at
- * 1 x 128 with cold weights: OpenBLAS 0.3.21 (Cooperlake kernels) 82-86
- * ms, this 78-80 ms; at 2048 rows OpenBLAS is 5-10% faster, so larger
- * products stay with it (GF_CPU_SGEMM_MAX_M).
+ * On the 2-core Zen 4 VM, the 29 GEMMs of the issue-18 Llama at 1 x 128
+ * (7.4 GFLOP, 116 MB of weights, cold), process medians: one thread
+ * OpenBLAS 0.3.21 (Cooperlake kernels) 82-90 ms, this 79-80 ms (B read in
+ * place: 80-96 ms, by the process); two threads 42-43 ms.  With weights
+ * packed once ahead of time (as ONNX Runtime does at session start) the
+ * same tiles take about 70 ms: what a prepacking step in the planner would
+ * still gain.  At 2048 rows OpenBLAS is 5-10% faster, so larger products
+ * stay with it (GF_CPU_SGEMM_MAX_M).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -33,17 +41,33 @@
 
 #define SG_MR 8   /* rows of the register tile */
 #define SG_NR 32  /* columns of the register tile: two zmm */
+#ifndef SG_KC
 #define SG_KC 256 /* rows of B in one block */
-#define SG_NC 256 /* columns of B in one block */
+#endif
+#ifndef SG_NC
+#define SG_NC 128 /* columns of B in one block (a 128 KiB copy on the stack) */
+#endif
 
 #define SG_TARGET __attribute__((target("avx512f")))
 
-/* C[mr x NR] (+)= A[mr x kc] B[kc x NR] for the columns under m0 | m1 << 16;
- * prefetches the line at pf, pf + ldb, ... (one a step) into L2. */
+/* A walk over the lines of the next block of B, row by row, that the tiles
+ * of a block take turns to prefetch: `left` lines from `at`, `row_lines` a
+ * row, the next row `skip` bytes after a row's last line. */
+struct sg_walk {
+    const char *at;
+    int col, row_lines;
+    ptrdiff_t skip;
+    int64_t left;
+};
+
+/* C[mr x NR] (+)= A[mr x kc] B[kc x NR] for the columns under m0 | m1 << 16
+ * (B's row p at b + p ldb).  Every 8 steps it prefetches the next line of
+ * the walk *pf into L1 (prefetcht1 did nothing here on Zen 4; t0 did). */
 static inline __attribute__((always_inline)) SG_TARGET void
 sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t ldb, float *c,
-        ptrdiff_t ldc, bool load_c, __mmask16 m0, __mmask16 m1, const float *pf)
+        ptrdiff_t ldc, bool load_c, __mmask16 m0, __mmask16 m1, struct sg_walk *pf)
 {
+    struct sg_walk w = *pf;
     __m512 acc[SG_MR][2];
 #pragma GCC unroll 8
     for (int i = 0; i < SG_MR; i++) {
@@ -55,7 +79,15 @@ sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t
     for (int p = 0; p < kc; p++) {
         __m512 b0 = _mm512_maskz_loadu_ps(m0, b);
         __m512 b1 = _mm512_maskz_loadu_ps(m1, b + 16);
-        _mm_prefetch((const char *)pf, _MM_HINT_T1);
+        if ((p & 7) == 0 && w.left > 0) {
+            _mm_prefetch(w.at, _MM_HINT_T0);
+            w.left--;
+            w.at += 64;
+            if (++w.col == w.row_lines) {
+                w.col = 0;
+                w.at += w.skip;
+            }
+        }
 #pragma GCC unroll 8
         for (int i = 0; i < SG_MR; i++) {
             if (i < mr) {
@@ -65,7 +97,6 @@ sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t
             }
         }
         b += ldb;
-        pf += ldb;
     }
 #pragma GCC unroll 8
     for (int i = 0; i < SG_MR; i++) {
@@ -74,17 +105,18 @@ sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t
             _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
         }
     }
+    *pf = w;
 }
 
 typedef void (*sg_tile_fn)(int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t ldb,
                            float *c, ptrdiff_t ldc, bool load_c, __mmask16 m0, __mmask16 m1,
-                           const float *pf);
+                           struct sg_walk *pf);
 
 /* one function per row count, so that the tile's loops unroll */
 #define SG_TILE(R)                                                                            \
     static __attribute__((noinline)) SG_TARGET void sg_tile##R(                              \
         int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t ldb, float *c,       \
-        ptrdiff_t ldc, bool load_c, __mmask16 m0, __mmask16 m1, const float *pf)              \
+        ptrdiff_t ldc, bool load_c, __mmask16 m0, __mmask16 m1, struct sg_walk *pf)           \
     {                                                                                         \
         sg_tile(R, kc, a, lda, b, ldb, c, ldc, load_c, m0, m1, pf);                           \
     }
@@ -99,6 +131,28 @@ SG_TILE(8)
 static const sg_tile_fn sg_tiles[SG_MR + 1] = {NULL,     sg_tile1, sg_tile2, sg_tile3, sg_tile4,
                                                sg_tile5, sg_tile6, sg_tile7, sg_tile8};
 
+/* B[kc x nc] (row-major, ldb) to pack as nc / NR panels of kc x NR, zeros
+ * past column nc; read row by row, so that the reads stream. */
+static __attribute__((noinline)) SG_TARGET void sg_pack(int kc, int64_t nc, const float *b,
+                                                        ptrdiff_t ldb, float *pack)
+{
+    int64_t panels = (nc + SG_NR - 1) / SG_NR;
+    for (int r = 0; r < kc; r++) {
+        const float *row = b + r * ldb;
+        float *dst = pack + r * SG_NR;
+        for (int64_t p = 0; p < panels; p++) {
+            int64_t w = nc - p * SG_NR;
+            __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
+            __mmask16 m1 = w >= 32 ? (__mmask16)0xffff
+                           : w <= 16 ? 0 : (__mmask16)((1u << (w - 16)) - 1);
+            _mm512_store_ps(dst, _mm512_maskz_loadu_ps(m0, row));
+            _mm512_store_ps(dst + 16, _mm512_maskz_loadu_ps(m1, row + 16));
+            row += SG_NR;
+            dst += (ptrdiff_t)kc * SG_NR;
+        }
+    }
+}
+
 static __mmask16 sg_mask(int64_t w)
 {
     return w >= 16 ? (__mmask16)0xffff : w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
@@ -111,36 +165,51 @@ struct sg_args {
     bool accumulate;
 };
 
-/* Columns [n0, n1) of C, every row. */
+/* Columns [n0, n1) of C, every row, in blocks of KC rows x NC columns of B.
+ * Each block is first copied to a contiguous buffer, as panels of NR
+ * columns, that every row block of A then reads: B's rows lie a power of
+ * two apart or near it, which maps a panel's rows to few cache sets, and
+ * neither the hardware prefetchers nor software prefetches (tried: no
+ * effect on Zen 4) bring strided rows in ahead of the tile; the copy reads
+ * whole row segments, which stream.  With one row block there is nothing
+ * to reuse and the tile reads B where it lies. */
 static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
 {
     const int64_t m = s->m, k = s->k, lda = s->lda, ldb = s->ldb, ldc = s->ldc;
+    float pack[SG_KC * SG_NC] __attribute__((aligned(64)));
+    const int row_blocks = (int)((m + SG_MR - 1) / SG_MR);
     for (int64_t jc = n0; jc < n1; jc += SG_NC) {
         int64_t nc = n1 - jc < SG_NC ? n1 - jc : SG_NC;
         for (int64_t pc = 0; pc < k; pc += SG_KC) {
-            int64_t kc = k - pc < SG_KC ? k - pc : SG_KC;
+            int kc = (int)(k - pc < SG_KC ? k - pc : SG_KC);
             bool load = s->accumulate || pc > 0;
-            /* the block after this one: (jc, pc + KC), else (jc + NC, 0);
-             * tile t prefetches its line t, every row */
+            const float *b = s->b + pc * ldb + jc;
+            if (row_blocks > 1)
+                sg_pack(kc, nc, b, ldb, pack);
+            /* the block after this one: (jc, pc + KC), else (jc + NC, 0) */
             int64_t njc = jc, npc = pc + SG_KC;
             if (npc >= k) {
                 npc = 0;
                 njc = jc + SG_NC;
             }
-            int64_t nnc = njc < n1 ? (n1 - njc < SG_NC ? n1 - njc : SG_NC) : 0;
-            int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
-            int64_t lines = (nnc + 15) / 16;
-            const float *next = s->b + npc * ldb + njc;
-            int64_t t = 0;
-            for (int64_t ic = 0; ic < m; ic += SG_MR) {
-                int mr = (int)(m - ic < SG_MR ? m - ic : SG_MR);
-                for (int64_t jr = 0; jr < nc; jr += SG_NR, t++) {
-                    const float *b = s->b + pc * ldb + jc + jr;
-                    /* a tile with no line left prefetches its own rows (in
-                     * cache: a no-op); kc rows of the next block at most */
-                    const float *pf = t < lines && nkc >= kc ? next + 16 * t : b;
-                    sg_tiles[mr]((int)kc, s->a + ic * lda + pc, lda, b, ldb, s->c + ic * ldc + jc + jr,
-                                 ldc, load, sg_mask(nc - jr), sg_mask(nc - jr - 16), pf);
+            struct sg_walk pf = {0};
+            if (njc < n1) {
+                int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
+                int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
+                pf.at = (const char *)(s->b + npc * ldb + njc);
+                pf.row_lines = (int)((nnc + 15) / 16);
+                pf.skip = (ldb - pf.row_lines * 16) * (ptrdiff_t)sizeof(float);
+                pf.left = nkc * pf.row_lines;
+            }
+            for (int64_t jr = 0; jr < nc; jr += SG_NR) {
+                __mmask16 m0 = sg_mask(nc - jr), m1 = sg_mask(nc - jr - 16);
+                const float *bp = row_blocks > 1 ? pack + jr * kc : b + jr;
+                ptrdiff_t ldp = row_blocks > 1 ? SG_NR : ldb;
+                for (int q = 0; q < row_blocks; q++) {
+                    int64_t ic = (int64_t)q * SG_MR;
+                    int mr = (int)(m - ic < SG_MR ? m - ic : SG_MR);
+                    sg_tiles[mr](kc, s->a + ic * lda + pc, lda, bp, ldp, s->c + ic * ldc + jc + jr,
+                                 ldc, load, m0, m1, &pf);
                 }
             }
         }
