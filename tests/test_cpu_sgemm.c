@@ -3,8 +3,8 @@
  * that chain in scalar fmaf (exact fused multiply-add, from libm) and the
  * results must be equal bit for bit: at odd sizes (edges of the register
  * tile, of the blocks of k and of columns), with leading dimensions larger
- * than the rows, with and without accumulating into C, and on 1, 2 and 3
- * threads.  A second check against a sum in double bounds the error. */
+ * than the rows, with and without accumulating into C, with B given as is
+ * or transposed, and on 1, 2 and 3 threads.  A second check against a sum in double bounds the error. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -35,11 +35,13 @@ static float *fill(size_t n)
     return p;
 }
 
-/* One product: C [m, n] (ldc) from A [m, k] (lda), B [k, n] (ldb). */
-static void check(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate, bool *ran)
+/* One product: C [m, n] (ldc) from A [m, k] (lda), B [k, n] (ldb), or with
+ * trans_b from B^T [n, k] (ldb). */
+static void check_t(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate, bool trans_b,
+                    bool *ran)
 {
-    int64_t lda = k + pad, ldb = n + pad, ldc = n + 2 * pad;
-    float *a = fill((size_t)(m * lda)), *b = fill((size_t)(k * ldb));
+    int64_t lda = k + pad, ldb = (trans_b ? k : n) + pad, ldc = n + 2 * pad;
+    float *a = fill((size_t)(m * lda)), *b = fill((size_t)((trans_b ? n : k) * ldb));
     float *c0 = fill((size_t)(m * ldc)), *want = malloc((size_t)(m * ldc) * sizeof(float));
     assert_non_null(want);
     memcpy(want, c0, (size_t)(m * ldc) * sizeof(float));
@@ -48,9 +50,10 @@ static void check(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate,
             float s = accumulate ? want[i * ldc + j] : 0.0f;
             double d = accumulate ? want[i * ldc + j] : 0.0, mag = fabs(d);
             for (int64_t p = 0; p < k; p++) {
-                s = fmaf(a[i * lda + p], b[p * ldb + j], s);
-                d += (double)a[i * lda + p] * b[p * ldb + j];
-                mag += fabs((double)a[i * lda + p] * b[p * ldb + j]);
+                float bpj = trans_b ? b[j * ldb + p] : b[p * ldb + j];
+                s = fmaf(a[i * lda + p], bpj, s);
+                d += (double)a[i * lda + p] * bpj;
+                mag += fabs((double)a[i * lda + p] * bpj);
             }
             /* the chain's rounding errors: at most k + 1 half-ulps of the
              * running magnitude */
@@ -61,7 +64,7 @@ static void check(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate,
     assert_non_null(c);
     for (int t = 1; t <= 3; t++) {
         memcpy(c, c0, (size_t)(m * ldc) * sizeof(float));
-        if (!gf_cpu_sgemm(t, m, n, k, a, lda, b, ldb, c, ldc, accumulate)) {
+        if (!gf_cpu_sgemm(t, m, n, k, a, lda, b, ldb, trans_b, c, ldc, accumulate)) {
             *ran = false; /* no AVX-512F here */
             break;
         }
@@ -71,13 +74,19 @@ static void check(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate,
                 /* the padding of C is left alone */
                 float w = j < n ? want[i * ldc + j] : c0[i * ldc + j];
                 if (memcmp(&c[i * ldc + j], &w, sizeof(float)) != 0)
-                    fail_msg("m %lld n %lld k %lld pad %lld acc %d threads %d: C[%lld,%lld] = "
-                             "%.9g, want %.9g",
+                    fail_msg("m %lld n %lld k %lld pad %lld acc %d trans_b %d threads %d: "
+                             "C[%lld,%lld] = %.9g, want %.9g",
                              (long long)m, (long long)n, (long long)k, (long long)pad,
-                             accumulate, t, (long long)i, (long long)j, c[i * ldc + j], w);
+                             accumulate, trans_b, t, (long long)i, (long long)j, c[i * ldc + j],
+                             w);
             }
     }
     free(a), free(b), free(c0), free(want), free(c);
+}
+
+static void check(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate, bool *ran)
+{
+    check_t(m, n, k, pad, accumulate, false, ran);
 }
 
 static void test_sizes(void **state)
@@ -92,6 +101,25 @@ static void test_sizes(void **state)
             for (size_t z = 0; z < sizeof(ks) / sizeof(ks[0]); z++)
                 check(ms[x], ns[y], ks[z], (int64_t)((x + y + z) % 3) * 5, (x + y + z) % 2 == 1,
                       &ran);
+    if (!ran)
+        skip();
+}
+
+/* The same with B given transposed (B^T [n, k]: Gemm's transB, a tied LM
+ * head); odd k exercises the transposing copy's tail. */
+static void test_sizes_trans_b(void **state)
+{
+    (void)state;
+    static const int64_t ms[] = {1, 8, 9, 30};
+    static const int64_t ns[] = {1, 3, 16, 33, 130};
+    static const int64_t ks[] = {1, 6, 257, 300};
+    bool ran = false;
+    for (size_t x = 0; x < sizeof(ms) / sizeof(ms[0]); x++)
+        for (size_t y = 0; y < sizeof(ns) / sizeof(ns[0]); y++)
+            for (size_t z = 0; z < sizeof(ks) / sizeof(ks[0]); z++)
+                check_t(ms[x], ns[y], ks[z], (int64_t)((x + y + z) % 3) * 5, (x + y + z) % 2 == 0,
+                        true, &ran);
+    check_t(128, 600, 512, 0, false, true, &ran);
     if (!ran)
         skip();
 }
@@ -116,15 +144,16 @@ static void test_refusals(void **state)
     (void)state;
     float x[4] = {0};
     /* too many rows or an empty product: not taken, C untouched */
-    assert_false(gf_cpu_sgemm(2, GF_CPU_SGEMM_MAX_M + 1, 1, 1, x, 1, x, 1, x, 1, false));
-    assert_false(gf_cpu_sgemm(2, 0, 1, 1, x, 1, x, 1, x, 1, false));
-    assert_false(gf_cpu_sgemm(2, 1, 1, 0, x, 1, x, 1, x, 1, false));
+    assert_false(gf_cpu_sgemm(2, GF_CPU_SGEMM_MAX_M + 1, 1, 1, x, 1, x, 1, false, x, 1, false));
+    assert_false(gf_cpu_sgemm(2, 0, 1, 1, x, 1, x, 1, false, x, 1, false));
+    assert_false(gf_cpu_sgemm(2, 1, 1, 0, x, 1, x, 1, true, x, 1, false));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_sizes_trans_b),
         cmocka_unit_test(test_model_shapes),
         cmocka_unit_test(test_refusals),
     };

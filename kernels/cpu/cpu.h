@@ -13,11 +13,13 @@
 /* Rows (m) up to which gf_cpu_sgemm takes a product (above, OpenBLAS is faster). */
 #define GF_CPU_SGEMM_MAX_M 384
 
-/* C (+)= A B, fp32, row-major with leading dimensions lda, ldb, ldc, on up
- * to n_threads (kernels/cpu/sgemm.c).  False, doing nothing, where it does
- * not apply: no AVX-512F, m over GF_CPU_SGEMM_MAX_M, GF_CPU_SGEMM=0, an
- * empty product.  The result does not depend on n_threads. */
+/* C (+)= A B, fp32, row-major with leading dimensions lda, ldb, ldc (with
+ * trans_b, b holds B^T [n, k]), on up to n_threads (kernels/cpu/sgemm.c).
+ * False, doing nothing, where it does not apply: no AVX-512F, m over
+ * GF_CPU_SGEMM_MAX_M, GF_CPU_SGEMM=0, an empty product.  The result does
+ * not depend on n_threads. */
 bool gf_cpu_sgemm(int n_threads, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                  const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate);
+                  const float *b, int64_t ldb, bool trans_b, float *c, int64_t ldc,
+                  bool accumulate);
 
 #endif

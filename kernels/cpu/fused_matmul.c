@@ -8,7 +8,8 @@
  * [batch..., M, N] with rows (batch..., M); Bias and Res broadcast to Y.
  *
  * The GEMM is OpenBLAS (sgemm, dgemm; fp16 / bf16 are widened into the
- * workspace and computed as fp32).  The output is produced tile by tile
+ * workspace and computed as fp32), or for fp32 with A not transposed the
+ * CPU's own (kernels/cpu/sgemm.c, tiles of up to GF_CPU_SGEMM_MAX_M rows).  The output is produced tile by tile
  * (about 1 MB, a batch's rows at most, at least one tile per thread; wide
  * outputs in column blocks too, see mme_compute), each by one thread:
  * beta Bias is written into the tile, a
@@ -175,6 +176,11 @@ static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, in
     enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
     int m = (int)(i1 - i0), n = (int)(j1 - j0), k = (int)c->k, lda = (int)c->lda,
         ldb = (int)c->ldb, ldc = (int)c->n;
+    /* fp32, A not transposed: kernels/cpu/sgemm.c on this thread */
+    if (c->ct == GF_FLOAT && !c->ta && c->alpha == 1 &&
+        gf_cpu_sgemm(1, m, n, k, (const float *)c->a + oa, lda, (const float *)c->b + ob, ldb,
+                     c->tb, (float *)c->yc + oc, ldc, acc))
+        return;
     if (c->ct == GF_DOUBLE)
         cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, c->alpha, (const double *)c->a + oa, lda,
                     (const double *)c->b + ob, ldb, acc ? 1.0 : 0.0, (double *)c->yc + oc, ldc);

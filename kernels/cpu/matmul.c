@@ -290,11 +290,14 @@ static void gemm_run(const struct gemm *g, int n_threads)
             memset((char *)g->c + (size_t)(i * g->c_rs) * es, 0, (size_t)g->n * es);
         return;
     }
-    /* fp32 at up to GF_CPU_SGEMM_MAX_M rows, rows of A and B contiguous:
-     * kernels/cpu/sgemm.c, on the pool */
-    if (g->dtype == GF_FLOAT && g->alpha == 1 && g->a_cs == 1 && g->b_cs == 1 &&
-        gf_cpu_sgemm(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->b, g->b_rs, g->c, g->c_rs,
-                     g->accumulate))
+    /* fp32 at up to GF_CPU_SGEMM_MAX_M rows, rows of A and of B or B^T
+     * contiguous: kernels/cpu/sgemm.c, on the pool */
+    if (g->dtype == GF_FLOAT && g->alpha == 1 && g->a_cs == 1 &&
+        ((g->b_cs == 1 && gf_cpu_sgemm(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->b, g->b_rs,
+                                       false, g->c, g->c_rs, g->accumulate)) ||
+         (g->b_rs == 1 && g->b_cs != 1 &&
+          gf_cpu_sgemm(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->b, g->b_cs, true, g->c,
+                       g->c_rs, g->accumulate))))
         return;
     if (g->dtype == GF_FLOAT || g->dtype == GF_DOUBLE) {
         double work = (double)g->m * (double)g->n * (double)g->k;

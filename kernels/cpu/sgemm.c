@@ -158,11 +158,46 @@ static __mmask16 sg_mask(int64_t w)
     return w >= 16 ? (__mmask16)0xffff : w <= 0 ? 0 : (__mmask16)((1u << w) - 1);
 }
 
+/* B^T [nc x kc] (row j at bt + j ldb) to pack as above: panels of kc x NR,
+ * zeros past column nc.  4 x 4 blocks go through SSE registers, transposed
+ * there; each row of B^T is read along, which streams. */
+static void sg_pack_t(int kc, int64_t nc, const float *bt, ptrdiff_t ldb, float *pack)
+{
+    int64_t panels = (nc + SG_NR - 1) / SG_NR;
+    int k4 = kc & ~3;
+    for (int64_t pn = 0; pn < panels; pn++) {
+        float *dst = pack + pn * (ptrdiff_t)kc * SG_NR;
+        for (int jj = 0; jj < SG_NR; jj += 4) {
+            int64_t j = pn * SG_NR + jj;
+            if (j + 4 > nc) { /* the last columns: one by one, zeros past nc */
+                for (int x = 0; x < 4; x++)
+                    for (int p = 0; p < kc; p++)
+                        dst[p * SG_NR + jj + x] = j + x < nc ? bt[(j + x) * ldb + p] : 0.0f;
+                continue;
+            }
+            const float *r = bt + j * ldb;
+            for (int p = 0; p < k4; p += 4) {
+                __m128 r0 = _mm_loadu_ps(r + p), r1 = _mm_loadu_ps(r + ldb + p);
+                __m128 r2 = _mm_loadu_ps(r + 2 * ldb + p), r3 = _mm_loadu_ps(r + 3 * ldb + p);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                _mm_store_ps(dst + p * SG_NR + jj, r0);
+                _mm_store_ps(dst + (p + 1) * SG_NR + jj, r1);
+                _mm_store_ps(dst + (p + 2) * SG_NR + jj, r2);
+                _mm_store_ps(dst + (p + 3) * SG_NR + jj, r3);
+            }
+            for (int p = k4; p < kc; p++)
+                for (int x = 0; x < 4; x++)
+                    dst[p * SG_NR + jj + x] = r[x * ldb + p];
+        }
+    }
+}
+
 struct sg_args {
     int64_t m, n, k, lda, ldb, ldc;
     const float *a, *b;
     float *c;
     bool accumulate;
+    bool trans_b; /* b holds B^T [n, k] (row stride ldb) */
 };
 
 /* Columns [n0, n1) of C, every row, in blocks of KC rows x NC columns of B.
@@ -183,8 +218,12 @@ static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
         for (int64_t pc = 0; pc < k; pc += SG_KC) {
             int kc = (int)(k - pc < SG_KC ? k - pc : SG_KC);
             bool load = s->accumulate || pc > 0;
-            const float *b = s->b + pc * ldb + jc;
-            if (row_blocks > 1)
+            /* B^T is always copied: the tile reads B's rows */
+            bool packed = row_blocks > 1 || s->trans_b;
+            const float *b = s->trans_b ? s->b + jc * ldb + pc : s->b + pc * ldb + jc;
+            if (s->trans_b)
+                sg_pack_t(kc, nc, b, ldb, pack);
+            else if (packed)
                 sg_pack(kc, nc, b, ldb, pack);
             /* the block after this one: (jc, pc + KC), else (jc + NC, 0) */
             int64_t njc = jc, npc = pc + SG_KC;
@@ -196,15 +235,17 @@ static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
             if (njc < n1) {
                 int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
                 int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
-                pf.at = (const char *)(s->b + npc * ldb + njc);
-                pf.row_lines = (int)((nnc + 15) / 16);
+                /* rows of B (or of B^T), each `width` elements */
+                int64_t rows = s->trans_b ? nnc : nkc, width = s->trans_b ? nkc : nnc;
+                pf.at = (const char *)(s->trans_b ? s->b + njc * ldb + npc : s->b + npc * ldb + njc);
+                pf.row_lines = (int)((width + 15) / 16);
                 pf.skip = (ldb - pf.row_lines * 16) * (ptrdiff_t)sizeof(float);
-                pf.left = nkc * pf.row_lines;
+                pf.left = rows * pf.row_lines;
             }
             for (int64_t jr = 0; jr < nc; jr += SG_NR) {
                 __mmask16 m0 = sg_mask(nc - jr), m1 = sg_mask(nc - jr - 16);
-                const float *bp = row_blocks > 1 ? pack + jr * kc : b + jr;
-                ptrdiff_t ldp = row_blocks > 1 ? SG_NR : ldb;
+                const float *bp = packed ? pack + jr * kc : b + jr;
+                ptrdiff_t ldp = packed ? SG_NR : ldb;
                 for (int q = 0; q < row_blocks; q++) {
                     int64_t ic = (int64_t)q * SG_MR;
                     int mr = (int)(m - ic < SG_MR ? m - ic : SG_MR);
@@ -236,11 +277,11 @@ static int sg_enabled(void)
 }
 
 bool gf_cpu_sgemm(int n_threads, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                  const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate)
+                  const float *b, int64_t ldb, bool trans_b, float *c, int64_t ldc, bool accumulate)
 {
     if (m <= 0 || n <= 0 || k <= 0 || m > GF_CPU_SGEMM_MAX_M || !sg_enabled())
         return false;
-    struct sg_args s = {m, n, k, lda, ldb, ldc, a, b, c, accumulate};
+    struct sg_args s = {m, n, k, lda, ldb, ldc, a, b, c, accumulate, trans_b};
     size_t units = (size_t)((n + SG_NR - 1) / SG_NR);
     /* a chunk of at least ~2^18 multiply-adds (some 10 us) */
     double per_unit = (double)m * (double)k * SG_NR;
@@ -252,9 +293,9 @@ bool gf_cpu_sgemm(int n_threads, int64_t m, int64_t n, int64_t k, const float *a
 #else
 
 bool gf_cpu_sgemm(int n_threads, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                  const float *b, int64_t ldb, float *c, int64_t ldc, bool accumulate)
+                  const float *b, int64_t ldb, bool trans_b, float *c, int64_t ldc, bool accumulate)
 {
-    (void)n_threads, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb;
+    (void)n_threads, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)trans_b;
     (void)c, (void)ldc, (void)accumulate;
     return false;
 }
