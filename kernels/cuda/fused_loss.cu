@@ -189,6 +189,20 @@ __device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, struct ce_up
     }
 }
 
+/* exp in the rows of scores of type T: expf for fp32 (the CPU's values);
+ * for 16-bit scores the hardware's ex2 (__expf: a few fp32 ulp, far below
+ * the outputs' rounding), and a vector's 8 terms summed in fp32 before the
+ * double sum (the kernels are bound by their arithmetic there, not by
+ * memory: half the bytes per element of fp32's). */
+template <typename T>
+__device__ __forceinline__ float ce_exp(float x)
+{
+    return sizeof(T) == 4 ? expf(x) : __expf(x);
+}
+
+template <typename T>
+using ce_vsum = typename std::conditional<sizeof(T) == 4, double, float>::type;
+
 /* The gradient of VN<T> values f of the row from element j on (k0: the
  * label's index in them, if it is there), into o. */
 template <typename T>
@@ -197,7 +211,7 @@ __device__ __forceinline__ void grad_vec(const float *f, float *o, int64_t t, in
 {
 #pragma unroll
     for (int k = 0; k < VN<T>; k++)
-        o[k] = t < 0 ? 0.0f : k == k0 ? (pt - 1.0f) * cf : expf(f[k] - m) * inv * cf;
+        o[k] = t < 0 ? 0.0f : k == k0 ? (pt - 1.0f) * cf : ce_exp<T>(f[k] - m) * inv * cf;
 }
 
 template <bool VEC, typename T>
@@ -229,11 +243,11 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
                         st = mt == -INFINITY ? 0.0 : st * exp((double)(mt - vm));
                         mt = vm;
                     }
-                    double sv = 0;
+                    ce_vsum<T> sv = 0;
 #pragma unroll
                     for (int k = 0; k < N; k++)
-                        sv += (double)expf(f[k] - mt);
-                    st += sv;
+                        sv += (ce_vsum<T>)ce_exp<T>(f[k] - mt);
+                    st += (double)sv;
                 }
             } else {
                 for (int64_t j = threadIdx.x; j < c.c; j += blockDim.x) {
@@ -242,7 +256,7 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
                         st = mt == -INFINITY ? 0.0 : st * exp((double)(mt - v));
                         mt = v;
                     }
-                    st += (double)expf(v - mt);
+                    st += (double)ce_exp<T>(v - mt);
                 }
             }
             m = block_max(mt, shf);
@@ -252,7 +266,7 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
         ce_finish<T>(c, up, p, t, m, s, xt, &cf);
         __syncthreads(); /* every read of x[t] before G may overwrite it */
         float inv = (float)(1.0 / s), ls = (float)log(s);
-        float pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
+        float pt = t >= 0 ? ce_exp<T>(xt - m) * inv : 0.0f;
         T *g = c.g ? (T *)c.g + base_of(c, p) : NULL;
         __nv_bfloat16 *gb = c.gb ? (__nv_bfloat16 *)c.gb + base_of(c, p) : NULL;
         T *lp = c.logp ? (T *)c.logp + (c.s1 ? p * c.c : base_of(c, p)) : NULL;
@@ -272,7 +286,7 @@ __global__ void k_ce_rows(struct gf_cu_ce c, struct ce_up up)
                 float v = gf_ld(x + j * stride);
                 if (lp)
                     gf_st(lp + j * ls_, (v - m) - ls);
-                float gv = t < 0 ? 0.0f : j == t ? (pt - 1.0f) * cf : expf(v - m) * inv * cf;
+                float gv = t < 0 ? 0.0f : j == t ? (pt - 1.0f) * cf : ce_exp<T>(v - m) * inv * cf;
                 if (g)
                     gf_st(g + j * stride, gv);
                 if (gb)
@@ -324,11 +338,11 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
         for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
             float f[N];
             unpack16<T>(rowv[j], f);
-            double sv = 0;
+            ce_vsum<T> sv = 0;
 #pragma unroll
             for (int k = 0; k < N; k++)
-                sv += (double)expf(f[k] - m);
-            st += sv;
+                sv += (ce_vsum<T>)ce_exp<T>(f[k] - m);
+            st += (double)sv;
         }
         st = block_sum(st, shd);
         float xt = t >= 0 ? gf_ld(x + t) : 0.0f; /* read before any block writes G */
@@ -349,7 +363,7 @@ __global__ void k_ce_cluster(struct gf_cu_ce c, int64_t slice, struct ce_up up)
         }
         if (!c.g && !c.gb)
             continue;
-        float inv = (float)(1.0 / s), pt = t >= 0 ? expf(xt - m) * inv : 0.0f;
+        float inv = (float)(1.0 / s), pt = t >= 0 ? ce_exp<T>(xt - m) * inv : 0.0f;
         for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) {
             float f[N], o[N];
             unpack16<T>(rowv[j], f);
