@@ -603,6 +603,12 @@ int main(int argc, char **argv)
             call_time(&c.c, NULL), bytes);
         row("SoftmaxCrossEntropy bf16 fwd+bwd, rows (cluster=1)", "4096x128256",
             call_time(&c.c, off), bytes);
+        for (int b = 256; b <= 512; b *= 2) {
+            int cfg[3] = {b, 1, 0};
+            char what[64];
+            snprintf(what, sizeof(what), "SoftmaxCrossEntropy bf16 fwd+bwd, rows, block=%d", b);
+            row(what, "4096x128256", call_time(&c.c, cfg), bytes);
+        }
         for (int cl = 2; cl <= 16; cl *= 2) {
             int cfg[3] = {0, cl, 0};
             char what[64];
