@@ -54,26 +54,18 @@ def liger(reps, dev):
         print(f"| Liger Kernel | not available: {type(e).__name__}: {e} |")
         return
     n, V = 4096, 128256
-    x = torch.randn(n, V, device=dev, requires_grad=True)
     t = torch.randint(0, V, (n,), device=dev)
     lce = LigerCrossEntropyLoss()
+    for dt, what, size in ((torch.float32, "", 4), (torch.bfloat16, " bf16", 2)):
+        x = torch.randn(n, V, device=dev, dtype=dt, requires_grad=True)
 
-    def ce():
-        torch.autograd.grad(lce(x, t), x)
+        def ce():
+            torch.autograd.grad(lce(x, t), x)
 
-    tce = timed(ce, reps)
-    print(f"| Liger cross_entropy fwd+bwd | {n}x{V} | {tce:.3f} ms | "
-          f"{2 * n * V * 4 / (tce * 1e-3) / 1e9:.0f} GB/s |")
-    del x
-    xb = torch.randn(n, V, device=dev, dtype=torch.bfloat16, requires_grad=True)
-
-    def ce16():
-        torch.autograd.grad(lce(xb, t), xb)
-
-    tce = timed(ce16, reps)
-    print(f"| Liger cross_entropy bf16 fwd+bwd | {n}x{V} | {tce:.3f} ms | "
-          f"{2 * n * V * 2 / (tce * 1e-3) / 1e9:.0f} GB/s |")
-    del xb
+        tce = timed(ce, reps)
+        print(f"| Liger cross_entropy{what} fwd+bwd | {n}x{V} | {tce:.3f} ms | "
+              f"{2 * n * V * size / (tce * 1e-3) / 1e9:.0f} GB/s |")
+        del x
     M, N = 16384, 4096
     xn = torch.randn(M, N, device=dev, requires_grad=True)
     rms = LigerRMSNorm(N).to(dev)
