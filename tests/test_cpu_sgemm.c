@@ -1,7 +1,8 @@
 /* Tests of the CPU's own fp32 GEMM (kernels/cpu/sgemm.c).  Each element of C
- * is one chain of FMAs over k in order, so the reference written here is
- * that chain in scalar fmaf (exact fused multiply-add, from libm) and the
- * results must be equal bit for bit: at odd sizes (edges of the register
+ * is, per block of GF_CPU_SGEMM_KC values of k, one chain of FMAs over the
+ * block in order from zero, added to C; the reference written here is that
+ * in scalar fmaf (exact fused multiply-add, from libm) and the results must
+ * be equal bit for bit: at odd sizes (edges of the register
  * tile, of the blocks of k and of columns), with leading dimensions larger
  * than the rows, with and without accumulating into C, with B given as is
  * or transposed, and on 1, 2 and 3 threads.  A second check against a sum in double bounds the error. */
@@ -47,13 +48,18 @@ static void check_t(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulat
     memcpy(want, c0, (size_t)(m * ldc) * sizeof(float));
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            float s = accumulate ? want[i * ldc + j] : 0.0f;
+            float s = want[i * ldc + j], blk = 0.0f;
             double d = accumulate ? want[i * ldc + j] : 0.0, mag = fabs(d);
             for (int64_t p = 0; p < k; p++) {
                 float bpj = trans_b ? b[j * ldb + p] : b[p * ldb + j];
-                s = fmaf(a[i * lda + p], bpj, s);
+                blk = fmaf(a[i * lda + p], bpj, blk);
                 d += (double)a[i * lda + p] * bpj;
                 mag += fabs((double)a[i * lda + p] * bpj);
+                /* a block of KC values of p ends: added to C */
+                if ((p + 1) % GF_CPU_SGEMM_KC == 0 || p + 1 == k) {
+                    s = !accumulate && p < GF_CPU_SGEMM_KC ? blk : s + blk;
+                    blk = 0.0f;
+                }
             }
             /* the chain's rounding errors: at most k + 1 half-ulps of the
              * running magnitude */

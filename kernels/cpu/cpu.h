@@ -12,6 +12,10 @@
 
 /* Rows (m) up to which gf_cpu_sgemm takes a product (above, OpenBLAS is faster). */
 #define GF_CPU_SGEMM_MAX_M 384
+/* gf_cpu_sgemm sums each block of this many values of k (from k = 0) as one
+ * FMA chain from zero, then adds it to C (the first block of a product that
+ * does not accumulate: stored as it is). */
+#define GF_CPU_SGEMM_KC 256
 
 /* C (+)= A B, fp32, row-major with leading dimensions lda, ldb, ldc (with
  * trans_b, b holds B^T [n, k]), on up to n_threads (kernels/cpu/sgemm.c).

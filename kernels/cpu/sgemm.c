@@ -17,9 +17,12 @@
  *
  * The micro-kernel keeps an MR x NR tile of C in 16 zmm registers: per k,
  * two loads of B's row and MR broadcasts of A's column, 2 MR FMAs.  Every
- * element of C is one chain of FMAs over p = 0, 1, ..., k-1 in order
- * (blocks of k continue from the value stored), so the result does not
- * depend on the thread count or on how the columns are split.
+ * element of C is, per block of KC values of p (from p = 0), one chain of
+ * FMAs over the block's p in order starting from zero, added to C as it
+ * stands (C = 0 + s would turn -0 into +0: the first block of a product
+ * that does not accumulate is stored as it is), as BLAS adds beta C; so
+ * the result does not depend on the thread count or on how the columns
+ * are split.
  *
  * On the 2-core Zen 4 VM, the 29 GEMMs of the issue-18 Llama at 1 x 128
  * (7.4 GFLOP, 116 MB of weights, cold), process medians: one thread
@@ -42,7 +45,7 @@
 #define SG_MR 8   /* rows of the register tile */
 #define SG_NR 32  /* columns of the register tile: two zmm */
 #ifndef SG_KC
-#define SG_KC 256 /* rows of B in one block */
+#define SG_KC GF_CPU_SGEMM_KC /* rows of B in one block */
 #endif
 #ifndef SG_NC
 #define SG_NC 128 /* columns of B in one block (a 128 KiB copy on the stack) */
@@ -61,7 +64,8 @@ struct sg_walk {
 };
 
 /* C[mr x NR] (+)= A[mr x kc] B[kc x NR] for the columns under m0 | m1 << 16
- * (B's row p at b + p ldb).  Every 8 steps it prefetches the next line of
+ * (B's row p at b + p ldb): the block's product is summed from zero, then
+ * added to C (load_c) as BLAS adds beta C.  Every 8 steps it prefetches the next line of
  * the walk *pf into L1 (prefetcht1 did nothing here on Zen 4; t0 did). */
 static inline __attribute__((always_inline)) SG_TARGET void
 sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t ldb, float *c,
@@ -72,8 +76,8 @@ sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t
 #pragma GCC unroll 8
     for (int i = 0; i < SG_MR; i++) {
         if (i < mr) {
-            acc[i][0] = load_c ? _mm512_maskz_loadu_ps(m0, c + i * ldc) : _mm512_setzero_ps();
-            acc[i][1] = load_c ? _mm512_maskz_loadu_ps(m1, c + i * ldc + 16) : _mm512_setzero_ps();
+            acc[i][0] = _mm512_setzero_ps();
+            acc[i][1] = _mm512_setzero_ps();
         }
     }
     for (int p = 0; p < kc; p++) {
@@ -101,6 +105,10 @@ sg_tile(int mr, int kc, const float *a, ptrdiff_t lda, const float *b, ptrdiff_t
 #pragma GCC unroll 8
     for (int i = 0; i < SG_MR; i++) {
         if (i < mr) {
+            if (load_c) {
+                acc[i][0] = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, c + i * ldc), acc[i][0]);
+                acc[i][1] = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, c + i * ldc + 16), acc[i][1]);
+            }
             _mm512_mask_storeu_ps(c + i * ldc, m0, acc[i][0]);
             _mm512_mask_storeu_ps(c + i * ldc + 16, m1, acc[i][1]);
         }
