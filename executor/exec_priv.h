@@ -114,13 +114,14 @@ enum gf_status gf_optim_update(struct gf_optim *o, void *params, void *grads, do
 /* The in-graph form of gf_optim_update (a launch a CUDA graph may hold:
  * what changes per step is read from memory when the kernel runs).
  * gf_optim_stage writes the next step's hyper (learning rate lr, the step
- * count, grad_scale 1, or NaN with skip: the update then changes nothing)
+ * count, grad_scale: 1, 1 / S with fp16 loss scaling, NaN to skip: the
+ * update then changes nothing; clipping sees the norm times grad_scale)
  * into backend memory, before the launches; gf_optim_update_staged
  * launches the update reading it and norm (backend memory: GradNorm's
  * float64 output), clipping to max_norm (0: none) and changing nothing when
  * the norm is not finite; gf_optim_advance counts the step once it is
  * known to have been taken. */
-enum gf_status gf_optim_stage(struct gf_optim *o, double lr, bool skip);
+enum gf_status gf_optim_stage(struct gf_optim *o, double lr, double grad_scale);
 enum gf_status gf_optim_update_staged(struct gf_optim *o, void *params, void *grads, void *norm,
                                       double max_norm, int n_threads);
 void gf_optim_advance(struct gf_optim *o);

@@ -449,11 +449,11 @@ enum gf_status gf_optim_update(struct gf_optim *o, void *params, void *grads, do
     return st;
 }
 
-enum gf_status gf_optim_stage(struct gf_optim *o, double lr, bool skip)
+enum gf_status gf_optim_stage(struct gf_optim *o, double lr, double grad_scale)
 {
     struct gf_backend *be = o->op.be;
     double hyper[8];
-    fill_hyper(o, lr, skip ? NAN : 1.0, hyper);
+    fill_hyper(o, lr, grad_scale, hyper);
     if (!o->hyper_mem && !(o->hyper_mem = be->ops->alloc(be, sizeof(hyper))))
         return gf_error(GF_ERR_NOMEM, "out of %s memory for the optimizer's scalars",
                         be->ops->name);

@@ -54,10 +54,10 @@
  * updated, the optimizer's step count kept), S halved, and no diagnosis
  * runs; 2000 (o.loss_scale_window) good steps in a row double S.  A loss
  * that is not finite is the forward's, which no scale fixes: diagnosed
- * and stopped as in fp32.  The step loop then keeps the optimizer out of
- * the session's epilogue (in_graph_wanted): the captured update computes
- * the clipping coefficient from the norm in memory, which is S times too
- * large, and has no slot for 1/S yet.
+ * and stopped as in fp32.  In the session's epilogue (step_in_graph) the
+ * staged hyper's grad_scale is 1 / S: the captured update clips on the
+ * norm in memory times 1 / S and scales the gradient by it, the same
+ * floats the host path hands it, and skips itself on an overflow.
  *
  * Buffers (n_m: elements of the masters, n_all: of every parameter, each
  * parameter at an offset aligned for a view; the gaps stay zero):
@@ -764,10 +764,6 @@ static bool in_graph_wanted(const struct gf_trainer *t)
 {
     const char *env = getenv("GRAPHFUSE_TRAIN_IN_GRAPH");
     if (t->o.accumulate != 1 || (env && strcmp(env, "0") == 0))
-        return false;
-    /* fp16 loss scaling: the update's clipping must see the norm divided by
-     * S, which the captured update cannot read yet (docs/precision.md) */
-    if (t->scaling)
         return false;
     return (env && strcmp(env, "1") == 0) || t->be->ops->capture_begin != NULL;
 }
@@ -1563,7 +1559,8 @@ static enum gf_status step_in_graph(struct gf_trainer *t, struct gf_data *d,
     struct gf_tensor *const *in;
     float loss = 0;
     double norm = 0;
-    enum gf_status s = gf_optim_stage(t->opt, st->lr, false);
+    /* with loss scaling the update unscales the gradient and its norm (1 / S) */
+    enum gf_status s = gf_optim_stage(t->opt, st->lr, t->scaling ? 1.0 / t->S : 1.0);
     if (s == GF_OK)
         s = gf_data_next(d, &in);
     if (s == GF_OK)
@@ -1580,11 +1577,18 @@ static enum gf_status step_in_graph(struct gf_trainer *t, struct gf_data *d,
         snprintf(what, sizeof(what), "the loss '%s' (%g)", t->loss_name, loss);
         return diagnose(t, in, what);
     }
-    if (!isfinite(norm))
-        return (s = gf_optim_stage(t->opt, st->lr, true)) != GF_OK
-                   ? s : find_bad_gradient(t, d, from, 1, norm);
     st->loss = loss;
     st->tokens = gf_data_tokens(d);
+    if (t->scaling) { /* an fp16 overflow: the update skipped itself (update()) */
+        st->skipped = !isfinite(norm);
+        update_scale(t, !st->skipped);
+        st->n_skipped = t->n_skipped;
+        st->grad_norm = norm / st->loss_scale;
+        return GF_OK;
+    }
+    if (!isfinite(norm))
+        return (s = gf_optim_stage(t->opt, st->lr, NAN)) != GF_OK
+                   ? s : find_bad_gradient(t, d, from, 1, norm);
     st->grad_norm = norm;
     return GF_OK;
 }

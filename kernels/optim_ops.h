@@ -95,14 +95,17 @@ static inline float gf_clip_coef_of(double max_norm, double norm)
 }
 
 /* The update's gradient scale: grad_scale (float, from hyper), times the
- * clipping coefficient for max_norm when a norm is given; false when the
- * update is skipped (grad_scale or the norm not finite). */
+ * clipping coefficient for max_norm when a norm N is given: the clipping of
+ * the scaled gradient, whose norm is grad_scale N (fp16 loss scaling stages
+ * grad_scale 1 / S: the gradient and its norm unscaled, exactly, S being a
+ * power of 2); false when the update is skipped (grad_scale or the norm not
+ * finite). */
 static inline bool gf_clip_scale(float grad_scale, const double *norm, double max_norm,
                                  float *scale)
 {
     if (!isfinite(grad_scale) || (norm && !isfinite(*norm)))
         return false;
-    *scale = norm ? grad_scale * gf_clip_coef_of(max_norm, *norm) : grad_scale;
+    *scale = norm ? grad_scale * gf_clip_coef_of(max_norm, *norm * grad_scale) : grad_scale;
     return true;
 }
 

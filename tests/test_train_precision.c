@@ -353,6 +353,65 @@ static void test_low_copies(void **state)
     gf_model_free(m);
 }
 
+/* fp16 loss scaling in the session's epilogue (the update staged with
+ * grad_scale 1 / S, clipping on the norm times it; on CUDA the whole step
+ * one graph) takes the host path's steps bit for bit: losses, norms, S,
+ * the skipped steps (from S = 2^40, window 2: overflows, then growth), and
+ * the parameters, with and without clipping. */
+static void test_fp16_in_graph(void **state)
+{
+    (void)state;
+    struct gf_model *m;
+    assert_int_equal(gf_model_load(MLP, NULL, &m), GF_OK);
+    for (int clip = 0; clip < 2; clip++) {
+        struct gf_trainer *t[2];
+        for (int g = 0; g < 2; g++) {
+            struct gf_trainer_opts o;
+            gf_trainer_opts_init(&o, GF_OPTIM_ADAMW);
+            o.steps = 40;
+            o.exec.backend = "cpu";
+            o.precision = GF_PRECISION_FP16;
+            o.loss_scale = 0x1p40;
+            o.loss_scale_window = 2;
+            o.clip_grad_norm = clip ? 0.05 : 0;
+            setenv("GRAPHFUSE_TRAIN_IN_GRAPH", g ? "1" : "0", 1);
+            if (gf_trainer_new(m, &o, &t[g]) != GF_OK)
+                fail_msg("%s", gf_last_error());
+        }
+        unsetenv("GRAPHFUSE_TRAIN_IN_GRAPH");
+        struct gf_data *d[2];
+        for (int g = 0; g < 2; g++)
+            assert_int_equal(gf_data_open_dir(t[g], MLP_DATA, &d[g]), GF_OK);
+        int skipped = 0;
+        for (int i = 0; i < 30; i++) {
+            struct gf_train_stats a, b;
+            assert_int_equal(gf_trainer_step(t[0], d[0], &a), GF_OK);
+            assert_int_equal(gf_trainer_step(t[1], d[1], &b), GF_OK);
+            if (memcmp(&a.loss, &b.loss, sizeof(double)) || a.loss_scale != b.loss_scale ||
+                a.skipped != b.skipped || a.n_skipped != b.n_skipped ||
+                (!a.skipped && memcmp(&a.grad_norm, &b.grad_norm, sizeof(double))))
+                fail_msg("clip %d step %d: host loss %.9g S %g skipped %d norm %.9g; in graph "
+                         "%.9g S %g skipped %d norm %.9g", clip, i, a.loss, a.loss_scale,
+                         a.skipped, a.grad_norm, b.loss, b.loss_scale, b.skipped, b.grad_norm);
+            skipped += a.skipped;
+        }
+        printf("clip %d: 30 steps, %d skipped, the same in the epilogue\n", clip, skipped);
+        assert_true(skipped >= 10);
+        for (size_t i = 0; i < gf_trainer_param_count(t[0]); i++) {
+            struct gf_param_info a, b;
+            gf_trainer_get_param(t[0], i, &a);
+            gf_trainer_get_param(t[1], i, &b);
+            if (memcmp(a.data, b.data, a.nelem * sizeof(float)) != 0)
+                fail_msg("clip %d: parameter '%s' differs", clip, a.name);
+        }
+        for (int g = 0; g < 2; g++) {
+            gf_data_free(d[g]);
+            gf_trainer_free(t[g]);
+        }
+    }
+    gf_model_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -360,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_fp16_tracks_fp32),
         cmocka_unit_test(test_fp16_overflow_and_resume),
         cmocka_unit_test(test_low_copies),
+        cmocka_unit_test(test_fp16_in_graph),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

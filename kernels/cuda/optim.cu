@@ -138,9 +138,9 @@ __device__ static bool clip_scale(float *scale, const gf_cu_step &st)
     const double norm = *st.norm;
     if (!isfinite(norm))
         return false;
-    float coef = 1.0f;
+    float coef = 1.0f; /* of the scaled gradient, norm x scale (loss scaling: 1 / S) */
     if (st.max_norm > 0) {
-        coef = st.max_norm / ((float)norm + 1e-6f);
+        coef = st.max_norm / ((float)(norm * (double)*scale) + 1e-6f);
         coef = coef > 1.0f ? 1.0f : coef;
     }
     *scale = *scale * coef;
