@@ -5,6 +5,7 @@
                                [--model FILE]... [--shapes 1x128,4x512] [--threads 1,2]
                                [--rounds N] [--iterations N] [--warmup N] [--quick]
                                [--graphfuse PATH] [--workdir DIR]
+                               [--baseline PATH] [--baseline-env VAR=VALUE]...
 
 Builds the configurations of issue 18 from transformers config objects (random
 weights, nothing downloaded): LlamaForCausalLM and GPT2LMHeadModel with hidden
@@ -39,6 +40,13 @@ go on.  The machine's load average (start and end) and CPU model are
 printed: judge only numbers from a quiet machine (load well under the core
 count), and compare only numbers from one run.
 
+`--baseline PATH` (another graphfuse build) and/or `--baseline-env VAR=VALUE`
+(repeatable; the environment of the baseline's runs, e.g. GF_CPU_SGEMM=0;
+the binary is --graphfuse's unless --baseline names one) add two contenders,
+the baseline unfused and fused, timed in the same interleaved rounds: a
+line under the row gives their ms and ratios to ORT, so that a change is
+judged against its baseline under the same load.
+
 `--quick`: 2 rounds of 1 warm-up + 3 timed runs, shapes 1x128 unless
 --shapes is given: proves the script works, measures nothing.
 
@@ -66,6 +74,7 @@ from onnx import numpy_helper
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTENDERS = ["unfused", "fused", "optimized", "ort"]
 GF = ["unfused", "fused", "optimized"]
+BASE = ["base unfused", "base fused"]  # with --baseline / --baseline-env
 
 
 def cpu_model():
@@ -213,10 +222,11 @@ def write_inputs(feeds, folder):
 
 # ---- contenders -------------------------------------------------------------------------
 
-def gf_bench(gf, path, threads, fuse, inputs, warmup, iters):
+def gf_bench(gf, path, threads, fuse, inputs, warmup, iters, env=None):
     cmd = [gf, "bench", path, "--threads", str(threads), "--warmup", str(warmup),
            "--iterations", str(iters), "--json"] + inputs + (["--fuse"] if fuse else [])
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True,
+                       env=dict(os.environ, **env) if env else None)
     if r.returncode != 0:
         raise RuntimeError(short(r.stderr or r.stdout) or f"exit {r.returncode}")
     j = json.loads(r.stdout[r.stdout.index("{"):])
@@ -302,16 +312,22 @@ def bench_row(a, label, exporter, shape, threads, path, opt_path, opt_err, work)
         sess = ort_session(path, threads)
     except Exception as e:  # noqa: BLE001 - a failing contender is reported, not fatal
         errors["ort"] = short(e)
-    files = {"unfused": (path, False), "fused": (path, True), "optimized": (opt_path, False)}
-    times = {c: [] for c in CONTENDERS}
+    files = {"unfused": (path, False), "fused": (path, True), "optimized": (opt_path, False),
+             "base unfused": (path, False), "base fused": (path, True)}
+    conts = CONTENDERS + (BASE if a.base_env is not None else [])
+    times = {c: [] for c in conts}
     for r in range(a.rounds):
-        order = CONTENDERS[r % 4:] + CONTENDERS[:r % 4]
+        order = conts[r % len(conts):] + conts[:r % len(conts)]
         for c in order:
             if c in errors:
                 continue
             try:
                 if c == "ort":
                     times[c].append(ort_time(sess, feeds, a.warmup, a.iterations))
+                elif c in BASE:
+                    p, fuse = files[c]
+                    times[c].append(gf_bench(a.baseline or a.graphfuse, p, threads, fuse, inputs,
+                                             a.warmup, a.iterations, a.base_env))
                 else:
                     p, fuse = files[c]
                     times[c].append(gf_bench(a.graphfuse, p, threads, fuse, inputs,
@@ -320,7 +336,7 @@ def bench_row(a, label, exporter, shape, threads, path, opt_path, opt_err, work)
                 errors[c] = short(e)
     row["ms"] = {c: statistics.median(v) for c, v in times.items() if v and c not in errors}
     row["ratio"] = {}
-    for c in GF:
+    for c in GF + BASE:
         if c in row["ms"] and "ort" in row["ms"]:
             n = min(len(times[c]), len(times["ort"]))
             row["ratio"][c] = statistics.median(times[c][i] / times["ort"][i] for i in range(n))
@@ -357,6 +373,10 @@ def print_row(row):
     print("%-12s %-6s %-6s %3d | %9s %9s %9s %9s | %6s %6s %6s | %s" %
           tuple([row["model"], row["exporter"], row["shape"], row["threads"]] + ms + ra + [df]),
           flush=True)
+    if any(c in row["ms"] for c in BASE):
+        print("    baseline: " + ", ".join(
+            "%s %s ms (%s x ORT)" % (c[5:], fmt(row["ms"].get(c, "ERR")),
+                                     fmt(row["ratio"].get(c, "-"))) for c in BASE), flush=True)
     for c, e in row["errors"].items():
         print(f"    {c}: {e}", flush=True)
 
@@ -393,7 +413,14 @@ def main():
                     help="2 rounds of 1 + 3 runs, shapes 1x128 unless given: a smoke test")
     ap.add_argument("--graphfuse", default=os.path.join(REPO, "build", "graphfuse"))
     ap.add_argument("--workdir", default=None, help="keep the exports here (default: a temp dir)")
+    ap.add_argument("--baseline", default=None, metavar="PATH",
+                    help="a second graphfuse binary, timed in the same rounds")
+    ap.add_argument("--baseline-env", action="append", default=[], metavar="VAR=VALUE",
+                    help="environment of the baseline's runs (repeatable)")
     a = ap.parse_args()
+    a.base_env = None
+    if a.baseline or a.baseline_env:
+        a.base_env = dict(e.split("=", 1) for e in a.baseline_env)
     q = a.quick
     a.rounds = a.rounds or (2 if q else 7)
     a.iterations = a.iterations or (3 if q else 10)
@@ -408,6 +435,9 @@ def main():
     print(f"load avg:   {loadavg()} (start)")
     print(f"versions:   onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
           f"graphfuse {a.graphfuse}")
+    if a.base_env is not None:
+        print(f"baseline:   {a.baseline or a.graphfuse}"
+              + "".join(f" {k}={v}" for k, v in a.base_env.items()))
     print(f"timing:     {a.rounds} interleaved rounds x ({a.warmup} warm-up + {a.iterations} "
           f"timed runs) per contender; ms = median over rounds of each round's median; "
           f"x/o = median of per-round ratios to ORT", flush=True)
