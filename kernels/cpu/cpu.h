@@ -11,7 +11,7 @@
 #include "gf_half.h"
 
 /* Rows (m) up to which gf_cpu_sgemm takes a product (above, OpenBLAS is faster). */
-#define GF_CPU_SGEMM_MAX_M 384
+#define GF_CPU_SGEMM_MAX_M 256
 /* gf_cpu_sgemm sums each block of this many values of k (from k = 0) as one
  * FMA chain from zero, then adds it to C (the first block of a product that
  * does not accumulate: stored as it is). */
