@@ -160,9 +160,10 @@ struct gf_session {
     struct cbuf *consts;
     size_t n_folded, const_bytes;
     size_t n_views; /* steps whose output aliases their input (step.view) */
-    /* outputs of the last run */
+    /* outputs of the last run (reused by the next when they fit) */
     struct gf_model *outm;
     struct gf_tensor **outs;
+    bool *out_bound;        /* outs[i] is a header over bound memory */
     /* profile of the last run */
     double op_ms[GF_OP_COUNT];
     int op_calls[GF_OP_COUNT];
@@ -2158,28 +2159,59 @@ static struct gf_tensor *bound_tensor(struct gf_session *s, const char *name,
     return t;
 }
 
+/* The memory graph output i is bound to (gf_session_bind_output), or NULL. */
+static void *bound_output(const struct gf_session *s, size_t i)
+{
+    for (size_t b = 0; b < s->n_binds; b++)
+        if (!s->binds[b].v && s->binds[b].out == i)
+            return s->binds[b].dev;
+    return NULL;
+}
+
+/* Whether the last run's output tensor i fits this run's output: the same
+ * type and shape, over the same bound memory or none. */
+static bool output_fits(const struct gf_session *s, size_t i)
+{
+    const struct gf_tensor *t = s->outs[i];
+    const struct vinfo *vi = &s->v[s->g->outputs[i]->id];
+    void *bound = bound_output(s, i);
+    if (!t || t->dtype != vi->dtype || t->rank != vi->rank || t->nelem != vi->nelem ||
+        (t->rank && memcmp(t->dims, vi->dims, (size_t)t->rank * sizeof(*t->dims))) ||
+        s->out_bound[i] != (bound != NULL))
+        return false;
+    return !bound || t->data == (s->device ? NULL : bound);
+}
+
+/* The outputs belong to the session until the next run (gf_exec.h), so a
+ * run whose outputs all fit the last run's tensors reads into them: no
+ * allocation, and no page faults, per output per run (a 16 MB logits
+ * tensor's cost 6% of a one-thread forward of issue 18's Llama). */
 static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***outputs,
                                       size_t *n_outputs)
 {
-    gf_model_free(s->outm);
-    s->outm = gf_model_new(8, "outputs");
     struct gf_graph *g = s->g;
-    if (!s->outm || !(s->outs = gf_model_alloc(s->outm, (g->n_outputs + 1) * sizeof(void *))))
-        return gf_error(GF_ERR_NOMEM, "out of memory");
+    bool reuse = s->outm && s->outs;
+    for (size_t i = 0; reuse && i < g->n_outputs; i++)
+        reuse = output_fits(s, i);
+    if (!reuse) {
+        gf_model_free(s->outm);
+        s->outm = gf_model_new(8, "outputs");
+        if (!s->outm || !(s->outs = gf_model_alloc(s->outm, (g->n_outputs + 1) * sizeof(void *))) ||
+            !(s->out_bound = gf_model_alloc(s->outm, g->n_outputs + 1)))
+            return gf_error(GF_ERR_NOMEM, "out of memory");
+    }
     for (size_t i = 0; i < g->n_outputs; i++) {
         struct gf_value *v = g->outputs[i];
         const struct vinfo *vi = &s->v[v->id];
-        void *bound = NULL;
-        for (size_t b = 0; b < s->n_binds && !bound; b++)
-            if (!s->binds[b].v && s->binds[b].out == i)
-                bound = s->binds[b].dev;
+        void *bound = bound_output(s, i);
         if (bound) { /* in the caller's memory: a header only */
-            if (!(s->outs[i] = bound_tensor(s, v->name, vi, s->device ? NULL : bound)))
+            if (!reuse && !(s->outs[i] = bound_tensor(s, v->name, vi, s->device ? NULL : bound)))
                 return gf_error(GF_ERR_NOMEM, "out of memory");
+            s->out_bound[i] = true;
             continue;
         }
-        s->outs[i] = gf_tensor_new(s->outm, v->name, vi->dtype, vi->rank, vi->dims, NULL);
-        if (!s->outs[i])
+        if (!reuse &&
+            !(s->outs[i] = gf_tensor_new(s->outm, v->name, vi->dtype, vi->rank, vi->dims, NULL)))
             return GF_ERR_NOMEM;
         enum gf_status st = read_value(s, v, s->outs[i]->data);
         if (st != GF_OK)

@@ -390,6 +390,56 @@ static void test_big_transpose_of_a_weight_is_folded(void **state)
     free(w);
 }
 
+/* The outputs belong to the session until the next run: a run whose
+ * outputs have the last run's types and shapes reads into the same
+ * tensors (no allocation per run), with this run's values; a new shape
+ * gets new tensors. */
+static void test_outputs_reused_across_runs(void **state)
+{
+    (void)state;
+    for (size_t b = 0; b < 2; b++) {
+        if (!available(backends[b]))
+            continue;
+        struct fg g = fg_begin("reuse");
+        struct gf_value *x = fg_input(&g, "x", GF_FLOAT, 2, (int64_t[]){4, 8});
+        gf_value_set_tensor_type(x, GF_FLOAT, 2,
+                                 (struct gf_dim[]){{-1, "N", NULL}, {8, NULL, NULL}});
+        fg_output(&g, FG(&g, "Exp", x));
+        fg_output(&g, FG(&g, "Neg", x));
+        struct gf_model *m = fg_done(&g);
+        assert_non_null(m);
+        struct gf_exec_opts o = opts_for(backends[b], "");
+        struct gf_session *s;
+        assert_int_equal(gf_session_new(m, &o, &s), GF_OK);
+        void *first[2] = {NULL, NULL};
+        for (int r = 0; r < 4; r++) {
+            int64_t n = r < 3 ? 4 : 2;
+            float xv[32], e[32], ng[32];
+            for (int i = 0; i < n * 8; i++) {
+                xv[i] = (float)((i * 7 + r * 13) % 19) / 8.0f - 1.0f;
+                e[i] = expf(xv[i]);
+                ng[i] = -xv[i];
+            }
+            struct gf_tensor *xt = gf_tensor_new(m, "x", GF_FLOAT, 2, (int64_t[]){n, 8}, xv);
+            struct gf_tensor **out;
+            size_t n_out;
+            assert_int_equal(gf_session_run(s, 1, &xt, &out, &n_out), GF_OK);
+            assert_int_equal(n_out, 2);
+            expect_close(out[0], e, (size_t)n * 8, "Exp(x), run after run", backends[b]);
+            expect_close(out[1], ng, (size_t)n * 8, "Neg(x), run after run", backends[b]);
+            assert_int_equal(out[0]->dims[0], n);
+            for (int k = 0; k < 2; k++) {
+                if (r == 0)
+                    first[k] = out[k]->data;
+                else if (r < 3) /* the same shape: the same tensors */
+                    assert_ptr_equal(out[k]->data, first[k]);
+            }
+        }
+        gf_session_free(s);
+        gf_model_free(m);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -397,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_view_chain_takes_no_memory),
         cmocka_unit_test(test_views_keep_their_bytes_alive),
         cmocka_unit_test(test_big_transpose_of_a_weight_is_folded),
+        cmocka_unit_test(test_outputs_reused_across_runs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
