@@ -242,8 +242,8 @@ const struct gf_kernel *const *gf_kernel_list(const char *backend, enum gf_op op
  * Between loops workers spin on the loop word for a short while (pause,
  * then sched_yield), then sleep on a condition variable; the caller
  * likewise spins briefly before sleeping while the last chunks finish.
- * A small loop (under PF_WAKE_UNITS grains) does not wake sleeping
- * workers: the caller runs it alone.  GF_POOL_SPIN_US (microseconds,
+ * A small loop (under PF_WAKE_UNITS grains of more than one item) does not
+ * wake sleeping workers: the caller runs it alone.  GF_POOL_SPIN_US (microseconds,
  * default 100, 0 = sleep at once) sets the spin.
  *
  * On a busy machine a worker can take a chunk and then lose its core for
@@ -554,8 +554,10 @@ void gf_parallel_for(int n_threads, size_t n, size_t grain,
         return;
     }
     pthread_once(&pf_once, pf_read_env);
-    /* every worker asleep and a small loop: not worth a wake-up */
-    if (pf.n_workers >= t - 1 && units < PF_WAKE_UNITS &&
+    /* every worker asleep and a small loop: not worth a wake-up (grain 1:
+     * the caller sized every item to be worth a thread, as fu_run_parts
+     * and the GEMM tiles do: a few heavy items are no small loop) */
+    if (pf.n_workers >= t - 1 && grain > 1 && units < PF_WAKE_UNITS &&
         atomic_load(&pf.sleepers) == pf.n_workers) {
         pf_serial(n, k, fn, ctx);
         pthread_mutex_unlock(&pf.busy);

@@ -251,9 +251,13 @@ static void mme_compute(const struct mme *c, enum gf_dtype dt, int nt)
         cols = (cols + 15) / 16 * 16; /* whole vectors */
     ncb = (c->n + cols - 1) / cols;
     int64_t rows = min64(c->m, TILE_ELEMS / cols > 1 ? TILE_ELEMS / cols : 1);
-    /* a tile per thread at least: fewer rows, down to MIN_ROWS while the
-     * columns can still be split, then down to 1 */
-    while (rows > 1 && c->count * ncb * ((c->m + rows - 1) / rows) < nt) {
+    /* a tile per thread at least, and a multiple of the threads while the
+     * tiles are few (3 tiles on 2 threads leave one idle a third of the
+     * time): fewer rows, down to MIN_ROWS while the columns can still be
+     * split, then down to 1 */
+    int64_t tiles;
+    while (rows > 1 && ((tiles = c->count * ncb * ((c->m + rows - 1) / rows)) < nt ||
+                        (tiles < 4 * nt && tiles % nt))) {
         if (rows <= MIN_ROWS && cols > 64 && c->n > 64) {
             cols = (cols / 2 + 15) / 16 * 16;
             ncb = (c->n + cols - 1) / cols;
