@@ -220,11 +220,22 @@ int gf_parallel_width(int n_threads); /* kernels/registry.c */
 
 static _Thread_local int on_caller;
 
+/* A worker's chunk sleeps 2 ms; the caller's works 20 us (a busy wait: its
+ * core stays its own), long enough for a worker woken by the loop to take
+ * a chunk before the caller has taken them all (else, on a quiet machine,
+ * the caller could run every chunk before a sleeping worker woke, and the
+ * pool would never look slow). */
 static void stall_fn(void *vc, size_t b, size_t e)
 {
+    struct timespec t0, t;
     if (!on_caller) {
         struct timespec ts = {0, 2000000};
         nanosleep(&ts, NULL);
+    } else {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do
+            clock_gettime(CLOCK_MONOTONIC, &t);
+        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 20000);
     }
     cover_fn(vc, b, e);
 }
