@@ -2184,8 +2184,9 @@ static bool output_fits(const struct gf_session *s, size_t i)
 
 /* The outputs belong to the session until the next run (gf_exec.h), so a
  * run whose outputs all fit the last run's tensors reads into them: no
- * allocation, and no page faults, per output per run (a 16 MB logits
- * tensor's cost 6% of a one-thread forward of issue 18's Llama). */
+ * allocation, and no page faults, per output per run (the 16 MB logits of
+ * issue 18's Llama at 1 x 128; whole forwards measured within the noise of
+ * the build before, docs/benchmarks.md). */
 static enum gf_status collect_outputs(struct gf_session *s, struct gf_tensor ***outputs,
                                       size_t *n_outputs)
 {
