@@ -298,10 +298,10 @@ template <bool FAST> __device__ __forceinline__ float attn_exp(float x)
 /* Online softmax over one tile's scores s (finished in place into P, up to
  * the running max), rows g and g + 8 of the warp: m, l the running max and
  * sum; al[h] each row's factor for what was summed before. */
-template <bool FAST = false, typename M>
-__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bool full,
-                                            float s[BK / 8][4], int64_t row, int64_t k0, int jn,
-                                            float m[2], float l[2], float al[2])
+template <bool FAST, bool ALL, typename M>
+__device__ __forceinline__ void online_rows_as(const gf_cu_attn &a, const M *mk, bool full,
+                                               float s[BK / 8][4], int64_t row, int64_t k0, int jn,
+                                               float m[2], float l[2], float al[2])
 {
     int t = threadIdx.x & 3;
 #pragma unroll
@@ -312,7 +312,9 @@ __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bo
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float x = -INFINITY;
-                if (j < jn)
+                if (ALL)
+                    x = a.scale * s[j][2 * h + e];
+                else if (j < jn)
                     x = score(a, mk, full, s[j][2 * h + e], row + 8 * h, k0 + 8 * j + 2 * t + e);
                 s[j][2 * h + e] = x;
                 mx = fmaxf(mx, x);
@@ -324,7 +326,7 @@ __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bo
         for (int j = 0; j < BK / 8; j++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float p = j < jn ? attn_exp<FAST>(s[j][2 * h + e] - mu) : 0.0f;
+                float p = ALL || j < jn ? attn_exp<FAST>(s[j][2 * h + e] - mu) : 0.0f;
                 s[j][2 * h + e] = p;
                 sum += p;
             }
@@ -332,6 +334,21 @@ __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bo
         l[h] = l[h] * al[h] + quad_sum(sum);
         m[h] = mn;
     }
+}
+
+/* The same, with the common case — every key of the tile seen, none masked
+ * (full, all BK / 8 groups: the same for the warp's 32 lanes) — taken by a
+ * copy without a test per score (the same operations: the results do not
+ * change). */
+template <bool FAST = false, typename M>
+__device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bool full,
+                                            float s[BK / 8][4], int64_t row, int64_t k0, int jn,
+                                            float m[2], float l[2], float al[2])
+{
+    if (full && jn == BK / 8)
+        online_rows_as<FAST, true>(a, mk, full, s, row, k0, jn, m, l, al);
+    else
+        online_rows_as<FAST, false>(a, mk, full, s, row, k0, jn, m, l, al);
 }
 
 /* Block b of a grid of ntile x items: its item and tile; the tiles in

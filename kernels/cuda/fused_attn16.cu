@@ -56,11 +56,15 @@ __device__ __forceinline__ void fetch16(bf16 *dst, int nr, const bf16 *src, int6
     const uint16_t *s = (const uint16_t *)src;
     uint16_t *d = (uint16_t *)dst;
     if (!trans && n == D && ld % 8 == 0 && ((uintptr_t)src & 15) == 0) {
-        for (int e = threadIdx.x; e < nr * (D / 8); e += blockDim.x) {
-            int r = e / (D / 8), c = e % (D / 8) * 8;
-            bool in = r0 + r < rows;
-            cp16(d + r * LD + c, in ? s + (r0 + r) * ld + c : s, in);
-        }
+        /* each thread the same 16 bytes of every `step`-th row: a pointer
+         * that steps, not a 64-bit index per vector (blockDim.x is a
+         * multiple of D / 8) */
+        int step = blockDim.x / (D / 8), r = threadIdx.x / (D / 8), c = threadIdx.x % (D / 8) * 8;
+        int64_t left = rows - r0; /* rows in the tensor from r0 */
+        const uint16_t *p = s + (r0 + r) * ld + c;
+        int64_t ps = (int64_t)step * ld;
+        for (; r < nr; r += step, p += ps)
+            cp16(d + r * LD + c, r < left ? p : s, r < left);
     } else if (trans) { /* along r: the source's rows are contiguous */
         for (int e = threadIdx.x; e < nr * D; e += blockDim.x) {
             int c = e / nr, r = e % nr;
@@ -276,7 +280,7 @@ __global__ void __launch_bounds__(32 * W) k_attn16_fwd(gf_cu_attn a)
  * and delta into the workspace, then per key tile dP = dO V^T, S = Q K^T,
  * dS = P (dP - delta), dQ += dS K. */
 template <int D, int W>
-__global__ void __launch_bounds__(32 * W) k_attn16_dq(gf_cu_attn a)
+__global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 0) k_attn16_dq(gf_cu_attn a)
 {
     set_causal_seen(a);
     constexpr int LD = D + 8, R = 16 * W;
@@ -303,18 +307,47 @@ __global__ void __launch_bounds__(32 * W) k_attn16_dq(gf_cu_attn a)
     __syncthreads();
     /* delta = rowsum(dO O) in double, as the CPU's: each warp its 16 rows */
     float dl[2] = {0.0f, 0.0f};
-    for (int r = 0; r < 16; r++) {
+    const bf16 *ob = (const bf16 *)a.o + it * a.sq * a.dv;
+    if (a.dv % 8 == 0 && ((uintptr_t)ob & 15) == 0) {
+        /* lanes 2r, 2r + 1 row r, alternate 8-value vectors of it: every
+         * load of the warp issued before the first product waits */
+        int r = lane >> 1;
         int64_t gi = rw + r;
+        uint4 ov[D / 16];
+#pragma unroll
+        for (int u = 0; u < D / 16; u++) {
+            int c = (2 * u + (lane & 1)) * 8;
+            ov[u] = c < a.dv && gi < a.sq ? *(const uint4 *)(ob + gi * a.dv + c)
+                                          : make_uint4(0, 0, 0, 0);
+        }
         double acc = 0;
-        for (int c = lane; c < a.dv && gi < a.sq; c += 32)
-            acc += (double)__bfloat162float(Ds[(16 * w + r) * LD + c]) *
-                   (double)gf_ld((const bf16 *)a.o + (it * a.sq + gi) * a.dv + c);
-        for (int o = 16; o > 0; o /= 2)
-            acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (r == g)
-            dl[0] = (float)acc;
-        if (r == g + 8)
-            dl[1] = (float)acc;
+#pragma unroll
+        for (int u = 0; u < D / 16; u++) {
+            int c = (2 * u + (lane & 1)) * 8;
+            const bf16 *ov8 = (const bf16 *)&ov[u];
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                if (c < a.dv)
+                    acc += (double)__bfloat162float(Ds[(16 * w + r) * LD + c + e]) *
+                           (double)__bfloat162float(ov8[e]);
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        dl[0] = (float)__shfl_sync(0xffffffffu, acc, 2 * g);
+        dl[1] = (float)__shfl_sync(0xffffffffu, acc, 2 * g + 16);
+    } else {
+        for (int r = 0; r < 16; r++) {
+            int64_t gi = rw + r;
+            double acc = 0;
+            for (int c = lane; c < a.dv && gi < a.sq; c += 32)
+                acc += (double)__bfloat162float(Ds[(16 * w + r) * LD + c]) *
+                       (double)gf_ld(ob + gi * a.dv + c);
+            for (int o = 16; o > 0; o /= 2)
+                acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (r == g)
+                dl[0] = (float)acc;
+            if (r == g + 8)
+                dl[1] = (float)acc;
+        }
     }
     /* pass 1: the rows' max and sum (none with the forward's Stats) */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -384,19 +417,31 @@ __global__ void __launch_bounds__(32 * W) k_attn16_dq(gf_cu_attn a)
         cp_wait<1>(); /* K */
         __syncthreads();
         xyt16<D>(s, Qs + 16 * w * LD, Ks);
+        if (full && jn == BK / 8) { /* the common case without a test per score */
 #pragma unroll
-        for (int j = 0; j < BK / 8; j++)
+            for (int j = 0; j < BK / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int h = e >> 1;
-                float ds = 0.0f;
-                if (j < jn) {
-                    float x = score(a, mk, full, s[j][e], row + 8 * h, k0 + 8 * j + 2 * t + (e & 1));
-                    float p = attn_exp<true>(x - m[h]) * li[h];
-                    ds = p * (dp[j][e] - dl[h]);
+                for (int e = 0; e < 4; e++) {
+                    int h = e >> 1;
+                    float p = attn_exp<true>(a.scale * s[j][e] - m[h]) * li[h];
+                    s[j][e] = p * (dp[j][e] - dl[h]);
                 }
-                s[j][e] = ds;
-            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int h = e >> 1;
+                    float ds = 0.0f;
+                    if (j < jn) {
+                        float x = score(a, mk, full, s[j][e], row + 8 * h,
+                                        k0 + 8 * j + 2 * t + (e & 1));
+                        float p = attn_exp<true>(x - m[h]) * li[h];
+                        ds = p * (dp[j][e] - dl[h]);
+                    }
+                    s[j][e] = ds;
+                }
+        }
         py16<D>(dq, s, Ks);
         __syncthreads(); /* every warp is done with K */
         if (kn < kend)
@@ -481,22 +526,38 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn16_dk
         cp_wait<0>(); /* Q and the statistics */
         __syncthreads();
         xyt16<D>(s, Ks + 16 * w * LD, Qs); /* S^T */
+        if (full && js == 0 && je == BK / 8) { /* the common case without a test per score */
 #pragma unroll
-        for (int j = 0; j < BK / 8; j++) {
-            float2 mx = *(const float2 *)&St[8 * j + 2 * t];
-            float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
-            float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
+            for (int j = 0; j < BK / 8; j++) {
+                float2 mx = *(const float2 *)&St[8 * j + 2 * t];
+                float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
+                float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = 8 * j + 2 * t + (e & 1);
-                float p = 0.0f, ds = 0.0f;
-                if (j >= js && j < je) {
-                    float x = score(a, mk, full, s[j][e], q0 + qi, key + 8 * (e >> 1));
-                    p = attn_exp<true>(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
-                    ds = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
+                for (int e = 0; e < 4; e++) {
+                    float p = attn_exp<true>(a.scale * s[j][e] - (e & 1 ? mx.y : mx.x)) *
+                              (e & 1 ? li.y : li.x);
+                    dp[j][e] = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
+                    s[j][e] = p;
                 }
-                s[j][e] = p;
-                dp[j][e] = ds;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++) {
+                float2 mx = *(const float2 *)&St[8 * j + 2 * t];
+                float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
+                float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = 8 * j + 2 * t + (e & 1);
+                    float p = 0.0f, ds = 0.0f;
+                    if (j >= js && j < je) {
+                        float x = score(a, mk, full, s[j][e], q0 + qi, key + 8 * (e >> 1));
+                        p = attn_exp<true>(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
+                        ds = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
+                    }
+                    s[j][e] = p;
+                    dp[j][e] = ds;
+                }
             }
         }
         if (a.dvv)
@@ -550,7 +611,8 @@ template <int D, int W>
 static cudaError_t fwd16_as(cudaStream_t s, const gf_cu_attn *a)
 {
     int64_t tiles = (a->sq + 16 * W - 1) / (16 * W);
-    return launch(k_attn16_fwd<D, W>, tiles * a->items, 32 * W, smem16(D, 16 * W, 1, 2, 0), s, a);
+    size_t sm = smem16(D, 16 * W, 1, 2, 0);
+    return launch(k_attn16_fwd<D, W>, tiles * a->items, 32 * W, sm, s, a);
 }
 
 template <int D, int W>
@@ -558,13 +620,12 @@ static cudaError_t bwd16_as(cudaStream_t s, const gf_cu_attn *a)
 {
     int64_t qtiles = (a->sq + 16 * W - 1) / (16 * W), ktiles = (a->sk + 16 * W - 1) / (16 * W);
     cudaError_t e = cudaSuccess;
+    size_t sq = smem16(D, 16 * W, 2, 2, 0), sk = smem16(D, 16 * W, 2, 2, 3 * BK);
     if (a->sq > 0)
-        e = launch(k_attn16_dq<D, W>, qtiles * a->items, 32 * W, smem16(D, 16 * W, 2, 2, 0), s,
-                   a);
+        e = launch(k_attn16_dq<D, W>, qtiles * a->items, 32 * W, sq, s, a);
     if (e != cudaSuccess || a->sk <= 0 || !(a->dk || a->dvv))
         return e;
-    return launch(k_attn16_dkv<D, W>, ktiles * a->items, 32 * W,
-                  smem16(D, 16 * W, 2, 2, 3 * BK), s, a);
+    return launch(k_attn16_dkv<D, W>, ktiles * a->items, 32 * W, sk, s, a);
 }
 
 cudaError_t gf_cu_attn16_fwd(cudaStream_t s, const gf_cu_attn *a)
