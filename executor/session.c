@@ -120,6 +120,7 @@ struct step {
     bool no_capture; /* its capture failed once: it runs outside the graphs */
     bool hide_host;  /* its kernel is not handed the host copies of inputs that change
                         from run to run (it checks them on the device, deferred) */
+    const void *prepared; /* what k->prepare made of its fixed inputs (prepare_steps) */
     size_t cands; /* configurations of the backend's kernels for it (autotuning) */
     int tuned[GF_TUNE_MAX_KNOBS]; /* knob values the autotuner chose (config points here) */
 };
@@ -160,6 +161,8 @@ struct gf_session {
     struct cbuf *consts;
     size_t n_folded, const_bytes;
     size_t n_views; /* steps whose output aliases their input (step.view) */
+    void *prepared;  /* the steps' prepared inputs (prepare_steps), one block */
+    size_t prepared_bytes, n_prepared;
     /* outputs of the last run (reused by the next when they fit) */
     struct gf_model *outm;
     struct gf_tensor **outs;
@@ -278,6 +281,9 @@ static void drop_plan(struct gf_session *s)
         s->be->ops->release(s->be, s->ws);
     free(s->host_ws);
     free(s->stage);
+    free(s->prepared);
+    s->prepared = NULL;
+    s->prepared_bytes = s->n_prepared = 0;
     s->host_ws = s->stage = NULL;
     s->host_ws_size = s->stage_size = 0;
     s->n_fallback = 0;
@@ -1526,6 +1532,75 @@ static enum gf_status bind_memory(struct gf_session *s)
     return GF_OK;
 }
 
+/* Whether v keeps its bytes for the plan's life: a constant folded while
+ * planning, or an initializer that is neither a graph input (the caller
+ * may change it between runs, as foldable says) nor a parameter bound to
+ * the caller's memory (the trainer's: its optimizer writes it every step). */
+static bool fixed_value(const struct gf_session *s, const struct gf_value *v)
+{
+    const struct vinfo *vi = &s->v[v->id];
+    return vi->kind == V_CONST || (vi->kind == V_INIT && !v->is_input && !vi->ext);
+}
+
+/* Kernels with a `prepare` hook get their fixed inputs made over once a
+ * plan, into one block the plan owns: the CPU's GEMMs pack a weight into
+ * the panels their tiles read (kernels/cpu/sgemm.c) instead of copying it
+ * there on every run.  Host-memory backends only; the block holds a
+ * second copy of each such weight (the originals stay for their other
+ * readers), listed by gf_session_print_profile. */
+static enum gf_status prepare_steps(struct gf_session *s)
+{
+    if (s->device)
+        return GF_OK;
+    struct gf_tview in[64], out[64];
+    size_t *size = calloc(s->n_steps + 1, sizeof(*size)), total = 0;
+    if (!size)
+        return gf_error(GF_ERR_NOMEM, "out of memory planning");
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        for (size_t k = 0; k < s->n_steps; k++) {
+            struct step *st = &s->steps[k];
+            const struct gf_node *n = st->node;
+            if (st->folded || st->view || !st->k->prepare || !st->k->prepared_size ||
+                n->n_inputs > 64 || n->n_outputs > 64 || (pass && !size[k]))
+                continue;
+            uint64_t fixed = 0;
+            for (size_t i = 0; i < n->n_inputs && i < 64; i++)
+                if (n->inputs[i] && fixed_value(s, n->inputs[i]))
+                    fixed |= (uint64_t)1 << i;
+            if (!fixed)
+                continue;
+            for (size_t i = 0; i < n->n_inputs; i++)
+                device_view(s, n->inputs[i], false, &in[i]);
+            for (size_t o = 0; o < n->n_outputs; o++)
+                device_view(s, n->outputs[o], false, &out[o]);
+            struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
+                                       .n_out = n->n_outputs, .config = st->config,
+                                       .n_threads = s->o.n_threads, .backend = s->be,
+                                       .fixed_in = fixed};
+            if (!pass) {
+                size[k] = st->k->prepared_size(&a);
+                total += round_up(s, size[k]);
+                continue;
+            }
+            st->prepared = (char *)s->prepared + off;
+            st->k->prepare(&a, (void *)st->prepared);
+            off += round_up(s, size[k]);
+            s->n_prepared++;
+        }
+        if (!pass && total && !(s->prepared = aligned_alloc(ALIGN, total))) {
+            free(size);
+            return gf_error(GF_ERR_NOMEM, "out of memory: %zu bytes of prepared weights",
+                            total);
+        }
+        if (!total)
+            break;
+    }
+    s->prepared_bytes = total;
+    free(size);
+    return GF_OK;
+}
+
 /* Bound graph outputs that a node computes go to the caller's memory
  * (V_EXT); one that is a constant, an input or a parameter is copied
  * there after each run (run_steps). */
@@ -1630,7 +1705,7 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         return GF_ERR_NOMEM;
     if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))
         return GF_ERR_NOMEM;
-    if ((st = bind_memory(s)) != GF_OK)
+    if ((st = bind_memory(s)) != GF_OK || (st = prepare_steps(s)) != GF_OK)
         return st;
     if (s->n_tuned_now && gf_tuner_save(s->tuner) != GF_OK)
         snprintf(s->tune_note, sizeof(s->tune_note), "autotune: %s", gf_last_error());
@@ -1837,7 +1912,7 @@ static enum gf_status run_step(struct gf_session *s, const struct step *st,
     struct gf_kernel_args a = {.node = n, .in = in, .n_in = n->n_inputs, .out = out,
                                .n_out = n->n_outputs, .workspace = s->ws,
                                .config = st->config, .n_threads = s->o.n_threads,
-                               .backend = s->be};
+                               .backend = s->be, .prepared = st->prepared};
     return st->k->run(&a);
 }
 
@@ -2411,6 +2486,10 @@ void gf_session_print_profile(const struct gf_session *s, FILE *f)
     fprintf(f, "        sum of all intermediate tensors %zu bytes; block / sum = %.2f\n",
             s->intermediate_bytes,
             s->intermediate_bytes ? (double)s->block_size / (double)s->intermediate_bytes : 0.0);
+    if (s->n_prepared) /* kernels/cpu/sgemm.c: GF_CPU_SGEMM_PACK=0 turns it off */
+        fprintf(f, "        prepared inputs %zu bytes: %zu node%s read%s a weight packed once "
+                "a plan\n", s->prepared_bytes, s->n_prepared, s->n_prepared == 1 ? "" : "s",
+                s->n_prepared == 1 ? "s" : "");
     if (s->be && s->be->ops->memory) { /* hf_bench.py reads this line */
         uint64_t now, peak;
         s->be->ops->memory(s->be, &now, &peak);

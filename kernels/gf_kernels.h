@@ -174,6 +174,12 @@ struct gf_kernel_args {
     const int *config;           /* one value per knob; NULL: defaults */
     int n_threads;
     struct gf_backend *backend;
+    /* bit i: input i keeps its bytes for the plan's life (an initializer of
+     * an inference plan, a constant folded while planning); set for
+     * `prepared_size` and `prepare` only */
+    uint64_t fixed_in;
+    /* what `prepare` made of the fixed inputs for this node, or NULL */
+    const void *prepared;
 };
 
 struct gf_kernel {
@@ -189,6 +195,15 @@ struct gf_kernel {
     /* Computes the outputs.  Bad data (an index out of range, integer
      * division by zero) is GF_ERR_INVALID with a message naming the node. */
     enum gf_status (*run)(const struct gf_kernel_args *a);
+    /* Optional, host-memory backends: bytes of a copy of fixed inputs
+     * (a->fixed_in) in the layout `run` reads fastest (a weight packed into
+     * the GEMM's panels), 0 for none.  The executor calls it once a plan,
+     * with the plan's views, then `prepare` to fill that many bytes
+     * (64-byte aligned, the executor's, freed with the plan), and hands
+     * them to every run of the plan as a->prepared.  `run` must give the
+     * same results without them (a->prepared NULL: training, the tuner). */
+    size_t (*prepared_size)(const struct gf_kernel_args *a);
+    void (*prepare)(const struct gf_kernel_args *a, void *prepared);
     size_t n_knobs;
     const struct gf_config_knob *knobs;
 };

@@ -32,6 +32,7 @@ struct mme {
     int64_t m, n, k;
     bool ta, tb;
     const void *a, *b; /* compute type */
+    const float *packed; /* fp32 2-D B packed once a plan (mme_prepare), or NULL */
     int64_t lda, ldb;
     double alpha, beta;
     void *yc;
@@ -176,10 +177,13 @@ static void mme_gemm(const struct mme *c, int64_t bi, int64_t i0, int64_t i1, in
     enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
     int m = (int)(i1 - i0), n = (int)(j1 - j0), k = (int)c->k, lda = (int)c->lda,
         ldb = (int)c->ldb, ldc = (int)c->n;
-    /* fp32, A not transposed: kernels/cpu/sgemm.c on this thread */
+    /* fp32, A not transposed: kernels/cpu/sgemm.c on this thread, from B's
+     * panels when the plan packed them (a 2-D B: the same for every batch) */
     if (c->ct == GF_FLOAT && !c->ta && c->alpha == 1 &&
-        gf_cpu_sgemm(1, m, n, k, (const float *)c->a + oa, lda, (const float *)c->b + ob, ldb,
-                     c->tb, (float *)c->yc + oc, ldc, acc))
+        ((c->packed && gf_cpu_sgemm_packed(1, m, n, k, (const float *)c->a + oa, lda, c->packed,
+                                           j0, (float *)c->yc + oc, ldc, acc)) ||
+         gf_cpu_sgemm(1, m, n, k, (const float *)c->a + oa, lda, (const float *)c->b + ob, ldb,
+                      c->tb, (float *)c->yc + oc, ldc, acc)))
         return;
     if (c->ct == GF_DOUBLE)
         cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, c->alpha, (const double *)c->a + oa, lda,
@@ -394,8 +398,36 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
         c.count = 1;
         c.brank = 0;
     }
+    if (a->prepared && c.ct == GF_FLOAT && a->in[0].dtype == GF_FLOAT)
+        c.packed = a->prepared;
     mme_compute(&c, a->in[0].dtype, fu_threads(a));
     return GF_OK;
+}
+
+/* A fixed fp32 2-D B (a weight of an inference plan; B^T with transB: a
+ * tied LM head) packed into gf_cpu_sgemm's panels once a plan, when every
+ * tile goes to it (A not transposed, alpha 1, at most GF_CPU_SGEMM_MAX_M
+ * rows in all).  Tiles whose first column is not a panel's (MAX_COLS
+ * blocks are multiples of 16 columns) read B as it lies. */
+static bool mme_pack_geometry(const struct gf_kernel_args *a, struct mme *c)
+{
+    if (a->n_in < 2 || !(a->fixed_in & 2) || a->in[0].dtype != GF_FLOAT ||
+        a->in[1].dtype != GF_FLOAT || a->in[1].rank != 2 || mme_check(a, c) != GF_OK)
+        return false;
+    return !c->ta && c->alpha == 1 && c->m * c->count <= GF_CPU_SGEMM_MAX_M;
+}
+
+static size_t mme_prepared_size(const struct gf_kernel_args *a)
+{
+    struct mme c = {0};
+    return mme_pack_geometry(a, &c) ? gf_cpu_sgemm_pack_size(c.k, c.n) : 0;
+}
+
+static void mme_prepare(const struct gf_kernel_args *a, void *prepared)
+{
+    struct mme c = {0};
+    if (mme_pack_geometry(a, &c))
+        gf_cpu_sgemm_pack(fu_threads(a), c.k, c.n, a->in[1].data, c.ldb, c.tb, prepared);
 }
 
 static bool mme_supports(const struct gf_node *n, const struct gf_tview *in, size_t n_in)
@@ -408,7 +440,7 @@ static bool mme_supports(const struct gf_node *n, const struct gf_tview *in, siz
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_MATMUL_EPILOGUE, .backend = "cpu", .dtype = GF_UNDEFINED,
      .impl = "openblas-tiled", .supports = mme_supports, .workspace = mme_workspace,
-     .run = mme_run},
+     .run = mme_run, .prepared_size = mme_prepared_size, .prepare = mme_prepare},
 };
 
 const struct gf_kernel_table gf_cpu_fused_matmul_table = {kernels,

@@ -47,6 +47,7 @@ struct gemm {
     int64_t a_rs, a_cs, b_rs, b_cs, c_rs;
     double alpha;
     bool accumulate; /* C += alpha A B, else C = alpha A B */
+    const float *packed; /* fp32 B packed ahead of time (gf_cpu_sgemm_pack), or NULL */
 };
 
 /* Y[m,n] (dense) = scale * X[i*rs + j*cs]: Gemm's beta * C, broadcast. */
@@ -291,9 +292,12 @@ static void gemm_run(const struct gemm *g, int n_threads)
         return;
     }
     /* fp32 at up to GF_CPU_SGEMM_MAX_M rows, rows of A and of B or B^T
-     * contiguous: kernels/cpu/sgemm.c, on the pool */
+     * contiguous: kernels/cpu/sgemm.c, on the pool (B packed when the plan
+     * packed it: mm_prepare) */
     if (g->dtype == GF_FLOAT && g->alpha == 1 && g->a_cs == 1 &&
-        ((g->b_cs == 1 && gf_cpu_sgemm(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->b, g->b_rs,
+        ((g->packed && gf_cpu_sgemm_packed(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->packed,
+                                           0, g->c, g->c_rs, g->accumulate)) ||
+         (g->b_cs == 1 && gf_cpu_sgemm(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->b, g->b_rs,
                                        false, g->c, g->c_rs, g->accumulate)) ||
          (g->b_rs == 1 && g->b_cs != 1 &&
           gf_cpu_sgemm(n_threads, g->m, g->n, g->k, g->a, g->a_rs, g->b, g->b_cs, true, g->c,
@@ -449,6 +453,7 @@ static enum gf_status run_typed(const struct gf_kernel_args *a, mm_core core)
     b.in = in;
     b.out = &out;
     b.n_out = 1;
+    b.prepared = NULL; /* (none is made for 16-bit B) */
     enum gf_status st = core(&b);
     if (st == GF_OK) {
         struct conv c = {out.data, a->out[0].data, dt};
@@ -538,6 +543,8 @@ static enum gf_status matmul_core(const struct gf_kernel_args *a)
         gb.rank = 0;
         gb.count = 1;
     }
+    if (a->prepared && gb.count == 1 && A->dtype == GF_FLOAT)
+        g->packed = a->prepared;
     run_batches(&gb, a->n_threads);
     return GF_OK;
 }
@@ -587,6 +594,8 @@ static enum gf_status gemm_core(const struct gf_kernel_args *a)
     if (C)
         gemm_bias(a, C, &g, r.beta);
     g.accumulate = C != NULL;
+    if (a->prepared && A->dtype == GF_FLOAT)
+        g.packed = a->prepared;
     struct gemm_batch gb = {.g = g, .count = 1};
     run_batches(&gb, a->n_threads);
     return GF_OK;
@@ -612,6 +621,54 @@ static bool gemm_supports(const struct gf_node *n, const struct gf_tview *in, si
         if (s[i] != floor(s[i]) || fabs(s[i]) > 9007199254740992.0)
             return false;
     return true;
+}
+
+/* ---- B packed once a plan ---------------------------------------------------
+ * A fixed fp32 B (a weight of an inference plan) of a product that
+ * gf_cpu_sgemm takes (at most GF_CPU_SGEMM_MAX_M rows of A, alpha 1, A not
+ * transposed) is packed into its panels when the plan is made, rather than
+ * copied into them on every call (kernels/cpu/sgemm.c).  MatMul: a 2-D B
+ * (every batch of A shares it: one product of all their rows); Gemm: B or,
+ * with transB, B^T.  k x n of B, trans_b: stored as B^T. */
+struct mm_pack {
+    int64_t k, n;
+    bool trans_b;
+};
+
+static bool mm_pack_geometry(const struct gf_kernel_args *a, struct mm_pack *p)
+{
+    const struct gf_tview *A = &a->in[0], *B = &a->in[1];
+    if (a->n_in < 2 || !(a->fixed_in & 2) || A->dtype != GF_FLOAT || B->dtype != GF_FLOAT ||
+        B->rank != 2 || A->rank < 1)
+        return false;
+    if (a->node->op == GF_OP_GEMM) {
+        struct gf_gemm_rule r;
+        struct gf_mm m;
+        if (A->rank != 2 || gf_gemm_check(a, &r, &m) != GF_OK || r.ta || r.alpha != 1 ||
+            m.m > GF_CPU_SGEMM_MAX_M)
+            return false;
+        *p = (struct mm_pack){m.k, m.n, r.tb};
+        return true;
+    }
+    int64_t k = A->dims[A->rank - 1];
+    if (B->dims[0] != k || k <= 0 || (int64_t)A->nelem / k > GF_CPU_SGEMM_MAX_M)
+        return false;
+    *p = (struct mm_pack){k, B->dims[1], false};
+    return true;
+}
+
+static size_t mm_prepared_size(const struct gf_kernel_args *a)
+{
+    struct mm_pack p;
+    return mm_pack_geometry(a, &p) ? gf_cpu_sgemm_pack_size(p.k, p.n) : 0;
+}
+
+static void mm_prepare(const struct gf_kernel_args *a, void *prepared)
+{
+    struct mm_pack p;
+    if (mm_pack_geometry(a, &p))
+        gf_cpu_sgemm_pack(a->n_threads, p.k, p.n, a->in[1].data, p.trans_b ? p.k : p.n,
+                          p.trans_b, prepared);
 }
 
 /* ---- Einsum ------------------------------------------------------------------
@@ -962,9 +1019,11 @@ static enum gf_status einsum_run(const struct gf_kernel_args *a)
 
 static const struct gf_kernel kernels[] = {
     {.op = GF_OP_MATMUL, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "openblas",
-     .supports = mm_supports, .workspace = mm_workspace, .run = matmul_run},
+     .supports = mm_supports, .workspace = mm_workspace, .run = matmul_run,
+     .prepared_size = mm_prepared_size, .prepare = mm_prepare},
     {.op = GF_OP_GEMM, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "openblas",
-     .supports = gemm_supports, .workspace = mm_workspace, .run = gemm_op_run},
+     .supports = gemm_supports, .workspace = mm_workspace, .run = gemm_op_run,
+     .prepared_size = mm_prepared_size, .prepare = mm_prepare},
     {.op = GF_OP_EINSUM, .backend = "cpu", .dtype = GF_UNDEFINED, .impl = "openblas",
      .supports = mm_supports, .workspace = mm_workspace, .run = einsum_run},
 };

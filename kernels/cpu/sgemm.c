@@ -27,13 +27,17 @@
  * On the 2-core Zen 4 VM, the 29 GEMMs of the issue-18 Llama at 1 x 128
  * (7.4 GFLOP, 116 MB of weights, cold), process medians: one thread
  * OpenBLAS 0.3.21 (Cooperlake kernels) 82-90 ms, this 79-80 ms (B read in
- * place: 80-96 ms, by the process); two threads 42-43 ms.  With weights
- * packed once ahead of time (as ONNX Runtime does at session start) the
- * same tiles take about 70 ms: what a prepacking step in the planner would
- * still gain.  From about 256 rows OpenBLAS is as fast or faster (at 2048
- * rows 20%: here A goes past every block of B again), so larger products
- * stay with it (GF_CPU_SGEMM_MAX_M).
+ * place: 80-96 ms, by the process); two threads 42-43 ms.  From about 256
+ * rows OpenBLAS is as fast or faster (at 2048 rows 20%: here A goes past
+ * every block of B again), so larger products stay with it
+ * (GF_CPU_SGEMM_MAX_M).
+ *
+ * An inference plan packs each weight once (gf_cpu_sgemm_pack, below, as
+ * ONNX Runtime does at session start) and its products read the panels
+ * from there (gf_cpu_sgemm_packed): the same tiles on the same values in
+ * the same order, without the copy.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,7 +48,7 @@
 #include <immintrin.h>
 
 #define SG_MR 8   /* rows of the register tile */
-#define SG_NR 32  /* columns of the register tile: two zmm */
+#define SG_NR GF_CPU_SGEMM_NR /* columns of the register tile: two zmm */
 #ifndef SG_KC
 #define SG_KC GF_CPU_SGEMM_KC /* rows of B in one block */
 #endif
@@ -179,7 +183,7 @@ static __attribute__((noinline)) SG_TARGET void sg_pack(int kc, int64_t nc, cons
     int64_t panels = (nc + SG_NR - 1) / SG_NR;
     for (int r = 0; r < kc; r++) {
         const float *row = b + r * ldb;
-        float *dst = pack + r * SG_NR;
+        float *dst = pack + (ptrdiff_t)r * SG_NR;
         for (int64_t p = 0; p < panels; p++) {
             int64_t w = nc - p * SG_NR;
             __mmask16 m0 = w >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << w) - 1);
@@ -238,6 +242,10 @@ struct sg_args {
     float *c;
     bool accumulate;
     bool trans_b; /* b holds B^T [n, k] (row stride ldb) */
+    /* B packed ahead of time (gf_cpu_sgemm_pack), else NULL: column j of
+     * the product is column j0 + j of it */
+    const float *packed;
+    int64_t j0;
 };
 
 /* Columns [n0, n1) of C, every row, in blocks of KC rows x NC columns of B.
@@ -247,24 +255,34 @@ struct sg_args {
  * neither the hardware prefetchers nor software prefetches (tried: no
  * effect on Zen 4) bring strided rows in ahead of the tile; the copy reads
  * whole row segments, which stream.  With one row block there is nothing
- * to reuse and the tile reads B where it lies. */
+ * to reuse and the tile reads B where it lies.  B packed ahead of time is
+ * read from its panels, in the same blocks: the same tiles on the same
+ * values, so the same bits. */
 static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
 {
     const int64_t m = s->m, k = s->k, lda = s->lda, ldb = s->ldb, ldc = s->ldc;
     float pack[SG_KC * SG_NC] __attribute__((aligned(64)));
     const int row_blocks = (int)((m + SG_MR - 1) / SG_MR);
+    /* a packed panel: k rows of NR columns */
+    const ptrdiff_t panel = (ptrdiff_t)k * SG_NR;
     for (int64_t jc = n0; jc < n1; jc += SG_NC) {
         int64_t nc = n1 - jc < SG_NC ? n1 - jc : SG_NC;
         for (int64_t pc = 0; pc < k; pc += SG_KC) {
             int kc = (int)(k - pc < SG_KC ? k - pc : SG_KC);
             bool load = s->accumulate || pc > 0;
-            /* B^T is always copied: the tile reads B's rows */
-            bool packed = row_blocks > 1 || s->trans_b;
-            const float *b = s->trans_b ? s->b + jc * ldb + pc : s->b + pc * ldb + jc;
-            if (s->trans_b)
-                sg_pack_t(kc, nc, b, ldb, pack);
-            else if (packed)
-                sg_pack(kc, nc, b, ldb, pack);
+            /* the tiles read panels (packed now or ahead of time); B^T is
+             * always copied: the tile reads B's rows */
+            bool packed = s->packed || row_blocks > 1 || s->trans_b;
+            const float *b = NULL, *pb = NULL; /* B's block, or its first packed panel */
+            if (s->packed) {
+                pb = s->packed + (s->j0 + jc) / SG_NR * panel + pc * SG_NR;
+            } else {
+                b = s->trans_b ? s->b + jc * ldb + pc : s->b + pc * ldb + jc;
+                if (s->trans_b)
+                    sg_pack_t(kc, nc, b, ldb, pack);
+                else if (packed)
+                    sg_pack(kc, nc, b, ldb, pack);
+            }
             /* the block after this one: (jc, pc + KC), else (jc + NC, 0) */
             int64_t njc = jc, npc = pc + SG_KC;
             if (npc >= k) {
@@ -272,7 +290,15 @@ static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
                 njc = jc + SG_NC;
             }
             struct sg_walk pf = {0};
-            if (njc < n1) {
+            if (njc < n1 && s->packed) {
+                /* its panels, each kc x NR contiguous, a panel apart */
+                int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
+                int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
+                pf.at = (const char *)(s->packed + (s->j0 + njc) / SG_NR * panel + npc * SG_NR);
+                pf.row_lines = (int)(nkc * SG_NR / 16);
+                pf.skip = (panel - nkc * SG_NR) * (ptrdiff_t)sizeof(float);
+                pf.left = (nnc + SG_NR - 1) / SG_NR * pf.row_lines;
+            } else if (njc < n1) {
                 int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
                 int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
                 /* rows of B (or of B^T), each `width` elements */
@@ -284,7 +310,9 @@ static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
             }
             for (int64_t jr = 0; jr < nc; jr += SG_NR) {
                 __mmask16 m0 = sg_mask(nc - jr), m1 = sg_mask(nc - jr - 16);
-                const float *bp = packed ? pack + jr * kc : b + jr;
+                const float *bp = s->packed ? pb + jr / SG_NR * panel
+                                  : packed  ? pack + jr * kc
+                                            : b + jr;
                 ptrdiff_t ldp = packed ? SG_NR : ldb;
                 for (int q = 0; q < row_blocks; q++) {
                     int64_t ic = (int64_t)q * SG_MR;
@@ -317,17 +345,93 @@ static int sg_enabled(void)
     return on;
 }
 
+static void sg_run(int n_threads, struct sg_args *s)
+{
+    size_t units = (size_t)((s->n + SG_NR - 1) / SG_NR);
+    /* a chunk of at least ~2^18 multiply-adds (some 10 us) */
+    double per_unit = (double)s->m * (double)s->k * SG_NR;
+    size_t grain = per_unit >= 262144.0 ? 1 : (size_t)(262144.0 / per_unit) + 1;
+    gf_parallel_for(n_threads, units, grain, sg_units, s);
+}
+
 bool gf_cpu_sgemm(int n_threads, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                   const float *b, int64_t ldb, bool trans_b, float *c, int64_t ldc, bool accumulate)
 {
     if (m <= 0 || n <= 0 || k <= 0 || m > GF_CPU_SGEMM_MAX_M || !sg_enabled())
         return false;
-    struct sg_args s = {m, n, k, lda, ldb, ldc, a, b, c, accumulate, trans_b};
-    size_t units = (size_t)((n + SG_NR - 1) / SG_NR);
-    /* a chunk of at least ~2^18 multiply-adds (some 10 us) */
-    double per_unit = (double)m * (double)k * SG_NR;
-    size_t grain = per_unit >= 262144.0 ? 1 : (size_t)(262144.0 / per_unit) + 1;
-    gf_parallel_for(n_threads, units, grain, sg_units, &s);
+    struct sg_args s = {m, n, k, lda, ldb, ldc, a, b, c, accumulate, trans_b, NULL, 0};
+    sg_run(n_threads, &s);
+    return true;
+}
+
+/* ---- B packed ahead of time --------------------------------------------------------
+ * A weight of an inference plan is packed once, when the plan is made (as
+ * ONNX Runtime does at session start), into the panels sg_cols would copy
+ * it into on every call: the copy's pass over B leaves the runs, the tiles
+ * stream the panels (contiguous: no cache-set conflicts), and the next
+ * block's lines are prefetched as before.  The 29 GEMMs of the issue-18
+ * Llama at 1 x 128 (tests/bench_sgemm_pack.c), B copied per call -> packed:
+ * one thread 71-79 -> 68-71 ms, two threads 38-44 -> 35-40 ms; GPT-2's tied
+ * LM head (B^T [32000, 512], transposed by the copy) 42-46 -> 39-40 ms on
+ * one thread.  The memory: a second copy of each weight (the original is
+ * no longer read by these products; their other readers keep it). */
+
+static int sg_pack_enabled(void)
+{
+    static int on = -1; /* benign race, as sg_enabled */
+    if (on < 0) {
+        const char *e = getenv("GF_CPU_SGEMM_PACK");
+        on = sg_enabled() && !(e && strcmp(e, "0") == 0);
+    }
+    return on;
+}
+
+size_t gf_cpu_sgemm_pack_size(int64_t k, int64_t n)
+{
+    if (k <= 0 || n <= 0 || k > INT_MAX / SG_NR || !sg_pack_enabled())
+        return 0;
+    return (size_t)((n + SG_NR - 1) / SG_NR) * (size_t)k * SG_NR * sizeof(float);
+}
+
+struct sg_pack_args {
+    int64_t k, n, ldb;
+    const float *b;
+    bool trans_b;
+    float *packed;
+};
+
+/* Panels [p0, p1): whole columns of B (rows of B^T), every row. */
+static void sg_pack_panels(void *ctx, size_t p0, size_t p1)
+{
+    const struct sg_pack_args *s = ctx;
+    int64_t j0 = (int64_t)p0 * SG_NR, j1 = (int64_t)p1 * SG_NR;
+    int64_t nc = (j1 < s->n ? j1 : s->n) - j0;
+    float *dst = s->packed + (ptrdiff_t)p0 * s->k * SG_NR;
+    /* sg_pack's panels of kc rows, with kc = k: the whole of B's height */
+    if (s->trans_b)
+        sg_pack_t((int)s->k, nc, s->b + j0 * s->ldb, s->ldb, dst);
+    else
+        sg_pack((int)s->k, nc, s->b + j0, s->ldb, dst);
+}
+
+void gf_cpu_sgemm_pack(int n_threads, int64_t k, int64_t n, const float *b, int64_t ldb,
+                       bool trans_b, float *packed)
+{
+    if (!gf_cpu_sgemm_pack_size(k, n))
+        return;
+    struct sg_pack_args s = {k, n, ldb, b, trans_b, packed};
+    gf_parallel_for(n_threads, (size_t)((n + SG_NR - 1) / SG_NR), 1, sg_pack_panels, &s);
+}
+
+bool gf_cpu_sgemm_packed(int n_threads, int64_t m, int64_t n, int64_t k, const float *a,
+                         int64_t lda, const float *packed, int64_t j0, float *c, int64_t ldc,
+                         bool accumulate)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || m > GF_CPU_SGEMM_MAX_M || j0 < 0 || j0 % SG_NR ||
+        !sg_pack_enabled())
+        return false;
+    struct sg_args s = {m, n, k, lda, 0, ldc, a, NULL, c, accumulate, false, packed, j0};
+    sg_run(n_threads, &s);
     return true;
 }
 
@@ -337,6 +441,27 @@ bool gf_cpu_sgemm(int n_threads, int64_t m, int64_t n, int64_t k, const float *a
                   const float *b, int64_t ldb, bool trans_b, float *c, int64_t ldc, bool accumulate)
 {
     (void)n_threads, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)trans_b;
+    (void)c, (void)ldc, (void)accumulate;
+    return false;
+}
+
+size_t gf_cpu_sgemm_pack_size(int64_t k, int64_t n)
+{
+    (void)k, (void)n;
+    return 0;
+}
+
+void gf_cpu_sgemm_pack(int n_threads, int64_t k, int64_t n, const float *b, int64_t ldb,
+                       bool trans_b, float *packed)
+{
+    (void)n_threads, (void)k, (void)n, (void)b, (void)ldb, (void)trans_b, (void)packed;
+}
+
+bool gf_cpu_sgemm_packed(int n_threads, int64_t m, int64_t n, int64_t k, const float *a,
+                         int64_t lda, const float *packed, int64_t j0, float *c, int64_t ldc,
+                         bool accumulate)
+{
+    (void)n_threads, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)packed, (void)j0;
     (void)c, (void)ldc, (void)accumulate;
     return false;
 }
