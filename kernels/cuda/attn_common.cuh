@@ -336,16 +336,69 @@ __device__ __forceinline__ void online_rows_as(const gf_cu_attn &a, const M *mk,
     }
 }
 
+#define ATTN_LOG2E 1.4426950408889634f
+
+/* 2^x by the hardware's ex2, results below 2^-126 flushed to 0. */
+__device__ __forceinline__ float ex2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* exp(scale s - mu) for the bf16 kernels' whole tiles, as 2^(s c - mu
+ * log2(e)) with c = scale log2(e): one fma and one ex2 a score where
+ * __expf(scale s - mu) takes a multiply, a subtraction, a multiply and
+ * ex2's range fix-ups.  mul = mu log2(e).  It differs from __expf's by a
+ * few fp32 ulp of the exponent (relative 2^-20 for scores up to ~30),
+ * below the bf16 operands' 2^-9. */
+__device__ __forceinline__ float exp_scaled(float s, float c, float mul)
+{
+    return ex2_ftz(__fmaf_rn(s, c, -mul));
+}
+
+/* online_rows_as<true, true> for scale > 0: the max taken over the raw
+ * dots and scaled once (rounding is monotone, so it is the max of the
+ * scaled scores, bit for bit), the probabilities by exp_scaled. */
+__device__ __forceinline__ void online_rows_fast(const gf_cu_attn &a, float s[BK / 8][4],
+                                                 float m[2], float l[2], float al[2])
+{
+    float c = a.scale * ATTN_LOG2E;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+            mx = fmaxf(mx, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        float mn = fmaxf(m[h], a.scale * quad_max(mx));
+        float mu = mn == -INFINITY ? 0.0f : mn, mul = mu * ATTN_LOG2E;
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float p = exp_scaled(s[j][2 * h + e], c, mul);
+                s[j][2 * h + e] = p;
+                sum += p;
+            }
+        al[h] = ex2_ftz((m[h] - mu) * ATTN_LOG2E);
+        l[h] = l[h] * al[h] + quad_sum(sum);
+        m[h] = mn;
+    }
+}
+
 /* The same, with the common case — every key of the tile seen, none masked
  * (full, all BK / 8 groups: the same for the warp's 32 lanes) — taken by a
  * copy without a test per score (the same operations: the results do not
- * change). */
+ * change), or with FAST (the bf16 kernels) by online_rows_fast. */
 template <bool FAST = false, typename M>
 __device__ __forceinline__ void online_rows(const gf_cu_attn &a, const M *mk, bool full,
                                             float s[BK / 8][4], int64_t row, int64_t k0, int jn,
                                             float m[2], float l[2], float al[2])
 {
-    if (full && jn == BK / 8)
+    if (FAST && full && jn == BK / 8 && a.scale > 0.0f)
+        online_rows_fast(a, s, m, l, al);
+    else if (full && jn == BK / 8)
         online_rows_as<FAST, true>(a, mk, full, s, row, k0, jn, m, l, al);
     else
         online_rows_as<FAST, false>(a, mk, full, s, row, k0, jn, m, l, al);

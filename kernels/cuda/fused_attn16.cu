@@ -417,13 +417,14 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 0) k_attn16_dq
         cp_wait<1>(); /* K */
         __syncthreads();
         xyt16<D>(s, Qs + 16 * w * LD, Ks);
-        if (full && jn == BK / 8) { /* the common case without a test per score */
+        if (full && jn == BK / 8 && a.scale > 0.0f) { /* the common case: no test per score */
+            float c = a.scale * ATTN_LOG2E, ml[2] = {m[0] * ATTN_LOG2E, m[1] * ATTN_LOG2E};
 #pragma unroll
             for (int j = 0; j < BK / 8; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     int h = e >> 1;
-                    float p = attn_exp<true>(a.scale * s[j][e] - m[h]) * li[h];
+                    float p = exp_scaled(s[j][e], c, ml[h]) * li[h];
                     s[j][e] = p * (dp[j][e] - dl[h]);
                 }
         } else {
@@ -526,16 +527,17 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn16_dk
         cp_wait<0>(); /* Q and the statistics */
         __syncthreads();
         xyt16<D>(s, Ks + 16 * w * LD, Qs); /* S^T */
-        if (full && js == 0 && je == BK / 8) { /* the common case without a test per score */
+        if (full && js == 0 && je == BK / 8 && a.scale > 0.0f) { /* no test per score */
+            float c = a.scale * ATTN_LOG2E;
 #pragma unroll
             for (int j = 0; j < BK / 8; j++) {
                 float2 mx = *(const float2 *)&St[8 * j + 2 * t];
                 float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
                 float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
+                float mlx = mx.x * ATTN_LOG2E, mly = mx.y * ATTN_LOG2E;
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float p = attn_exp<true>(a.scale * s[j][e] - (e & 1 ? mx.y : mx.x)) *
-                              (e & 1 ? li.y : li.x);
+                    float p = exp_scaled(s[j][e], c, e & 1 ? mly : mlx) * (e & 1 ? li.y : li.x);
                     dp[j][e] = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
                     s[j][e] = p;
                 }
