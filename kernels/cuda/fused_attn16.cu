@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 0) k_attn16_dq
  * per query tile dP^T = V dO^T, S^T = K Q^T, dS^T, dV += P^T dO, dK +=
  * dS^T Q. */
 template <int D, int W>
-__global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn16_dkv(gf_cu_attn a)
+__global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 2 : 1) k_attn16_dkv(gf_cu_attn a)
 {
     set_causal_seen(a);
     constexpr int LD = D + 8, R = 16 * W;
