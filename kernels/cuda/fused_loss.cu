@@ -190,14 +190,22 @@ __device__ __forceinline__ void ce_finish(const struct gf_cu_ce &c, struct ce_up
 }
 
 /* exp in the rows of scores of type T: expf for fp32 (the CPU's values);
- * for 16-bit scores the hardware's ex2 (__expf: a few fp32 ulp, far below
- * the outputs' rounding), and a vector's 8 terms summed in fp32 before the
+ * for 16-bit scores the hardware's ex2 (a few fp32 ulp, far below the
+ * outputs' rounding), and a vector's 8 terms summed in fp32 before the
  * double sum (the kernels are bound by their arithmetic there, not by
  * memory: half the bytes per element of fp32's). */
 template <typename T>
 __device__ __forceinline__ float ce_exp(float x)
 {
-    return sizeof(T) == 4 ? expf(x) : __expf(x);
+    if (sizeof(T) == 4)
+        return expf(x);
+    /* ex2.approx.ftz on x log2(e): __expf without its fix-ups for results
+     * below 2^-126 (two multiplies and a compare an element), which here
+     * are 0 (x <= 0: terms of a sum of at least 1, or a gradient below
+     * the 16-bit outputs' smallest normal) */
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
 }
 
 template <typename T>
