@@ -152,6 +152,54 @@ static void test_sizes(void **state)
         skip();
 }
 
+/* Past GF_CPU_SGEMM_MAX_M rows (issue 18 at 4 x 512 tokens: 2048) only the
+ * packed product runs (gf_cpu_sgemm declines, OpenBLAS takes B as it lies):
+ * against the reference alone, 1 to 3 threads.  300 rows: chunks of rows
+ * (MC) and a last one part full, an edge tile, blocks of k and of columns
+ * past the first; and a column range from a later panel. */
+static bool check_tall(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate,
+                       bool trans_b)
+{
+    int64_t lda = k + pad, ldb = (trans_b ? k : n) + pad, ldc = n + pad;
+    float *a = fill((size_t)(m * lda)), *b = fill((size_t)((trans_b ? n : k) * ldb));
+    float *p = packed_b(k, n, b, ldb, trans_b);
+    if (!p) {
+        free(a), free(b);
+        return false;
+    }
+    float *c0 = fill((size_t)(m * ldc)), *want = malloc((size_t)(m * ldc) * sizeof(float));
+    float *c = malloc((size_t)(m * ldc) * sizeof(float));
+    assert_non_null(want);
+    assert_non_null(c);
+    memcpy(want, c0, (size_t)(m * ldc) * sizeof(float));
+    reference(m, n, k, a, lda, b, ldb, trans_b, want, ldc, accumulate);
+    memcpy(c, c0, (size_t)(m * ldc) * sizeof(float));
+    assert_false(gf_cpu_sgemm(2, m, n, k, a, lda, b, ldb, trans_b, c, ldc, accumulate));
+    for (int t = 1; t <= 3; t++) {
+        memcpy(c, c0, (size_t)(m * ldc) * sizeof(float));
+        assert_true(gf_cpu_sgemm_packed(t, m, n, k, a, lda, p, 0, c, ldc, accumulate));
+        same_bits(c, want, m, n, ldc, "packed, tall", k, trans_b, t);
+    }
+    int64_t j0 = 64;
+    memcpy(want, c0, (size_t)(m * ldc) * sizeof(float));
+    memcpy(c, c0, (size_t)(m * ldc) * sizeof(float));
+    reference(m, n - j0, k, a, lda, trans_b ? b + j0 * ldb : b + j0, ldb, trans_b, want, ldc,
+              accumulate);
+    assert_true(gf_cpu_sgemm_packed(2, m, n - j0, k, a, lda, p, j0, c, ldc, accumulate));
+    same_bits(c, want, m, n - j0, ldc, "packed, tall, from column 64", k, trans_b, 2);
+    free(a), free(b), free(p), free(c0), free(want), free(c);
+    return true;
+}
+
+static void test_tall(void **state)
+{
+    (void)state;
+    bool ran = check_tall(300, 161, 600, 3, false, false) &&
+               check_tall(GF_CPU_SGEMM_MAX_M + 9, 200, 257, 0, true, true);
+    if (!ran)
+        skip();
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -161,7 +209,8 @@ static void test_refusals(void **state)
     assert_int_equal(gf_cpu_sgemm_pack_size(0, 5), 0);
     assert_int_equal(gf_cpu_sgemm_pack_size(5, 0), 0);
     /* too many rows, a column range not starting a panel: not taken */
-    assert_false(gf_cpu_sgemm_packed(1, GF_CPU_SGEMM_MAX_M + 1, 1, 1, x, 1, x, 0, x, 1, false));
+    assert_false(
+        gf_cpu_sgemm_packed(1, GF_CPU_SGEMM_PACKED_MAX_M + 1, 1, 1, x, 1, x, 0, x, 1, false));
     assert_false(gf_cpu_sgemm_packed(1, 1, 1, 1, x, 1, x, 16, x, 1, false));
     assert_false(gf_cpu_sgemm_packed(1, 1, 1, 0, x, 1, x, 0, x, 1, false));
 }
@@ -196,9 +245,11 @@ static struct gf_tview view(int rank, const int64_t *dims)
  * kernel prepares from a fixed B: the same bits.  With `poison`, B's bytes
  * are NaNs once prepared, so every tile must have read the packed panels.
  * expect_packed: whether the kernel packs B (where AVX-512F is). */
-static void run_both(const struct gf_node *n, struct gf_tview *in, size_t n_in, int yrank,
-                     const int64_t *ydims, bool expect_packed, int threads, bool poison)
+static void run_both_tall(const struct gf_node *n, struct gf_tview *in, size_t n_in, int yrank,
+                          const int64_t *ydims, bool expect_packed, int threads, bool poison,
+                          bool tall)
 {
+    float *b_copy = NULL;
     struct gf_backend *be = gf_backend_get("cpu");
     const struct gf_kernel *k = gf_kernel_find(be, n, in, n_in);
     assert_non_null(k);
@@ -224,18 +275,34 @@ static void run_both(const struct gf_node *n, struct gf_tview *in, size_t n_in, 
         void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
         assert_non_null(p);
         k->prepare(&a, p);
+        if (tall) {
+            b_copy = malloc(in[1].nelem * sizeof(float));
+            assert_non_null(b_copy);
+            memcpy(b_copy, in[1].data, in[1].nelem * sizeof(float));
+        }
         if (poison)
             memset(in[1].data, 0xff, in[1].nelem * sizeof(float));
         a = (struct gf_kernel_args){.node = n, .in = in, .n_in = n_in, .out = &y[1], .n_out = 1,
                                     .n_threads = threads, .backend = be, .prepared = p};
         assert_int_equal(k->run(&a), GF_OK);
         free(p);
+        if (tall) { /* the plain run was OpenBLAS's: against the reference */
+            int64_t m = in[0].dims[0], kk = in[0].dims[1], nn = ydims[yrank - 1];
+            memset(y[0].data, 0, y[0].nelem * sizeof(float));
+            reference(m, nn, kk, in[0].data, kk, b_copy, nn, false, y[0].data, nn, false);
+        }
         if (memcmp(y[0].data, y[1].data, y[0].nelem * sizeof(float)) != 0)
             fail_msg("%s on %d threads: prepared and plain runs differ", n->op_type, threads);
     }
     for (size_t i = 0; i < n_in; i++)
         free(in[i].data);
-    free(y[0].data), free(y[1].data);
+    free(y[0].data), free(y[1].data), free(b_copy);
+}
+
+static void run_both(const struct gf_node *n, struct gf_tview *in, size_t n_in, int yrank,
+                     const int64_t *ydims, bool expect_packed, int threads, bool poison)
+{
+    run_both_tall(n, in, n_in, yrank, ydims, expect_packed, threads, poison, false);
 }
 
 static void test_kernels(void **state)
@@ -247,9 +314,14 @@ static void test_kernels(void **state)
         struct gf_tview mm[2] = {view(3, (int64_t[]){2, 60, 300}), view(2, (int64_t[]){300, 70})};
         run_both(n, mm, 2, 3, (int64_t[]){2, 60, 70}, true, t, true);
     }
-    /* 300 rows: past GF_CPU_SGEMM_MAX_M, OpenBLAS's; nothing packed */
-    struct gf_tview big[2] = {view(2, (int64_t[]){300, 40}), view(2, (int64_t[]){40, 40})};
-    run_both(n, big, 2, 2, (int64_t[]){300, 40}, false, 2, false);
+    /* 300 rows: past GF_CPU_SGEMM_MAX_M, packed (unprepared: OpenBLAS's,
+     * so the prepared run against the reference); past
+     * GF_CPU_SGEMM_PACKED_MAX_M nothing packed */
+    struct gf_tview tall[2] = {view(2, (int64_t[]){300, 40}), view(2, (int64_t[]){40, 40})};
+    run_both_tall(n, tall, 2, 2, (int64_t[]){300, 40}, true, 2, true, true);
+    const int64_t rows = GF_CPU_SGEMM_PACKED_MAX_M + 1;
+    struct gf_tview big[2] = {view(2, (int64_t[]){rows, 8}), view(2, (int64_t[]){8, 8})};
+    run_both(n, big, 2, 2, (int64_t[]){rows, 8}, false, 2, false);
     /* Gemm, transB, a bias row */
     n = node("Gemm", "", 3);
     assert_int_equal(gf_node_set_attr_int(n, "transB", 1), GF_OK);
@@ -347,6 +419,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_tall),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_session),

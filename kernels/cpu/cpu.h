@@ -12,6 +12,9 @@
 
 /* Rows (m) up to which gf_cpu_sgemm takes a product (above, OpenBLAS is faster). */
 #define GF_CPU_SGEMM_MAX_M 256
+/* Rows (m) up to which gf_cpu_sgemm_packed takes a product (B packed once a
+ * plan: as fast as OpenBLAS or faster at 2048 rows, kernels/cpu/sgemm.c). */
+#define GF_CPU_SGEMM_PACKED_MAX_M 8192
 /* gf_cpu_sgemm sums each block of this many values of k (from k = 0) as one
  * FMA chain from zero, then adds it to C (the first block of a product that
  * does not accumulate: stored as it is). */

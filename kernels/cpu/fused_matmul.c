@@ -406,15 +406,16 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
 
 /* A fixed fp32 2-D B (a weight of an inference plan; B^T with transB: a
  * tied LM head) packed into gf_cpu_sgemm's panels once a plan, when every
- * tile goes to it (A not transposed, alpha 1, at most GF_CPU_SGEMM_MAX_M
- * rows in all).  Tiles whose first column is not a panel's (MAX_COLS
- * blocks are multiples of 16 columns) read B as it lies. */
+ * tile goes to it (A not transposed, alpha 1, at most
+ * GF_CPU_SGEMM_PACKED_MAX_M rows in all).  Tiles whose first column is not
+ * a panel's (MAX_COLS blocks are multiples of 16 columns) read B as it
+ * lies (gf_cpu_sgemm, or OpenBLAS above GF_CPU_SGEMM_MAX_M rows). */
 static bool mme_pack_geometry(const struct gf_kernel_args *a, struct mme *c)
 {
     if (a->n_in < 2 || !(a->fixed_in & 2) || a->in[0].dtype != GF_FLOAT ||
         a->in[1].dtype != GF_FLOAT || a->in[1].rank != 2 || mme_check(a, c) != GF_OK)
         return false;
-    return !c->ta && c->alpha == 1 && c->m * c->count <= GF_CPU_SGEMM_MAX_M;
+    return !c->ta && c->alpha == 1 && c->m * c->count <= GF_CPU_SGEMM_PACKED_MAX_M;
 }
 
 static size_t mme_prepared_size(const struct gf_kernel_args *a)

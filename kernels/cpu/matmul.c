@@ -625,9 +625,10 @@ static bool gemm_supports(const struct gf_node *n, const struct gf_tview *in, si
 
 /* ---- B packed once a plan ---------------------------------------------------
  * A fixed fp32 B (a weight of an inference plan) of a product that
- * gf_cpu_sgemm takes (at most GF_CPU_SGEMM_MAX_M rows of A, alpha 1, A not
- * transposed) is packed into its panels when the plan is made, rather than
- * copied into them on every call (kernels/cpu/sgemm.c).  MatMul: a 2-D B
+ * gf_cpu_sgemm_packed takes (at most GF_CPU_SGEMM_PACKED_MAX_M rows of A,
+ * alpha 1, A not transposed) is packed into its panels when the plan is
+ * made, rather than copied into them on every call (kernels/cpu/sgemm.c;
+ * above GF_CPU_SGEMM_MAX_M rows only the packed product is taken).  MatMul: a 2-D B
  * (every batch of A shares it: one product of all their rows); Gemm: B or,
  * with transB, B^T.  k x n of B, trans_b: stored as B^T. */
 struct mm_pack {
@@ -645,13 +646,13 @@ static bool mm_pack_geometry(const struct gf_kernel_args *a, struct mm_pack *p)
         struct gf_gemm_rule r;
         struct gf_mm m;
         if (A->rank != 2 || gf_gemm_check(a, &r, &m) != GF_OK || r.ta || r.alpha != 1 ||
-            m.m > GF_CPU_SGEMM_MAX_M)
+            m.m > GF_CPU_SGEMM_PACKED_MAX_M)
             return false;
         *p = (struct mm_pack){m.k, m.n, r.tb};
         return true;
     }
     int64_t k = A->dims[A->rank - 1];
-    if (B->dims[0] != k || k <= 0 || (int64_t)A->nelem / k > GF_CPU_SGEMM_MAX_M)
+    if (B->dims[0] != k || k <= 0 || (int64_t)A->nelem / k > GF_CPU_SGEMM_PACKED_MAX_M)
         return false;
     *p = (struct mm_pack){k, B->dims[1], false};
     return true;

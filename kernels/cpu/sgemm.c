@@ -29,13 +29,24 @@
  * OpenBLAS 0.3.21 (Cooperlake kernels) 82-90 ms, this 79-80 ms (B read in
  * place: 80-96 ms, by the process); two threads 42-43 ms.  From about 256
  * rows OpenBLAS is as fast or faster (at 2048 rows 20%: here A goes past
- * every block of B again), so larger products stay with it
+ * every block of B again), so larger products copying B stay with it
  * (GF_CPU_SGEMM_MAX_M).
  *
  * An inference plan packs each weight once (gf_cpu_sgemm_pack, below, as
  * ONNX Runtime does at session start) and its products read the panels
  * from there (gf_cpu_sgemm_packed): the same tiles on the same values in
- * the same order, without the copy.
+ * the same order, without the copy.  Past 256 rows (issue 18 at 4 x 512
+ * tokens: 2048) only that packed product runs (GF_CPU_SGEMM_PACKED_MAX_M),
+ * its rows in chunks of MC = 128 outside the blocks of k: a chunk's part
+ * of A (128 x KC, 128 KiB) and of C (128 x NC, 64 KiB) stay in L2 while
+ * the panels of a column block go past, and C is added to from L2, not
+ * memory.  The order of each element's sums is unchanged (blocks of k in
+ * order), so the bits are those of the small products and do not depend
+ * on the threads.  At 2048 rows on 2 threads of the Zen 4 VM
+ * (single-call medians, load ~2 from other work): the Llama's 512 x 512,
+ * 512 x 1376 and 1376 x 512 products and the 512 x 32000 LM head run at
+ * 0.91-0.97x OpenBLAS's time (without the chunks, in the old order:
+ * 0.96-1.12x), and no OpenBLAS threads spin afterwards against the pool's.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -51,6 +62,9 @@
 #define SG_NR GF_CPU_SGEMM_NR /* columns of the register tile: two zmm */
 #ifndef SG_KC
 #define SG_KC GF_CPU_SGEMM_KC /* rows of B in one block */
+#endif
+#ifndef SG_MC
+#define SG_MC 128 /* rows of A that go past a block of B together */
 #endif
 #ifndef SG_NC
 #define SG_NC 128 /* columns of B in one block (a 128 KiB copy on the stack) */
@@ -265,61 +279,74 @@ static void sg_cols(const struct sg_args *s, int64_t n0, int64_t n1)
     const int row_blocks = (int)((m + SG_MR - 1) / SG_MR);
     /* a packed panel: k rows of NR columns */
     const ptrdiff_t panel = (ptrdiff_t)k * SG_NR;
+    /* B packed ahead of time: the rows in chunks of MC outside the blocks
+     * of k (each chunk's part of C stays in L2 from one block of k to the
+     * next); B copied here: every row goes past each copy */
+    const int chunk = s->packed ? SG_MC / SG_MR : row_blocks;
     for (int64_t jc = n0; jc < n1; jc += SG_NC) {
         int64_t nc = n1 - jc < SG_NC ? n1 - jc : SG_NC;
-        for (int64_t pc = 0; pc < k; pc += SG_KC) {
-            int kc = (int)(k - pc < SG_KC ? k - pc : SG_KC);
-            bool load = s->accumulate || pc > 0;
-            /* the tiles read panels (packed now or ahead of time); B^T is
-             * always copied: the tile reads B's rows */
-            bool packed = s->packed || row_blocks > 1 || s->trans_b;
-            const float *b = NULL, *pb = NULL; /* B's block, or its first packed panel */
-            if (s->packed) {
-                pb = s->packed + (s->j0 + jc) / SG_NR * panel + pc * SG_NR;
-            } else {
-                b = s->trans_b ? s->b + jc * ldb + pc : s->b + pc * ldb + jc;
-                if (s->trans_b)
-                    sg_pack_t(kc, nc, b, ldb, pack);
-                else if (packed)
-                    sg_pack(kc, nc, b, ldb, pack);
-            }
-            /* the block after this one: (jc, pc + KC), else (jc + NC, 0) */
-            int64_t njc = jc, npc = pc + SG_KC;
-            if (npc >= k) {
-                npc = 0;
-                njc = jc + SG_NC;
-            }
-            struct sg_walk pf = {0};
-            if (njc < n1 && s->packed) {
-                /* its panels, each kc x NR contiguous, a panel apart */
-                int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
-                int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
-                pf.at = (const char *)(s->packed + (s->j0 + njc) / SG_NR * panel + npc * SG_NR);
-                pf.row_lines = (int)(nkc * SG_NR / 16);
-                pf.skip = (panel - nkc * SG_NR) * (ptrdiff_t)sizeof(float);
-                pf.left = (nnc + SG_NR - 1) / SG_NR * pf.row_lines;
-            } else if (njc < n1) {
-                int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
-                int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
-                /* rows of B (or of B^T), each `width` elements */
-                int64_t rows = s->trans_b ? nnc : nkc, width = s->trans_b ? nkc : nnc;
-                pf.at = (const char *)(s->trans_b ? s->b + njc * ldb + npc : s->b + npc * ldb + njc);
-                pf.row_lines = (int)((width + 15) / 16);
-                pf.skip = (ldb - pf.row_lines * 16) * (ptrdiff_t)sizeof(float);
-                pf.left = rows * pf.row_lines;
-            }
-            for (int64_t jr = 0; jr < nc; jr += SG_NR) {
-                __mmask16 m0 = sg_mask(nc - jr), m1 = sg_mask(nc - jr - 16);
-                const float *bp = s->packed ? pb + jr / SG_NR * panel
-                                  : packed  ? pack + jr * kc
-                                            : b + jr;
-                ptrdiff_t ldp = packed ? SG_NR : ldb;
-                for (int q = 0; q < row_blocks; q++) {
-                    int64_t ic = (int64_t)q * SG_MR;
-                    int mr = (int)(m - ic < SG_MR ? m - ic : SG_MR);
-                    (packed ? sg_tiles_p : sg_tiles)[mr](kc, s->a + ic * lda + pc, lda, bp, ldp,
-                                                         s->c + ic * ldc + jc + jr, ldc, load,
-                                                         m0, m1, &pf);
+        for (int qa = 0; qa < row_blocks; qa += chunk) { /* row blocks [qa, qb) */
+            int qb = row_blocks - qa < chunk ? row_blocks : qa + chunk;
+            for (int64_t pc = 0; pc < k; pc += SG_KC) {
+                int kc = (int)(k - pc < SG_KC ? k - pc : SG_KC);
+                bool load = s->accumulate || pc > 0;
+                /* the tiles read panels (packed now or ahead of time); B^T is
+                 * always copied: the tile reads B's rows */
+                bool packed = s->packed || row_blocks > 1 || s->trans_b;
+                const float *b = NULL, *pb = NULL; /* B's block, or its first packed panel */
+                if (s->packed) {
+                    pb = s->packed + (s->j0 + jc) / SG_NR * panel + pc * SG_NR;
+                } else {
+                    b = s->trans_b ? s->b + jc * ldb + pc : s->b + pc * ldb + jc;
+                    if (s->trans_b)
+                        sg_pack_t(kc, nc, b, ldb, pack);
+                    else if (packed)
+                        sg_pack(kc, nc, b, ldb, pack);
+                }
+                /* the block after this one: (jc, pc + KC), else (jc + NC, 0) */
+                int64_t njc = jc, npc = pc + SG_KC;
+                if (npc >= k) {
+                    npc = 0;
+                    njc = jc + SG_NC;
+                }
+                struct sg_walk pf = {0};
+                if (njc < n1 && s->packed) {
+                    /* its panels, each kc x NR contiguous, a panel apart */
+                    int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
+                    int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
+                    pf.at = (const char *)(s->packed + (s->j0 + njc) / SG_NR * panel + npc * SG_NR);
+                    pf.row_lines = (int)(nkc * SG_NR / 16);
+                    pf.skip = (panel - nkc * SG_NR) * (ptrdiff_t)sizeof(float);
+                    pf.left = (nnc + SG_NR - 1) / SG_NR * pf.row_lines;
+                } else if (njc < n1) {
+                    int64_t nkc = k - npc < SG_KC ? k - npc : SG_KC;
+                    int64_t nnc = n1 - njc < SG_NC ? n1 - njc : SG_NC;
+                    /* rows of B (or of B^T), each `width` elements */
+                    int64_t rows = s->trans_b ? nnc : nkc, width = s->trans_b ? nkc : nnc;
+                    pf.at = (const char *)(s->trans_b ? s->b + njc * ldb + npc
+                                                      : s->b + npc * ldb + njc);
+                    pf.row_lines = (int)((width + 15) / 16);
+                    pf.skip = (ldb - pf.row_lines * 16) * (ptrdiff_t)sizeof(float);
+                    pf.left = rows * pf.row_lines;
+                }
+                /* rows in chunks of MC: a chunk's rows of A (MC x kc) stay in
+                 * L2 while every panel of the block goes past them */
+                for (int q0 = qa; q0 < qb; q0 += SG_MC / SG_MR) {
+                    int q1 = qb - q0 < SG_MC / SG_MR ? qb : q0 + SG_MC / SG_MR;
+                    for (int64_t jr = 0; jr < nc; jr += SG_NR) {
+                        __mmask16 m0 = sg_mask(nc - jr), m1 = sg_mask(nc - jr - 16);
+                        const float *bp = s->packed ? pb + jr / SG_NR * panel
+                                          : packed  ? pack + jr * kc
+                                                    : b + jr;
+                        ptrdiff_t ldp = packed ? SG_NR : ldb;
+                        for (int q = q0; q < q1; q++) {
+                            int64_t ic = (int64_t)q * SG_MR;
+                            int mr = (int)(m - ic < SG_MR ? m - ic : SG_MR);
+                            sg_tile_fn tile = (packed ? sg_tiles_p : sg_tiles)[mr];
+                            tile(kc, s->a + ic * lda + pc, lda, bp, ldp,
+                                 s->c + ic * ldc + jc + jr, ldc, load, m0, m1, &pf);
+                        }
+                    }
                 }
             }
         }
@@ -427,7 +454,7 @@ bool gf_cpu_sgemm_packed(int n_threads, int64_t m, int64_t n, int64_t k, const f
                          int64_t lda, const float *packed, int64_t j0, float *c, int64_t ldc,
                          bool accumulate)
 {
-    if (m <= 0 || n <= 0 || k <= 0 || m > GF_CPU_SGEMM_MAX_M || j0 < 0 || j0 % SG_NR ||
+    if (m <= 0 || n <= 0 || k <= 0 || m > GF_CPU_SGEMM_PACKED_MAX_M || j0 < 0 || j0 % SG_NR ||
         !sg_pack_enabled())
         return false;
     struct sg_args s = {m, n, k, lda, 0, ldc, a, NULL, c, accumulate, false, packed, j0};
