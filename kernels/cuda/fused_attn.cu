@@ -203,11 +203,14 @@ __device__ __forceinline__ void fetch_tile(float *dst, int nr, const T *src, int
             load_tile<D>(dst, nr, src, r0, rows, n, ld, trans);
         }
     } else if (!trans && n == D && ld % 4 == 0 && ((uintptr_t)src & 15) == 0) {
-        for (int e = threadIdx.x; e < nr * (D / 4); e += blockDim.x) {
-            int r = e / (D / 4), c = e % (D / 4) * 4;
-            bool in = r0 + r < rows;
-            cp16(dst + r * LD + c, (const float *)(in ? src + (r0 + r) * ld + c : src), in);
-        }
+        /* each thread the same 16 bytes of every `step`-th row: a pointer
+         * that steps (blockDim.x is a multiple of D / 4) */
+        int step = blockDim.x / (D / 4), r = threadIdx.x / (D / 4), c = threadIdx.x % (D / 4) * 4;
+        int64_t left = rows - r0;
+        const T *p = src + (r0 + r) * ld + c;
+        int64_t ps = (int64_t)step * ld;
+        for (; r < nr; r += step, p += ps)
+            cp16(dst + r * LD + c, (const float *)(r < left ? p : src), r < left);
     } else {
         load_tile<D>(dst, nr, src, r0, rows, n, ld, trans);
     }
@@ -491,18 +494,51 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
     __syncthreads();
     /* delta = rowsum(dO O) in double, as the CPU's: each warp its 16 rows */
     float dl[2] = {0.0f, 0.0f};
-    for (int r = 0; r < 16; r++) {
+    const T *ob = (const T *)a.o + it * a.sq * a.dv;
+    constexpr int VE = 16 / sizeof(T); /* values in 16 bytes */
+    if (a.dv % VE == 0 && ((uintptr_t)ob & 15) == 0) {
+        /* lanes 2r, 2r + 1 row r, alternate 16-byte vectors of it, loaded
+         * four at a time before their products (one load per row in a
+         * dependent loop waited on each) */
+        constexpr int NV = D / VE / 2, G = NV < 4 ? NV : 4;
+        int r = lane >> 1;
         int64_t gi = rw + r;
         double acc = 0;
-        for (int c = lane; c < a.dv && gi < a.sq; c += 32)
-            acc += (double)Ds[(16 * w + r) * LD + c] *
-                   (double)gf_ld((const T *)a.o + (it * a.sq + gi) * a.dv + c);
-        for (int o = 16; o > 0; o /= 2)
-            acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (r == g)
-            dl[0] = (float)acc;
-        if (r == g + 8)
-            dl[1] = (float)acc;
+#pragma unroll
+        for (int u0 = 0; u0 < NV; u0 += G) {
+            uint4 ov[G];
+#pragma unroll
+            for (int u = 0; u < G; u++) {
+                int c = (2 * (u0 + u) + (lane & 1)) * VE;
+                ov[u] = c < a.dv && gi < a.sq ? *(const uint4 *)(ob + gi * a.dv + c)
+                                              : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < G; u++) {
+                int c = (2 * (u0 + u) + (lane & 1)) * VE;
+                const T *ov8 = (const T *)&ov[u];
+#pragma unroll
+                for (int e = 0; e < VE; e++)
+                    if (c < a.dv)
+                        acc += (double)Ds[(16 * w + r) * LD + c + e] * (double)gf_ld(ov8 + e);
+            }
+        }
+        acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+        dl[0] = (float)__shfl_sync(0xffffffffu, acc, 2 * g);
+        dl[1] = (float)__shfl_sync(0xffffffffu, acc, 2 * g + 16);
+    } else {
+        for (int r = 0; r < 16; r++) {
+            int64_t gi = rw + r;
+            double acc = 0;
+            for (int c = lane; c < a.dv && gi < a.sq; c += 32)
+                acc += (double)Ds[(16 * w + r) * LD + c] * (double)gf_ld(ob + gi * a.dv + c);
+            for (int o = 16; o > 0; o /= 2)
+                acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (r == g)
+                dl[0] = (float)acc;
+            if (r == g + 8)
+                dl[1] = (float)acc;
+        }
     }
     /* pass 1: the rows' max and sum (none with the forward's Stats: k0 =
      * kend) */
@@ -576,19 +612,31 @@ __global__ void __launch_bounds__(32 * W) k_attn_dq(gf_cu_attn a)
         cp_wait<1>(); /* K */
         __syncthreads();
         warp_xyt<D, E>(s, Qs + 16 * w * LD, Ks, nk, 0, jn);
+        if (full && jn == BK / 8) { /* the common case without a test per score */
 #pragma unroll
-        for (int j = 0; j < BK / 8; j++)
+            for (int j = 0; j < BK / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int h = e >> 1;
-                float ds = 0.0f;
-                if (j < jn) {
-                    float x = score(a, mk, full, s[j][e], row + 8 * h, k0 + 8 * j + 2 * t + (e & 1));
-                    float p = expf(x - m[h]) * li[h];
-                    ds = p * (dp[j][e] - dl[h]);
+                for (int e = 0; e < 4; e++) {
+                    int h = e >> 1;
+                    float p = expf(a.scale * s[j][e] - m[h]) * li[h];
+                    s[j][e] = p * (dp[j][e] - dl[h]);
                 }
-                s[j][e] = ds;
-            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int h = e >> 1;
+                    float ds = 0.0f;
+                    if (j < jn) {
+                        float x = score(a, mk, full, s[j][e], row + 8 * h,
+                                        k0 + 8 * j + 2 * t + (e & 1));
+                        float p = expf(x - m[h]) * li[h];
+                        ds = p * (dp[j][e] - dl[h]);
+                    }
+                    s[j][e] = ds;
+                }
+        }
         warp_py<D, E>(dq, s, Ks, 0, jn, nk);
         __syncthreads(); /* every warp is done with K */
         if (kn < kend)
@@ -678,22 +726,38 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 3 : 1) k_attn_dkv(
         cp_wait<0>(); /* Q and the statistics */
         __syncthreads();
         warp_xyt<D, E>(s, Ks + 16 * w * LD, Qs, nk, js, je); /* S^T */
+        if (full && js == 0 && je == BK / 8) { /* the common case without a test per score */
 #pragma unroll
-        for (int j = 0; j < BK / 8; j++) {
-            float2 mx = *(const float2 *)&St[8 * j + 2 * t];
-            float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
-            float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
+            for (int j = 0; j < BK / 8; j++) {
+                float2 mx = *(const float2 *)&St[8 * j + 2 * t];
+                float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
+                float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int qi = 8 * j + 2 * t + (e & 1);
-                float p = 0.0f, ds = 0.0f;
-                if (j >= js && j < je) {
-                    float x = score(a, mk, full, s[j][e], q0 + qi, key + 8 * (e >> 1));
-                    p = expf(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
-                    ds = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
+                for (int e = 0; e < 4; e++) {
+                    float p = expf(a.scale * s[j][e] - (e & 1 ? mx.y : mx.x)) *
+                              (e & 1 ? li.y : li.x);
+                    dp[j][e] = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
+                    s[j][e] = p;
                 }
-                s[j][e] = p;
-                dp[j][e] = ds;
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < BK / 8; j++) {
+                float2 mx = *(const float2 *)&St[8 * j + 2 * t];
+                float2 li = *(const float2 *)&St[BK + 8 * j + 2 * t];
+                float2 dl = *(const float2 *)&St[2 * BK + 8 * j + 2 * t];
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int qi = 8 * j + 2 * t + (e & 1);
+                    float p = 0.0f, ds = 0.0f;
+                    if (j >= js && j < je) {
+                        float x = score(a, mk, full, s[j][e], q0 + qi, key + 8 * (e >> 1));
+                        p = expf(x - (e & 1 ? mx.y : mx.x)) * (e & 1 ? li.y : li.x);
+                        ds = p * (dp[j][e] - (e & 1 ? dl.y : dl.x));
+                    }
+                    s[j][e] = p;
+                    dp[j][e] = ds;
+                }
             }
         }
         if (a.dvv)
