@@ -338,14 +338,6 @@ __device__ __forceinline__ void online_rows_as(const gf_cu_attn &a, const M *mk,
 
 #define ATTN_LOG2E 1.4426950408889634f
 
-/* 2^x by the hardware's ex2, results below 2^-126 flushed to 0. */
-__device__ __forceinline__ float ex2_ftz(float x)
-{
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* exp(scale s - mu) for the bf16 kernels' whole tiles, as 2^(s c - mu
  * log2(e)) with c = scale log2(e): one fma and one ex2 a score where
  * __expf(scale s - mu) takes a multiply, a subtraction, a multiply and
@@ -354,7 +346,7 @@ __device__ __forceinline__ float ex2_ftz(float x)
  * below the bf16 operands' 2^-9. */
 __device__ __forceinline__ float exp_scaled(float s, float c, float mul)
 {
-    return ex2_ftz(__fmaf_rn(s, c, -mul));
+    return gf_ex2_ftz(__fmaf_rn(s, c, -mul));
 }
 
 /* online_rows_as<true, true> for scale > 0: the max taken over the raw
@@ -381,7 +373,7 @@ __device__ __forceinline__ void online_rows_fast(const gf_cu_attn &a, float s[BK
                 s[j][2 * h + e] = p;
                 sum += p;
             }
-        al[h] = ex2_ftz((m[h] - mu) * ATTN_LOG2E);
+        al[h] = gf_ex2_ftz((m[h] - mu) * ATTN_LOG2E);
         l[h] = l[h] * al[h] + quad_sum(sum);
         m[h] = mn;
     }

@@ -203,9 +203,7 @@ __device__ __forceinline__ float ce_exp(float x)
      * below 2^-126 (two multiplies and a compare an element), which here
      * are 0 (x <= 0: terms of a sum of at least 1, or a gradient below
      * the 16-bit outputs' smallest normal) */
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
-    return y;
+    return gf_ex2_ftz(x * 1.4426950408889634f);
 }
 
 template <typename T>

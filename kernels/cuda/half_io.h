@@ -42,6 +42,16 @@ __device__ __forceinline__ float gf_round(float v)
     return gf_ld(&t);
 }
 
+/* 2^x by the hardware's ex2, results below 2^-126 flushed to 0 (what the
+ * 16-bit attention and cross-entropy kernels take for their exp: __expf
+ * adds fix-ups for those results). */
+__device__ __forceinline__ float gf_ex2_ftz(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Vectorized 16-bit storage: 8 elements in one 16-byte load or store
  * (uint4), where the operands are contiguous and 16-byte aligned; the
  * launcher runs the scalar kernel on the tail. */
