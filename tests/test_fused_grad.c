@@ -143,7 +143,8 @@ enum {
     F_SUM = 1024,    /* losses: reduction "sum" (default "mean") */
     F_NONE = 2048,   /* losses: reduction "none" */
     F_ACT = 4096,    /* losses: the logits are computed (L = 1.5 P): G may overwrite them */
-    F_ZERO = 8192    /* attention: zero_masked_rows, the mask [Sq, Sk] has a row of -inf */
+    F_ZERO = 8192,   /* attention: zero_masked_rows, the mask [Sq, Sk] has a row of -inf */
+    F_CAUSAL = 16384 /* attention: the mask -inf past each row's last key (live_cols) */
 };
 
 struct gcase {
@@ -598,6 +599,20 @@ static void build_attn(struct tb *b, const struct gcase *c, bool fused)
     }
     if (mr) {
         struct gf_value *m = tensor(b, "Mask", mr, md, false, -2, 0);
+        /* F_CAUSAL: row i sees keys j <= i + Sk - Sq (bottom-right aligned), every
+         * third row only up to half that; the blocks of the fused kernel then stop
+         * at different keys, and the products past them must be zeros */
+        int64_t rows = mr == 1 ? 1 : m->init->nelem / sk;
+        for (int64_t i = 0; (c->flags & F_CAUSAL) && i < rows; i++) {
+            int64_t qi = i % sq, last = qi + sk - sq;
+            last = qi % 3 == 1 ? last / 2 : last;
+            for (int64_t j = last + 1; j < sk; j++) {
+                if (b->dt == GF_DOUBLE)
+                    ((double *)m->init->data)[i * sk + j] = -INFINITY;
+                else
+                    ((float *)m->init->data)[i * sk + j] = -INFINITY;
+            }
+        }
         /* F_ZERO: query row 0 sees no key, row 1 not key 0 */
         for (int64_t j = 0; (c->flags & F_ZERO) && j <= sk; j++) {
             size_t at = (size_t)(j < sk ? j : sk);
@@ -1163,6 +1178,14 @@ static void test_attention(void **state)
          * 2100 products of both signs per element: fused and op by op within 1e-4 */
         {"Attention 2x70x3, Sk 2100", ATTN, 3, {2, 70, 3}, 2100, 2, 1e-4, 0.25, 0,
          "AttentionGrad", F_TB | F_BIAS, NULL},
+        /* causal masks: blocks of 31 query rows stop at different keys (K as is,
+         * transposed, and a mask per batch) */
+        {"Attention 2x70x3, Sk 2100, causal", ATTN, 3, {2, 70, 3}, 2100, 2, 1e-4, 0.25, 0,
+         "AttentionGrad", F_TB | F_BIAS | F_CAUSAL, NULL},
+        {"Attention 2x2x70x3, Sk 2100, K [D, Sk], causal [B,1,Sq,Sk]", ATTN, 4, {2, 2, 70, 3},
+         2100, 2, 1e-4, 0.25, 0, "AttentionGrad", F_BIAS_COL | F_CAUSAL, NULL},
+        AT("Attention 2x3x9x4, Sk 9, causal", 4, D(2, 3, 9, 4), 9, 6, 0.5,
+           F_TB | F_BIAS | F_CAUSAL),
         /* items enough for every thread */
         AT("Attention 4x8x9x5, Sk 11", 4, D(4, 8, 9, 5), 11, 5, 0.4, F_TB | F_BIAS_COL),
         /* a fully masked query row: O and its gradients 0 (zero_masked_rows) */

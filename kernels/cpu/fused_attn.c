@@ -19,6 +19,10 @@
  * the forward (FlashAttention's recomputation, on the CPU), then
  *   dV += P^T dO,   dP = dO V^T,   dS = P (dP - rowsum(dO O)),
  *   dQ = scale dS K'^T,   dK' += scale Q^T dS.
+ * A block's products stop at the last key that any of its rows can see
+ * (live_cols): past it the mask is -inf in every row, the probabilities
+ * exact zeros and their products nothing, so a causal mask costs about
+ * half the unmasked work, as the GPU kernels' skipped tiles.
  * Work is split over the (batch, head) items, each thread with its own
  * workspace slice and single-threaded BLAS; dK and dV of an item are summed
  * by the one thread that owns it, so results do not depend on timing.
@@ -79,7 +83,7 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
  * O)) over dP. */
 #define DEF_ATTN_ROWS(DT, sfx, T)                                                       \
     static void mask_rows_##sfx(const struct attn *c, size_t it, size_t i0, size_t n,  \
-                                T *s)                                                   \
+                                size_t w, T *s)                                         \
     {                                                                                   \
         if (!c->mask)                                                                   \
             return;                                                                     \
@@ -89,46 +93,46 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
             const T *mr = mk + (i0 + i) * rs;                                           \
             T *sr = s + i * c->sk;                                                      \
             if (cs == 1)                                                                \
-                for (size_t j = 0; j < c->sk; j++)                                      \
+                for (size_t j = 0; j < w; j++)                                          \
                     sr[j] += mr[j];                                                     \
             else                                                                        \
-                for (size_t j = 0; j < c->sk; j++)                                      \
+                for (size_t j = 0; j < w; j++)                                          \
                     sr[j] += mr[j * cs];                                                \
         }                                                                               \
     }                                                                                   \
-    FU_HOT static void softmax_rows_##sfx(const struct attn *c, size_t n, T *s, T *sm,  \
-                                          T *sl)                                        \
+    FU_HOT static void softmax_rows_##sfx(const struct attn *c, size_t n, size_t w, T *s, \
+                                          T *sm, T *sl)                                 \
     {                                                                                   \
         for (size_t i = 0; i < n; i++) {                                                \
             T *sr = s + i * c->sk, m = -INFINITY;                                       \
-            for (size_t j = 0; j < c->sk; j++)                                          \
+            for (size_t j = 0; j < w; j++)                                              \
                 m = sr[j] > m ? sr[j] : m;                                              \
             if (m == -INFINITY && c->zero_rows) {                                       \
-                memset(sr, 0, c->sk * sizeof(T));                                       \
+                memset(sr, 0, w * sizeof(T));                                           \
                 if (sm)                                                                 \
                     sm[i] = 0, sl[i] = 0;                                               \
                 continue;                                                               \
             }                                                                           \
             double acc[FU_LANES] = {0}, l = 0;                                          \
             size_t j = 0;                                                               \
-            for (; j < c->sk; j++)                                                      \
+            for (; j < w; j++)                                                          \
                 sr[j] = FU_EXP(sr[j] - m);                                              \
-            for (j = 0; j + FU_LANES <= c->sk; j += FU_LANES)                           \
+            for (j = 0; j + FU_LANES <= w; j += FU_LANES)                               \
                 for (int k = 0; k < FU_LANES; k++)                                      \
                     acc[k] += sr[j + k];                                                \
-            for (; j < c->sk; j++)                                                      \
+            for (; j < w; j++)                                                          \
                 l += sr[j];                                                             \
             for (int k = 0; k < FU_LANES; k++)                                          \
                 l += acc[k];                                                            \
             T lt = (T)l;                                                                \
-            for (j = 0; j < c->sk; j++)                                                 \
+            for (j = 0; j < w; j++)                                                     \
                 sr[j] = sr[j] / lt;                                                     \
             if (sm)                                                                     \
                 sm[i] = m, sl[i] = (T)1 / lt;                                           \
         }                                                                               \
     }                                                                                   \
-    FU_HOT static void ds_rows_##sfx(const struct attn *c, size_t n, const T *p, T *dp, \
-                                     const T *dout, const T *o)                         \
+    FU_HOT static void ds_rows_##sfx(const struct attn *c, size_t n, size_t w, const T *p, \
+                                     T *dp, const T *dout, const T *o)                  \
     {                                                                                   \
         for (size_t i = 0; i < n; i++) {                                                \
             const T *dor = dout + i * c->dv, *orr = o + i * c->dv, *pr = p + i * c->sk; \
@@ -137,7 +141,7 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
             for (size_t j = 0; j < c->dv; j++)                                          \
                 di += (double)dor[j] * (double)orr[j];                                  \
             T dt = (T)di;                                                               \
-            for (size_t j = 0; j < c->sk; j++)                                          \
+            for (size_t j = 0; j < w; j++)                                              \
                 dr[j] = pr[j] * (dr[j] - dt);                                           \
         }                                                                               \
     }
@@ -145,26 +149,53 @@ static void gemm(const struct attn *c, bool tx, bool ty, size_t m, size_t n, siz
 DEF_ATTN_ROWS(GF_FLOAT, f32, float)
 DEF_ATTN_ROWS(GF_DOUBLE, f64, double)
 
+/* The keys [0, w) that rows [i0, i0 + n) of item it can see: past the last
+ * column where some row's mask is not -inf, every probability of the block
+ * is an exact zero.  Sk when there is no mask, the mask is the same down a
+ * row (column stride 0), or every row is masked whole (those rows' 0s or
+ * NaNs then come from the full rows, as before). */
+#define DEF_LIVE_COLS(T, sfx)                                                           \
+    static size_t live_cols_##sfx(const struct attn *c, size_t it, size_t i0, size_t n) \
+    {                                                                                   \
+        size_t rs = (size_t)c->mst[c->brank], cs = (size_t)c->mst[c->brank + 1], w = 0; \
+        if (!c->mask || cs == 0)                                                        \
+            return c->sk;                                                               \
+        const T *mk = (const T *)c->mask + fu_offset(c->brank, c->bdims, c->mst, it);   \
+        for (size_t i = 0; i < n && w < c->sk; i++) {                                   \
+            const T *mr = mk + (i0 + i) * rs;                                           \
+            size_t j = c->sk;                                                           \
+            while (j > w && mr[(j - 1) * cs] == -INFINITY)                              \
+                j--;                                                                    \
+            w = j > w ? j : w;                                                          \
+        }                                                                               \
+        return w ? w : c->sk;                                                                 \
+    }
+DEF_LIVE_COLS(float, f32)
+DEF_LIVE_COLS(double, f64)
+
 /* The block's probabilities s [n, Sk] = softmax(scale q K' + Mask) (rows
- * i0.. of item it), computed the same way in both kernels; with c->stats
- * (the forward's Stats output) the rows' max and 1 / sum too. */
-static void probs(const struct attn *c, size_t it, size_t i0, size_t n, void *s)
+ * i0.. of item it), computed the same way in both kernels, in its first w
+ * columns (returned; the rest are zeros, not written); with c->stats (the
+ * forward's Stats output) the rows' max and 1 / sum too. */
+static size_t probs(const struct attn *c, size_t it, size_t i0, size_t n, void *s)
 {
     size_t at = it * c->sq + i0, far = c->items * c->sq; /* Stats [2, items, Sq] */
     size_t es = gf_dtype_size(c->dt);
+    bool f64 = c->dt == GF_DOUBLE;
+    size_t w = f64 ? live_cols_f64(c, it, i0, n) : live_cols_f32(c, it, i0, n);
     const char *q = (const char *)c->q + (it * c->sq + i0) * c->d * es;
     const char *k = (const char *)c->k + it * c->sk * c->d * es;
-    gemm(c, false, c->tb, n, c->sk, c->d, c->scale, q, c->d, k, c->tb ? c->d : c->sk, 0, s,
-         c->sk);
-    if (c->dt == GF_DOUBLE) {
+    gemm(c, false, c->tb, n, w, c->d, c->scale, q, c->d, k, c->tb ? c->d : c->sk, 0, s, c->sk);
+    if (f64) {
         double *st = c->stats;
-        mask_rows_f64(c, it, i0, n, s);
-        softmax_rows_f64(c, n, s, st ? st + at : NULL, st ? st + far + at : NULL);
+        mask_rows_f64(c, it, i0, n, w, s);
+        softmax_rows_f64(c, n, w, s, st ? st + at : NULL, st ? st + far + at : NULL);
     } else {
         float *st = c->stats;
-        mask_rows_f32(c, it, i0, n, s);
-        softmax_rows_f32(c, n, s, st ? st + at : NULL, st ? st + far + at : NULL);
+        mask_rows_f32(c, it, i0, n, w, s);
+        softmax_rows_f32(c, n, w, s, st ? st + at : NULL, st ? st + far + at : NULL);
     }
+    return w;
 }
 
 /* ---- forward -------------------------------------------------------------------------- */
@@ -178,8 +209,8 @@ static void fwd_part(void *vc, size_t part, size_t b, size_t e)
     for (size_t blk = b; blk < e; blk++) {
         size_t it = blk / per, i0 = blk % per * c->rb;
         size_t n = c->sq - i0 < c->rb ? c->sq - i0 : c->rb;
-        probs(c, it, i0, n, s);
-        gemm(c, false, false, n, c->dv, c->sk, 1, s, c->sk,
+        size_t w = probs(c, it, i0, n, s);
+        gemm(c, false, false, n, c->dv, w, 1, s, c->sk,
              (const char *)c->v + it * c->sk * c->dv * es, c->dv, 0,
              (char *)c->out + (it * c->sq + i0) * c->dv * es, c->dv);
     }
@@ -205,24 +236,24 @@ static void bwd_item(const struct attn *c, size_t it, char *ws)
         const char *dout = (const char *)c->dout + row * c->dv * es;
         const char *o = (const char *)c->o + row * c->dv * es;
         const char *q = (const char *)c->q + row * c->d * es;
-        probs(c, it, i0, n, p);
-        if (dv) /* dV [Sk, Dv] += P^T dO */
-            gemm(c, true, false, c->sk, c->dv, n, 1, p, c->sk, dout, c->dv, 1, dv, c->dv);
+        size_t w = probs(c, it, i0, n, p); /* keys past w: P, dS 0, nothing added */
+        if (dv) /* dV [w, Dv] += P^T dO */
+            gemm(c, true, false, w, c->dv, n, 1, p, c->sk, dout, c->dv, 1, dv, c->dv);
         if (!c->dq && !dk)
             continue;
-        /* dP [n, Sk] = dO V^T, then dS = P (dP - rowsum(dO O)) over it */
-        gemm(c, false, true, n, c->sk, c->dv, 1, dout, c->dv, v, c->dv, 0, dp, c->sk);
+        /* dP [n, w] = dO V^T, then dS = P (dP - rowsum(dO O)) over it */
+        gemm(c, false, true, n, w, c->dv, 1, dout, c->dv, v, c->dv, 0, dp, c->sk);
         if (c->dt == GF_DOUBLE)
-            ds_rows_f64(c, n, p, dp, (const double *)dout, (const double *)o);
+            ds_rows_f64(c, n, w, p, dp, (const double *)dout, (const double *)o);
         else
-            ds_rows_f32(c, n, p, dp, (const float *)dout, (const float *)o);
+            ds_rows_f32(c, n, w, p, dp, (const float *)dout, (const float *)o);
         if (c->dq) /* dQ [n, D] = scale dS K'^T: K [Sk, D] as is, or [D, Sk] transposed */
-            gemm(c, false, !c->tb, n, c->d, c->sk, c->scale, dp, c->sk, k, c->tb ? c->d : c->sk,
-                 0, (char *)c->dq + row * c->d * es, c->d);
-        if (dk && c->tb) /* dK [Sk, D] += scale dS^T Q */
-            gemm(c, true, false, c->sk, c->d, n, c->scale, dp, c->sk, q, c->d, 1, dk, c->d);
-        else if (dk) /* dK [D, Sk] += scale Q^T dS */
-            gemm(c, true, false, c->d, c->sk, n, c->scale, q, c->d, dp, c->sk, 1, dk, c->sk);
+            gemm(c, false, !c->tb, n, c->d, w, c->scale, dp, c->sk, k, c->tb ? c->d : c->sk, 0,
+                 (char *)c->dq + row * c->d * es, c->d);
+        if (dk && c->tb) /* dK [w, D] += scale dS^T Q */
+            gemm(c, true, false, w, c->d, n, c->scale, dp, c->sk, q, c->d, 1, dk, c->d);
+        else if (dk) /* dK [D, w] += scale Q^T dS */
+            gemm(c, true, false, c->d, w, n, c->scale, q, c->d, dp, c->sk, 1, dk, c->sk);
     }
 }
 
