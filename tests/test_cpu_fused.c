@@ -817,8 +817,9 @@ static void test_matmul_epilogue(void **state)
     k13.ad[0] = 12, k13.ad[1] = 3; /* transA: A [K, M] */
     check_mm(&k13, 2);
     /* past GF_CPU_SGEMM_MAX_M rows, B a plain input: tiles with an epilogue
-     * (batches of A merged into one product); without one (the tied LM
-     * head: transB, nothing after), one BLAS call */
+     * (batches of A merged into one product); without an activation or
+     * Res (the tied LM head: transB, nothing after; a bias), one BLAS call
+     * onto beta Bias */
     struct mm_case k14 = {GF_FLOAT, 2, 2, 1, 2, {300, 24}, {1100, 24}, {1100}, {300, 1100}, 0,
                           1, 1, 1, "silu"};
     check_mm(&k14, 1);
@@ -831,8 +832,10 @@ static void test_matmul_epilogue(void **state)
     check_mm(&k16, 2);
     k16.alpha = 0.25f, k16.ta = 1, k16.ar = 2, k16.ad[0] = 64, k16.ad[1] = 300;
     check_mm(&k16, 1);
-    struct mm_case k17 = {GF_DOUBLE, 2, 2, -1, -1, {300, 60}, {60, 1000}, {0}, {0}, 0, 0, 1, 1,
-                          ""};
+    struct mm_case k17 = {GF_DOUBLE, 2, 2, 1, -1, {300, 60}, {60, 1000}, {1000}, {0}, 0, 0, 1,
+                          -0.5f, ""};
+    check_mm(&k17, 2);
+    k17.dt = GF_FLOAT, k17.biasr = 2, k17.biasd[0] = 300, k17.biasd[1] = 1; /* bias [M, 1] */
     check_mm(&k17, 2);
     for (size_t t = 1; t < 4; t++) {
         struct mm_case kt = {float_types[t], 3, 2, 1, 3, {2, 7, 5}, {3, 5}, {3}, {2, 7, 3}, 0, 1,

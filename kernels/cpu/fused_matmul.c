@@ -377,28 +377,47 @@ static enum gf_status mme_operands(const struct gf_kernel_args *a, struct mme *c
     return GF_OK;
 }
 
-/* A product with nothing to apply after it (no Bias, activation or Res:
- * GPT-2's tied LM head, MatMul(x, Transpose(W)) fused) past
- * GF_CPU_SGEMM_MAX_M rows, with B not packed by the plan: one BLAS call on
- * BLAS's threads, as the unfused MatMul makes it (the same bits), instead
- * of tiles that each pack their block of B again (1.05-1.14x the unfused
- * Transpose + MatMul at 4 x 512 that way: tests/bench_fused_models). */
-static bool mme_whole(const struct mme *c, int nt)
+/* Rows [r0, r1) of yc = beta Bias, on one thread of the pool. */
+struct fill_job {
+    const struct mme *c;
+    enum gf_dtype dt;
+};
+
+static void fill_task(void *vj, size_t r0, size_t r1)
 {
-    if (c->bias || c->res || c->act != MACT_NONE || c->narrow || c->packed || c->brank ||
-        c->count != 1 || c->k <= 0 || c->m <= GF_CPU_SGEMM_MAX_M ||
+    const struct fill_job *j = vj;
+    mme_fills[j->dt](j->c, r0, r1, 0, (size_t)j->c->n);
+}
+
+/* A product with no activation or Res after it (GPT-2's tied LM head,
+ * MatMul(x, Transpose(W)) fused; a projection's bias) past
+ * GF_CPU_SGEMM_MAX_M rows, with B not packed by the plan: beta Bias written
+ * into Y first (split over the pool), then one BLAS call on BLAS's threads
+ * adding the product to it (BLAS beta = 1), as the unfused MatMul and Add
+ * make it, instead of tiles that each pack their block of B again
+ * (1.05-1.14x the unfused Transpose + MatMul at 4 x 512 that way:
+ * tests/bench_fused_models). */
+static bool mme_whole(const struct mme *c, enum gf_dtype dt, int nt)
+{
+    if (c->res || c->act != MACT_NONE || c->narrow || c->packed || c->brank || c->count != 1 ||
+        c->k <= 0 || c->m <= GF_CPU_SGEMM_MAX_M ||
         (double)c->m * (double)c->n * (double)c->k < 256.0 * 256 * 256)
         return false;
+    if (c->bias) {
+        struct fill_job j = {c, dt};
+        gf_parallel_for(nt, (size_t)c->m, (size_t)(FU_GRAIN / c->n + 1), fill_task, &j);
+    }
     enum CBLAS_TRANSPOSE ta = c->ta ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = c->tb ? CblasTrans : CblasNoTrans;
     int m = (int)c->m, n = (int)c->n, k = (int)c->k, lda = (int)c->lda, ldb = (int)c->ldb;
+    double beta = c->bias ? 1.0 : 0.0;
     blas_threads(gf_parallel_width(nt));
     if (c->ct == GF_DOUBLE)
-        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, c->alpha, c->a, lda, c->b, ldb, 0.0, c->yc,
+        cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, c->alpha, c->a, lda, c->b, ldb, beta, c->yc,
                     n);
     else
-        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)c->alpha, c->a, lda, c->b, ldb, 0.0f,
-                    c->yc, n);
+        cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, (float)c->alpha, c->a, lda, c->b, ldb,
+                    (float)beta, c->yc, n);
     return true;
 }
 
@@ -425,7 +444,7 @@ static enum gf_status mme_run(const struct gf_kernel_args *a)
     }
     if (a->prepared && c.ct == GF_FLOAT && a->in[0].dtype == GF_FLOAT)
         c.packed = a->prepared;
-    if (mme_whole(&c, fu_threads(a)))
+    if (mme_whole(&c, a->in[0].dtype, fu_threads(a)))
         return GF_OK;
     mme_compute(&c, a->in[0].dtype, fu_threads(a));
     return GF_OK;
