@@ -57,7 +57,10 @@ struct gf_value *gf_session_input(const struct gf_session *s, size_t i);
 
 /* Runs the graph.  inputs[i] feeds gf_session_input(s, i); dtypes and
  * shapes are checked against the declared ones.  The outputs (one per
- * graph output, in order) belong to the session until the next run.
+ * graph output, in order) belong to the session until the next run ends;
+ * an output may be given back as an input of the next run.  (On the CPU
+ * the nodes write them in place: the tensors of one plan are the same run
+ * after run.)
  *
  * CUDA Graphs: on a backend that can capture (CUDA), the first run of a
  * plan launches node by node, the second captures the kernel launches
