@@ -174,7 +174,7 @@ struct gf_session {
     void **own, **own_old;
     size_t n_own, n_own_old;
     void **in_copy; /* inputs that lay in own memory, copied (n_inputs) */
-    size_t own_bytes; /* (as the outputs copied out before, not in the memory limit) */
+    size_t own_bytes; /* counted in opts.max_memory with the block and workspace */
     /* profile of the last run */
     double op_ms[GF_OP_COUNT];
     int op_calls[GF_OP_COUNT];
@@ -1631,7 +1631,8 @@ static void *bound_output(const struct gf_session *s, size_t i);
  * the value out of the block (262 MB of logits at 4 x 512 tokens, 24 ms on
  * the 2-core VM, and as many bytes more in use).  The memory lives until
  * the plan is dropped and the run after that has ended; an input that lies
- * in it (an output fed back) is copied first (keep_inputs_apart). */
+ * in it (an output fed back) is copied first (keep_apart).  Its bytes count
+ * towards opts.max_memory. */
 static enum gf_status own_outputs(struct gf_session *s)
 {
     const struct gf_graph *g = s->g;
@@ -1763,12 +1764,18 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
     if ((st = assign_memory(s)) != GF_OK)
         return st;
     /* the limit is checked before anything this large is allocated */
-    size_t total;
+    size_t total, all;
     if (__builtin_add_overflow(s->block_size, s->ws_size, &total))
         total = SIZE_MAX;
-    if (s->o.max_memory && total > s->o.max_memory)
+    if (__builtin_add_overflow(total, s->own_bytes, &all))
+        all = SIZE_MAX;
+    if (s->o.max_memory && all > s->o.max_memory && !s->own_bytes)
         return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace, "
                         "over the memory limit of %zu bytes", total, s->o.max_memory);
+    if (s->o.max_memory && all > s->o.max_memory)
+        return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace "
+                        "and %zu of outputs, over the memory limit of %zu bytes", total,
+                        s->own_bytes, s->o.max_memory);
     if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
         return GF_ERR_NOMEM;
     if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))

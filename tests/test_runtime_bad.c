@@ -319,6 +319,28 @@ static void over_memory_limit(void **state)
     assert_int_equal(run(f->m, &o, 1, in), GF_OK);
 }
 
+/* A graph output past the memory limit: on the CPU outputs live in memory
+ * of their own, outside the block, and count towards the limit too (a
+ * fuzzed model's Expand to 1.3 GB under a 64 MB limit was allocated). */
+static void output_over_memory_limit(void **state)
+{
+    struct fixture *f = *state;
+    const struct d one[1] = {{1, NULL}};
+    int64_t n1 = 1, big = INT64_C(1) << 26; /* 256 MiB of floats */
+    struct gf_value *sv = gf_graph_new_value(f->m->graph, "s", NULL);
+    assert_int_equal(gf_value_set_initializer(sv, tensor(f->m, "s", GF_INT64, 1, &n1, &big)),
+                     GF_OK);
+    struct gf_value *ins[2] = {add_input(f->m, "x", GF_FLOAT, 1, one), sv};
+    struct gf_value *y = gf_graph_new_value(f->m->graph, "y", NULL);
+    assert_non_null(gf_graph_add_node(f->m->graph, "Expand", "", "e", 2, ins, 1, &y));
+    assert_int_equal(gf_graph_add_output(f->m->graph, y), GF_OK);
+    float x1 = 1;
+    struct gf_tensor *in[1] = {tensor(f->data, "x", GF_FLOAT, 1, &n1, &x1)};
+    struct gf_exec_opts o = {.max_memory = 64u << 20};
+    assert_int_equal(run(f->m, &o, 1, in), GF_ERR_NOMEM);
+    expect_msg("268435456 of outputs", "67108864", "limit");
+}
+
 /* Eight Expands of float[1] to [2^60] (2^62 bytes each) all live at a
  * Sum: the activations add up to 2^65 bytes, which once wrapped in the
  * planner's offsets; now refused before anything is allocated. */
@@ -400,6 +422,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(reshape_mismatch, setup, teardown),
         cmocka_unit_test_setup_teardown(over_memory_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(activations_overflow, setup, teardown),
+        cmocka_unit_test_setup_teardown(output_over_memory_limit, setup, teardown),
         cmocka_unit_test(hostile_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
