@@ -32,7 +32,7 @@ struct gf_exec_opts {
     const char *device;  /* device name (a substring of it); NULL: the backend's default */
     int n_threads;       /* 0: every core */
     bool profile;        /* time each op type */
-    size_t max_memory;   /* bytes of activations + workspace (+ outputs on the CPU) allowed; 0: none */
+    size_t max_memory;   /* bytes of activations, workspace (CPU: outputs) allowed; 0: none */
     bool check_finite;   /* after each node, a NaN or Inf in a float output fails the
                             run naming node, op and output (slow: for diagnosis) */
     const char *tune_cache; /* autotune cache (gf_tune.h) for nodes with a choice of
