@@ -1769,13 +1769,13 @@ static enum gf_status plan(struct gf_session *s, struct gf_tensor *const *in)
         total = SIZE_MAX;
     if (__builtin_add_overflow(total, s->own_bytes, &all))
         all = SIZE_MAX;
-    if (s->o.max_memory && all > s->o.max_memory && !s->own_bytes)
-        return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace, "
-                        "over the memory limit of %zu bytes", total, s->o.max_memory);
-    if (s->o.max_memory && all > s->o.max_memory)
-        return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace "
-                        "and %zu of outputs, over the memory limit of %zu bytes", total,
-                        s->own_bytes, s->o.max_memory);
+    if (s->o.max_memory && all > s->o.max_memory) {
+        char outs[48] = "";
+        if (s->own_bytes)
+            snprintf(outs, sizeof(outs), " and %zu of outputs", s->own_bytes);
+        return gf_error(GF_ERR_NOMEM, "the run needs %zu bytes of activations and workspace%s, "
+                        "over the memory limit of %zu bytes", total, outs, s->o.max_memory);
+    }
     if (s->ws_size && !(s->ws = s->be->ops->alloc(s->be, s->ws_size)))
         return GF_ERR_NOMEM;
     if (s->block_size && !(s->block = s->be->ops->alloc(s->be, s->block_size)))
