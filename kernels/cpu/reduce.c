@@ -991,26 +991,36 @@ DEF_SMX_MAX(double, f64)
     }
 DEF_SMX_ROW(double, f64)
 
+/* sum(p[0..n)) in double: SMX_LANES lanes (so that it vectorizes), the
+ * tail, then the lanes in order. */
+static inline __attribute__((always_inline)) double lane_sum_f32(const float *restrict p,
+                                                                 size_t n)
+{
+    double acc[SMX_LANES] = {0}, sum = 0;
+    size_t i = 0;
+    for (; i + SMX_LANES <= n; i += SMX_LANES)
+        for (size_t k = 0; k < SMX_LANES; k++)
+            acc[k] += p[i + k];
+    for (; i < n; i++)
+        sum += p[i];
+    for (size_t k = 0; k < SMX_LANES; k++)
+        sum += acc[k];
+    return sum;
+}
+
 /* fp32 rows: exp through fu_expf (float arithmetic, within 2 ulp; the
  * fused Attention's softmax takes the same), 8 lanes a vector; the sum in
  * double over SMX_LANES lanes. */
 FU_HOT static void smx_row_f32(const void *vc, size_t r)
 {
     const struct smx_ctx *c = vc;
-    size_t n = c->s.n, i = 0;
+    size_t n = c->s.n;
     const float *restrict p = (const float *)c->x + r * n;
     float *restrict q = (float *)c->y + r * n;
     float m = smx_max_f32x(p, n);
     for (size_t k = 0; k < n; k++)
         q[k] = fu_expf(p[k] - m);
-    double acc[SMX_LANES] = {0}, sum = 0;
-    for (; i + SMX_LANES <= n; i += SMX_LANES)
-        for (size_t k = 0; k < SMX_LANES; k++)
-            acc[k] += q[i + k];
-    for (; i < n; i++)
-        sum += q[i];
-    for (size_t k = 0; k < SMX_LANES; k++)
-        sum += acc[k];
+    double sum = lane_sum_f32(q, n);
     if (c->op == GF_OP_SOFTMAX) {
         float f = (float)(1 / sum);
         for (size_t k = 0; k < n; k++)
@@ -1136,7 +1146,7 @@ FLOAT_TYPES(DEF_LN)
 
 /* fp32 rows with Scale and B (if any) as dense as the row (the usual [n]
  * over the last axis): the same two-pass double statistics and double Y,
- * the sums over FU_LANES lanes and no broadcast offsets, so that it
+ * the sums over SMX_LANES lanes and no broadcast offsets, so that it
  * vectorizes (GPT-2's [2048, 512] LayerNormalization 3.0 -> ~0.3 ms). */
 FU_HOT static void ln_row_f32_dense(const void *vc, size_t r)
 {
@@ -1145,17 +1155,9 @@ FU_HOT static void ln_row_f32_dense(const void *vc, size_t r)
     const float *restrict p = (const float *)c->x + r * n, *restrict w = c->w,
                           *restrict b = c->b;
     float *restrict q = (float *)c->y + r * n;
-    double acc[FU_LANES] = {0}, s = 0, var = 0;
-    for (; j + FU_LANES <= n; j += FU_LANES)
-        for (int k = 0; k < FU_LANES; k++)
-            acc[k] += p[j + k];
-    for (; j < n; j++)
-        s += p[j];
-    for (int k = 0; k < FU_LANES; k++)
-        s += acc[k], acc[k] = 0;
-    double mean = s / (double)n;
-    for (j = 0; j + FU_LANES <= n; j += FU_LANES)
-        for (int k = 0; k < FU_LANES; k++) {
+    double mean = lane_sum_f32(p, n) / (double)n, acc[SMX_LANES] = {0}, var = 0;
+    for (; j + SMX_LANES <= n; j += SMX_LANES)
+        for (size_t k = 0; k < SMX_LANES; k++) {
             double d = p[j + k] - mean;
             acc[k] += d * d;
         }
@@ -1163,7 +1165,7 @@ FU_HOT static void ln_row_f32_dense(const void *vc, size_t r)
         double d = p[j] - mean;
         var += d * d;
     }
-    for (int k = 0; k < FU_LANES; k++)
+    for (size_t k = 0; k < SMX_LANES; k++)
         var += acc[k];
     double inv = 1.0 / sqrt(var / (double)n + c->eps);
     if (b)
