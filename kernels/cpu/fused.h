@@ -364,6 +364,42 @@ FU_MATH float fu_tanhf_acc(float x)
     return fu_keep_nan(x, fu_f32_of_bits(fu_bits_of_f32(t) | sign));
 }
 
+/* Row sums in double, FU_LANES lanes wide so that they vectorize (the
+ * lanes, the tail, then the lanes in order): sum(x) and sum((x - mu)^2).
+ * Inlined into the caller's clone (FU_HOT). */
+#define FU_DEF_ROW_SUMS(DT, sfx, T, C, LD, ST)                                          \
+    FU_MATH double fu_sum_##sfx(const T *x, size_t n)                                   \
+    {                                                                                   \
+        double acc[FU_LANES] = {0}, s = 0;                                              \
+        size_t j = 0;                                                                   \
+        for (; j + FU_LANES <= n; j += FU_LANES)                                        \
+            for (int k = 0; k < FU_LANES; k++)                                          \
+                acc[k] += (double)LD(x[j + k]);                                         \
+        for (; j < n; j++)                                                              \
+            s += (double)LD(x[j]);                                                      \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            s += acc[k];                                                                \
+        return s;                                                                       \
+    }                                                                                   \
+    FU_MATH double fu_dev2_##sfx(const T *x, size_t n, double mu)                       \
+    {                                                                                   \
+        double acc[FU_LANES] = {0}, s = 0;                                              \
+        size_t j = 0;                                                                   \
+        for (; j + FU_LANES <= n; j += FU_LANES)                                        \
+            for (int k = 0; k < FU_LANES; k++) {                                        \
+                double d = (double)LD(x[j + k]) - mu;                                   \
+                acc[k] += d * d;                                                        \
+            }                                                                           \
+        for (; j < n; j++) {                                                            \
+            double d = (double)LD(x[j]) - mu;                                           \
+            s += d * d;                                                                 \
+        }                                                                               \
+        for (int k = 0; k < FU_LANES; k++)                                              \
+            s += acc[k];                                                                \
+        return s;                                                                       \
+    }
+FU_TYPES(FU_DEF_ROW_SUMS)
+
 /* ---- threads ------------------------------------------------------------------------ */
 
 static inline int fu_threads(const struct gf_kernel_args *a)

@@ -28,40 +28,6 @@ struct norm {
     double eps;
 };
 
-/* Row sums in double, FU_LANES lanes wide so that they vectorize:
- * sum(x) and sum((x - mu)^2). */
-#define DEF_NORM_SUMS(DT, sfx, T, C, LD, ST)                                            \
-    FU_HOT static double sum_##sfx(const T *x, size_t n)                                \
-    {                                                                                   \
-        double acc[FU_LANES] = {0}, s = 0;                                              \
-        size_t j = 0;                                                                   \
-        for (; j + FU_LANES <= n; j += FU_LANES)                                        \
-            for (int k = 0; k < FU_LANES; k++)                                          \
-                acc[k] += (double)LD(x[j + k]);                                         \
-        for (; j < n; j++)                                                              \
-            s += (double)LD(x[j]);                                                      \
-        for (int k = 0; k < FU_LANES; k++)                                              \
-            s += acc[k];                                                                \
-        return s;                                                                       \
-    }                                                                                   \
-    FU_HOT static double dev2_##sfx(const T *x, size_t n, double mu)                    \
-    {                                                                                   \
-        double acc[FU_LANES] = {0}, s = 0;                                              \
-        size_t j = 0;                                                                   \
-        for (; j + FU_LANES <= n; j += FU_LANES)                                        \
-            for (int k = 0; k < FU_LANES; k++) {                                        \
-                double d = (double)LD(x[j + k]) - mu;                                   \
-                acc[k] += d * d;                                                        \
-            }                                                                           \
-        for (; j < n; j++) {                                                            \
-            double d = (double)LD(x[j]) - mu;                                           \
-            s += d * d;                                                                 \
-        }                                                                               \
-        for (int k = 0; k < FU_LANES; k++)                                              \
-            s += acc[k];                                                                \
-        return s;                                                                       \
-    }
-
 /* One row: S = X + R when adding (into Y when S is omitted), the
  * statistics, then Y.  LayerNorm forms x - mean in double, so that a mean
  * far from zero costs the row no precision. */
@@ -81,8 +47,8 @@ struct norm {
                     s[j] = ST((C)LD(x[j]) + (C)LD(q[j]));                               \
                 x = s;                                                                  \
             }                                                                           \
-            double mu = c->rms ? 0 : sum_##sfx(x, n) / (double)n;                       \
-            double ms = dev2_##sfx(x, n, mu) / (double)n;                               \
+            double mu = c->rms ? 0 : fu_sum_##sfx(x, n) / (double)n;                       \
+            double ms = fu_dev2_##sfx(x, n, mu) / (double)n;                               \
             double den = c->eps_outside ? sqrt(ms) + c->eps : sqrt(ms + c->eps);        \
             C inv = (C)(1 / den);                                                       \
             if (c->mean)                                                                \
@@ -99,7 +65,6 @@ struct norm {
         }                                                                               \
     }
 
-FU_TYPES(DEF_NORM_SUMS)
 FU_TYPES(DEF_NORM_ROWS)
 
 typedef void (*rows_fn)(void *ctx, size_t begin, size_t end);

@@ -991,26 +991,9 @@ DEF_SMX_MAX(double, f64)
     }
 DEF_SMX_ROW(double, f64)
 
-/* sum(p[0..n)) in double: SMX_LANES lanes (so that it vectorizes), the
- * tail, then the lanes in order. */
-static inline __attribute__((always_inline)) double lane_sum_f32(const float *restrict p,
-                                                                 size_t n)
-{
-    double acc[SMX_LANES] = {0}, sum = 0;
-    size_t i = 0;
-    for (; i + SMX_LANES <= n; i += SMX_LANES)
-        for (size_t k = 0; k < SMX_LANES; k++)
-            acc[k] += p[i + k];
-    for (; i < n; i++)
-        sum += p[i];
-    for (size_t k = 0; k < SMX_LANES; k++)
-        sum += acc[k];
-    return sum;
-}
-
 /* fp32 rows: exp through fu_expf (float arithmetic, within 2 ulp; the
  * fused Attention's softmax takes the same), 8 lanes a vector; the sum in
- * double over SMX_LANES lanes. */
+ * double over FU_LANES lanes. */
 FU_HOT static void smx_row_f32(const void *vc, size_t r)
 {
     const struct smx_ctx *c = vc;
@@ -1020,7 +1003,7 @@ FU_HOT static void smx_row_f32(const void *vc, size_t r)
     float m = smx_max_f32x(p, n);
     for (size_t k = 0; k < n; k++)
         q[k] = fu_expf(p[k] - m);
-    double sum = lane_sum_f32(q, n);
+    double sum = fu_sum_f32(q, n);
     if (c->op == GF_OP_SOFTMAX) {
         float f = (float)(1 / sum);
         for (size_t k = 0; k < n; k++)
@@ -1151,28 +1134,17 @@ FLOAT_TYPES(DEF_LN)
 FU_HOT static void ln_row_f32_dense(const void *vc, size_t r)
 {
     const struct ln_ctx *c = vc;
-    size_t n = c->n, j = 0;
+    size_t n = c->n;
     const float *restrict p = (const float *)c->x + r * n, *restrict w = c->w,
                           *restrict b = c->b;
     float *restrict q = (float *)c->y + r * n;
-    double mean = lane_sum_f32(p, n) / (double)n, acc[SMX_LANES] = {0}, var = 0;
-    for (; j + SMX_LANES <= n; j += SMX_LANES)
-        for (size_t k = 0; k < SMX_LANES; k++) {
-            double d = p[j + k] - mean;
-            acc[k] += d * d;
-        }
-    for (; j < n; j++) {
-        double d = p[j] - mean;
-        var += d * d;
-    }
-    for (size_t k = 0; k < SMX_LANES; k++)
-        var += acc[k];
-    double inv = 1.0 / sqrt(var / (double)n + c->eps);
+    double mean = fu_sum_f32(p, n) / (double)n;
+    double inv = 1.0 / sqrt(fu_dev2_f32(p, n, mean) / (double)n + c->eps);
     if (b)
-        for (j = 0; j < n; j++)
+        for (size_t j = 0; j < n; j++)
             q[j] = (float)((p[j] - mean) * inv * w[j] + b[j]);
     else
-        for (j = 0; j < n; j++)
+        for (size_t j = 0; j < n; j++)
             q[j] = (float)((p[j] - mean) * inv * w[j]);
     if (c->mean)
         put_float(c->mean, c->mean_dt, r, mean);
