@@ -331,6 +331,10 @@ static const struct {
     {{2, {0, 3}}, {2, {3, 4}}, {2, {0, 4}}},                /* M = 0 */
     {{3, {0, 2, 3}}, {3, {1, 3, 4}}, {3, {0, 2, 4}}},       /* no batches */
     {{2, {130, 140}}, {2, {140, 150}}, {2, {130, 150}}},    /* rows split on threads */
+    /* attention's per-head products past 256 rows, the heads split on
+     * threads (fp32: kernels/cpu/sgemm.c's, one head per call) */
+    {{4, {1, 4, 300, 40}}, {4, {1, 4, 40, 300}}, {4, {1, 4, 300, 300}}},
+    {{4, {1, 4, 300, 300}}, {4, {1, 4, 300, 40}}, {4, {1, 4, 300, 40}}},
 };
 
 static void test_matmul_shapes_and_types(void **state)

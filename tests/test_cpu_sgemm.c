@@ -141,6 +141,10 @@ static void test_model_shapes(void **state)
     check(128, 1376, 512, 0, false, &ran);
     check(128, 512, 1376, 0, true, &ran);
     check(GF_CPU_SGEMM_MAX_M, 600, 300, 3, false, &ran);
+    /* attention's per-head products at 512 tokens, past GF_CPU_SGEMM_MAX_M
+     * rows: A's part of a block of k fits GF_CPU_SGEMM_A_BYTES */
+    check(512, 512, 64, 0, false, &ran);
+    check(512, 64, 512, 1, false, &ran);
     if (!ran)
         skip();
 }
@@ -149,8 +153,21 @@ static void test_refusals(void **state)
 {
     (void)state;
     float x[4] = {0};
-    /* too many rows or an empty product: not taken, C untouched */
-    assert_false(gf_cpu_sgemm(2, GF_CPU_SGEMM_MAX_M + 1, 1, 1, x, 1, x, 1, false, x, 1, false));
+    /* too many rows (past GF_CPU_SGEMM_MAX_M: k and n both over
+     * GF_CPU_SGEMM_HEAD, or A's block of k over GF_CPU_SGEMM_A_BYTES) or
+     * an empty product: not taken, C untouched */
+    const int64_t a_floats = GF_CPU_SGEMM_A_BYTES / 4, head = GF_CPU_SGEMM_HEAD;
+    assert_true(gf_cpu_sgemm_takes(GF_CPU_SGEMM_MAX_M, 1 << 20, 1 << 20));
+    assert_true(gf_cpu_sgemm_takes(a_floats / GF_CPU_SGEMM_KC, head, 600));
+    assert_true(gf_cpu_sgemm_takes(a_floats / head, 600, head));
+    assert_false(gf_cpu_sgemm_takes(GF_CPU_SGEMM_MAX_M + 1, head + 1, head + 1));
+    assert_false(gf_cpu_sgemm_takes(a_floats / GF_CPU_SGEMM_KC + 1, head, GF_CPU_SGEMM_KC));
+    assert_false(gf_cpu_sgemm_takes(a_floats / head + 1, 600, head));
+    assert_false(gf_cpu_sgemm_takes(a_floats + 1, 1, 1));
+    assert_false(gf_cpu_sgemm(2, GF_CPU_SGEMM_MAX_M + 1, head + 1, head + 1, x, 1, x, 1, false, x,
+                              1, false));
+    assert_false(gf_cpu_sgemm(2, a_floats / GF_CPU_SGEMM_KC + 1, 1, GF_CPU_SGEMM_KC, x, 1, x, 1,
+                              false, x, 1, false));
     assert_false(gf_cpu_sgemm(2, 0, 1, 1, x, 1, x, 1, false, x, 1, false));
     assert_false(gf_cpu_sgemm(2, 1, 1, 0, x, 1, x, 1, true, x, 1, false));
 }

@@ -152,9 +152,10 @@ static void test_sizes(void **state)
         skip();
 }
 
-/* Past GF_CPU_SGEMM_MAX_M rows (issue 18 at 4 x 512 tokens: 2048) only the
- * packed product runs (gf_cpu_sgemm declines, OpenBLAS takes B as it lies):
- * against the reference alone, 1 to 3 threads.  300 rows: chunks of rows
+/* Past GF_CPU_SGEMM_MAX_M rows (issue 18 at 4 x 512 tokens: 2048) the
+ * packed product runs, and gf_cpu_sgemm only where gf_cpu_sgemm_takes the
+ * shape (else OpenBLAS takes B as it lies): each against the reference, 1
+ * to 3 threads.  300 rows: chunks of rows
  * (MC) and a last one part full, an edge tile, blocks of k and of columns
  * past the first; and a column range from a later panel. */
 static bool check_tall(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumulate,
@@ -174,7 +175,10 @@ static bool check_tall(int64_t m, int64_t n, int64_t k, int64_t pad, bool accumu
     memcpy(want, c0, (size_t)(m * ldc) * sizeof(float));
     reference(m, n, k, a, lda, b, ldb, trans_b, want, ldc, accumulate);
     memcpy(c, c0, (size_t)(m * ldc) * sizeof(float));
-    assert_false(gf_cpu_sgemm(2, m, n, k, a, lda, b, ldb, trans_b, c, ldc, accumulate));
+    bool took = gf_cpu_sgemm(2, m, n, k, a, lda, b, ldb, trans_b, c, ldc, accumulate);
+    assert_int_equal(took, gf_cpu_sgemm_takes(m, n, k));
+    if (took)
+        same_bits(c, want, m, n, ldc, "copied, tall", k, trans_b, 2);
     for (int t = 1; t <= 3; t++) {
         memcpy(c, c0, (size_t)(m * ldc) * sizeof(float));
         assert_true(gf_cpu_sgemm_packed(t, m, n, k, a, lda, p, 0, c, ldc, accumulate));
@@ -195,7 +199,9 @@ static void test_tall(void **state)
 {
     (void)state;
     bool ran = check_tall(300, 161, 600, 3, false, false) &&
-               check_tall(GF_CPU_SGEMM_MAX_M + 9, 200, 257, 0, true, true);
+               check_tall(GF_CPU_SGEMM_MAX_M + 9, 200, 257, 0, true, true) &&
+               check_tall(500, 100, 300, 1, false, false) &&
+               check_tall(600, 100, 300, 1, false, true);
     if (!ran)
         skip();
 }

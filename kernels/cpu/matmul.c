@@ -352,14 +352,20 @@ static void batch_fn(void *ctx, size_t b0, size_t b1)
     }
 }
 
-/* Many small products run one per thread with single-threaded BLAS; large
+/* Many small products run one per thread with single-threaded BLAS, and
+ * so do a few per thread that kernels/cpu/sgemm.c takes (fp32 attention's
+ * per-head products: each thread its own heads, no wake-up per head); large
  * ones run in order, each with every thread inside BLAS. */
 static void run_batches(struct gemm_batch *gb, int n_threads)
 {
     const struct gemm *g = &gb->g;
     double work = (double)g->m * (double)g->n * (double)g->k;
     n_threads = n_threads < 1 ? 1 : n_threads;
-    if (n_threads > 1 && gb->count > 1 && work < 128.0 * 128 * 128) {
+    bool own = g->dtype == GF_FLOAT && g->alpha == 1 && g->a_cs == 1 && !g->packed &&
+               (g->b_cs == 1 || g->b_rs == 1) && gf_cpu_sgemm_takes(g->m, g->n, g->k);
+    if (n_threads > 1 && gb->count > 1 &&
+        (work < 128.0 * 128 * 128 ||
+         (own && gb->count >= 2 * (int64_t)gf_parallel_width(n_threads)))) {
         gb->n_threads = 1;
         blas_threads(1);
         size_t grain = work >= 65536 ? 1 : (size_t)(65536 / (work + 1));
