@@ -32,8 +32,8 @@
  * every block of B again), so larger products copying B stay with it
  * (GF_CPU_SGEMM_MAX_M), but for attention's per-head products while A's
  * part of a block of k fits half an L2 (gf_cpu_sgemm_takes): at 4 x 512,
- * [512, 64] x [64, 512] and [512, 512] x [512, 64], one per head, 8.0-8.6
- * ms on OpenBLAS's two threads for 32 heads, 6.4-7.6 ms here; and no
+ * [512, 64] x [64, 512] and [512, 512] x [512, 64], one per head, 8.0-9.8
+ * ms on OpenBLAS's two threads for 32 heads, 6.4-8.4 ms here; and no
  * OpenBLAS threads left spinning (sched_yield) after them, against the
  * pool's, through the ops that follow.
  *
