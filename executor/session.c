@@ -659,7 +659,8 @@ static void view_tensor(const struct gf_tensor *t, struct gf_tview *v)
     memset(v, 0, sizeof(*v));
     v->dtype = t->dtype;
     v->rank = t->rank;
-    memcpy(v->dims, t->dims, (size_t)t->rank * sizeof(int64_t));
+    if (t->rank > 0) /* a scalar's dims may be NULL */
+        memcpy(v->dims, t->dims, (size_t)t->rank * sizeof(int64_t));
     v->nelem = t->nelem;
     v->data = t->data;
 }

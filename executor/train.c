@@ -708,7 +708,8 @@ static enum gf_status own_param(struct gf_trainer *t, struct param *p)
         int64_t *dims = gf_model_alloc(t->m, (size_t)(src->rank + 1) * sizeof(*dims));
         if (c && dims) {
             memset(c, 0, sizeof(*c));
-            memcpy(dims, src->dims, (size_t)src->rank * sizeof(*dims));
+            if (src->rank > 0) /* a scalar's dims may be NULL */
+                memcpy(dims, src->dims, (size_t)src->rank * sizeof(*dims));
             *c = (struct gf_tensor){.name = p->name, .dtype = GF_FLOAT, .rank = src->rank,
                                     .dims = dims, .nelem = src->nelem, .nbytes = src->nbytes,
                                     .data = at(t->P, p->off)};
